@@ -1,0 +1,84 @@
+// The narrow interface between allocation policy and the device. Policies (pools, page
+// heap, the PyTorch emulations) never call CUDA: they call this. CudaVmmBackend and
+// CudaMallocBackend implement it on a GPU; SimBackend implements it in host memory with
+// exact byte accounting and a capacity cap, so every policy decision is testable on CI.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gpumem {
+
+// A device virtual address. Kept as an integer: policies do arithmetic on it and never
+// dereference it.
+using DevicePtr = std::uintptr_t;
+
+// Streams are opaque to policies (cudaStream_t on a GPU, a small integer in simulation).
+using StreamId = std::uintptr_t;
+inline constexpr StreamId kDefaultStream = 0;
+
+// Physical memory created by CreatePhysical (cuMemCreate). Opaque, never zero when valid.
+using PhysicalHandle = std::uint64_t;
+
+// An event recorded on a stream (cuEventRecord). Opaque, never zero when valid.
+using EventHandle = std::uint64_t;
+
+struct BackendCounters {
+  std::uint64_t physical_bytes = 0;       // created physical memory + segments: "reserved"
+  std::uint64_t peak_physical_bytes = 0;
+  std::uint64_t mapped_bytes = 0;         // virtual bytes currently backed by a mapping
+  std::uint64_t reserved_va_bytes = 0;    // virtual address space held
+  std::uint64_t segment_bytes = 0;        // part of physical_bytes held as plain segments
+  std::uint64_t physical_creates = 0;
+  std::uint64_t physical_releases = 0;
+  std::uint64_t maps = 0;
+  std::uint64_t unmaps = 0;
+  std::uint64_t segment_allocs = 0;
+  std::uint64_t segment_frees = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Physical allocation unit (cuMemGetAllocationGranularity); sizes passed to
+  // CreatePhysical / Map are multiples of it.
+  virtual std::size_t granularity() const = 0;
+  // Bytes of device memory this backend may hold at once (a cap, or the device total).
+  virtual std::uint64_t capacity() const = 0;
+  // False where the device cannot remap memory (no VMM): only the segment calls work.
+  virtual bool supports_vmm() const = 0;
+
+  // --- virtual memory (cuMemAddressReserve / cuMemAddressFree)
+  virtual absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) = 0;
+  virtual void ReleaseAddressRange(DevicePtr base, std::size_t bytes) = 0;
+
+  // --- physical memory (cuMemCreate / cuMemRelease). ResourceExhausted past capacity.
+  virtual absl::StatusOr<PhysicalHandle> CreatePhysical(std::size_t bytes) = 0;
+  virtual void ReleasePhysical(PhysicalHandle handle) = 0;
+
+  // --- mappings (cuMemMap + cuMemSetAccess / cuMemUnmap). Map places `bytes` of
+  // `handle`, from `offset`, at `va`, inside a reserved range.
+  virtual absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
+                           std::size_t offset) = 0;
+  virtual void Unmap(DevicePtr va, std::size_t bytes) = 0;
+
+  // --- plain segments (cudaMalloc / cudaFree), for policies without VMM.
+  // ResourceExhausted past capacity.
+  virtual absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) = 0;
+  virtual void FreeSegment(DevicePtr ptr, std::size_t bytes) = 0;
+
+  // --- stream order (cuEventRecord / cuEventQuery / cuEventDestroy)
+  virtual EventHandle RecordEvent(StreamId stream) = 0;
+  virtual bool EventCompleted(EventHandle event) = 0;
+  virtual void ReleaseEvent(EventHandle event) = 0;
+  // Blocks until all work queued on every stream is done (cuCtxSynchronize).
+  virtual void Synchronize() = 0;
+
+  virtual BackendCounters counters() const = 0;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,16 @@
+#include "allocator/device_allocator.h"
+
+#include "absl/strings/str_format.h"
+
+namespace gpumem {
+
+std::string OomReport::ToString() const {
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return absl::StrFormat(
+      "out of memory: requested %.2f MiB; %.2f MiB allocated, %.2f MiB reserved, largest free "
+      "piece %.2f MiB, capacity %.2f MiB",
+      requested_bytes / kMiB, allocated_bytes / kMiB, reserved_bytes / kMiB,
+      largest_free_bytes / kMiB, capacity_bytes / kMiB);
+}
+
+}  // namespace gpumem

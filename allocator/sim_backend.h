@@ -1,0 +1,90 @@
+// SimBackend: a device simulated in host memory. It holds no device bytes, only exact
+// accounting of what a real device would hold, a capacity cap, and checks that catch
+// policy bugs (mapping over a mapping, releasing mapped memory, freeing twice).
+// Streams are simulated: events complete at once (kImmediate, for replay) or only when
+// the test says the stream has run (kManual), so stream-ordered reuse is testable.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "allocator/backend.h"
+
+namespace gpumem {
+
+struct SimBackendOptions {
+  std::uint64_t capacity = std::uint64_t{80} << 30;  // an H100's worth by default
+  std::size_t granularity = std::size_t{2} << 20;    // 2 MiB, as on NVIDIA GPUs
+  bool vmm = true;
+  enum class Events { kImmediate, kManual } events = Events::kImmediate;
+};
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(SimBackendOptions options = {});
+  ~SimBackend() override;
+
+  std::size_t granularity() const override { return options_.granularity; }
+  std::uint64_t capacity() const override { return options_.capacity; }
+  bool supports_vmm() const override { return options_.vmm; }
+
+  absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override;
+  void ReleaseAddressRange(DevicePtr base, std::size_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::size_t bytes) override;
+  void ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
+                   std::size_t offset) override;
+  void Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
+  void FreeSegment(DevicePtr ptr, std::size_t bytes) override;
+  EventHandle RecordEvent(StreamId stream) override;
+  bool EventCompleted(EventHandle event) override;
+  void ReleaseEvent(EventHandle event) override;
+  void Synchronize() override;
+  BackendCounters counters() const override;
+
+  // --- simulation controls and checks, for tests
+  // kManual events: everything recorded on `stream` so far has now run.
+  void CompleteStream(StreamId stream);
+  // True if every byte of [ptr, ptr+bytes) is usable memory: inside a live segment or
+  // backed by mappings.
+  bool IsAccessible(DevicePtr ptr, std::size_t bytes) const;
+  std::size_t live_events() const;
+  void set_capacity(std::uint64_t capacity);
+
+ private:
+  struct Mapping {
+    std::size_t bytes;
+    PhysicalHandle handle;
+    std::size_t offset;
+  };
+  struct Event {
+    StreamId stream;
+    std::uint64_t sequence;
+  };
+
+  [[noreturn]] void Misuse(const std::string& what) const;
+  absl::Status Charge(std::size_t bytes, const char* what);  // capacity check + count
+  bool InReservedRange(DevicePtr va, std::size_t bytes) const;
+
+  SimBackendOptions options_;
+  mutable std::mutex mu_;
+  BackendCounters counters_;
+  DevicePtr next_va_;
+  DevicePtr next_segment_;
+  std::map<DevicePtr, std::size_t> ranges_;      // reserved VA: base -> bytes
+  std::map<DevicePtr, Mapping> mappings_;        // va -> mapping
+  std::map<DevicePtr, std::size_t> segments_;    // base -> bytes
+  std::unordered_map<PhysicalHandle, std::size_t> physical_;  // handle -> bytes
+  std::unordered_map<PhysicalHandle, std::size_t> physical_map_count_;
+  PhysicalHandle next_handle_ = 1;
+  std::unordered_map<EventHandle, Event> events_;
+  EventHandle next_event_ = 1;
+  std::unordered_map<StreamId, std::uint64_t> recorded_;   // events recorded per stream
+  std::unordered_map<StreamId, std::uint64_t> completed_;  // events completed per stream
+};
+
+}  // namespace gpumem

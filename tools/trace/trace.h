@@ -1,0 +1,94 @@
+// The in-memory form of an allocation trace, whatever file it came from: a PyTorch
+// memory snapshot pickle, its flattened .tsv.gz form, or a gpumem trace. Replay, reports
+// and exports read only this.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace gpumem::trace {
+
+enum class Action : std::uint8_t {
+  kAlloc,          // a block handed to the program
+  kFreeRequested,  // the program returned it (may still be in use by queued work)
+  kFreeCompleted,  // its memory is reusable
+  kSegmentAlloc,   // device memory obtained (cudaMalloc / pages mapped)
+  kSegmentFree,    // device memory returned
+  kSegmentMap,     // expandable segments / VMM: pages mapped
+  kSegmentUnmap,
+  kOom,            // an allocation failed; `size` is the request, `device_free` the driver's free
+  kSnapshot,
+  kStep,           // a training-step boundary (gpumem traces, or recovered from annotations)
+  kAnnotate,       // user annotations (record_function ranges and the like)
+};
+
+const char* ActionName(Action action);
+std::optional<Action> ParseAction(absl::string_view name);
+
+struct Frame {
+  std::string filename;
+  std::int32_t line = 0;
+  std::string function;
+};
+
+// A fixed-size record: 10M of them fit well inside the report's memory budget.
+struct Event {
+  Action action = Action::kAlloc;
+  std::int32_t device = 0;
+  std::uint32_t stack_id = 0;  // index into Trace::stacks; 0 is the empty stack
+  std::uint32_t thread = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t stream = 0;
+  std::int64_t time_us = 0;
+  std::uint64_t device_free = 0;  // kOom only
+};
+
+// A block or free piece of a segment, from a snapshot's end state.
+struct SegmentBlock {
+  std::uint64_t addr = 0;
+  std::uint64_t size = 0;
+  std::uint64_t requested_size = 0;
+  bool allocated = false;  // active_allocated vs inactive / active_pending_free
+  std::uint32_t stack_id = 0;
+};
+
+struct Segment {
+  std::int32_t device = 0;
+  std::uint64_t addr = 0;
+  std::uint64_t total_size = 0;
+  std::uint64_t stream = 0;
+  bool is_large_pool = true;
+  bool is_expandable = false;
+  std::vector<SegmentBlock> blocks;
+};
+
+// A named time range (PyTorch's external_annotations / record_function).
+struct Annotation {
+  std::string name;
+  bool start = true;
+  std::int64_t time_us = 0;
+  std::int32_t device = 0;
+};
+
+struct Trace {
+  std::string source;  // the file it came from
+  std::string format;  // "pytorch-snapshot", "tsv", "gpumem"
+  std::vector<Event> events;
+  std::vector<Frame> frames;                      // interned
+  std::vector<std::vector<std::uint32_t>> stacks; // stack id -> frame ids, innermost first;
+                                                  // stacks[0] is empty
+  std::vector<Segment> segments;                  // state at the end, where the file has it
+  std::vector<Annotation> annotations;
+  std::optional<std::uint64_t> device_capacity;   // where the file records it
+  bool expandable_segments = false;               // the recording allocator's setting
+  std::vector<std::string> warnings;              // recoverable oddities found while reading
+
+  Trace() : stacks(1) {}
+};
+
+}  // namespace gpumem::trace
