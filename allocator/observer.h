@@ -1,0 +1,35 @@
+// How an allocator tells the profiler what it does, without depending on it: the
+// recorder implements AllocatorObserver and the C ABI connects the two. Calls come from
+// the allocating thread, inside the allocator's hot path: keep them cheap.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "allocator/backend.h"
+
+namespace gpumem {
+
+enum class AllocatorEventKind : std::uint8_t {
+  kAlloc,         // a block handed out
+  kFree,          // a block returned by its owner
+  kMap,           // physical pages mapped into a range (or a segment obtained)
+  kUnmap,         // pages unmapped (or a segment returned)
+  kOom,           // a request failed after trimming and defragmenting
+};
+
+struct AllocatorEvent {
+  AllocatorEventKind kind;
+  int device;
+  DevicePtr ptr;
+  std::size_t bytes;
+  StreamId stream;
+};
+
+class AllocatorObserver {
+ public:
+  virtual ~AllocatorObserver() = default;
+  virtual void OnEvent(const AllocatorEvent& event) = 0;
+};
+
+}  // namespace gpumem

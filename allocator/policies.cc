@@ -1,0 +1,37 @@
+#include "allocator/policies.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace gpumem {
+namespace {
+
+struct PolicyEntry {
+  const char* name;
+  std::unique_ptr<DeviceAllocator> (*make)(Backend&);
+};
+
+// One line per policy; each policy's header provides its factory.
+const std::vector<PolicyEntry>& Entries() {
+  static const std::vector<PolicyEntry> entries = {};
+  return entries;
+}
+
+}  // namespace
+
+std::vector<std::string> PolicyNames() {
+  std::vector<std::string> names;
+  for (const PolicyEntry& e : Entries()) names.emplace_back(e.name);
+  return names;
+}
+
+absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakePolicy(absl::string_view name,
+                                                            Backend& backend) {
+  for (const PolicyEntry& e : Entries()) {
+    if (name == e.name) return e.make(backend);
+  }
+  return absl::NotFoundError(absl::StrCat("unknown policy '", name, "'; known: ",
+                                          absl::StrJoin(PolicyNames(), ", ")));
+}
+
+}  // namespace gpumem
