@@ -1,0 +1,54 @@
+// Replay: drive an allocation policy with the alloc/free events of a real trace, on a
+// simulated device, and measure what it would have reserved. The denominator of the
+// ratio is the same for every policy: the sizes in the trace's own alloc events.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "allocator/backend.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::replay {
+
+struct ReplayOptions {
+  // Device memory the policy may hold; unset means practically unlimited.
+  std::optional<std::uint64_t> capacity;
+};
+
+// The first allocation the policy could not serve; replay stops there, as training would.
+struct ReplayOom {
+  std::size_t event_index = 0;  // index into trace.events
+  std::uint64_t requested_bytes = 0;
+  std::uint64_t allocated_bytes = 0;  // from the policy's OomReport
+  std::uint64_t reserved_bytes = 0;
+  std::uint64_t largest_free_bytes = 0;
+};
+
+struct ReplayResult {
+  std::string policy;
+  std::size_t events = 0;               // trace events processed
+  std::uint64_t peak_allocated = 0;     // peak of the sum of live trace alloc sizes
+  std::uint64_t peak_reserved = 0;      // the backend's peak physical bytes
+  double ratio = 0;                     // peak_reserved / peak_allocated (0 if nothing allocated)
+  double seconds = 0;                   // wall time of the replay loop
+  std::optional<ReplayOom> oom;
+};
+
+// Replays `trace` through the policy named `policy` (see allocator/policies.h) on a fresh
+// SimBackend with immediate events. Errors (unknown policy, a free of an address that is
+// not live, an alloc at a live address, an empty trace) are one line naming the trace
+// file and the event index.
+absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
+                                    const ReplayOptions& options = {});
+
+// The same on a backend the caller provides (to observe what the policy asks of the
+// device); options.capacity is ignored, the backend has its own.
+absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
+                                      Backend& backend);
+
+}  // namespace gpumem::replay
