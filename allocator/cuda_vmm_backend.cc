@@ -1,0 +1,154 @@
+#include "allocator/cuda_vmm_backend.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumem {
+
+using cuda::ScopedContext;
+using cuda::ToStatus;
+
+absl::StatusOr<bool> DeviceSupportsVmm(int device) {
+  auto driver = cuda::Driver();
+  if (!driver.ok()) return driver.status();
+  CUdevice dev = 0;
+  if (absl::Status s = ToStatus((*driver)->cuDeviceGet(&dev, device), "cuDeviceGet"); !s.ok()) {
+    return s;
+  }
+  int supported = 0;
+  if (absl::Status s = ToStatus(
+          (*driver)->cuDeviceGetAttribute(
+              &supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev),
+          "cuDeviceGetAttribute");
+      !s.ok()) {
+    return s;
+  }
+  return supported != 0;
+}
+
+absl::StatusOr<std::unique_ptr<CudaVmmBackend>> CudaVmmBackend::Create(
+    CudaBackendOptions options) {
+  absl::StatusOr<bool> vmm = DeviceSupportsVmm(options.device);
+  if (!vmm.ok()) return vmm.status();
+  if (!*vmm) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "CUDA device ", options.device, " has no virtual memory management support"));
+  }
+  absl::StatusOr<OpenDevice> open = Open(options);
+  if (!open.ok()) return open.status();
+  auto backend = std::unique_ptr<CudaVmmBackend>(new CudaVmmBackend(*open));
+  backend->prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  backend->prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  backend->prop_.location.id = backend->cu_device_;
+  backend->access_.location = backend->prop_.location;
+  backend->access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  std::size_t granularity = 0;
+  if (absl::Status s = ToStatus(
+          backend->api_.cuMemGetAllocationGranularity(&granularity, &backend->prop_,
+                                                      CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
+      !s.ok()) {
+    return s;
+  }
+  backend->granularity_ = granularity;
+  return backend;
+}
+
+CudaVmmBackend::~CudaVmmBackend() = default;
+
+absl::StatusOr<DevicePtr> CudaVmmBackend::ReserveAddressRange(std::size_t bytes) {
+  CUdeviceptr base = 0;
+  CUresult r;
+  {
+    ScopedContext scope(api_, context_);
+    r = api_.cuMemAddressReserve(&base, bytes, granularity_, 0, 0);
+  }
+  if (r != CUDA_SUCCESS) return ToStatus(r, "cuMemAddressReserve");
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.reserved_va_bytes += bytes;
+  return static_cast<DevicePtr>(base);
+}
+
+void CudaVmmBackend::ReleaseAddressRange(DevicePtr base, std::size_t bytes) {
+  CUresult r;
+  {
+    ScopedContext scope(api_, context_);
+    r = api_.cuMemAddressFree(static_cast<CUdeviceptr>(base), bytes);
+  }
+  if (r != CUDA_SUCCESS) {
+    LogFailure(ToStatus(r, "cuMemAddressFree"));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.reserved_va_bytes -= bytes;
+}
+
+absl::StatusOr<PhysicalHandle> CudaVmmBackend::CreatePhysical(std::size_t bytes) {
+  if (absl::Status s = ChargeCapacity(bytes, "physical memory"); !s.ok()) return s;
+  CUmemGenericAllocationHandle handle = 0;
+  CUresult r;
+  {
+    ScopedContext scope(api_, context_);
+    r = api_.cuMemCreate(&handle, bytes, &prop_, 0);
+  }
+  if (r != CUDA_SUCCESS) {
+    Uncharge(bytes);
+    return ToStatus(r, "cuMemCreate");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  physical_sizes_[handle] = bytes;
+  ++counters_.physical_creates;
+  return static_cast<PhysicalHandle>(handle);
+}
+
+void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
+  CUresult r;
+  {
+    ScopedContext scope(api_, context_);
+    r = api_.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
+  }
+  if (r != CUDA_SUCCESS) {
+    LogFailure(ToStatus(r, "cuMemRelease"));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = physical_sizes_.find(handle);
+  if (it == physical_sizes_.end()) return;
+  counters_.physical_bytes -= it->second;
+  ++counters_.physical_releases;
+  physical_sizes_.erase(it);
+}
+
+absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
+                                 std::size_t offset) {
+  ScopedContext scope(api_, context_);
+  CUdeviceptr ptr = static_cast<CUdeviceptr>(va);
+  CUresult r = api_.cuMemMap(ptr, bytes, offset,
+                             static_cast<CUmemGenericAllocationHandle>(handle), 0);
+  if (r != CUDA_SUCCESS) return ToStatus(r, "cuMemMap");
+  r = api_.cuMemSetAccess(ptr, bytes, &access_, 1);
+  if (r != CUDA_SUCCESS) {
+    api_.cuMemUnmap(ptr, bytes);
+    return ToStatus(r, "cuMemSetAccess");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.mapped_bytes += bytes;
+  ++counters_.maps;
+  return absl::OkStatus();
+}
+
+void CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
+  CUresult r;
+  {
+    ScopedContext scope(api_, context_);
+    r = api_.cuMemUnmap(static_cast<CUdeviceptr>(va), bytes);
+  }
+  if (r != CUDA_SUCCESS) {
+    LogFailure(ToStatus(r, "cuMemUnmap"));
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.mapped_bytes -= bytes;
+  ++counters_.unmaps;
+}
+
+}  // namespace gpumem

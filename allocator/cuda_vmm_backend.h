@@ -1,0 +1,42 @@
+// CudaVmmBackend: CUDA virtual memory management. Physical pages (cuMemCreate) are mapped
+// into reserved virtual ranges (cuMemAddressReserve + cuMemMap + cuMemSetAccess) and can
+// be unmapped and mapped again elsewhere, which is what lets the policy stitch free pages
+// into one fresh range instead of failing on fragmentation. Segments, events, the
+// context and the cap come from CudaMallocBackend.
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+
+#include "allocator/cuda_malloc_backend.h"
+
+namespace gpumem {
+
+// Whether `device` can map memory (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).
+absl::StatusOr<bool> DeviceSupportsVmm(int device);
+
+class CudaVmmBackend final : public CudaMallocBackend {
+ public:
+  // FailedPrecondition where the device has no VMM support (use CudaMallocBackend).
+  static absl::StatusOr<std::unique_ptr<CudaVmmBackend>> Create(CudaBackendOptions options);
+  ~CudaVmmBackend() override;
+
+  bool supports_vmm() const override { return true; }
+
+  absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override;
+  void ReleaseAddressRange(DevicePtr base, std::size_t bytes) override;
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::size_t bytes) override;
+  void ReleasePhysical(PhysicalHandle handle) override;
+  absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
+                   std::size_t offset) override;
+  void Unmap(DevicePtr va, std::size_t bytes) override;
+
+ private:
+  explicit CudaVmmBackend(const OpenDevice& open) : CudaMallocBackend(open) {}
+
+  CUmemAllocationProp prop_{};
+  CUmemAccessDesc access_{};
+  std::unordered_map<PhysicalHandle, std::size_t> physical_sizes_;  // guarded by mu_
+};
+
+}  // namespace gpumem
