@@ -1,9 +1,203 @@
 #include "tools/trace/snapshot_writer.h"
 
-namespace gpumem::trace {
+#include <algorithm>
+#include <vector>
 
-absl::StatusOr<std::string> WriteSnapshotPickle(const Trace&) {
-  return absl::UnimplementedError("pytorch-snapshot export is not built yet");
+#include "absl/strings/str_cat.h"
+#include "tools/trace/pickle_writer.h"
+
+namespace gpumem::trace {
+namespace {
+
+class SnapshotWriter {
+ public:
+  explicit SnapshotWriter(const Trace& trace) : t_(trace), frame_memo_(trace.frames.size(), kUnset) {}
+
+  absl::StatusOr<std::string> Run() {
+    for (const Event& e : t_.events) {
+      if (e.device < 0) return absl::InvalidArgumentError(absl::StrCat(t_.source, ": event on device ", e.device));
+      if (e.stack_id >= t_.stacks.size()) {
+        return absl::InvalidArgumentError(absl::StrCat(t_.source, ": event names stack ", e.stack_id,
+                                                       " of ", t_.stacks.size()));
+      }
+    }
+    for (const auto& stack : t_.stacks) {
+      for (std::uint32_t f : stack) {
+        if (f >= t_.frames.size()) {
+          return absl::InvalidArgumentError(absl::StrCat(t_.source, ": a stack names frame ", f,
+                                                         " of ", t_.frames.size()));
+        }
+      }
+    }
+    w_.BeginDict();
+    w_.String("segments");
+    Segments();
+    w_.String("device_traces");
+    DeviceTraces();
+    w_.String("allocator_settings");
+    w_.BeginDict();
+    w_.String("PYTORCH_CUDA_ALLOC_CONF");
+    w_.String(t_.expandable_segments ? "expandable_segments:True" : "");
+    w_.String("expandable_segments");
+    w_.Bool(t_.expandable_segments);
+    w_.EndDict();
+    w_.String("external_annotations");
+    Annotations();
+    w_.EndDict();
+    return std::move(w_).Finish();
+  }
+
+ private:
+  static constexpr std::uint32_t kUnset = ~std::uint32_t{0};
+
+  // Frame dicts are written once and referenced through the memo after, as PyTorch's own
+  // snapshots do.
+  void Frames(std::uint32_t stack_id) {
+    const std::vector<std::uint32_t>& stack =
+        stack_id < t_.stacks.size() ? t_.stacks[stack_id] : t_.stacks[0];
+    w_.BeginList();
+    for (std::uint32_t f : stack) {
+      if (frame_memo_[f] != kUnset) {
+        w_.Get(frame_memo_[f]);
+        continue;
+      }
+      const Frame& frame = t_.frames[f];
+      w_.BeginDict();
+      w_.String("name");
+      w_.String(frame.function);
+      w_.String("filename");
+      w_.String(frame.filename);
+      w_.String("line");
+      w_.Int(frame.line);
+      w_.EndDict();
+      frame_memo_[f] = w_.Memoize();
+    }
+    w_.EndList();
+  }
+
+  void Segments() {
+    w_.BeginList();
+    for (const Segment& seg : t_.segments) {
+      std::uint64_t allocated = 0;
+      std::uint64_t requested = 0;
+      for (const SegmentBlock& b : seg.blocks) {
+        if (b.allocated) {
+          allocated += b.size;
+          requested += b.requested_size;
+        }
+      }
+      w_.BeginDict();
+      w_.String("device");
+      w_.Int(seg.device);
+      w_.String("address");
+      w_.Uint(seg.addr);
+      w_.String("total_size");
+      w_.Uint(seg.total_size);
+      w_.String("allocated_size");
+      w_.Uint(allocated);
+      w_.String("active_size");
+      w_.Uint(allocated);
+      w_.String("requested_size");
+      w_.Uint(requested);
+      w_.String("stream");
+      w_.Uint(seg.stream);
+      w_.String("segment_type");
+      w_.String(seg.is_large_pool ? "large" : "small");
+      w_.String("segment_pool_id");
+      w_.Int(0);
+      w_.Int(0);
+      w_.Tuple2();
+      w_.String("is_expandable");
+      w_.Bool(seg.is_expandable);
+      w_.String("frames");
+      w_.BeginList();
+      w_.EndList();
+      w_.String("blocks");
+      w_.BeginList();
+      for (const SegmentBlock& b : seg.blocks) {
+        w_.BeginDict();
+        w_.String("address");
+        w_.Uint(b.addr);
+        w_.String("size");
+        w_.Uint(b.size);
+        w_.String("requested_size");
+        w_.Uint(b.requested_size);
+        w_.String("state");
+        w_.String(b.allocated ? "active_allocated" : "inactive");
+        w_.String("frames");
+        Frames(b.stack_id);
+        w_.EndDict();
+      }
+      w_.EndList();
+      w_.EndDict();
+    }
+    w_.EndList();
+  }
+
+  void DeviceTraces() {
+    std::int32_t devices = 1;  // PyTorch always lists device 0
+    for (const Event& e : t_.events) devices = std::max(devices, e.device + 1);
+    for (const Segment& s : t_.segments) devices = std::max(devices, s.device + 1);
+    w_.BeginList();
+    for (std::int32_t d = 0; d < devices; ++d) {
+      w_.BeginList();
+      for (const Event& e : t_.events) {
+        if (e.device != d || e.action == Action::kStep || e.action == Action::kAnnotate) continue;
+        w_.BeginDict();
+        w_.String("action");
+        w_.String(ActionName(e.action));
+        if (e.action == Action::kOom) {
+          w_.String("device_free");
+          w_.Uint(e.device_free);
+        } else {
+          w_.String("addr");
+          w_.Uint(e.addr);
+        }
+        w_.String("size");
+        w_.Uint(e.size);
+        w_.String("stream");
+        w_.Uint(e.stream);
+        w_.String("time_us");
+        w_.Int(e.time_us);
+        w_.String("frames");
+        Frames(e.stack_id);
+        w_.EndDict();
+      }
+      w_.EndList();
+    }
+    w_.EndList();
+  }
+
+  void Annotations() {
+    w_.BeginList();
+    for (const Annotation& a : t_.annotations) WriteAnnotation(a.start, a.name, a.device, a.time_us);
+    for (const Event& e : t_.events) {
+      if (e.action == Action::kStep) WriteAnnotation(true, "gpumem.step", e.device, e.time_us);
+    }
+    w_.EndList();
+  }
+  void WriteAnnotation(bool start, absl::string_view name, std::int32_t device, std::int64_t time_us) {
+    w_.BeginDict();
+    w_.String("stage");
+    w_.String(start ? "START" : "END");
+    w_.String("name");
+    w_.String(name);
+    w_.String("device");
+    w_.Int(device);
+    w_.String("time_us");
+    w_.Int(time_us);
+    w_.EndDict();
+  }
+
+  const Trace& t_;
+  PickleWriter w_;
+  std::vector<std::uint32_t> frame_memo_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> WriteSnapshotPickle(const Trace& trace) {
+  return SnapshotWriter(trace).Run();
 }
 
 }  // namespace gpumem::trace

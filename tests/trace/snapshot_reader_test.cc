@@ -1,0 +1,279 @@
+#include "tools/trace/snapshot_reader.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "tools/trace/load.h"
+#include "tools/trace/pickle_writer.h"
+
+namespace gpumem::trace {
+namespace {
+
+std::string Data(const std::string& file) { return std::string(GPUMEM_TEST_DATA) + "/" + file; }
+
+std::vector<std::string> StackText(const Trace& t, std::uint32_t stack_id) {
+  std::vector<std::string> out;
+  for (std::uint32_t f : t.stacks[stack_id]) {
+    const Frame& fr = t.frames[f];
+    out.push_back(fr.filename + ":" + std::to_string(fr.line) + ":" + fr.function);
+  }
+  return out;
+}
+
+constexpr std::size_t kTsvMaxFrames = 12;
+
+// The .tsv.gz files were flattened from the pickles independently (by Python), so the
+// pickle reader must give the same events, after the synthesized prelude.
+void ExpectSameAsTsv(const std::string& name) {
+  auto pickle = LoadTrace(Data(name + ".pickle.xz"));
+  ASSERT_TRUE(pickle.ok()) << pickle.status();
+  auto tsv = LoadTrace(Data(name + ".trace.tsv.gz"));
+  ASSERT_TRUE(tsv.ok()) << tsv.status();
+  EXPECT_EQ(pickle->format, "pytorch-snapshot");
+  ASSERT_GE(pickle->events.size(), tsv->events.size());
+  const std::size_t prelude = pickle->events.size() - tsv->events.size();
+  // Each recording started after torch.zeros(1) (capture.py): one 2 MiB segment predates it.
+  ASSERT_EQ(prelude, 1u) << name;
+  EXPECT_EQ(pickle->events[0].action, Action::kSegmentAlloc);
+  EXPECT_EQ(pickle->events[0].size, 2u << 20);
+  EXPECT_EQ(pickle->events[0].time_us, pickle->events[1].time_us);
+  ASSERT_EQ(pickle->warnings.size(), 1u);
+  EXPECT_EQ(pickle->warnings[0],
+            "1 segments existed before the recording started: synthesized their segment_alloc at the start");
+  for (std::size_t i = 0; i < tsv->events.size(); ++i) {
+    const Event& a = pickle->events[prelude + i];
+    const Event& b = tsv->events[i];
+    ASSERT_EQ(a.action, b.action) << name << " event " << i;
+    ASSERT_EQ(a.addr, b.addr) << name << " event " << i;
+    ASSERT_EQ(a.size, b.size) << name << " event " << i;
+    ASSERT_EQ(a.stream, b.stream) << name << " event " << i;
+    ASSERT_EQ(a.time_us, b.time_us) << name << " event " << i;
+    // The TSV keeps at most the 12 innermost frames of a stack.
+    std::vector<std::string> stack = StackText(*pickle, a.stack_id);
+    if (stack.size() > kTsvMaxFrames) stack.resize(kTsvMaxFrames);
+    ASSERT_EQ(stack, StackText(*tsv, b.stack_id)) << name << " event " << i;
+  }
+  EXPECT_GE(pickle->frames.size(), tsv->frames.size());
+}
+
+TEST(SnapshotReaderTest, LeakyMlpMatchesItsTsv) { ExpectSameAsTsv("leaky_mlp"); }
+TEST(SnapshotReaderTest, Gpt2MatchesItsTsv) { ExpectSameAsTsv("gpt2"); }
+TEST(SnapshotReaderTest, Resnet50MatchesItsTsv) { ExpectSameAsTsv("resnet50"); }
+TEST(SnapshotReaderTest, VarlenBertMatchesItsTsv) { ExpectSameAsTsv("varlen_bert"); }
+
+// Figures from Python's pickle on the same file: 85 segments holding 86 blocks, 3 of them
+// allocated; 240 annotations, the first a START of Optimizer.step#SGD.step.
+TEST(SnapshotReaderTest, LeakyMlpEndStateAndAnnotations) {
+  auto t = LoadTrace(Data("leaky_mlp.pickle.xz"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->segments.size(), 85u);
+  std::size_t blocks = 0, allocated = 0;
+  for (const Segment& s : t->segments) {
+    blocks += s.blocks.size();
+    for (const SegmentBlock& b : s.blocks) allocated += b.allocated;
+  }
+  EXPECT_EQ(blocks, 86u);
+  EXPECT_EQ(allocated, 3u);
+  EXPECT_EQ(t->segments[0].addr, 140144849977344u);
+  EXPECT_EQ(t->segments[0].total_size, 16777216u);
+  EXPECT_TRUE(t->segments[0].is_large_pool);
+  EXPECT_FALSE(t->expandable_segments);
+  ASSERT_EQ(t->annotations.size(), 240u);
+  EXPECT_EQ(t->annotations[0].name, "Optimizer.step#SGD.step");
+  EXPECT_TRUE(t->annotations[0].start);
+  EXPECT_FALSE(t->annotations[1].start);
+  EXPECT_EQ(t->annotations[0].time_us, 1795359228405612);
+}
+
+// A small snapshot written by hand, one event a dict.
+struct Ev {
+  const char* action;
+  std::uint64_t addr;
+  std::uint64_t size;
+};
+
+void WriteEvent(PickleWriter& w, const Ev& e) {
+  w.BeginDict();
+  w.String("action");
+  w.String(e.action);
+  w.String("addr");
+  w.Uint(e.addr);
+  w.String("size");
+  w.Uint(e.size);
+  w.String("stream");
+  w.Int(0);
+  w.String("time_us");
+  w.Int(100);
+  w.String("frames");
+  w.BeginList();
+  w.BeginDict();
+  w.String("filename");
+  w.String("a.py");
+  w.String("line");
+  w.Int(3);
+  w.String("name");
+  w.String("f");
+  w.EndDict();
+  w.EndList();
+  w.EndDict();
+}
+
+std::string Snapshot(const std::vector<Ev>& events, bool with_end_state) {
+  PickleWriter w;
+  w.BeginDict();
+  w.String("device_traces");
+  w.BeginList();
+  w.BeginList();
+  for (const Ev& e : events) WriteEvent(w, e);
+  w.EndList();
+  w.EndList();
+  w.String("segments");
+  w.BeginList();
+  if (with_end_state) {
+    // One segment at 0x10000 no event created, with a live block no event touched.
+    w.BeginDict();
+    w.String("address");
+    w.Uint(0x10000);
+    w.String("total_size");
+    w.Uint(0x200000);
+    w.String("blocks");
+    w.BeginList();
+    w.BeginDict();
+    w.String("address");
+    w.Uint(0x10000);
+    w.String("size");
+    w.Uint(512);
+    w.String("state");
+    w.String("active_allocated");
+    w.EndDict();
+    w.EndList();
+    w.EndDict();
+  }
+  w.EndList();
+  w.EndDict();
+  return std::move(w).Finish();
+}
+
+TEST(SnapshotReaderTest, RebuildsTheStateAtTheFirstEvent) {
+  auto t = ParseSnapshotPickle(Snapshot({{"free_requested", 0x9000, 512},
+                                         {"free_completed", 0x9000, 512},
+                                         {"free_completed", 0xa000, 1024},
+                                         {"segment_free", 0x800000, 0x200000},
+                                         {"alloc", 0x9000, 512}},
+                                        true),
+                               "t.pkl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::pair<Action, std::uint64_t>> got;
+  for (const Event& e : t->events) got.emplace_back(e.action, e.addr);
+  const std::vector<std::pair<Action, std::uint64_t>> want = {
+      {Action::kSegmentAlloc, 0x800000},   // freed in the trace, never allocated
+      {Action::kSegmentAlloc, 0x10000},    // exists at the end, never allocated
+      {Action::kAlloc, 0x9000},            // freed, never allocated
+      {Action::kAlloc, 0xa000},            // free_completed first: alloc + free_requested
+      {Action::kFreeRequested, 0xa000},
+      {Action::kAlloc, 0x10000},           // live at the end, never touched
+      {Action::kFreeRequested, 0x9000},
+      {Action::kFreeCompleted, 0x9000},
+      {Action::kFreeCompleted, 0xa000},
+      {Action::kSegmentFree, 0x800000},
+      {Action::kAlloc, 0x9000}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(t->warnings.size(), 3u);
+  EXPECT_EQ(t->warnings[1],
+            "2 blocks freed in the trace were allocated before it started: synthesized their allocs at the start");
+  for (const Event& e : t->events) EXPECT_EQ(e.time_us, 100);
+}
+
+TEST(SnapshotReaderTest, AConsistentTraceGetsNoPrelude) {
+  auto t = ParseSnapshotPickle(Snapshot({{"segment_alloc", 0x800000, 0x200000},
+                                         {"alloc", 0x800000, 512},
+                                         {"free_requested", 0x800000, 512}},
+                                        false),
+                               "t.pkl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), 3u);
+  EXPECT_TRUE(t->warnings.empty());
+  // One frame, interned once, shared by the three events.
+  EXPECT_EQ(t->frames.size(), 1u);
+  EXPECT_EQ(t->events[0].stack_id, t->events[2].stack_id);
+}
+
+TEST(SnapshotReaderTest, UnknownActionNamesTheEvent) {
+  auto t = ParseSnapshotPickle(Snapshot({{"alloc", 1, 512}, {"malloc", 1, 512}}, false), "t.pkl");
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::StartsWith(t.status().message(), "t.pkl: byte ")) << t.status();
+  EXPECT_TRUE(absl::EndsWith(t.status().message(),
+                             ": event device_traces[0][1]: unknown action 'malloc'"))
+      << t.status();
+}
+
+TEST(SnapshotReaderTest, WrongTypesAreNamed) {
+  auto expect_error = [](std::string data, absl::string_view suffix) {
+    auto t = ParseSnapshotPickle(data, "t.pkl");
+    ASSERT_FALSE(t.ok());
+    EXPECT_TRUE(absl::StartsWith(t.status().message(), "t.pkl: byte ")) << t.status();
+    EXPECT_TRUE(absl::EndsWith(t.status().message(), suffix)) << t.status();
+  };
+  {
+    PickleWriter w;
+    w.BeginDict();
+    w.String("device_traces");
+    w.BeginDict();
+    w.EndDict();
+    w.EndDict();
+    expect_error(std::move(w).Finish(), ": device_traces is a dict, not a list");
+  }
+  {
+    PickleWriter w;
+    w.BeginList();
+    w.EndList();
+    expect_error(std::move(w).Finish(),
+                 ": the snapshot is a list, not a dict with 'segments' and 'device_traces'");
+  }
+  {
+    PickleWriter w;
+    w.BeginDict();
+    w.EndDict();
+    expect_error(std::move(w).Finish(), ": the snapshot has no 'device_traces'");
+  }
+  {
+    PickleWriter w;
+    w.BeginDict();
+    w.String("device_traces");
+    w.BeginList();
+    w.BeginList();
+    w.BeginDict();
+    w.String("action");
+    w.String("alloc");
+    w.String("addr");
+    w.Int(-4);
+    w.EndDict();
+    w.EndList();
+    w.EndList();
+    w.EndDict();
+    expect_error(std::move(w).Finish(), ": device_traces[0][0].addr is not a non-negative integer");
+  }
+  {
+    PickleWriter w;
+    w.BeginDict();
+    w.String("device_traces");
+    w.BeginList();
+    w.BeginList();
+    w.BeginDict();
+    w.String("action");
+    w.String("alloc");
+    w.String("addr");
+    w.Int(4);
+    w.EndDict();
+    w.EndList();
+    w.EndList();
+    w.EndDict();
+    expect_error(std::move(w).Finish(), ": device_traces[0][0] has no 'size'");
+  }
+}
+
+}  // namespace
+}  // namespace gpumem::trace

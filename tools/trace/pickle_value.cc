@@ -1,0 +1,117 @@
+#include "tools/trace/pickle_value.h"
+
+#include <limits>
+#include <utility>
+
+namespace gpumem::trace {
+
+const char* PickleKindName(PickleKind kind) {
+  switch (kind) {
+    case PickleKind::kNone: return "None";
+    case PickleKind::kBool: return "bool";
+    case PickleKind::kInt:
+    case PickleKind::kUint: return "int";
+    case PickleKind::kFloat: return "float";
+    case PickleKind::kString: return "str";
+    case PickleKind::kBytes: return "bytes";
+    case PickleKind::kList: return "list";
+    case PickleKind::kTuple: return "tuple";
+    case PickleKind::kDict: return "dict";
+  }
+  return "?";
+}
+
+std::optional<std::int64_t> PickleTree::as_int64(PickleId id) const {
+  const Node& n = nodes_[id];
+  if (n.kind == PickleKind::kInt) return n.i;
+  if (n.kind == PickleKind::kBool) return static_cast<std::int64_t>(n.u);
+  return std::nullopt;
+}
+
+std::optional<std::uint64_t> PickleTree::as_uint64(PickleId id) const {
+  const Node& n = nodes_[id];
+  if (n.kind == PickleKind::kUint || n.kind == PickleKind::kBool) return n.u;
+  if (n.kind == PickleKind::kInt && n.i >= 0) return static_cast<std::uint64_t>(n.i);
+  return std::nullopt;
+}
+
+std::optional<PickleId> PickleTree::Find(PickleId dict, absl::string_view key) const {
+  absl::Span<const PickleId> kv = items(dict);
+  for (std::size_t i = kv.size(); i >= 2; i -= 2) {
+    PickleId k = kv[i - 2];
+    if (kind(k) == PickleKind::kString && as_string(k) == key) return kv[i - 1];
+  }
+  return std::nullopt;
+}
+
+PickleId PickleTreeBuilder::Add(PickleTree::Node node) {
+  tree_.nodes_.push_back(node);
+  return static_cast<PickleId>(tree_.nodes_.size() - 1);
+}
+
+PickleId PickleTreeBuilder::None(std::uint64_t offset) {
+  PickleTree::Node n;
+  n.offset = offset;
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::Bool(bool value, std::uint64_t offset) {
+  PickleTree::Node n;
+  n.kind = PickleKind::kBool;
+  n.u = value ? 1 : 0;
+  n.offset = offset;
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::Int(std::int64_t value, std::uint64_t offset) {
+  PickleTree::Node n;
+  n.kind = PickleKind::kInt;
+  n.i = value;
+  n.offset = offset;
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::Uint(std::uint64_t value, std::uint64_t offset) {
+  if (value <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+    return Int(static_cast<std::int64_t>(value), offset);
+  }
+  PickleTree::Node n;
+  n.kind = PickleKind::kUint;
+  n.u = value;
+  n.offset = offset;
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::Float(double value, std::uint64_t offset) {
+  PickleTree::Node n;
+  n.kind = PickleKind::kFloat;
+  n.d = value;
+  n.offset = offset;
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::String(absl::string_view value, std::uint64_t offset, PickleKind kind) {
+  PickleTree::Node n;
+  n.kind = kind;
+  n.u = tree_.strings_.size();
+  n.len = static_cast<std::uint32_t>(value.size());
+  n.offset = offset;
+  tree_.strings_.append(value.data(), value.size());
+  return Add(n);
+}
+
+PickleId PickleTreeBuilder::Container(PickleKind kind, std::uint64_t offset) {
+  PickleTree::Node n;
+  n.kind = kind;
+  n.len = static_cast<std::uint32_t>(tree_.containers_.size());
+  n.offset = offset;
+  tree_.containers_.emplace_back();
+  return Add(n);
+}
+
+PickleTree PickleTreeBuilder::Finish(PickleId root) && {
+  tree_.root_ = root;
+  return std::move(tree_);
+}
+
+}  // namespace gpumem::trace

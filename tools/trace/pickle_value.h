@@ -1,0 +1,106 @@
+// The values a pickle decodes to, stored flat: every value is a node in one vector and a
+// container holds node ids. A value the pickle reuses through its memo (BINGET) is the same
+// node again, never a copy, so a snapshot that names one frame dict two million times costs
+// two million ids, not two million dicts. Through the memo a pickle can share values and
+// even build cycles: walk the tree by known paths (as the snapshot reader does), not by
+// blind recursion.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace gpumem::trace {
+
+enum class PickleKind : std::uint8_t {
+  kNone,
+  kBool,
+  kInt,     // fits int64
+  kUint,    // above INT64_MAX, fits uint64 (device addresses can)
+  kFloat,
+  kString,  // str (UTF-8 bytes as stored; not validated)
+  kBytes,
+  kList,
+  kTuple,
+  kDict,    // items alternate key, value, in insertion order
+};
+
+const char* PickleKindName(PickleKind kind);
+
+using PickleId = std::uint32_t;
+
+class PickleTree {
+ public:
+  PickleId root() const { return root_; }
+  std::size_t size() const { return nodes_.size(); }
+
+  PickleKind kind(PickleId id) const { return nodes_[id].kind; }
+  // Byte offset of the opcode that made the value: error messages point at it.
+  std::uint64_t offset(PickleId id) const { return nodes_[id].offset; }
+
+  bool is_dict(PickleId id) const { return kind(id) == PickleKind::kDict; }
+  bool is_sequence(PickleId id) const {  // list or tuple
+    return kind(id) == PickleKind::kList || kind(id) == PickleKind::kTuple;
+  }
+
+  bool as_bool(PickleId id) const { return nodes_[id].u != 0; }
+  double as_float(PickleId id) const { return nodes_[id].d; }
+  // Integers (and bools, as Python treats them) within the target's range.
+  std::optional<std::int64_t> as_int64(PickleId id) const;
+  std::optional<std::uint64_t> as_uint64(PickleId id) const;
+  // kString and kBytes.
+  absl::string_view as_string(PickleId id) const {
+    const Node& n = nodes_[id];
+    return absl::string_view(strings_.data() + n.u, n.len);
+  }
+  // Items of a list or tuple; a dict's keys and values, alternating.
+  absl::Span<const PickleId> items(PickleId id) const { return containers_[nodes_[id].len]; }
+
+  // The value under a string key of a dict (the last one, if the pickle repeats a key).
+  std::optional<PickleId> Find(PickleId dict, absl::string_view key) const;
+
+ private:
+  friend class PickleTreeBuilder;
+  struct Node {
+    PickleKind kind = PickleKind::kNone;
+    std::uint32_t len = 0;  // string length, or index into containers_
+    union {
+      std::int64_t i;
+      std::uint64_t u;  // also bool, and a string's start in strings_
+      double d;
+    };
+    std::uint64_t offset = 0;
+    Node() : u(0) {}
+  };
+  std::vector<Node> nodes_;
+  std::string strings_;
+  std::vector<std::vector<PickleId>> containers_;
+  PickleId root_ = 0;
+};
+
+// Used by the reader (and tests) to make trees.
+class PickleTreeBuilder {
+ public:
+  PickleId None(std::uint64_t offset);
+  PickleId Bool(bool value, std::uint64_t offset);
+  PickleId Int(std::int64_t value, std::uint64_t offset);
+  PickleId Uint(std::uint64_t value, std::uint64_t offset);  // stored as kInt when it fits
+  PickleId Float(double value, std::uint64_t offset);
+  PickleId String(absl::string_view value, std::uint64_t offset, PickleKind kind = PickleKind::kString);
+  PickleId Container(PickleKind kind, std::uint64_t offset);  // empty list, tuple or dict
+  std::vector<PickleId>& items(PickleId container) {
+    return tree_.containers_[tree_.nodes_[container].len];
+  }
+  const PickleTree& tree() const { return tree_; }
+  PickleTree Finish(PickleId root) &&;
+
+ private:
+  PickleId Add(PickleTree::Node node);
+  PickleTree tree_;
+};
+
+}  // namespace gpumem::trace

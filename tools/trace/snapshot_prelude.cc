@@ -1,0 +1,120 @@
+#include "tools/trace/snapshot_prelude.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace gpumem::trace {
+namespace {
+
+using DeviceAddr = std::pair<std::int32_t, std::uint64_t>;
+
+Event Synthesized(Action action, std::int32_t device, std::uint64_t addr, std::uint64_t size,
+                  std::uint64_t stream, std::int64_t time_us, std::uint32_t stack_id) {
+  Event e;
+  e.action = action;
+  e.device = device;
+  e.addr = addr;
+  e.size = size;
+  e.stream = stream;
+  e.time_us = time_us;
+  e.stack_id = stack_id;
+  return e;
+}
+
+}  // namespace
+
+void SynthesizePrelude(Trace* trace) {
+  const std::int64_t t0 = trace->events.empty() ? 0 : trace->events.front().time_us;
+  std::vector<Event> segment_prelude;
+  std::vector<Event> block_prelude;
+  std::size_t freed_unseen = 0;
+  std::size_t live_unseen = 0;
+
+  absl::flat_hash_set<DeviceAddr> seen_blocks;
+  absl::flat_hash_set<DeviceAddr> seen_segments;
+  std::vector<DeviceAddr> segment_event_addrs;  // to find events inside an end-state segment
+  for (const Event& e : trace->events) {
+    const DeviceAddr key{e.device, e.addr};
+    switch (e.action) {
+      case Action::kAlloc:
+        seen_blocks.insert(key);
+        break;
+      case Action::kFreeRequested:
+      case Action::kFreeCompleted:
+        if (seen_blocks.insert(key).second) {
+          ++freed_unseen;
+          block_prelude.push_back(Synthesized(Action::kAlloc, e.device, e.addr, e.size, e.stream, t0, 0));
+          if (e.action == Action::kFreeCompleted) {
+            block_prelude.push_back(
+                Synthesized(Action::kFreeRequested, e.device, e.addr, e.size, e.stream, t0, 0));
+          }
+        }
+        break;
+      case Action::kSegmentAlloc:
+      case Action::kSegmentMap:
+        seen_segments.insert(key);
+        segment_event_addrs.push_back(key);
+        break;
+      case Action::kSegmentFree:
+      case Action::kSegmentUnmap:
+        if (seen_segments.insert(key).second) {
+          Action make = e.action == Action::kSegmentFree ? Action::kSegmentAlloc : Action::kSegmentMap;
+          segment_prelude.push_back(Synthesized(make, e.device, e.addr, e.size, e.stream, t0, 0));
+        }
+        segment_event_addrs.push_back(key);
+        break;
+      default:
+        break;
+    }
+  }
+
+  std::sort(segment_event_addrs.begin(), segment_event_addrs.end());
+  for (const Segment& seg : trace->segments) {
+    auto first = std::lower_bound(segment_event_addrs.begin(), segment_event_addrs.end(),
+                                  DeviceAddr{seg.device, seg.addr});
+    const bool touched = first != segment_event_addrs.end() && first->first == seg.device &&
+                         first->second - seg.addr < seg.total_size;
+    if (!touched) {
+      segment_prelude.push_back(Synthesized(seg.is_expandable ? Action::kSegmentMap : Action::kSegmentAlloc,
+                                            seg.device, seg.addr, seg.total_size, seg.stream, t0, 0));
+    }
+    for (const SegmentBlock& b : seg.blocks) {
+      if (b.allocated && !seen_blocks.contains(DeviceAddr{seg.device, b.addr})) {
+        ++live_unseen;
+        block_prelude.push_back(
+            Synthesized(Action::kAlloc, seg.device, b.addr, b.size, seg.stream, t0, b.stack_id));
+      }
+    }
+  }
+
+  if (!segment_prelude.empty()) {
+    trace->warnings.push_back(absl::StrCat(
+        segment_prelude.size(),
+        " segments existed before the recording started: synthesized their segment_alloc at the start"));
+  }
+  if (freed_unseen) {
+    trace->warnings.push_back(absl::StrCat(
+        freed_unseen,
+        " blocks freed in the trace were allocated before it started: synthesized their allocs at the start"));
+  }
+  if (live_unseen) {
+    trace->warnings.push_back(absl::StrCat(
+        live_unseen,
+        " blocks live at the end were allocated before the recording started: synthesized their allocs at the start"));
+  }
+  if (segment_prelude.empty() && block_prelude.empty()) return;
+  std::vector<Event> events;
+  events.reserve(segment_prelude.size() + block_prelude.size() + trace->events.size());
+  events.insert(events.end(), segment_prelude.begin(), segment_prelude.end());
+  events.insert(events.end(), block_prelude.begin(), block_prelude.end());
+  events.insert(events.end(), trace->events.begin(), trace->events.end());
+  trace->events = std::move(events);
+}
+
+}  // namespace gpumem::trace
