@@ -1,0 +1,28 @@
+#include "hooks/allocator_factory.h"
+
+#if __has_include("allocator/caching_allocator.h")
+#include "allocator/caching_allocator.h"
+#define GPUMEM_HAVE_CACHING_ALLOCATOR 1
+#else
+#include "allocator/policies.h"
+#endif
+
+namespace gpumem::hooks {
+
+absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
+    Backend& backend, int device, AllocatorObserver* observer) {
+#ifdef GPUMEM_HAVE_CACHING_ALLOCATOR
+  CachingAllocatorOptions options;
+  options.device = device;
+  options.observer = observer;
+  return MakeCachingAllocator(backend, options);
+#else
+  // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if
+  // any) stands in, without device and observer.
+  (void)device;
+  (void)observer;
+  return MakePolicy("gpumem", backend);
+#endif
+}
+
+}  // namespace gpumem::hooks

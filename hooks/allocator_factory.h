@@ -1,0 +1,16 @@
+// The allocation policy libgpumem.so runs on each device: gpumem's caching allocator.
+#pragma once
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "allocator/backend.h"
+#include "allocator/device_allocator.h"
+#include "allocator/observer.h"
+
+namespace gpumem::hooks {
+
+absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
+    Backend& backend, int device, AllocatorObserver* observer);
+
+}  // namespace gpumem::hooks

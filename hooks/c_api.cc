@@ -1,0 +1,342 @@
+// The extern "C" functions of gpumem.h: argument checks, the device registry, and the
+// translation of statuses into the C conventions (NULL, -1, text).
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hooks/device_registry.h"
+#include "hooks/gpumem.h"
+#include "hooks/trace_hook.h"
+#include "nlohmann/json.hpp"
+
+namespace gpumem::hooks {
+namespace {
+
+std::atomic<std::uint64_t> g_step{0};
+
+// The last problem a C caller could not be told about by its return value.
+std::mutex g_error_mu;
+std::string g_last_error;
+
+void SetError(const std::string& message) {
+  std::lock_guard<std::mutex> lock(g_error_mu);
+  g_last_error = message;
+}
+
+// Each start error is printed once, not on every allocation that hits it.
+void ReportStartError(int device, const absl::Status& status) {
+  static std::mutex mu;
+  static bool printed[kMaxDevices + 1] = {};
+  std::string message = absl::StrCat("gpumem: cannot start device ", device, ": ",
+                                     status.message());
+  SetError(message);
+  std::lock_guard<std::mutex> lock(mu);
+  bool& once = printed[device >= 0 && device < kMaxDevices ? device : kMaxDevices];
+  if (!once) {
+    once = true;
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+}
+
+size_t CopyOut(const std::string& text, char* buf, size_t len) {
+  if (buf != nullptr && len > 0) {
+    size_t n = std::min(len - 1, text.size());
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return text.size() + 1;
+}
+
+gpumem_stats_t StatsOf(DeviceState& s) {
+  AllocatorStats a = s.allocator->stats();
+  gpumem_stats_t out{};
+  out.allocated_bytes = a.allocated_bytes;
+  out.peak_allocated_bytes = a.peak_allocated_bytes;
+  out.reserved_bytes = a.reserved_bytes;
+  out.peak_reserved_bytes = a.peak_reserved_bytes;
+  out.active_blocks = a.active_blocks;
+  out.alloc_count = a.alloc_count;
+  out.free_count = a.free_count;
+  out.oom_count = a.oom_count;
+  out.stitch_count = a.stitch_count;
+  out.trim_count = a.trim_count;
+  out.largest_free_bytes = a.largest_free_bytes;
+  out.capacity_bytes = s.capacity;
+  out.device_total_bytes = s.backend.device_total_bytes;
+  out.step = g_step.load();
+  return out;
+}
+
+void Add(gpumem_stats_t& sum, const gpumem_stats_t& s) {
+  sum.allocated_bytes += s.allocated_bytes;
+  sum.peak_allocated_bytes += s.peak_allocated_bytes;
+  sum.reserved_bytes += s.reserved_bytes;
+  sum.peak_reserved_bytes += s.peak_reserved_bytes;
+  sum.active_blocks += s.active_blocks;
+  sum.alloc_count += s.alloc_count;
+  sum.free_count += s.free_count;
+  sum.oom_count += s.oom_count;
+  sum.stitch_count += s.stitch_count;
+  sum.trim_count += s.trim_count;
+  sum.largest_free_bytes = std::max(sum.largest_free_bytes, s.largest_free_bytes);
+  sum.capacity_bytes += s.capacity_bytes;
+  sum.device_total_bytes += s.device_total_bytes;
+  sum.step = s.step;
+}
+
+// Runs `fn` on one started device, or on every started one for device -1.
+template <typename Fn>
+void OnDevices(int device, Fn fn) {
+  if (device < 0) {
+    ForEachStartedDevice(fn);
+  } else if (DeviceState* s = StartedDevice(device)) {
+    fn(*s);
+  }
+}
+
+int ApplyCapacity(int device, std::uint64_t bytes) {
+  DeviceState* s = StartedDevice(device);
+  if (s == nullptr) {
+    SetPendingCapacity(device, bytes);
+    return 0;
+  }
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->capacity = bytes;
+  s->backend.set_capacity(bytes);
+  return 0;
+}
+
+std::string Gib(std::uint64_t bytes) { return absl::StrFormat("%.3f GiB", bytes / 1073741824.0); }
+
+}  // namespace
+}  // namespace gpumem::hooks
+
+using gpumem::hooks::DeviceState;
+namespace h = gpumem::hooks;
+
+extern "C" {
+
+void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream) {
+  if (size < 0) {
+    h::SetError(absl::StrCat("gpumem_alloc: negative size ", size));
+    return nullptr;
+  }
+  absl::StatusOr<DeviceState*> state = h::GetDevice(device);
+  if (!state.ok()) {
+    h::ReportStartError(device, state.status());
+    return nullptr;
+  }
+  DeviceState& s = **state;
+  absl::StatusOr<gpumem::DevicePtr> ptr = s.allocator->Allocate(
+      static_cast<std::size_t>(size), reinterpret_cast<gpumem::StreamId>(stream));
+  if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
+  std::string message;
+  if (absl::IsResourceExhausted(ptr.status())) {
+    gpumem::OomReport report = s.allocator->last_oom();
+    message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
+    const absl::StatusOr<h::Config>& config = h::ProcessConfig();
+    if (!config.ok() || config->log_oom) std::fprintf(stderr, "%s\n", message.c_str());
+  } else {
+    message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
+                           " bytes failed: ", ptr.status().message());
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+  h::SetError(message);
+  return nullptr;
+}
+
+void gpumem_free(void* ptr, ssize_t, int device, struct CUstream_st*) {
+  if (ptr == nullptr) return;
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) {
+    std::fprintf(stderr, "gpumem: free of %p on device %d, which gpumem never started\n",
+                 ptr, device);
+    return;
+  }
+  s->allocator->Free(reinterpret_cast<gpumem::DevicePtr>(ptr));
+}
+
+void gpumem_record_stream(void* ptr, int device, struct CUstream_st* stream) {
+  if (ptr == nullptr) return;
+  if (device < 0) {
+    // Blocks belong to the only started device in the common case; with several, the
+    // caller must say which (the libtorch helper does).
+    int found = -1, started = 0;
+    h::ForEachStartedDevice([&](DeviceState& s) {
+      found = s.device;
+      ++started;
+    });
+    if (started != 1) {
+      std::fprintf(stderr, "gpumem: record_stream(%p) without a device while %d devices run\n",
+                   ptr, started);
+      return;
+    }
+    device = found;
+  }
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) return;
+  s->allocator->RecordStream(reinterpret_cast<gpumem::DevicePtr>(ptr),
+                             reinterpret_cast<gpumem::StreamId>(stream));
+}
+
+void gpumem_init(int) {}
+
+void gpumem_empty_cache(int device) {
+  h::OnDevices(device, [](DeviceState& s) {
+    s.allocator->EmptyCache();
+  });
+}
+
+int gpumem_set_memory_fraction(double fraction, int device) {
+  if (!(fraction > 0.0 && fraction <= 1.0) || device < 0 || device >= h::kMaxDevices) {
+    h::SetError(absl::StrCat("gpumem_set_memory_fraction(", fraction, ", ", device,
+                             "): expected a fraction in (0, 1] and a device in [0, ",
+                             h::kMaxDevices, ")"));
+    return -1;
+  }
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) {
+    h::SetPendingFraction(device, fraction);
+    return 0;
+  }
+  return h::ApplyCapacity(
+      device, static_cast<std::uint64_t>(fraction * s->backend.device_total_bytes));
+}
+
+int gpumem_set_capacity(uint64_t bytes, int device) {
+  if (bytes == 0 || device < 0 || device >= h::kMaxDevices) {
+    h::SetError(absl::StrCat("gpumem_set_capacity(", bytes, ", ", device,
+                             "): expected bytes > 0 and a device in [0, ", h::kMaxDevices,
+                             ")"));
+    return -1;
+  }
+  return h::ApplyCapacity(device, bytes);
+}
+
+int gpumem_stats(int device, gpumem_stats_t* out) {
+  if (out == nullptr) return -1;
+  *out = gpumem_stats_t{};
+  bool any = false;
+  h::OnDevices(device, [&](DeviceState& s) {
+    h::Add(*out, h::StatsOf(s));
+    any = true;
+  });
+  out->step = h::g_step.load();
+  return any ? 0 : -1;
+}
+
+void gpumem_reset_peaks(int device) {
+  h::OnDevices(device, [](DeviceState& s) {
+    s.allocator->ResetPeaks();
+  });
+}
+
+size_t gpumem_memory_summary(int device, char* buf, size_t len) {
+  std::string text;
+  h::OnDevices(device, [&](DeviceState& s) {
+    gpumem_stats_t st = h::StatsOf(s);
+    double frag = st.reserved_bytes == 0
+                      ? 0.0
+                      : 100.0 * (1.0 - static_cast<double>(st.allocated_bytes) /
+                                           static_cast<double>(st.reserved_bytes));
+    absl::StrAppendFormat(
+        &text,
+        "gpumem device %d (%s backend, cap %s of %s)\n"
+        "  %-12s %16s %16s\n"
+        "  %-12s %16s %16s\n"
+        "  %-12s %16s %16s\n"
+        "  unused share of reserved %.2f%%; active blocks %d; largest free piece %s\n"
+        "  allocs %d, frees %d, out-of-memory %d, stitches %d, trims %d, steps %d\n",
+        s.device, s.backend.name, h::Gib(st.capacity_bytes), h::Gib(st.device_total_bytes),
+        "", "current", "peak", "allocated", h::Gib(st.allocated_bytes),
+        h::Gib(st.peak_allocated_bytes), "reserved", h::Gib(st.reserved_bytes),
+        h::Gib(st.peak_reserved_bytes), frag, st.active_blocks,
+        h::Gib(st.largest_free_bytes), st.alloc_count, st.free_count, st.oom_count,
+        st.stitch_count, st.trim_count, st.step);
+  });
+  if (text.empty()) text = "gpumem: no device has started (nothing allocated yet)\n";
+  return h::CopyOut(text, buf, len);
+}
+
+size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
+  nlohmann::json devices = nlohmann::json::array();
+  h::OnDevices(device, [&](DeviceState& s) {
+    gpumem_stats_t st = h::StatsOf(s);
+    gpumem::BackendCounters c = s.backend.backend->counters();
+    devices.push_back({
+        {"device", s.device},
+        {"backend", s.backend.name},
+        {"allocated_bytes", st.allocated_bytes},
+        {"peak_allocated_bytes", st.peak_allocated_bytes},
+        {"reserved_bytes", st.reserved_bytes},
+        {"peak_reserved_bytes", st.peak_reserved_bytes},
+        {"active_blocks", st.active_blocks},
+        {"alloc_count", st.alloc_count},
+        {"free_count", st.free_count},
+        {"oom_count", st.oom_count},
+        {"stitch_count", st.stitch_count},
+        {"trim_count", st.trim_count},
+        {"largest_free_bytes", st.largest_free_bytes},
+        {"capacity_bytes", st.capacity_bytes},
+        {"device_total_bytes", st.device_total_bytes},
+        {"backend_counters",
+         {{"physical_bytes", c.physical_bytes},
+          {"peak_physical_bytes", c.peak_physical_bytes},
+          {"mapped_bytes", c.mapped_bytes},
+          {"reserved_va_bytes", c.reserved_va_bytes},
+          {"segment_bytes", c.segment_bytes},
+          {"physical_creates", c.physical_creates},
+          {"physical_releases", c.physical_releases},
+          {"maps", c.maps},
+          {"unmaps", c.unmaps},
+          {"segment_allocs", c.segment_allocs},
+          {"segment_frees", c.segment_frees}}},
+    });
+  });
+  nlohmann::json doc = {{"step", h::g_step.load()}, {"devices", devices}};
+  return h::CopyOut(doc.dump(), buf, len);
+}
+
+size_t gpumem_last_oom(int device, char* buf, size_t len) {
+  std::string text;
+  if (DeviceState* s = h::StartedDevice(device)) {
+    if (s->allocator->stats().oom_count > 0) text = s->allocator->last_oom().ToString();
+  }
+  return h::CopyOut(text, buf, len);
+}
+
+uint64_t gpumem_step(void) {
+  std::uint64_t step = h::g_step.fetch_add(1) + 1;
+  h::TraceStep(step);
+  return step;
+}
+
+const char* gpumem_backend_name(int device) {
+  DeviceState* s = h::StartedDevice(device);
+  return s == nullptr ? "" : s->backend.name.c_str();
+}
+
+size_t gpumem_config_error(char* buf, size_t len) {
+  const absl::StatusOr<h::Config>& config = h::ProcessConfig();
+  if (config.ok()) {
+    h::CopyOut("", buf, len);
+    return 0;
+  }
+  return h::CopyOut(absl::StrCat("gpumem: ", config.status().message()), buf, len);
+}
+
+size_t gpumem_last_error(char* buf, size_t len) {
+  std::string last;
+  {
+    std::lock_guard<std::mutex> lock(h::g_error_mu);
+    last = h::g_last_error;
+  }
+  return h::CopyOut(last, buf, len);
+}
+
+}  // extern "C"

@@ -1,0 +1,115 @@
+#include "hooks/config.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace gpumem::hooks {
+
+const ConfigVariable kConfigVariables[] = {
+    {"GPUMEM", "0, 1", "1: install gpumem in every Python process that imports torch "
+                       "(through gpumem's sitecustomize on PYTHONPATH; `gpumem run` sets it)"},
+    {"GPUMEM_BACKEND", "auto, vmm, cudamalloc, sim",
+     "device memory: CUDA virtual memory (pages that can be remapped), plain cudaMalloc "
+     "segments, or a host simulation for tests; auto picks vmm where the device has it"},
+    {"GPUMEM_CAPACITY", "bytes: 123, 512M, 1.5G, 80GiB (K/M/G/T = 1024^n)",
+     "most device memory gpumem may hold per device; unset: the whole device"},
+    {"GPUMEM_MEMORY_FRACTION", "a number in (0, 1]",
+     "cap as a share of the device's memory (like torch.cuda.set_per_process_memory_fraction)"},
+    {"GPUMEM_TRACE", "a file path", "record every allocation to this gpumem trace file"},
+    {"GPUMEM_LOG_OOM", "0, 1", "1 (default): print the out-of-memory report to stderr"},
+    {"GPUMEM_VERBOSE", "0, 1", "1: print each device's backend and cap when it starts"},
+};
+const int kConfigVariableCount = sizeof(kConfigVariables) / sizeof(kConfigVariables[0]);
+
+namespace {
+
+absl::Status Invalid(const char* name, absl::string_view value, absl::string_view accepted) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, "='", value, "': expected ", accepted));
+}
+
+absl::StatusOr<bool> ParseFlag(const char* name, absl::string_view value) {
+  if (value == "1") return true;
+  if (value == "0") return false;
+  return Invalid(name, value, "0 or 1");
+}
+
+}  // namespace
+
+absl::StatusOr<std::uint64_t> ParseBytes(absl::string_view text) {
+  absl::string_view t = absl::StripAsciiWhitespace(text);
+  // Peel a unit: "GiB", "GB", "G" all mean 1024^3 here.
+  std::uint64_t scale = 1;
+  std::string lower = absl::AsciiStrToLower(t);
+  absl::string_view unit = lower;
+  absl::ConsumeSuffix(&unit, "ib") || absl::ConsumeSuffix(&unit, "b");
+  if (!unit.empty()) {
+    switch (unit.back()) {
+      case 'k': scale = std::uint64_t{1} << 10; break;
+      case 'm': scale = std::uint64_t{1} << 20; break;
+      case 'g': scale = std::uint64_t{1} << 30; break;
+      case 't': scale = std::uint64_t{1} << 40; break;
+      default: break;
+    }
+    if (scale != 1) unit.remove_suffix(1);
+  }
+  double number = 0;
+  if (unit.empty() || !absl::SimpleAtod(unit, &number) || !std::isfinite(number) ||
+      number <= 0 || number * static_cast<double>(scale) >= 1.8e19) {
+    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a positive size"));
+  }
+  return static_cast<std::uint64_t>(number * static_cast<double>(scale));
+}
+
+absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
+  Config config;
+  if (const char* v = env("GPUMEM_BACKEND"); v != nullptr && *v != '\0') {
+    absl::string_view s = v;
+    if (s == "auto") config.backend = BackendKind::kAuto;
+    else if (s == "vmm") config.backend = BackendKind::kVmm;
+    else if (s == "cudamalloc") config.backend = BackendKind::kCudaMalloc;
+    else if (s == "sim") config.backend = BackendKind::kSim;
+    else return Invalid("GPUMEM_BACKEND", s, "auto, vmm, cudamalloc or sim");
+  }
+  if (const char* v = env("GPUMEM_CAPACITY"); v != nullptr && *v != '\0') {
+    absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
+    if (!bytes.ok()) {
+      return Invalid("GPUMEM_CAPACITY", v, "a positive size such as 123, 512M, 1.5G or 80GiB");
+    }
+    config.capacity = *bytes;
+  }
+  if (const char* v = env("GPUMEM_MEMORY_FRACTION"); v != nullptr && *v != '\0') {
+    double f = 0;
+    if (!absl::SimpleAtod(v, &f) || !(f > 0.0 && f <= 1.0)) {
+      return Invalid("GPUMEM_MEMORY_FRACTION", v, "a number in (0, 1]");
+    }
+    config.memory_fraction = f;
+  }
+  if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config.trace_path = v;
+  if (const char* v = env("GPUMEM_LOG_OOM"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
+    if (!b.ok()) return b.status();
+    config.log_oom = *b;
+  }
+  if (const char* v = env("GPUMEM_VERBOSE"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM_VERBOSE", v);
+    if (!b.ok()) return b.status();
+    config.verbose = *b;
+  }
+  if (const char* v = env("GPUMEM"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM", v);
+    if (!b.ok()) return b.status();
+  }
+  return config;
+}
+
+absl::StatusOr<Config> ParseConfigFromEnvironment() {
+  return ParseConfig([](const char* name) { return std::getenv(name); });
+}
+
+}  // namespace gpumem::hooks

@@ -1,0 +1,57 @@
+// gpumem's start-up configuration, read from GPUMEM_* environment variables in one place.
+// Every variable is validated: a bad value is an error naming the variable and the values
+// it accepts, and the library refuses to start rather than guess. The table of variables
+// in README.md mirrors kConfigVariables below.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace gpumem::hooks {
+
+enum class BackendKind {
+  kAuto,        // CUDA VMM where the device supports it, else cudaMalloc segments
+  kVmm,         // CUDA VMM, or fail
+  kCudaMalloc,  // plain cuMemAlloc segments
+  kSim,         // the host simulation: tests of the C ABI without a GPU
+};
+
+struct Config {
+  BackendKind backend = BackendKind::kAuto;
+  // Per-device cap in bytes (GPUMEM_CAPACITY); nullopt: the device's memory.
+  std::optional<std::uint64_t> capacity;
+  // Share of the device's memory (GPUMEM_MEMORY_FRACTION), applied after the device's
+  // total is known; the smaller of the two caps wins.
+  std::optional<double> memory_fraction;
+  // Where the profiler writes its trace (GPUMEM_TRACE); empty: no trace.
+  std::string trace_path;
+  bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr
+  bool verbose = false;    // GPUMEM_VERBOSE: print each device's backend at start
+};
+
+// Reads a variable; returns nullptr when unset. Tests pass their own.
+using EnvLookup = std::function<const char*(const char*)>;
+
+// InvalidArgument "GPUMEM_X='bad': expected ..." for the first bad variable.
+absl::StatusOr<Config> ParseConfig(const EnvLookup& env);
+// The process environment.
+absl::StatusOr<Config> ParseConfigFromEnvironment();
+
+// "512", "64K", "1.5G", "80GiB", ... (K/M/G/T are powers of 1024). For GPUMEM_CAPACITY.
+absl::StatusOr<std::uint64_t> ParseBytes(absl::string_view text);
+
+struct ConfigVariable {
+  const char* name;
+  const char* accepted;
+  const char* meaning;
+};
+// Every variable gpumem reads, for the README table and `gpumem run --help`.
+extern const ConfigVariable kConfigVariables[];
+extern const int kConfigVariableCount;
+
+}  // namespace gpumem::hooks

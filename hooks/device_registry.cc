@@ -1,0 +1,129 @@
+#include "hooks/device_registry.h"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "hooks/allocator_factory.h"
+#include "hooks/trace_hook.h"
+
+namespace gpumem::hooks {
+namespace {
+
+struct Registry {
+  std::mutex mu;  // guards starts, pending caps and the config
+  std::optional<absl::StatusOr<Config>> config;
+  std::optional<absl::StatusOr<AllocatorObserver*>> observer;
+  std::array<std::atomic<DeviceState*>, kMaxDevices> devices{};
+  std::array<std::optional<absl::Status>, kMaxDevices> start_errors;
+  std::array<std::optional<std::uint64_t>, kMaxDevices> pending_capacity;
+  std::array<std::optional<double>, kMaxDevices> pending_fraction;
+};
+
+Registry& R() {
+  static Registry* registry = new Registry;  // never destroyed: see the header
+  return *registry;
+}
+
+const absl::StatusOr<Config>& ConfigLocked(Registry& r) {
+  if (!r.config) r.config = ParseConfigFromEnvironment();
+  return *r.config;
+}
+
+absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
+  const absl::StatusOr<Config>& config = ConfigLocked(r);
+  if (!config.ok()) return config.status();
+  if (!r.observer) r.observer = StartTraceObserver(*config);
+  if (!r.observer->ok()) return r.observer->status();
+
+  absl::StatusOr<StartedBackend> backend = StartBackend(*config, device);
+  if (!backend.ok()) return backend.status();
+  auto state = std::make_unique<DeviceState>();
+  state->device = device;
+  state->backend = *std::move(backend);
+  state->capacity = state->backend.backend->capacity();
+  if (r.pending_fraction[device]) {
+    state->capacity = static_cast<std::uint64_t>(*r.pending_fraction[device] *
+                                                 state->backend.device_total_bytes);
+  }
+  if (r.pending_capacity[device]) state->capacity = *r.pending_capacity[device];
+  state->backend.set_capacity(state->capacity);
+  absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
+      MakeDeviceAllocator(*state->backend.backend, device, **r.observer);
+  if (!allocator.ok()) return allocator.status();
+  state->allocator = *std::move(allocator);
+  if (config->verbose) {
+    std::fprintf(stderr, "gpumem: device %d: %s backend, cap %.2f GiB of %.2f GiB\n", device,
+                 state->backend.name.c_str(), state->capacity / 1073741824.0,
+                 state->backend.device_total_bytes / 1073741824.0);
+  }
+  return state.release();
+}
+
+}  // namespace
+
+const absl::StatusOr<Config>& ProcessConfig() {
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return ConfigLocked(r);
+}
+
+absl::StatusOr<DeviceState*> GetDevice(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    return absl::InvalidArgumentError(absl::StrCat("device ", device, " is out of range"));
+  }
+  Registry& r = R();
+  if (DeviceState* s = r.devices[device].load(std::memory_order_acquire)) return s;
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (DeviceState* s = r.devices[device].load(std::memory_order_acquire)) return s;
+  if (r.start_errors[device]) return *r.start_errors[device];
+  absl::StatusOr<DeviceState*> started = StartLocked(r, device);
+  if (!started.ok()) {
+    r.start_errors[device] = started.status();
+    return started.status();
+  }
+  r.devices[device].store(*started, std::memory_order_release);
+  return *started;
+}
+
+DeviceState* StartedDevice(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return R().devices[device].load(std::memory_order_acquire);
+}
+
+void ForEachStartedDevice(const std::function<void(DeviceState&)>& fn) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (DeviceState* s = StartedDevice(d)) fn(*s);
+  }
+}
+
+void SetPendingCapacity(int device, std::uint64_t bytes) {
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.pending_capacity[device] = bytes;
+  r.pending_fraction[device].reset();
+}
+
+void SetPendingFraction(int device, double fraction) {
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.pending_fraction[device] = fraction;
+  r.pending_capacity[device].reset();
+}
+
+void ResetRegistryForTesting() {
+  Registry& r = R();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.config.reset();
+  r.observer.reset();
+  for (int d = 0; d < kMaxDevices; ++d) {
+    delete r.devices[d].exchange(nullptr);  // tests hold no block across a reset
+    r.start_errors[d].reset();
+    r.pending_capacity[d].reset();
+    r.pending_fraction[d].reset();
+  }
+}
+
+}  // namespace gpumem::hooks

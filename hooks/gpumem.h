@@ -1,0 +1,85 @@
+/* gpumem's C ABI: the only door into libgpumem.so. gpumem_alloc / gpumem_free have the
+ * signatures that torch.cuda.memory.CUDAPluggableAllocator loads; the rest serve the
+ * Python package (ctypes), the libtorch helper and tests. One allocator per device,
+ * created on first use, thread-safe. Device -1 means "every device started so far" where
+ * a function says so. Text functions follow snprintf: they write at most `len` bytes
+ * (NUL included) and return the length the whole text needs. */
+#ifndef GPUMEM_HOOKS_GPUMEM_H_
+#define GPUMEM_HOOKS_GPUMEM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct CUstream_st; /* cudaStream_t is struct CUstream_st* */
+
+#define GPUMEM_API __attribute__((visibility("default")))
+
+/* A block of `size` bytes for `stream` on `device`, or NULL when out of memory (after
+ * releasing cached memory and defragmenting; the report is printed unless
+ * GPUMEM_LOG_OOM=0 and kept for gpumem_last_oom) or when gpumem cannot start (bad
+ * GPUMEM_* value, no device: see gpumem_config_error). */
+GPUMEM_API void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream);
+/* Returns a block from gpumem_alloc; `size`, `device` and `stream` are as allocated. */
+GPUMEM_API void gpumem_free(void* ptr, ssize_t size, int device, struct CUstream_st* stream);
+/* The block is also used on `stream` (Tensor.record_stream): it is not reused until the
+ * work queued there when it is freed has run. device -1: find the block's device. */
+GPUMEM_API void gpumem_record_stream(void* ptr, int device, struct CUstream_st* stream);
+
+/* PyTorch's init hook; starts nothing (allocators start on first use). */
+GPUMEM_API void gpumem_init(int device_count);
+/* Releases every cached byte that no live block uses (torch.cuda.empty_cache). */
+GPUMEM_API void gpumem_empty_cache(int device);
+/* Caps the device at `fraction` of its memory / at `bytes`. 0 on success, -1 on a bad
+ * argument (the reason: gpumem_last_error). Before the device starts,
+ * the cap waits for it. */
+GPUMEM_API int gpumem_set_memory_fraction(double fraction, int device);
+GPUMEM_API int gpumem_set_capacity(uint64_t bytes, int device);
+
+typedef struct gpumem_stats_s {
+  uint64_t allocated_bytes;      /* live blocks, bytes as requested */
+  uint64_t peak_allocated_bytes;
+  uint64_t reserved_bytes;       /* device memory held */
+  uint64_t peak_reserved_bytes;
+  uint64_t active_blocks;
+  uint64_t alloc_count;
+  uint64_t free_count;
+  uint64_t oom_count;
+  uint64_t stitch_count;
+  uint64_t trim_count;
+  uint64_t largest_free_bytes;
+  uint64_t capacity_bytes;       /* the cap in force */
+  uint64_t device_total_bytes;   /* the device's memory (the simulated one for sim) */
+  uint64_t step;                 /* gpumem_step calls so far */
+} gpumem_stats_t;
+
+/* Fills `out` for `device` (or the sum over started devices for -1; peaks summed).
+ * 0 on success, -1 if the device has not started (out is zeroed). */
+GPUMEM_API int gpumem_stats(int device, gpumem_stats_t* out);
+GPUMEM_API void gpumem_reset_peaks(int device);
+/* A short table of the figures above, for people. */
+GPUMEM_API size_t gpumem_memory_summary(int device, char* buf, size_t len);
+/* The same figures and the backend's counters as one JSON object. */
+GPUMEM_API size_t gpumem_snapshot_json(int device, char* buf, size_t len);
+/* The report of the device's last failed allocation; empty if none. */
+GPUMEM_API size_t gpumem_last_oom(int device, char* buf, size_t len);
+/* Marks the end of a training step; returns the number of steps so far. */
+GPUMEM_API uint64_t gpumem_step(void);
+/* The backend a device runs on ("vmm", "cudamalloc", "sim"); "" if not started. */
+GPUMEM_API const char* gpumem_backend_name(int device);
+/* Checks the GPUMEM_* configuration: 0 if usable, else the length of the message
+ * naming the bad variable and the accepted values (written to buf). */
+GPUMEM_API size_t gpumem_config_error(char* buf, size_t len);
+/* The last failure this process's C callers were only told about by NULL or -1
+ * (an out-of-memory report, a device that cannot start, a bad argument). */
+GPUMEM_API size_t gpumem_last_error(char* buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_HOOKS_GPUMEM_H_ */

@@ -1,0 +1,241 @@
+// The C ABI on the simulated backend (GPUMEM_BACKEND=sim): what PyTorch and the Python
+// package see, checked without a GPU.
+#include <cstdlib>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "allocator/sim_backend.h"
+#include "gtest/gtest.h"
+#include "hooks/device_registry.h"
+#include "hooks/gpumem.h"
+
+namespace gpumem::hooks {
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+class CApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : {"GPUMEM_CAPACITY", "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE",
+                          "GPUMEM_LOG_OOM", "GPUMEM_VERBOSE"}) {
+      unsetenv(v);
+    }
+    setenv("GPUMEM_BACKEND", "sim", 1);
+    ResetRegistryForTesting();
+  }
+  void TearDown() override { ResetRegistryForTesting(); }
+
+  SimBackend& Sim(int device = 0) {
+    return static_cast<SimBackend&>(*StartedDevice(device)->backend.backend);
+  }
+  static std::string Text(size_t (*fn)(char*, size_t)) {
+    std::string s(fn(nullptr, 0), '\0');
+    fn(s.data(), s.size());
+    s.resize(s.size() - 1);
+    return s;
+  }
+  static std::string DeviceText(size_t (*fn)(int, char*, size_t), int device) {
+    std::string s(fn(device, nullptr, 0), '\0');
+    fn(device, s.data(), s.size());
+    s.resize(s.size() - 1);
+    return s;
+  }
+};
+
+TEST_F(CApiTest, AllocatesUsableDistinctBlocksAndCountsThem) {
+  std::vector<void*> blocks;
+  std::set<void*> distinct;
+  const ssize_t sizes[] = {1, 512, 4096, 1 << 20, 3 << 20, 64 << 20};
+  for (ssize_t size : sizes) {
+    void* p = gpumem_alloc(size, 0, nullptr);
+    ASSERT_NE(p, nullptr) << size;
+    EXPECT_TRUE(Sim().IsAccessible(reinterpret_cast<DevicePtr>(p), size)) << size;
+    blocks.push_back(p);
+    distinct.insert(p);
+  }
+  EXPECT_EQ(distinct.size(), blocks.size());
+  EXPECT_STREQ(gpumem_backend_name(0), "sim");
+
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  std::uint64_t total = 0;
+  for (ssize_t s : sizes) total += s;
+  EXPECT_GE(st.allocated_bytes, total);
+  EXPECT_EQ(st.active_blocks, blocks.size());
+  EXPECT_GE(st.reserved_bytes, st.allocated_bytes);
+  EXPECT_EQ(st.alloc_count, blocks.size());
+
+  for (size_t i = 0; i < blocks.size(); ++i) gpumem_free(blocks[i], sizes[i], 0, nullptr);
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 0u);
+  EXPECT_EQ(st.active_blocks, 0u);
+  EXPECT_EQ(st.free_count, blocks.size());
+}
+
+TEST_F(CApiTest, EmptyCacheReturnsEveryByte) {
+  void* a = gpumem_alloc(10 * kMiB, 0, nullptr);
+  void* b = gpumem_alloc(100, 0, nullptr);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  gpumem_free(a, 10 * kMiB, 0, nullptr);
+  gpumem_free(b, 100, 0, nullptr);
+  gpumem_empty_cache(-1);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.reserved_bytes, 0u);
+  EXPECT_EQ(Sim().counters().physical_bytes, 0u);
+  EXPECT_GE(st.peak_reserved_bytes, 10 * kMiB);
+}
+
+TEST_F(CApiTest, OutOfMemoryReturnsNullWithAReport) {
+  setenv("GPUMEM_CAPACITY", "64M", 1);
+  setenv("GPUMEM_LOG_OOM", "0", 1);
+  ResetRegistryForTesting();
+  void* small = gpumem_alloc(8 * kMiB, 0, nullptr);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(gpumem_alloc(128 * kMiB, 0, nullptr), nullptr);
+  std::string oom = DeviceText(gpumem_last_oom, 0);
+  EXPECT_NE(oom.find("out of memory"), std::string::npos) << oom;
+  EXPECT_NE(oom.find("128.00 MiB"), std::string::npos) << oom;
+  std::string last = Text(gpumem_last_error);
+  EXPECT_NE(last.find("device 0"), std::string::npos) << last;
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.oom_count, 1u);
+  EXPECT_EQ(st.capacity_bytes, 64 * kMiB);
+  // Still usable after the failure.
+  void* again = gpumem_alloc(8 * kMiB, 0, nullptr);
+  EXPECT_NE(again, nullptr);
+  gpumem_free(again, 8 * kMiB, 0, nullptr);
+  gpumem_free(small, 8 * kMiB, 0, nullptr);
+}
+
+TEST_F(CApiTest, CapacityCanShrinkAtRunTime) {
+  setenv("GPUMEM_LOG_OOM", "0", 1);
+  ResetRegistryForTesting();
+  void* p = gpumem_alloc(64 * kMiB, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  gpumem_free(p, 64 * kMiB, 0, nullptr);
+  gpumem_empty_cache(0);
+  ASSERT_EQ(gpumem_set_capacity(32 * kMiB, 0), 0);
+  EXPECT_EQ(gpumem_alloc(64 * kMiB, 0, nullptr), nullptr);
+  // A fraction of the simulated 80 GiB device.
+  ASSERT_EQ(gpumem_set_memory_fraction(0.5, 0), 0);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.capacity_bytes, st.device_total_bytes / 2);
+  p = gpumem_alloc(64 * kMiB, 0, nullptr);
+  EXPECT_NE(p, nullptr);
+  gpumem_free(p, 64 * kMiB, 0, nullptr);
+  EXPECT_EQ(gpumem_set_memory_fraction(1.5, 0), -1);
+  EXPECT_NE(Text(gpumem_last_error).find("(0, 1]"), std::string::npos);
+  EXPECT_EQ(gpumem_set_capacity(0, 0), -1);
+}
+
+TEST_F(CApiTest, FractionSetBeforeTheDeviceStartsIsApplied) {
+  setenv("GPUMEM_CAPACITY", "1G", 1);  // the simulated device is 1 GiB
+  ResetRegistryForTesting();
+  ASSERT_EQ(gpumem_set_memory_fraction(0.25, 1), 0);
+  void* p = gpumem_alloc(4096, 1, nullptr);
+  ASSERT_NE(p, nullptr);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(1, &st), 0);
+  EXPECT_EQ(st.capacity_bytes, 256 * kMiB);
+  EXPECT_EQ(st.device_total_bytes, 1024 * kMiB);
+  gpumem_free(p, 4096, 1, nullptr);
+  EXPECT_EQ(gpumem_stats(0, &st), -1);  // device 0 never started
+}
+
+TEST_F(CApiTest, BadConfigurationStopsStartWithTheVariableNamed) {
+  setenv("GPUMEM_BACKEND", "tpu", 1);
+  ResetRegistryForTesting();
+  std::string error = Text(gpumem_config_error);
+  EXPECT_NE(error.find("GPUMEM_BACKEND='tpu'"), std::string::npos) << error;
+  EXPECT_NE(error.find("auto, vmm, cudamalloc or sim"), std::string::npos) << error;
+  EXPECT_EQ(gpumem_alloc(4096, 0, nullptr), nullptr);
+  EXPECT_NE(Text(gpumem_last_error).find("GPUMEM_BACKEND"), std::string::npos);
+}
+
+TEST_F(CApiTest, GoodConfigurationHasNoError) {
+  char buf[8] = "x";
+  EXPECT_EQ(gpumem_config_error(buf, sizeof buf), 0u);
+  EXPECT_STREQ(buf, "");
+}
+
+TEST_F(CApiTest, TraceRequestThatCannotBeHonouredIsAnError) {
+  setenv("GPUMEM_TRACE", "/tmp/never.gpumem", 1);
+  ResetRegistryForTesting();
+  EXPECT_EQ(gpumem_alloc(4096, 0, nullptr), nullptr);
+  EXPECT_NE(Text(gpumem_last_error).find("GPUMEM_TRACE"), std::string::npos);
+}
+
+TEST_F(CApiTest, NegativeSizeIsRefused) {
+  EXPECT_EQ(gpumem_alloc(-1, 0, nullptr), nullptr);
+  EXPECT_EQ(gpumem_alloc(16, -3, nullptr), nullptr);
+}
+
+TEST_F(CApiTest, RecordStreamOnTheOnlyDevice) {
+  void* p = gpumem_alloc(4096, 0, reinterpret_cast<CUstream_st*>(1));
+  ASSERT_NE(p, nullptr);
+  gpumem_record_stream(p, -1, reinterpret_cast<CUstream_st*>(2));
+  gpumem_free(p, 4096, 0, reinterpret_cast<CUstream_st*>(1));
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 0u);
+}
+
+TEST_F(CApiTest, SummaryAndSnapshotCarryTheFigures) {
+  void* p = gpumem_alloc(3 * kMiB, 0, nullptr);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(gpumem_step(), 1u);
+  EXPECT_EQ(gpumem_step(), 2u);
+  std::string summary = DeviceText(gpumem_memory_summary, 0);
+  EXPECT_NE(summary.find("sim backend"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("allocated"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("reserved"), std::string::npos) << summary;
+  std::string json = DeviceText(gpumem_snapshot_json, -1);
+  EXPECT_NE(json.find("\"allocated_bytes\":3145728"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"backend\":\"sim\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"physical_bytes\""), std::string::npos) << json;
+  // A short buffer gets a NUL-terminated prefix and the full length back.
+  char small[10];
+  size_t need = gpumem_snapshot_json(0, small, sizeof small);
+  EXPECT_GT(need, sizeof small);
+  EXPECT_EQ(small[9], '\0');
+  gpumem_free(p, 3 * kMiB, 0, nullptr);
+}
+
+TEST_F(CApiTest, ManyThreadsAllocateAndFreeAtOnce) {
+  constexpr int kThreads = 8;
+  constexpr int kRounds = 300;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([t] {
+      auto* stream = reinterpret_cast<CUstream_st*>(static_cast<std::uintptr_t>(t % 3));
+      std::vector<std::pair<void*, ssize_t>> live;
+      for (int i = 0; i < kRounds; ++i) {
+        ssize_t size = 512 * (1 + (i * 7 + t) % 64) * ((i % 17 == 0) ? 2048 : 1);
+        void* p = gpumem_alloc(size, 0, stream);
+        ASSERT_NE(p, nullptr);
+        live.emplace_back(p, size);
+        if (live.size() > 8) {
+          gpumem_free(live.front().first, live.front().second, 0, stream);
+          live.erase(live.begin());
+        }
+      }
+      for (auto& [p, size] : live) gpumem_free(p, size, 0, stream);
+    });
+  }
+  for (auto& th : threads) th.join();
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 0u);
+  EXPECT_EQ(st.alloc_count, static_cast<std::uint64_t>(kThreads * kRounds));
+  EXPECT_EQ(st.free_count, st.alloc_count);
+}
+
+}  // namespace
+}  // namespace gpumem::hooks

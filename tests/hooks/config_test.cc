@@ -1,0 +1,107 @@
+#include "hooks/config.h"
+
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace gpumem::hooks {
+namespace {
+
+absl::StatusOr<Config> Parse(const std::map<std::string, std::string>& vars) {
+  return ParseConfig([&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(ConfigTest, DefaultsWhenNothingIsSet) {
+  absl::StatusOr<Config> c = Parse({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backend, BackendKind::kAuto);
+  EXPECT_FALSE(c->capacity.has_value());
+  EXPECT_FALSE(c->memory_fraction.has_value());
+  EXPECT_TRUE(c->trace_path.empty());
+  EXPECT_TRUE(c->log_oom);
+  EXPECT_FALSE(c->verbose);
+}
+
+TEST(ConfigTest, ReadsEveryVariable) {
+  absl::StatusOr<Config> c =
+      Parse({{"GPUMEM_BACKEND", "cudamalloc"}, {"GPUMEM_CAPACITY", "1.5G"},
+             {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "/tmp/x.gpumem"},
+             {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backend, BackendKind::kCudaMalloc);
+  EXPECT_EQ(*c->capacity, std::uint64_t{3} << 29);  // 1.5 * 2^30
+  EXPECT_DOUBLE_EQ(*c->memory_fraction, 0.25);
+  EXPECT_EQ(c->trace_path, "/tmp/x.gpumem");
+  EXPECT_FALSE(c->log_oom);
+  EXPECT_TRUE(c->verbose);
+}
+
+TEST(ConfigTest, BackendNames) {
+  EXPECT_EQ(Parse({{"GPUMEM_BACKEND", "vmm"}})->backend, BackendKind::kVmm);
+  EXPECT_EQ(Parse({{"GPUMEM_BACKEND", "sim"}})->backend, BackendKind::kSim);
+  EXPECT_EQ(Parse({{"GPUMEM_BACKEND", "auto"}})->backend, BackendKind::kAuto);
+  EXPECT_EQ(Parse({{"GPUMEM_BACKEND", ""}})->backend, BackendKind::kAuto);
+}
+
+// Every bad value names its variable, the value, and what would have been accepted.
+TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
+  struct Case {
+    const char* var;
+    const char* value;
+    const char* accepted;
+  } cases[] = {
+      {"GPUMEM_BACKEND", "cuda", "auto, vmm, cudamalloc or sim"},
+      {"GPUMEM_CAPACITY", "lots", "a positive size"},
+      {"GPUMEM_CAPACITY", "-5G", "a positive size"},
+      {"GPUMEM_CAPACITY", "0", "a positive size"},
+      {"GPUMEM_CAPACITY", "12X", "a positive size"},
+      {"GPUMEM_MEMORY_FRACTION", "1.5", "(0, 1]"},
+      {"GPUMEM_MEMORY_FRACTION", "0", "(0, 1]"},
+      {"GPUMEM_MEMORY_FRACTION", "half", "(0, 1]"},
+      {"GPUMEM_LOG_OOM", "yes", "0 or 1"},
+      {"GPUMEM_VERBOSE", "2", "0 or 1"},
+      {"GPUMEM", "true", "0 or 1"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> config = Parse({{c.var, c.value}});
+    ASSERT_FALSE(config.ok()) << c.var << "=" << c.value;
+    EXPECT_TRUE(absl::IsInvalidArgument(config.status()));
+    std::string message(config.status().message());
+    EXPECT_NE(message.find(std::string(c.var) + "='" + c.value + "'"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(c.accepted), std::string::npos) << message;
+  }
+}
+
+TEST(ConfigTest, ParseBytesUnits) {
+  EXPECT_EQ(*ParseBytes("512"), 512u);
+  EXPECT_EQ(*ParseBytes("64K"), 65536u);
+  EXPECT_EQ(*ParseBytes("64k"), 65536u);
+  EXPECT_EQ(*ParseBytes("2M"), 2u << 20);
+  EXPECT_EQ(*ParseBytes("2MiB"), 2u << 20);
+  EXPECT_EQ(*ParseBytes("2MB"), 2u << 20);
+  EXPECT_EQ(*ParseBytes("80GiB"), std::uint64_t{80} << 30);
+  EXPECT_EQ(*ParseBytes(" 1T "), std::uint64_t{1} << 40);
+  EXPECT_FALSE(ParseBytes("").ok());
+  EXPECT_FALSE(ParseBytes("G").ok());
+  EXPECT_FALSE(ParseBytes("1e30").ok());
+  EXPECT_FALSE(ParseBytes("nan").ok());
+}
+
+TEST(ConfigTest, EveryVariableIsListedOnce) {
+  std::map<std::string, int> seen;
+  for (int i = 0; i < kConfigVariableCount; ++i) ++seen[kConfigVariables[i].name];
+  for (const char* name : {"GPUMEM", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
+                           "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
+                           "GPUMEM_VERBOSE"}) {
+    EXPECT_EQ(seen[name], 1) << name;
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), kConfigVariableCount);
+}
+
+}  // namespace
+}  // namespace gpumem::hooks
