@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "allocator/caching_allocator.h"
 
 namespace gpumem {
 namespace {
@@ -13,7 +14,9 @@ struct PolicyEntry {
 
 // One line per policy; each policy's header provides its factory.
 const std::vector<PolicyEntry>& Entries() {
-  static const std::vector<PolicyEntry> entries = {};
+  static const std::vector<PolicyEntry> entries = {
+      {"gpumem", [](Backend& b) { return MakeCachingAllocator(b); }},
+  };
   return entries;
 }
 

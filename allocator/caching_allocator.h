@@ -1,0 +1,34 @@
+// gpumem's caching allocator: the policy behind the "gpumem" name. It composes
+//   SmallPool   size classes, slabs carved from the large pool     (<= 1 MiB)
+//   LargePool   best fit, split / coalesce, growth and stitching  (> 1 MiB), per stream
+//   PageHeap    physical pages, virtual ranges, segments
+//   StreamGuard cross-stream frees wait for their events
+// behind one lock. Reserved memory grows only when no held page can serve a request:
+// free blocks first, then idle pages remapped where they are needed, then new pages;
+// under pressure every cached byte is released before an OOM is reported.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "allocator/backend.h"
+#include "allocator/device_allocator.h"
+#include "allocator/observer.h"
+
+namespace gpumem {
+
+struct CachingAllocatorOptions {
+  int device = 0;                          // reported in observer events
+  AllocatorObserver* observer = nullptr;   // told of alloc/free/map/unmap/oom; may be null
+  // Virtual bytes reserved per range, the room a range has to grow in place. 0: the
+  // device capacity, at most 64 GiB. Address space is cheap; physical pages are the cost.
+  std::size_t range_va_bytes = 0;
+  // Before creating pages, remap idle pages (whole free pages) from elsewhere. Off: new
+  // pages are created and idle ones are reclaimed only when the device is full.
+  bool stitch = true;
+};
+
+std::unique_ptr<DeviceAllocator> MakeCachingAllocator(Backend& backend,
+                                                      CachingAllocatorOptions options = {});
+
+}  // namespace gpumem

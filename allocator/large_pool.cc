@@ -1,0 +1,284 @@
+#include "allocator/large_pool.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpumem {
+namespace {
+std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+}  // namespace
+
+LargePool::LargePool(PageHeap& pages, std::size_t range_va_bytes)
+    : pages_(pages), page_(pages.page_bytes()), range_va_bytes_(RoundUp(range_va_bytes, page_)) {}
+
+LargePool::~LargePool() {
+  // Everything goes back, used or not: the allocator is being destroyed.
+  for (auto& r : ranges_) {
+    if (r->segment) {
+      pages_.FreeSegment(r->base, r->bytes);
+    } else {
+      pages_.UnmapRange(r->base, r->bytes);
+      pages_.ReleaseRange(r->base, r->bytes);
+    }
+  }
+}
+
+Block* LargePool::NewNode() {
+  if (!spare_.empty()) {
+    Block* b = spare_.back();
+    spare_.pop_back();
+    return b;
+  }
+  return &nodes_.emplace_back();
+}
+
+void LargePool::Recycle(Block* b) {
+  *b = Block{};
+  spare_.push_back(b);
+}
+
+void LargePool::Unlink(Block* b) {
+  if (b->prev != nullptr) b->prev->next = b->next;
+  if (b->next != nullptr) b->next->prev = b->prev;
+}
+
+void LargePool::InsertFree(Block* b) {
+  b->free = true;
+  free_.insert(b);
+  free_bytes_ += b->size;
+}
+
+void LargePool::EraseFree(Block* b) {
+  free_.erase(b);
+  free_bytes_ -= b->size;
+}
+
+Block* LargePool::Carve(Block* b, std::size_t bytes) {
+  if (b->size > bytes) {
+    Block* rest = NewNode();
+    rest->addr = b->addr + bytes;
+    rest->size = b->size - bytes;
+    rest->range = b->range;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next != nullptr) b->next->prev = rest;
+    b->next = rest;
+    b->size = bytes;
+    InsertFree(rest);
+  }
+  b->free = false;
+  return b;
+}
+
+Block* LargePool::BestFit(std::size_t bytes) {
+  Block probe;
+  probe.size = bytes;
+  auto it = free_.lower_bound(&probe);
+  if (it == free_.end()) return nullptr;
+  Block* b = *it;
+  free_.erase(it);
+  free_bytes_ -= b->size;
+  return Carve(b, bytes);
+}
+
+Block* LargePool::Coalesce(Block* b) {
+  Block* p = b->prev;
+  if (p != nullptr && p->free && p->end() == b->addr) {
+    EraseFree(p);
+    p->size += b->size;
+    Unlink(b);
+    Recycle(b);
+    b = p;
+  }
+  Block* n = b->next;
+  if (n != nullptr && n->free && b->end() == n->addr) {
+    EraseFree(n);
+    b->size += n->size;
+    Unlink(n);
+    Recycle(n);
+  }
+  return b;
+}
+
+void LargePool::Free(Block* block) {
+  block->free = true;
+  InsertFree(Coalesce(block));
+}
+
+std::size_t LargePool::RoomAfter(const Block* b) const {
+  if (b->end() % page_ != 0) return 0;  // the rest of its last page is used
+  DevicePtr limit = b->next != nullptr ? b->next->addr : b->range->base + b->range->bytes;
+  return (limit - b->end()) / page_;
+}
+
+std::size_t LargePool::RoomBefore(const Block* b) const {
+  if (b->addr % page_ != 0) return 0;
+  DevicePtr limit = b->prev != nullptr ? b->prev->end() : b->range->base;
+  return (b->addr - limit) / page_;
+}
+
+LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
+  Plan best;
+  std::size_t best_pages = RoundUp(bytes, page_) / page_;  // a fresh range
+  if (!pages_.vmm()) return best;
+  // Every free block is smaller than `bytes` (best fit failed); the one that needs the
+  // fewest new pages wins, which also puts its partly used pages to work.
+  for (Block* e : free_) {
+    std::size_t need = RoundUp(bytes - e->size, page_) / page_;
+    if (need >= best_pages) continue;
+    std::size_t after = RoomAfter(e);
+    std::size_t before = RoomBefore(e);
+    if (after + before < need) continue;
+    best.extent = e;
+    best.fwd_pages = std::min(after, need);
+    best.back_pages = need - best.fwd_pages;
+    best_pages = need;
+  }
+  if (best.extent == nullptr) best.fwd_pages = best_pages;
+  return best;
+}
+
+absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
+  if (!pages_.vmm()) {
+    std::size_t seg_bytes = RoundUp(bytes, page_);
+    absl::StatusOr<DevicePtr> base = pages_.AllocateSegment(seg_bytes);
+    if (!base.ok()) return base.status();
+    auto& r = ranges_.emplace_back(std::make_unique<Range>());
+    r->base = *base;
+    r->bytes = seg_bytes;
+    r->segment = true;
+    r->mapped_bytes = seg_bytes;
+    Block* b = NewNode();
+    b->addr = *base;
+    b->size = seg_bytes;
+    b->range = r.get();
+    return Carve(b, bytes);
+  }
+  if (plan.extent == nullptr) {
+    std::size_t n = plan.pages();
+    std::size_t va_bytes = std::max(range_va_bytes_, n * page_);
+    absl::StatusOr<DevicePtr> base = pages_.ReserveRange(va_bytes);
+    if (!base.ok()) return base.status();
+    if (absl::Status s = pages_.MapPages(*base, n); !s.ok()) {
+      pages_.ReleaseRange(*base, va_bytes);
+      return s;
+    }
+    auto& r = ranges_.emplace_back(std::make_unique<Range>());
+    r->base = *base;
+    r->bytes = va_bytes;
+    r->mapped_bytes = n * page_;
+    Block* b = NewNode();
+    b->addr = *base;
+    b->size = n * page_;
+    b->range = r.get();
+    return Carve(b, bytes);
+  }
+  Block* e = plan.extent;
+  // Forward first; if the backward part then fails, the block simply keeps its new pages.
+  if (plan.fwd_pages > 0) {
+    if (absl::Status s = pages_.MapPages(e->end(), plan.fwd_pages); !s.ok()) return s;
+    EraseFree(e);
+    e->size += plan.fwd_pages * page_;
+    e->range->mapped_bytes += plan.fwd_pages * page_;
+    InsertFree(e);
+  }
+  if (plan.back_pages > 0) {
+    DevicePtr at = e->addr - plan.back_pages * page_;
+    if (absl::Status s = pages_.MapPages(at, plan.back_pages); !s.ok()) return s;
+    EraseFree(e);
+    e->addr = at;
+    e->size += plan.back_pages * page_;
+    e->range->mapped_bytes += plan.back_pages * page_;
+    InsertFree(e);
+  }
+  EraseFree(e);
+  e = Coalesce(e);
+  return Carve(e, bytes);
+}
+
+std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
+  if (!pages_.vmm() || max == 0) return 0;
+  std::vector<Block*> candidates;
+  for (Block* f : free_) {
+    if (f == keep) continue;
+    if (RoundUp(f->addr, page_) + page_ <= f->end() / page_ * page_) candidates.push_back(f);
+  }
+  std::size_t taken = 0;
+  for (Block* f : candidates) {
+    if (taken == max) break;
+    DevicePtr first = RoundUp(f->addr, page_);
+    DevicePtr last = f->end() / page_ * page_;  // end of the last whole page
+    std::size_t n = std::min((last - first) / page_, max - taken);
+    DevicePtr cut = last - n * page_;
+    for (DevicePtr va = cut; va < last; va += page_) pages_.UnmapPage(va);
+    taken += n;
+    Range* r = f->range;
+    r->mapped_bytes -= n * page_;
+    EraseFree(f);
+    // What remains: [f->addr, cut) and [last, end), with a hole between.
+    if (f->end() > last) {
+      Block* tail = NewNode();
+      tail->addr = last;
+      tail->size = f->end() - last;
+      tail->range = r;
+      tail->prev = f;
+      tail->next = f->next;
+      if (f->next != nullptr) f->next->prev = tail;
+      f->next = tail;
+      InsertFree(tail);
+    }
+    f->size = cut - f->addr;
+    if (f->size == 0) {
+      Unlink(f);
+      Recycle(f);
+    } else {
+      InsertFree(f);
+    }
+    if (r->mapped_bytes == 0) ReleaseRange(r);  // no page left, so no block either
+  }
+  return taken;
+}
+
+void LargePool::ReleaseRange(Range* r) {
+  pages_.ReleaseRange(r->base, r->bytes);
+  auto it = std::find_if(ranges_.begin(), ranges_.end(),
+                         [r](const std::unique_ptr<Range>& p) { return p.get() == r; });
+  ranges_.erase(it);
+}
+
+std::size_t LargePool::IdlePages() const {
+  std::size_t n = 0;
+  for (const Block* f : free_) {
+    DevicePtr first = RoundUp(f->addr, page_);
+    DevicePtr last = f->end() / page_ * page_;
+    if (last > first) n += (last - first) / page_;
+  }
+  return n;
+}
+
+std::size_t LargePool::ReleaseFreeSegments() {
+  std::vector<Block*> whole;
+  for (Block* f : free_) {
+    if (f->range->segment && f->addr == f->range->base && f->size == f->range->bytes) {
+      whole.push_back(f);
+    }
+  }
+  std::size_t released = 0;
+  for (Block* f : whole) {
+    Range* r = f->range;
+    EraseFree(f);
+    Recycle(f);
+    pages_.FreeSegment(r->base, r->bytes);
+    released += r->bytes;
+    auto it = std::find_if(ranges_.begin(), ranges_.end(),
+                           [r](const std::unique_ptr<Range>& p) { return p.get() == r; });
+    ranges_.erase(it);
+  }
+  return released;
+}
+
+std::size_t LargePool::largest_free() const {
+  return free_.empty() ? 0 : (*free_.rbegin())->size;
+}
+
+}  // namespace gpumem

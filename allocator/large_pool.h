@@ -1,0 +1,124 @@
+// LargePool: best-fit with split and coalesce over the mapped bytes of one stream's
+// ranges, plus growth. Blocks are carved contiguously from mapped ranges, so large blocks
+// share pages and waste at most the tail of one page where a range ends.
+//
+// With VMM a range is a large virtual reservation of which only some pages are mapped;
+// every mapped byte belongs to exactly one block (free or not), and unmapped pages are
+// holes. When no free block fits, growth maps pages into the hole next to the free block
+// that needs the fewest new pages (using its partly used page), or into a fresh range;
+// whole pages inside free blocks are idle and can be unmapped and mapped wherever a
+// request needs them (stitching: that is how this allocator defragments).
+// Without VMM a range is a plain segment; growth allocates a new one.
+// Not thread-safe: the CachingAllocator calls it under its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/container/btree_set.h"
+#include "absl/status/statusor.h"
+#include "allocator/backend.h"
+#include "allocator/page_heap.h"
+
+namespace gpumem {
+
+struct Range {
+  DevicePtr base = 0;
+  std::size_t bytes = 0;         // virtual bytes reserved (segment: its size)
+  bool segment = false;
+  std::size_t mapped_bytes = 0;  // VMM: bytes backed by pages
+};
+
+struct Block {
+  DevicePtr addr = 0;
+  std::size_t size = 0;
+  // Neighbours in address order within the range; a hole may lie between two of them.
+  Block* prev = nullptr;
+  Block* next = nullptr;
+  Range* range = nullptr;
+  bool free = false;
+  DevicePtr end() const { return addr + size; }
+};
+
+class LargePool {
+ public:
+  // How to grow for a request no free block can hold.
+  struct Plan {
+    Block* extent = nullptr;    // the free block to extend; null: a fresh range/segment
+    std::size_t back_pages = 0;  // pages mapped before it
+    std::size_t fwd_pages = 0;   // pages mapped after it
+    std::size_t pages() const { return back_pages + fwd_pages; }
+  };
+
+  // `range_va_bytes`: virtual bytes reserved per range (room to grow in place).
+  LargePool(PageHeap& pages, std::size_t range_va_bytes);
+  ~LargePool();
+  LargePool(const LargePool&) = delete;
+  LargePool& operator=(const LargePool&) = delete;
+
+  // The smallest free block of at least `bytes` (a multiple of kBlockAlign), split to
+  // size and marked used; null if none.
+  Block* BestFit(std::size_t bytes);
+  // Returns a used block; it coalesces with free neighbours.
+  void Free(Block* block);
+
+  // VMM: the cheapest way to grow for `bytes`, in new pages.
+  Plan PlanGrowth(std::size_t bytes) const;
+  // Maps the plan's pages (cached pages first) or allocates a segment, and returns a used
+  // block of `bytes`. ResourceExhausted when the device has no room.
+  absl::StatusOr<Block*> Grow(const Plan& plan, std::size_t bytes);
+
+  // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
+  // the page cache, smallest free blocks first. Returns how many.
+  std::size_t TakeIdlePages(std::size_t max, const Block* keep);
+  // Whole pages inside free blocks.
+  std::size_t IdlePages() const;
+  // Without VMM: returns segments that are entirely free. Returns bytes released.
+  std::size_t ReleaseFreeSegments();
+
+  std::size_t largest_free() const;
+  std::size_t free_bytes() const { return free_bytes_; }
+  std::size_t range_count() const { return ranges_.size(); }
+
+  // For tests: calls f(block) for every block, free or used.
+  template <typename F>
+  void ForEachBlock(F&& f) const {
+    for (const Block& b : nodes_) {
+      if (b.range != nullptr) f(b);
+    }
+  }
+
+ private:
+  struct BySizeThenAddr {
+    bool operator()(const Block* a, const Block* b) const {
+      return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+    }
+  };
+
+  Block* NewNode();
+  void Recycle(Block* b);
+  void Unlink(Block* b);
+  void InsertFree(Block* b);
+  void EraseFree(Block* b);
+  // Marks a free block (already out of the free set) used, splitting off the rest.
+  Block* Carve(Block* b, std::size_t bytes);
+  // Merges a free block (out of the free set) with adjacent free neighbours.
+  Block* Coalesce(Block* b);
+  void ReleaseRange(Range* r);
+  std::size_t RoomAfter(const Block* b) const;
+  std::size_t RoomBefore(const Block* b) const;
+
+  PageHeap& pages_;
+  const std::size_t page_;
+  const std::size_t range_va_bytes_;
+  absl::btree_set<Block*, BySizeThenAddr> free_;
+  std::size_t free_bytes_ = 0;
+  std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
+  std::vector<Block*> spare_;
+  std::vector<std::unique_ptr<Range>> ranges_;
+};
+
+}  // namespace gpumem

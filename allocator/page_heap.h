@@ -1,0 +1,74 @@
+// PageHeap: the physical side of the caching allocator. It owns every physical page and
+// plain segment the allocator holds, maps pages into virtual ranges, keeps unmapped pages
+// cached for reuse, and makes sure no page is unmapped while queued work may touch it.
+// Not thread-safe: the CachingAllocator calls it under its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "allocator/backend.h"
+#include "allocator/observer.h"
+
+namespace gpumem {
+
+class PageHeap {
+ public:
+  PageHeap(Backend& backend, int device, AllocatorObserver* observer);
+  ~PageHeap();
+  PageHeap(const PageHeap&) = delete;
+  PageHeap& operator=(const PageHeap&) = delete;
+
+  std::size_t page_bytes() const { return page_; }
+  bool vmm() const { return vmm_; }
+  Backend& backend() { return backend_; }
+
+  // --- virtual ranges
+  absl::StatusOr<DevicePtr> ReserveRange(std::size_t bytes);
+  void ReleaseRange(DevicePtr base, std::size_t bytes);
+
+  // Backs [va, va + n pages) with pages: cached ones first, then new ones. All or nothing:
+  // ResourceExhausted (nothing mapped) when the device has no room for the new pages.
+  absl::Status MapPages(DevicePtr va, std::size_t n);
+  // Unmaps the page at `va` and caches it. Synchronizes the device first unless that
+  // already happened since the last BeginSlowPath(): pending work may use the page.
+  void UnmapPage(DevicePtr va);
+
+  // Called at the start of every slow path: work may have been queued since the last
+  // synchronization.
+  void BeginSlowPath() { quiet_ = false; }
+  // Waits for all queued work (once per slow path).
+  void Quiesce();
+  bool quiet() const { return quiet_; }
+
+  // --- plain segments, for devices without VMM
+  absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes);
+  void FreeSegment(DevicePtr base, std::size_t bytes);
+
+  std::size_t cached_pages() const { return cached_.size(); }
+  // Returns every cached page to the device.
+  void ReleaseCached();
+  // Unmaps every page inside [base, base + bytes) (teardown).
+  void UnmapRange(DevicePtr base, std::size_t bytes);
+
+  std::uint64_t reserved_bytes() const { return reserved_; }
+
+ private:
+  void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes);
+
+  Backend& backend_;
+  const int device_;
+  AllocatorObserver* const observer_;
+  const std::size_t page_;
+  const bool vmm_;
+  bool quiet_ = false;
+  std::vector<PhysicalHandle> cached_;                      // unmapped, ready to map
+  absl::flat_hash_map<DevicePtr, PhysicalHandle> mapped_;   // page va -> its page
+  std::uint64_t reserved_ = 0;                              // pages + segments held
+};
+
+}  // namespace gpumem

@@ -1,0 +1,89 @@
+// SmallPool: requests of at most kSmallLimit bytes, served from slabs of one size class
+// (size_classes.h). A slab is a block of the stream's LargePool cut into equal slots; each
+// slab keeps its own free slots, and each class a list of slabs that have one, so a warm
+// allocation or free is a few pointer operations. Empty slabs stay (a warm cache) until
+// the allocator needs their bytes elsewhere and releases them.
+// Not thread-safe: the CachingAllocator calls it under its lock.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "allocator/backend.h"
+#include "allocator/large_pool.h"
+#include "allocator/size_classes.h"
+
+namespace gpumem {
+
+struct Slab {
+  Block* block = nullptr;  // the LargePool block the slab lives in
+  int size_class = 0;
+  std::size_t slot_bytes = 0;
+  std::uint32_t used = 0;
+  std::vector<std::uint32_t> free_slots;
+  Slab* prev = nullptr;  // in its class's list of slabs with a free slot
+  Slab* next = nullptr;
+  bool listed = false;
+};
+
+class SmallPool {
+ public:
+  SmallPool() { avail_.fill(nullptr); }
+  ~SmallPool();
+  SmallPool(const SmallPool&) = delete;
+  SmallPool& operator=(const SmallPool&) = delete;
+
+  // A free slot of class `c`, or 0 when every slab of the class is full.
+  DevicePtr Allocate(int c, Slab** slab) {
+    Slab* s = avail_[c];
+    if (s == nullptr) return 0;
+    std::uint32_t i = s->free_slots.back();
+    s->free_slots.pop_back();
+    ++s->used;
+    if (s->free_slots.empty()) Unlist(s);
+    *slab = s;
+    return s->block->addr + i * s->slot_bytes;
+  }
+
+  void Free(Slab* s, DevicePtr ptr) {
+    s->free_slots.push_back(static_cast<std::uint32_t>((ptr - s->block->addr) / s->slot_bytes));
+    --s->used;
+    if (!s->listed) List(s);
+  }
+
+  // Makes `block` (SizeClasses::SlabBytes(c) bytes) a slab of class `c`.
+  Slab* AddSlab(int c, Block* block);
+
+  // Removes every empty slab and hands its block to `release` (a LargePool block).
+  template <typename F>
+  std::size_t ReleaseEmpty(F&& release) {
+    std::size_t n = 0;
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < slabs_.size(); ++i) {
+      Slab* s = slabs_[i];
+      if (s->used == 0) {
+        if (s->listed) Unlist(s);
+        release(s->block);
+        delete s;
+        ++n;
+      } else {
+        slabs_[keep++] = s;
+      }
+    }
+    slabs_.resize(keep);
+    return n;
+  }
+
+  std::size_t slab_count() const { return slabs_.size(); }
+
+ private:
+  void List(Slab* s);
+  void Unlist(Slab* s);
+
+  std::array<Slab*, SizeClasses::kCount> avail_;
+  std::vector<Slab*> slabs_;
+};
+
+}  // namespace gpumem

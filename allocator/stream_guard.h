@@ -1,0 +1,53 @@
+// StreamGuard: blocks freed while work queued on other streams may still use them
+// (RecordStream). Each waits for an event recorded, at free time, on every such stream;
+// only then does the allocator take it back. Not thread-safe: used under the
+// allocator's lock.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "allocator/backend.h"
+
+namespace gpumem {
+
+class StreamGuard {
+ public:
+  explicit StreamGuard(Backend& backend) : backend_(backend) {}
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+  bool empty() const { return pending_.empty(); }
+  std::size_t size() const { return pending_.size(); }
+
+  // Records an event on each of `streams` and holds `ptr` until all have completed.
+  void Defer(DevicePtr ptr, const std::vector<StreamId>& streams);
+
+  // Calls release(ptr) for each held block whose events have all completed.
+  template <typename F>
+  void Collect(F&& release) {
+    std::size_t keep = 0;
+    for (std::size_t i = 0; i < pending_.size(); ++i) {
+      if (Done(pending_[i])) {
+        release(pending_[i].ptr);
+      } else {
+        pending_[keep++] = std::move(pending_[i]);
+      }
+    }
+    pending_.resize(keep);
+  }
+
+ private:
+  struct Pending {
+    DevicePtr ptr;
+    std::vector<EventHandle> events;
+  };
+  // Releases the completed events of `p`; true when none is left.
+  bool Done(Pending& p);
+
+  Backend& backend_;
+  std::vector<Pending> pending_;
+};
+
+}  // namespace gpumem
