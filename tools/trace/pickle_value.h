@@ -85,6 +85,8 @@ class PickleTree {
 // Used by the reader (and tests) to make trees.
 class PickleTreeBuilder {
  public:
+  // Room for about `nodes` values, so that a large pickle does not copy its tree as it grows.
+  void Reserve(std::size_t nodes) { tree_.nodes_.reserve(nodes); }
   PickleId None(std::uint64_t offset);
   PickleId Bool(bool value, std::uint64_t offset);
   PickleId Int(std::int64_t value, std::uint64_t offset);
