@@ -1,9 +1,91 @@
+// gpumem run: starts a program with gpumem as PyTorch's CUDA allocator, unchanged. It
+// sets GPUMEM=1, puts gpumem's sitecustomize (python/gpumem/_preload) and package on
+// PYTHONPATH and points GPUMEM_LIB_DIR at libgpumem.so, then replaces itself with the
+// program. Options become GPUMEM_* variables, validated before the program starts.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "hooks/config.h"
 #include "tools/cli/command.h"
 
-namespace gpumem::cli {
+#ifndef GPUMEM_PYTHON_DIR
+#define GPUMEM_PYTHON_DIR ""
+#endif
+#ifndef GPUMEM_LIB_DIR
+#define GPUMEM_LIB_DIR ""
+#endif
 
-// Placeholder until the 'run' subcommand is written: it is not registered, so --help does
-// not offer it.
-void AddRunCommand(CLI::App&, int*) {}
+namespace gpumem::cli {
+namespace {
+
+struct RunArgs {
+  std::vector<std::string> command;
+  std::string backend;
+  std::string capacity;
+  std::string fraction;
+  std::string trace;
+  bool verbose = false;
+};
+
+std::string FromEnvOr(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+int Run(const RunArgs& args) {
+  if (!args.backend.empty()) setenv("GPUMEM_BACKEND", args.backend.c_str(), 1);
+  if (!args.capacity.empty()) setenv("GPUMEM_CAPACITY", args.capacity.c_str(), 1);
+  if (!args.fraction.empty()) setenv("GPUMEM_MEMORY_FRACTION", args.fraction.c_str(), 1);
+  if (!args.trace.empty()) setenv("GPUMEM_TRACE", args.trace.c_str(), 1);
+  if (args.verbose) setenv("GPUMEM_VERBOSE", "1", 1);
+  setenv("GPUMEM", "1", 1);
+  // Refuse here, with the variable named, rather than inside the program.
+  if (absl::StatusOr<hooks::Config> config = hooks::ParseConfigFromEnvironment(); !config.ok()) {
+    std::fprintf(stderr, "gpumem run: %s\n", std::string(config.status().message()).c_str());
+    return kExitBadInput;
+  }
+  std::string python_dir = FromEnvOr("GPUMEM_PYTHON_DIR", GPUMEM_PYTHON_DIR);
+  std::string lib_dir = FromEnvOr("GPUMEM_LIB_DIR", GPUMEM_LIB_DIR);
+  std::string path = absl::StrCat(python_dir, "/gpumem/_preload:", python_dir);
+  if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
+    absl::StrAppend(&path, ":", old);
+  }
+  setenv("PYTHONPATH", path.c_str(), 1);
+  setenv("GPUMEM_LIB_DIR", lib_dir.c_str(), 1);
+
+  std::vector<char*> argv;
+  for (const std::string& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  std::fprintf(stderr, "gpumem run: cannot start '%s': %s\n", argv[0], std::strerror(errno));
+  return kExitBadInput;
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app, int* status) {
+  auto args = std::make_shared<RunArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "run", "Run a program (e.g. python train.py) with gpumem as PyTorch's CUDA allocator, "
+             "no code change: gpumem run [options] -- python train.py ...");
+  sub->add_option("--backend", args->backend, "auto, vmm, cudamalloc or sim (GPUMEM_BACKEND)");
+  sub->add_option("--capacity", args->capacity,
+                  "most device memory gpumem may hold, e.g. 20G (GPUMEM_CAPACITY)");
+  sub->add_option("--memory-fraction", args->fraction,
+                  "cap as a share of the device's memory (GPUMEM_MEMORY_FRACTION)");
+  sub->add_option("--trace", args->trace, "record allocations to this file (GPUMEM_TRACE)");
+  sub->add_flag("-v,--verbose", args->verbose, "print each device's backend and cap");
+  sub->add_option("command", args->command, "the program and its arguments")
+      ->required()
+      ->expected(-1);
+  sub->callback([args, status] { *status = Run(*args); });
+}
 
 }  // namespace gpumem::cli

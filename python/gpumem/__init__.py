@@ -1,0 +1,110 @@
+"""gpumem: a GPU memory allocator and leak profiler for PyTorch training.
+
+    import torch, gpumem
+    gpumem.install()          # before the first CUDA tensor
+    ...
+    gpumem.step()             # at the end of each training step (optional)
+    print(gpumem.memory_summary())
+
+Or with no code change: ``gpumem run -- python train.py`` or ``GPUMEM=1 python train.py``
+(with gpumem's python/gpumem/_preload folder on PYTHONPATH, which `gpumem run` sets).
+"""
+import json
+import warnings
+
+from . import _native
+
+__all__ = ["install", "installed", "stats", "memory_summary", "snapshot", "step",
+           "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "InstallError"]
+
+_installed = False
+
+
+class InstallError(RuntimeError):
+    """gpumem could not become PyTorch's CUDA allocator (the message says how to fix it)."""
+
+
+def _config_error():
+    return _native.text(_native.lib().gpumem_config_error)
+
+
+def install():
+    """Makes gpumem PyTorch's CUDA allocator. Call it before any tensor goes to the GPU."""
+    global _installed
+    if _installed:
+        return
+    import torch
+    err = _config_error()
+    if err:
+        raise InstallError(err)
+    torch_lib = _native.torch_lib()
+    if torch_lib is not None:
+        import ctypes
+        buf = ctypes.create_string_buffer(4096)
+        if torch_lib.gpumem_torch_install(buf, len(buf)) != 0:
+            raise InstallError(buf.value.decode("utf-8", "replace"))
+    else:
+        # Without libgpumem_torch.so only alloc/free can be wired from Python: PyTorch
+        # exposes no other pluggable hook there.
+        warnings.warn(
+            "gpumem: libgpumem_torch.so not found (built only where CMake finds Torch): "
+            "torch.cuda.empty_cache(), set_per_process_memory_fraction() and "
+            "Tensor.record_stream() do not reach gpumem, and out of memory is not raised "
+            "as torch.OutOfMemoryError. Use gpumem.empty_cache() / gpumem.set_capacity().")
+        path = _native.find_library()
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc", "gpumem_free")
+        try:
+            torch.cuda.memory.change_current_allocator(alloc)
+        except RuntimeError as e:
+            raise InstallError(
+                f"gpumem must be installed before PyTorch's CUDA allocator is first used ({e}). "
+                "Fix: call gpumem.install() right after `import torch`, or start the program "
+                "with `gpumem run -- python ...` / GPUMEM=1.") from e
+    _installed = True
+
+
+def installed():
+    return _installed
+
+
+def stats(device=0):
+    """gpumem's figures for `device` (-1: all started devices) as a dict of ints. These are
+    what torch.cuda.memory_stats() cannot report under a pluggable allocator."""
+    s = _native.GpumemStats()
+    _native.lib().gpumem_stats(device, s)
+    return {name: getattr(s, name) for name, _ in _native.GpumemStats._fields_}
+
+
+def memory_summary(device=-1):
+    return _native.text(_native.lib().gpumem_memory_summary, device)
+
+
+def snapshot(device=-1):
+    """The figures and the backend's counters (mapped bytes, page creates, ...) as a dict."""
+    return json.loads(_native.text(_native.lib().gpumem_snapshot_json, device))
+
+
+def last_oom(device=0):
+    return _native.text(_native.lib().gpumem_last_oom, device)
+
+
+def step():
+    """Marks the end of a training step; returns the step count."""
+    return _native.lib().gpumem_step()
+
+
+def empty_cache(device=-1):
+    _native.lib().gpumem_empty_cache(device)
+
+
+def set_capacity(nbytes, device=0):
+    if _native.lib().gpumem_set_capacity(int(nbytes), device) != 0:
+        raise ValueError(_native.text(_native.lib().gpumem_last_error))
+
+
+def reset_peak_stats(device=-1):
+    _native.lib().gpumem_reset_peaks(device)
+
+
+def backend(device=0):
+    return _native.lib().gpumem_backend_name(device).decode()
