@@ -28,6 +28,7 @@ class CachingAllocator final : public DeviceAllocator {
         options_(options),
         pages_(backend, options.device, options.observer),
         guard_(backend) {
+    options_.small_limit = std::min(options_.small_limit, kSmallLimit);
     if (options_.range_va_bytes == 0) {
       options_.range_va_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(
           RoundUp(backend.capacity(), backend.granularity()), kMaxRangeVa));
@@ -50,7 +51,7 @@ class CachingAllocator final : public DeviceAllocator {
     StreamHeap* h = Heap(stream);
     Live live{nullptr, nullptr, h, bytes, false};
     DevicePtr ptr;
-    if (bytes <= kSmallLimit) {
+    if (bytes <= options_.small_limit) {
       const int c = SizeClasses::ClassOf(bytes);
       ptr = h->small.Allocate(c, &live.slab);
       if (ptr == 0) {

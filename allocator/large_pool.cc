@@ -40,6 +40,16 @@ void LargePool::Recycle(Block* b) {
 void LargePool::Unlink(Block* b) {
   if (b->prev != nullptr) b->prev->next = b->next;
   if (b->next != nullptr) b->next->prev = b->prev;
+  if (b->range->tail == b) b->range->tail = b->prev;
+}
+
+void LargePool::LinkAfter(Block* at, Block* b) {
+  b->range = at->range;
+  b->prev = at;
+  b->next = at->next;
+  if (at->next != nullptr) at->next->prev = b;
+  at->next = b;
+  if (at->range->tail == at) at->range->tail = b;
 }
 
 void LargePool::InsertFree(Block* b) {
@@ -55,14 +65,29 @@ void LargePool::EraseFree(Block* b) {
 
 Block* LargePool::Carve(Block* b, std::size_t bytes) {
   if (b->size > bytes) {
+    // Put the block against the end whose page is partly used (or away from the hole the
+    // rest could grow into): the rest then keeps whole pages, which can be remapped, and
+    // the partly used pages fill up.
+    const bool start_clean = b->addr % page_ == 0;
+    const bool end_clean = b->end() % page_ == 0;
+    const bool at_end = (start_clean && !end_clean) ||
+                        (start_clean && end_clean && RoomBefore(b) > 0 && RoomAfter(b) == 0);
     Block* rest = NewNode();
-    rest->addr = b->addr + bytes;
-    rest->size = b->size - bytes;
     rest->range = b->range;
-    rest->prev = b;
-    rest->next = b->next;
-    if (b->next != nullptr) b->next->prev = rest;
-    b->next = rest;
+    rest->size = b->size - bytes;
+    rest->free = true;
+    if (at_end) {
+      // b keeps the front as the free rest; the new node becomes the used block.
+      rest->addr = b->addr + rest->size;
+      rest->size = bytes;
+      LinkAfter(b, rest);
+      b->size -= bytes;
+      InsertFree(b);
+      rest->free = false;
+      return rest;
+    }
+    rest->addr = b->addr + bytes;
+    LinkAfter(b, rest);
     b->size = bytes;
     InsertFree(rest);
   }
@@ -152,6 +177,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     b->addr = *base;
     b->size = seg_bytes;
     b->range = r.get();
+    r->tail = b;
     return Carve(b, bytes);
   }
   if (plan.extent == nullptr) {
@@ -171,6 +197,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     b->addr = *base;
     b->size = n * page_;
     b->range = r.get();
+    r->tail = b;
     return Carve(b, bytes);
   }
   Block* e = plan.extent;
@@ -220,11 +247,7 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
       Block* tail = NewNode();
       tail->addr = last;
       tail->size = f->end() - last;
-      tail->range = r;
-      tail->prev = f;
-      tail->next = f->next;
-      if (f->next != nullptr) f->next->prev = tail;
-      f->next = tail;
+      LinkAfter(f, tail);
       InsertFree(tail);
     }
     f->size = cut - f->addr;

@@ -30,6 +30,7 @@ struct Range {
   std::size_t bytes = 0;         // virtual bytes reserved (segment: its size)
   bool segment = false;
   std::size_t mapped_bytes = 0;  // VMM: bytes backed by pages
+  struct Block* tail = nullptr;  // the block with the highest address
 };
 
 struct Block {
@@ -101,6 +102,8 @@ class LargePool {
   Block* NewNode();
   void Recycle(Block* b);
   void Unlink(Block* b);
+  // Links `b` right after `at` (same range).
+  void LinkAfter(Block* at, Block* b);
   void InsertFree(Block* b);
   void EraseFree(Block* b);
   // Marks a free block (already out of the free set) used, splitting off the rest.

@@ -16,7 +16,7 @@ class SizeClasses {
   static constexpr int kCount = 128;
   static constexpr std::size_t kLinearLimit = 8192;  // classes 512 B apart up to here
   // Bytes a slab of any class aims for: small enough that a half-used slab wastes little.
-  static constexpr std::size_t kSlabTarget = std::size_t{64} << 10;
+  static constexpr std::size_t kSlabTarget = std::size_t{128} << 10;
 
   // The class of a request of 1..kSmallLimit bytes (0 is treated as 1).
   static int ClassOf(std::size_t bytes) {

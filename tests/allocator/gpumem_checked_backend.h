@@ -1,0 +1,62 @@
+// A Backend for tests: forwards to a SimBackend and lets a test watch what the policy
+// asks of the device (synchronizations, unmaps) to check the safety invariants.
+#pragma once
+
+#include <atomic>
+#include <functional>
+
+#include "allocator/sim_backend.h"
+
+namespace gpumem::testing {
+
+class CheckedBackend final : public Backend {
+ public:
+  explicit CheckedBackend(SimBackend& sim) : sim_(sim) {}
+
+  std::function<void()> on_synchronize;                      // after the sim synchronized
+  std::function<void(DevicePtr, std::size_t)> on_unmap;      // before the unmap
+  std::atomic<int> synchronizations{0};
+
+  std::size_t granularity() const override { return sim_.granularity(); }
+  std::uint64_t capacity() const override { return sim_.capacity(); }
+  bool supports_vmm() const override { return sim_.supports_vmm(); }
+  absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override {
+    return sim_.ReserveAddressRange(bytes);
+  }
+  void ReleaseAddressRange(DevicePtr base, std::size_t bytes) override {
+    sim_.ReleaseAddressRange(base, bytes);
+  }
+  absl::StatusOr<PhysicalHandle> CreatePhysical(std::size_t bytes) override {
+    return sim_.CreatePhysical(bytes);
+  }
+  void ReleasePhysical(PhysicalHandle handle) override { sim_.ReleasePhysical(handle); }
+  absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
+                   std::size_t offset) override {
+    return sim_.Map(va, bytes, handle, offset);
+  }
+  void Unmap(DevicePtr va, std::size_t bytes) override {
+    if (on_unmap) on_unmap(va, bytes);
+    sim_.Unmap(va, bytes);
+  }
+  absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override {
+    return sim_.AllocateSegment(bytes);
+  }
+  void FreeSegment(DevicePtr ptr, std::size_t bytes) override {
+    if (on_unmap) on_unmap(ptr, bytes);
+    sim_.FreeSegment(ptr, bytes);
+  }
+  EventHandle RecordEvent(StreamId stream) override { return sim_.RecordEvent(stream); }
+  bool EventCompleted(EventHandle event) override { return sim_.EventCompleted(event); }
+  void ReleaseEvent(EventHandle event) override { sim_.ReleaseEvent(event); }
+  void Synchronize() override {
+    sim_.Synchronize();
+    ++synchronizations;
+    if (on_synchronize) on_synchronize();
+  }
+  BackendCounters counters() const override { return sim_.counters(); }
+
+ private:
+  SimBackend& sim_;
+};
+
+}  // namespace gpumem::testing

@@ -1,0 +1,135 @@
+#include "allocator/large_pool.h"
+
+#include <gtest/gtest.h>
+
+#include "allocator/page_heap.h"
+#include "allocator/sim_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kPage = 2 * kMiB;
+
+// Every mapped byte is in exactly one block and blocks never overlap.
+void ExpectConsistent(const LargePool& pool, const SimBackend& sim) {
+  std::size_t covered = 0;
+  pool.ForEachBlock([&](const Block& b) {
+    covered += b.size;
+    EXPECT_TRUE(sim.IsAccessible(b.addr, b.size)) << "block at " << b.addr;
+    if (b.next != nullptr) {
+      EXPECT_LE(b.end(), b.next->addr);
+    }
+    if (b.prev != nullptr) {
+      EXPECT_EQ(b.prev->next, &b);
+    }
+  });
+  EXPECT_EQ(covered, sim.counters().mapped_bytes);
+}
+
+TEST(LargePoolTest, SplitsAndCoalesces) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  auto a = pool.Grow(pool.PlanGrowth(3 * kMiB), 3 * kMiB);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(sim.counters().physical_bytes, 2 * kPage);
+  EXPECT_EQ(pool.free_bytes(), kMiB);  // the rest of the second page
+  Block* b = pool.BestFit(512 * 1024);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(pool.free_bytes(), kMiB / 2);
+  pool.Free(*a);
+  pool.Free(b);
+  EXPECT_EQ(pool.free_bytes(), 2 * kPage);
+  EXPECT_EQ(pool.largest_free(), 2 * kPage);  // one block again
+  ExpectConsistent(pool, sim);
+  EXPECT_EQ(pool.TakeIdlePages(100, nullptr), 2u);
+  EXPECT_EQ(pool.range_count(), 0u);  // no page left: the range is released
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+}
+
+TEST(LargePoolTest, BestFitPicksTheSmallestFreeBlockThatFits) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  // [4 MiB used][2 MiB][4 MiB used][6 MiB][4 MiB used] with the free ones freed later.
+  std::vector<Block*> blocks;
+  for (std::size_t size : {4 * kMiB, 2 * kMiB, 4 * kMiB, 6 * kMiB, 4 * kMiB}) {
+    Block* b = pool.BestFit(size);
+    if (b == nullptr) b = *pool.Grow(pool.PlanGrowth(size), size);
+    blocks.push_back(b);
+  }
+  const DevicePtr two = blocks[1]->addr;
+  const DevicePtr six = blocks[3]->addr;
+  pool.Free(blocks[1]);
+  pool.Free(blocks[3]);
+  Block* small = pool.BestFit(kMiB);
+  ASSERT_NE(small, nullptr);
+  EXPECT_GE(small->addr, two);
+  EXPECT_LT(small->addr, two + 2 * kMiB);
+  Block* big = pool.BestFit(5 * kMiB);
+  ASSERT_NE(big, nullptr);
+  EXPECT_GE(big->addr, six);
+  EXPECT_EQ(pool.BestFit(5 * kMiB), nullptr);
+  ExpectConsistent(pool, sim);
+}
+
+TEST(LargePoolTest, GrowsInPlaceUsingThePartlyUsedPage) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  Block* a = *pool.Grow(pool.PlanGrowth(3 * kMiB), 3 * kMiB);  // 2 pages, 1 MiB free
+  LargePool::Plan plan = pool.PlanGrowth(5 * kMiB);
+  ASSERT_NE(plan.extent, nullptr);
+  EXPECT_EQ(plan.pages(), 2u);  // 1 MiB + 2 pages hold 5 MiB
+  Block* b = *pool.Grow(plan, 5 * kMiB);
+  EXPECT_EQ(b->addr, a->end());  // contiguous with a: the shared page is used
+  EXPECT_EQ(sim.counters().physical_bytes, 4 * kPage);
+  ExpectConsistent(pool, sim);
+}
+
+TEST(LargePoolTest, IdlePagesAreUnmappedAndRemappedWhereNeeded) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  std::vector<Block*> blocks;
+  for (int i = 0; i < 6; ++i) {
+    Block* b = pool.BestFit(kPage);
+    if (b == nullptr) b = *pool.Grow(pool.PlanGrowth(kPage), kPage);
+    blocks.push_back(b);
+  }
+  // Free every other block: three idle pages, no two contiguous.
+  for (int i = 0; i < 6; i += 2) pool.Free(blocks[i]);
+  EXPECT_EQ(pool.IdlePages(), 3u);
+  EXPECT_EQ(pool.BestFit(3 * kPage), nullptr);
+  LargePool::Plan plan = pool.PlanGrowth(3 * kPage);
+  heap.BeginSlowPath();
+  EXPECT_EQ(pool.TakeIdlePages(plan.pages(), plan.extent), plan.pages());
+  EXPECT_EQ(heap.cached_pages(), plan.pages());
+  auto big = pool.Grow(plan, 3 * kPage);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(heap.cached_pages(), 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 6 * kPage);  // no new page
+  EXPECT_TRUE(sim.IsAccessible((*big)->addr, 3 * kPage));
+  ExpectConsistent(pool, sim);
+}
+
+TEST(LargePoolTest, SegmentsWithoutVmm) {
+  SimBackend sim({.vmm = false});
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  auto a = pool.Grow(pool.PlanGrowth(3 * kMiB), 3 * kMiB);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(sim.counters().segment_bytes, 4 * kMiB);
+  Block* b = pool.BestFit(kMiB);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(pool.ReleaseFreeSegments(), 0u);  // still in use
+  pool.Free(*a);
+  pool.Free(b);
+  EXPECT_EQ(pool.TakeIdlePages(10, nullptr), 0u);  // segments cannot be remapped
+  EXPECT_EQ(pool.ReleaseFreeSegments(), 4 * kMiB);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gpumem
