@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "allocator/caching_allocator.h"
+#include "allocator/emulation/pytorch_allocator.h"
 
 namespace gpumem {
 namespace {
@@ -16,6 +17,8 @@ struct PolicyEntry {
 const std::vector<PolicyEntry>& Entries() {
   static const std::vector<PolicyEntry> entries = {
       {"gpumem", [](Backend& b) { return MakeCachingAllocator(b); }},
+      {"pytorch", &emulation::MakePytorchAllocator},
+      {"pytorch-expandable", &emulation::MakePytorchExpandableAllocator},
   };
   return entries;
 }

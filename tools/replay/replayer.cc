@@ -63,7 +63,7 @@ std::string EventError(const trace::Trace& trace, std::size_t index, absl::strin
 }  // namespace
 
 absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
-                                      Backend& backend) {
+                                      Backend& backend, const AllocObserver& on_alloc) {
   if (trace.events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(trace.source, ": the trace has no events"));
   }
@@ -104,6 +104,7 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
           break;
         }
         it->second.ptr = *ptr;
+        if (on_alloc) on_alloc(i, *ptr);
         allocated += e.size;
         if (allocated > result.peak_allocated) result.peak_allocated = allocated;
         break;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -46,9 +47,12 @@ struct ReplayResult {
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
                                     const ReplayOptions& options = {});
 
+// Told of every block the policy hands out: the trace event's index and our address.
+using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
+
 // The same on a backend the caller provides (to observe what the policy asks of the
 // device); options.capacity is ignored, the backend has its own.
 absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
-                                      Backend& backend);
+                                      Backend& backend, const AllocObserver& on_alloc = {});
 
 }  // namespace gpumem::replay
