@@ -23,7 +23,8 @@ struct DriverApi {
   X(cuMemGetAllocationGranularity) X(cuMemAddressReserve) X(cuMemAddressFree)            \
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)             \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventDestroy)                    \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
+  X(cuMemsetD32Async) X(cuMemcpyDtoH) X(cuEventSynchronize)
 #define GPUMEM_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   GPUMEM_CUDA_DRIVER_FUNCTIONS(GPUMEM_DECLARE_POINTER)
 #undef GPUMEM_DECLARE_POINTER

@@ -1,0 +1,166 @@
+"""Train the workloads of ../../tests/data (copied from the traces' capture.py) under
+PyTorch's native allocator, native with expandable segments, or gpumem, with the same
+seeds and deterministic settings, and print one JSON line of figures: per-step loss and
+time, peak allocated / reserved, the driver's own used memory, and whether it completed.
+
+usage: capture.py WORKLOAD --allocator native|expandable|gpumem [--cap BYTES]
+"""
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+p = argparse.ArgumentParser()
+p.add_argument("workload", choices=["gpt2", "resnet50", "varlen_bert", "leaky_mlp"])
+p.add_argument("--allocator", choices=["native", "expandable", "gpumem"], required=True)
+p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
+p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
+args = p.parse_args()
+
+# Deterministic kernels, so that the allocator is the only difference between runs.
+os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+if args.allocator == "expandable":
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+if args.allocator == "gpumem":
+    import gpumem  # noqa: E402
+    gpumem.install()
+
+torch.manual_seed(0)
+random.seed(0)
+torch.use_deterministic_algorithms(True, warn_only=True)
+torch.backends.cudnn.benchmark = False
+torch.backends.cudnn.deterministic = True
+dev = torch.device("cuda")
+
+
+def gpt2(steps=12):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    m = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    for _ in range(steps):
+        x = torch.randint(0, 50257, (8, 512), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss
+
+
+def resnet50(steps=12):
+    import torchvision
+    m = torchvision.models.resnet50().to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    scaler = torch.amp.GradScaler()
+    for _ in range(steps):
+        x = torch.randn(64, 3, 224, 224, device=dev)
+        y = torch.randint(0, 1000, (64,), device=dev)
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = nn.functional.cross_entropy(m(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        opt.zero_grad(set_to_none=True)
+        yield loss
+
+
+def varlen_bert(steps=40):
+    from transformers import BertConfig, BertForMaskedLM
+    m = BertForMaskedLM(BertConfig()).to(dev)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+    rng = random.Random(1)
+    for _ in range(steps):
+        b = rng.choice([4, 8, 12, 16, 24, 32])
+        s = rng.randint(32, 512)
+        x = torch.randint(0, 30522, (b, s), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = m(input_ids=x, labels=x).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        yield loss
+
+
+def leaky_mlp(steps=60):
+    m = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    history = []
+    for _ in range(steps):
+        x = torch.randn(256, 1024, device=dev)
+        loss = m(x).pow(2).mean()
+        loss.backward(retain_graph=True)
+        opt.step()
+        opt.zero_grad()
+        history.append(loss)  # the leak, kept on purpose: it is the workload
+        yield loss
+
+
+WORKLOADS = {"gpt2": gpt2, "resnet50": resnet50, "varlen_bert": varlen_bert,
+             "leaky_mlp": leaky_mlp}
+
+torch.zeros(1, device=dev)  # the context and libraries, outside the figures
+torch.cuda.synchronize()
+free0, total = torch.cuda.mem_get_info()
+if args.cap:
+    if args.allocator == "gpumem":
+        gpumem.set_capacity(args.cap)
+    else:
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap / total))
+if args.allocator != "gpumem":
+    torch.cuda.reset_peak_memory_stats()
+else:
+    gpumem.reset_peak_stats()
+
+losses, times = [], []
+driver_peak = 0
+reserved_at_driver_peak = 0
+completed, error = True, None
+t_prev = time.perf_counter()
+try:
+    for loss in WORKLOADS[args.workload]():
+        losses.append(loss.item())  # syncs: the step's work is done
+        now = time.perf_counter()
+        times.append(now - t_prev)
+        t_prev = now
+        used = free0 - torch.cuda.mem_get_info()[0]
+        if used > driver_peak:
+            driver_peak = used
+            reserved_at_driver_peak = (gpumem.stats()["reserved_bytes"]
+                                       if args.allocator == "gpumem"
+                                       else torch.cuda.memory_reserved())
+        if args.allocator == "gpumem":
+            gpumem.step()
+except torch.OutOfMemoryError as e:
+    completed, error = False, str(e).splitlines()[0][:300]
+torch.cuda.synchronize()
+
+if args.allocator == "gpumem":
+    s = gpumem.stats()
+    peak_alloc, peak_res = s["peak_allocated_bytes"], s["peak_reserved_bytes"]
+    extra = {"stitches": s["stitch_count"], "trims": s["trim_count"],
+             "backend": gpumem.backend()}
+else:
+    st = torch.cuda.memory_stats()
+    peak_alloc = st["allocated_bytes.all.peak"]
+    peak_res = st["reserved_bytes.all.peak"]
+    extra = {"num_alloc_retries": st.get("num_alloc_retries")}
+steady = sorted(times[args.warmup:]) or sorted(times)
+out = {
+    "workload": args.workload, "allocator": args.allocator, "cap": args.cap,
+    "completed": completed, "error": error, "steps": len(losses),
+    "losses": losses, "step_seconds": [round(t, 6) for t in times],
+    "median_step_seconds": steady[len(steady) // 2] if steady else None,
+    "peak_allocated": peak_alloc, "peak_reserved": peak_res,
+    "ratio": round(peak_res / max(1, peak_alloc), 4),
+    # The driver's view (cuMemGetInfo through torch.cuda.mem_get_info), sampled at step
+    # ends: device memory used beyond the context, and what the allocator held then.
+    "driver_peak_used": driver_peak, "reserved_at_driver_peak": reserved_at_driver_peak,
+    **extra,
+}
+print(json.dumps(out), flush=True)

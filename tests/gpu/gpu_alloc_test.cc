@@ -1,0 +1,230 @@
+// libgpumem's C ABI on a real GPU, for each CUDA backend (vmm, cudamalloc). Every block is
+// written by device work (cuMemsetD32Async, a fill kernel) and read back, so overlapping
+// or unmapped blocks fail. Skipped, with the reason, where there is no CUDA device.
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "allocator/cuda_driver.h"
+#include "gtest/gtest.h"
+#include "hooks/device_registry.h"
+#include "hooks/gpumem.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kMiB = 1 << 20;
+
+#define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+
+class GpuAllocTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    auto driver = cuda::Driver();
+    if (!driver.ok()) GTEST_SKIP() << "no CUDA device: " << driver.status().message();
+    api_ = *driver;
+    setenv("GPUMEM_BACKEND", GetParam(), 1);
+    setenv("GPUMEM_LOG_OOM", "0", 1);
+    unsetenv("GPUMEM_CAPACITY");
+    hooks::ResetRegistryForTesting();
+    // Start the device (and its primary context) with a first block.
+    void* p = gpumem_alloc(512, 0, nullptr);
+    ASSERT_NE(p, nullptr) << LastError();
+    gpumem_free(p, 512, 0, nullptr);
+    ASSERT_STREQ(gpumem_backend_name(0), GetParam());
+    CU_OK(api_->cuDevicePrimaryCtxRetain(&ctx_, 0));
+    CU_OK(api_->cuCtxSetCurrent(ctx_));
+  }
+  void TearDown() override {
+    if (api_ == nullptr) return;
+    api_->cuCtxSynchronize();
+    gpumem_empty_cache(-1);
+    hooks::ResetRegistryForTesting();
+    api_->cuDevicePrimaryCtxRelease(0);
+  }
+  static std::string LastError() {
+    char buf[1024];
+    gpumem_last_error(buf, sizeof buf);
+    return buf;
+  }
+  // Fills the block with `value` on `stream` (a device kernel).
+  void Fill(void* p, std::size_t bytes, std::uint32_t value, CUstream stream) {
+    CU_OK(api_->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(p), value, bytes / 4, stream));
+  }
+  // Reads the block back and checks every word.
+  void Check(void* p, std::size_t bytes, std::uint32_t value) {
+    std::vector<std::uint32_t> host(bytes / 4);
+    CU_OK(api_->cuMemcpyDtoH(host.data(), reinterpret_cast<CUdeviceptr>(p), bytes));
+    std::size_t bad = 0;
+    for (std::uint32_t w : host) bad += (w != value);
+    ASSERT_EQ(bad, 0u) << "block " << p << " of " << bytes << " bytes";
+  }
+  std::uint64_t DriverFree() {
+    std::size_t free_b = 0, total = 0;
+    api_->cuMemGetInfo(&free_b, &total);
+    return free_b;
+  }
+
+  const cuda::DriverApi* api_ = nullptr;
+  CUcontext ctx_ = nullptr;
+};
+
+TEST_P(GpuAllocTest, EveryBlockIsWritableAndDistinct) {
+  const std::size_t sizes[] = {512, 4096, 65536, 1 * kMiB, 3 * kMiB + 512, 16 * kMiB,
+                               100 * kMiB};
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  std::uint32_t tag = 1;
+  for (int round = 0; round < 4; ++round) {
+    for (std::size_t size : sizes) {
+      void* p = gpumem_alloc(size, 0, nullptr);
+      ASSERT_NE(p, nullptr) << LastError();
+      Fill(p, size, tag + static_cast<std::uint32_t>(blocks.size()), nullptr);
+      blocks.emplace_back(p, size);
+    }
+  }
+  CU_OK(api_->cuCtxSynchronize());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    Check(blocks[i].first, blocks[i].second, tag + static_cast<std::uint32_t>(i));
+  }
+  for (auto& [p, size] : blocks) gpumem_free(p, size, 0, nullptr);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 0u);
+}
+
+TEST_P(GpuAllocTest, ThreadsOnTheirOwnStreams) {
+  constexpr int kThreads = 6;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // A fresh thread has no current context: gpumem must cope, and so must we.
+      if (api_->cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return void(++failures);
+      CUstream stream = nullptr;
+      if (api_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        return void(++failures);
+      }
+      auto* s = reinterpret_cast<CUstream_st*>(stream);
+      for (int i = 0; i < 40; ++i) {
+        std::size_t size = (i % 5 == 0) ? (4 + i % 7) * kMiB : 512 * (1 + (i * 13 + t) % 300);
+        size = (size + 3) & ~std::size_t{3};
+        void* p = gpumem_alloc(size, 0, s);
+        if (p == nullptr) return void(++failures);
+        std::uint32_t value = 0x1000u * t + i;
+        api_->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(p), value, size / 4, stream);
+        api_->cuStreamSynchronize(stream);
+        std::vector<std::uint32_t> host(size / 4);
+        api_->cuMemcpyDtoH(host.data(), reinterpret_cast<CUdeviceptr>(p), size);
+        for (std::uint32_t w : host) {
+          if (w != value) {
+            ++failures;
+            break;
+          }
+        }
+        gpumem_free(p, size, 0, s);
+      }
+      api_->cuStreamDestroy(stream);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+// A block used on a second stream (record_stream) is not handed out again while that
+// stream's work is pending: the data written there survives the free.
+TEST_P(GpuAllocTest, RecordStreamKeepsABlockUntilTheOtherStreamIsDone) {
+  CUstream s1 = nullptr, s2 = nullptr;
+  CU_OK(api_->cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CU_OK(api_->cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  auto* g1 = reinterpret_cast<CUstream_st*>(s1);
+  constexpr std::size_t kBlock = 8 * kMiB;
+  void* a = gpumem_alloc(kBlock, 0, g1);
+  ASSERT_NE(a, nullptr);
+  Fill(a, kBlock, 0x11111111u, s1);
+  CU_OK(api_->cuStreamSynchronize(s1));
+  // Keep s2 busy for a while (big fills elsewhere), then write the block there.
+  void* busy = gpumem_alloc(1024 * kMiB, 0, g1);
+  ASSERT_NE(busy, nullptr);
+  for (int i = 0; i < 40; ++i) Fill(busy, 1024 * kMiB, i, s2);
+  Fill(a, kBlock, 0x22222222u, s2);
+  CUevent done = nullptr;
+  CU_OK(api_->cuEventCreate(&done, CU_EVENT_DISABLE_TIMING));
+  CU_OK(api_->cuEventRecord(done, s2));
+  gpumem_record_stream(a, 0, reinterpret_cast<CUstream_st*>(s2));
+  gpumem_free(a, kBlock, 0, g1);
+  // Same size, same stream: without the recorded use this would be `a` again.
+  void* b = gpumem_alloc(kBlock, 0, g1);
+  ASSERT_NE(b, nullptr);
+  bool s2_pending = api_->cuEventQuery(done) == CUDA_ERROR_NOT_READY;
+  if (s2_pending) {
+    EXPECT_NE(b, a) << "a block was reused while another stream used it";
+  }
+  Fill(b, kBlock, 0x33333333u, s1);
+  CU_OK(api_->cuCtxSynchronize());
+  if (b != a) Check(a, kBlock, 0x22222222u);
+  Check(b, kBlock, 0x33333333u);
+  gpumem_free(b, kBlock, 0, g1);
+  gpumem_free(busy, 1024 * kMiB, 0, g1);
+  api_->cuEventDestroy(done);
+  api_->cuStreamDestroy(s1);
+  api_->cuStreamDestroy(s2);
+  if (!s2_pending) GTEST_SKIP() << "the second stream finished too fast to tell";
+}
+
+TEST_P(GpuAllocTest, OutOfMemoryReturnsNullAndRecovers) {
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  // More than the whole device: the driver itself refuses.
+  EXPECT_EQ(gpumem_alloc(static_cast<ssize_t>(st.device_total_bytes + (1ull << 30)), 0,
+                         nullptr),
+            nullptr);
+  EXPECT_NE(LastError().find("out of memory"), std::string::npos) << LastError();
+  // Under a cap: gpumem's own limit.
+  ASSERT_EQ(gpumem_set_capacity(256 * kMiB, 0), 0);
+  void* ok = gpumem_alloc(128 * kMiB, 0, nullptr);
+  ASSERT_NE(ok, nullptr);
+  EXPECT_EQ(gpumem_alloc(200 * kMiB, 0, nullptr), nullptr);
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_GE(st.oom_count, 2u);
+  EXPECT_LE(st.reserved_bytes, 256 * kMiB);
+  gpumem_free(ok, 128 * kMiB, 0, nullptr);
+  void* after = gpumem_alloc(200 * kMiB, 0, nullptr);
+  EXPECT_NE(after, nullptr) << LastError();
+  gpumem_free(after, 200 * kMiB, 0, nullptr);
+}
+
+TEST_P(GpuAllocTest, EmptyCacheGivesEveryByteBackToTheDriver) {
+  CU_OK(api_->cuCtxSynchronize());
+  gpumem_empty_cache(0);
+  const std::uint64_t free_before = DriverFree();
+  std::vector<std::pair<void*, std::size_t>> blocks;
+  for (std::size_t size : {512ul, 70000ul, 2 * kMiB, 37 * kMiB, 700 * kMiB}) {
+    for (int i = 0; i < 3; ++i) {
+      void* p = gpumem_alloc(size, 0, nullptr);
+      ASSERT_NE(p, nullptr);
+      blocks.emplace_back(p, size);
+    }
+  }
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_GE(free_before - DriverFree(), st.allocated_bytes);  // the driver saw them
+  for (auto& [p, size] : blocks) gpumem_free(p, size, 0, nullptr);
+  gpumem_empty_cache(0);
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.reserved_bytes, 0u);
+  // The driver has it all back, to its own 2 MiB rounding.
+  const std::uint64_t free_after = DriverFree();
+  EXPECT_LE(free_before - std::min(free_before, free_after), 2 * kMiB)
+      << "before " << free_before << " after " << free_after;
+}
+
+std::string BackendName(const ::testing::TestParamInfo<const char*>& param_info) {
+  return param_info.param;
+}
+INSTANTIATE_TEST_SUITE_P(Backends, GpuAllocTest, ::testing::Values("vmm", "cudamalloc"),
+                         BackendName);
+
+}  // namespace
+}  // namespace gpumem

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
+# the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
+#
+# usage: tests/gpu/run.sh [tests] [bench] [train] [mincap WORKLOAD...]   (default: tests bench train)
+#   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
+#        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$repo/gpu-results}
+mkdir -p "$OUT"
+prebuilt=${GPUMEM_PREBUILT:-$repo/third_party/prebuilt}/usr
+build=$repo/build-gpu-device
+py=$(command -v python3)
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests bench train)
+want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+export LD_LIBRARY_PATH=$prebuilt/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export GPUMEM_LIB_DIR=$build/lib
+export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+
+torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/build.log"
+$py -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' | tee -a "$OUT/build.log"
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF \
+  -DCMAKE_PREFIX_PATH="$prebuilt;$torch_prefix" -DPython3_EXECUTABLE="$py" >>"$OUT/build.log" 2>&1 \
+  || { echo "configure failed"; tail -40 "$OUT/build.log"; exit 1; }
+for t in gpumem_shared gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem; do
+  cmake --build "$build" -j"$(nproc)" --target "$t" >>"$OUT/build.log" 2>&1 \
+    || { echo "build of $t failed:"; grep -E "error|Error" "$OUT/build.log" | tail -15; }
+done
+
+if want tests; then
+  echo "== GPU tests"
+  ctest --test-dir "$build" -L gpu --output-on-failure --timeout 600 2>&1 | tee "$OUT/tests.log" | tail -40
+fi
+
+if want bench; then
+  echo "== microbenchmarks"
+  "$build/bin/gpu_alloc_bench" --benchmark_out="$OUT/gpu_alloc_bench.json" \
+    --benchmark_out_format=json >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
+  : >"$OUT/torch_empty.jsonl"
+  for a in native gpumem; do
+    $py "$repo/tests/gpu/torch_empty_bench.py" $a >>"$OUT/torch_empty.jsonl" 2>>"$OUT/bench.log"
+  done
+  $py "$repo/tests/gpu/bench_table.py" "$OUT/gpu_alloc_bench.json" "$OUT/torch_empty.jsonl" \
+    | tee "$OUT/bench_table.md"
+fi
+
+if want train; then
+  echo "== training proof"
+  : >"$OUT/train.jsonl"
+  for w in ${TRAIN_WORKLOADS:-leaky_mlp resnet50 gpt2 varlen_bert}; do
+    for a in native gpumem expandable; do
+      $py "$repo/tests/gpu/capture.py" "$w" --allocator $a >>"$OUT/train.jsonl" 2>>"$OUT/train.err" \
+        || echo "capture $w $a failed (see train.err)"
+    done
+  done
+  $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl" | tee "$OUT/train_table.md"
+fi
+
+if want mincap; then
+  echo "== smallest cap that completes"
+  results=${TRAIN_RESULTS:-$OUT/train.jsonl}
+  for w in "${steps[@]}"; do
+    case $w in gpt2|resnet50|varlen_bert|leaky_mlp)
+      $py "$repo/tests/gpu/min_cap.py" "$results" "$w" | tee -a "$OUT/mincap.jsonl";;
+    esac
+  done
+fi
