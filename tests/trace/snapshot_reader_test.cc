@@ -12,6 +12,13 @@
 namespace gpumem::trace {
 namespace {
 
+// Sanitizer builds run the same checks on fewer inputs: the plain build covers the rest.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
 std::string Data(const std::string& file) { return std::string(GPUMEM_TEST_DATA) + "/" + file; }
 
 std::vector<std::string> StackText(const Trace& t, std::uint32_t stack_id) {
@@ -60,9 +67,12 @@ void ExpectSameAsTsv(const std::string& name) {
 }
 
 TEST(SnapshotReaderTest, LeakyMlpMatchesItsTsv) { ExpectSameAsTsv("leaky_mlp"); }
-TEST(SnapshotReaderTest, Gpt2MatchesItsTsv) { ExpectSameAsTsv("gpt2"); }
-TEST(SnapshotReaderTest, Resnet50MatchesItsTsv) { ExpectSameAsTsv("resnet50"); }
-TEST(SnapshotReaderTest, VarlenBertMatchesItsTsv) { ExpectSameAsTsv("varlen_bert"); }
+TEST(SnapshotReaderTest, LargerSnapshotsMatchTheirTsv) {
+  if (kSanitized) GTEST_SKIP() << "large inputs run in the plain build; leaky_mlp runs here";
+  ExpectSameAsTsv("gpt2");
+  ExpectSameAsTsv("resnet50");
+  ExpectSameAsTsv("varlen_bert");
+}
 
 // Figures from Python's pickle on the same file: 85 segments holding 86 blocks, 3 of them
 // allocated; 240 annotations, the first a START of Optimizer.step#SGD.step.

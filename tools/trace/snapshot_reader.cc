@@ -16,6 +16,9 @@
 namespace gpumem::trace {
 namespace {
 
+// Far more than any host has; bounds what a crafted file can make the writer emit.
+constexpr std::int32_t kMaxDevices = 4096;
+
 class Converter {
  public:
   Converter(const PickleTree& tree, const std::string& name)
@@ -132,6 +135,9 @@ class Converter {
     if (!traces.ok()) return traces.status();
     if (absl::Status s = Sequence(*traces, "device_traces"); !s.ok()) return s;
     absl::Span<const PickleId> devices = t_.items(*traces);
+    if (devices.size() > static_cast<std::size_t>(kMaxDevices)) {
+      return Error(*traces, absl::StrCat("device_traces lists ", devices.size(), " devices"));
+    }
     int devices_with_events = 0;
     for (std::size_t d = 0; d < devices.size(); ++d) {
       const std::string dpath = absl::StrCat("device_traces[", d, "]");
@@ -202,6 +208,9 @@ class Converter {
       if (s.ok()) s = Field(list[i], "segment_type", path, &type, std::optional<std::string>("large"));
       if (s.ok()) s = Field(list[i], "is_expandable", path, &seg.is_expandable, std::optional<bool>(false));
       if (!s.ok()) return s;
+      if (seg.device < 0 || seg.device >= kMaxDevices) {
+        return Error(list[i], absl::StrCat(path, ".device ", seg.device, " is out of range"));
+      }
       seg.is_large_pool = type != "small";
       s = ReadBlocks(list[i], path, &seg);
       if (!s.ok()) return s;

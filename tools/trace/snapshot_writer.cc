@@ -15,7 +15,9 @@ class SnapshotWriter {
 
   absl::StatusOr<std::string> Run() {
     for (const Event& e : t_.events) {
-      if (e.device < 0) return absl::InvalidArgumentError(absl::StrCat(t_.source, ": event on device ", e.device));
+      if (e.device < 0 || e.device >= kMaxDevices) {
+        return absl::InvalidArgumentError(absl::StrCat(t_.source, ": event on device ", e.device));
+      }
       if (e.stack_id >= t_.stacks.size()) {
         return absl::InvalidArgumentError(absl::StrCat(t_.source, ": event names stack ", e.stack_id,
                                                        " of ", t_.stacks.size()));
@@ -49,6 +51,7 @@ class SnapshotWriter {
 
  private:
   static constexpr std::uint32_t kUnset = ~std::uint32_t{0};
+  static constexpr std::int32_t kMaxDevices = 4096;
 
   // Frame dicts are written once and referenced through the memo after, as PyTorch's own
   // snapshots do.
@@ -135,14 +138,18 @@ class SnapshotWriter {
   }
 
   void DeviceTraces() {
-    std::int32_t devices = 1;  // PyTorch always lists device 0
-    for (const Event& e : t_.events) devices = std::max(devices, e.device + 1);
-    for (const Segment& s : t_.segments) devices = std::max(devices, s.device + 1);
+    // PyTorch always lists device 0; Run() checked every event's device.
+    std::vector<std::vector<const Event*>> by_device(1);
+    for (const Event& e : t_.events) {
+      if (e.action == Action::kStep || e.action == Action::kAnnotate) continue;
+      if (static_cast<std::size_t>(e.device) >= by_device.size()) by_device.resize(e.device + 1);
+      by_device[e.device].push_back(&e);
+    }
     w_.BeginList();
-    for (std::int32_t d = 0; d < devices; ++d) {
+    for (const std::vector<const Event*>& events : by_device) {
       w_.BeginList();
-      for (const Event& e : t_.events) {
-        if (e.device != d || e.action == Action::kStep || e.action == Action::kAnnotate) continue;
+      for (const Event* event : events) {
+        const Event& e = *event;
         w_.BeginDict();
         w_.String("action");
         w_.String(ActionName(e.action));

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Fuzzes the snapshot pickle reader with libFuzzer (clang, ASan + UBSan) for N seconds.
+#   tests/fuzz/run.sh [SECONDS=60] [extra libFuzzer flags...]
+# Builds into build-fuzz/ (plain clang++ of the sources; Abseil from the system) and leaves
+# crashes in build-fuzz/artifacts/. Exit status: libFuzzer's (0 when nothing was found).
+set -euo pipefail
+seconds="${1:-60}"
+shift || true
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+out="$root/build-fuzz"
+cxx="${CXX_FUZZ:-$(command -v clang++-14 || command -v clang++)}"
+mkdir -p "$out/corpus" "$out/artifacts"
+
+sources=(
+  tests/fuzz/pickle_reader_fuzz.cc
+  tools/trace/action.cc tools/trace/frame_table.cc tools/trace/pickle_reader.cc
+  tools/trace/pickle_value.cc tools/trace/pickle_writer.cc tools/trace/snapshot_prelude.cc
+  tools/trace/snapshot_reader.cc tools/trace/snapshot_writer.cc
+)
+absl_libs=$(pkg-config --libs absl_status absl_statusor absl_strings absl_str_format absl_flat_hash_map absl_hash)
+(cd "$root" && "$cxx" -std=c++20 -O1 -g -I. -fsanitize=fuzzer,address,undefined \
+   -fno-sanitize-recover=undefined "${sources[@]}" $absl_libs -o "$out/pickle_reader_fuzz")
+
+# Seeds: the heads of a real snapshot as Python pickles them (tests/fuzz/corpus); libFuzzer
+# adds what it finds to build-fuzz/corpus.
+cp -n "$root"/tests/fuzz/corpus/* "$out/corpus/"
+
+cd "$out"
+exec ./pickle_reader_fuzz -max_total_time="$seconds" -max_len=16384 -rss_limit_mb=2048 \
+  -artifact_prefix=artifacts/ "$@" corpus
