@@ -32,7 +32,8 @@ class StreamGuard {
       if (Done(pending_[i])) {
         release(pending_[i].ptr);
       } else {
-        pending_[keep++] = std::move(pending_[i]);
+        if (keep != i) pending_[keep] = std::move(pending_[i]);  // never onto itself
+        ++keep;
       }
     }
     pending_.resize(keep);

@@ -1,0 +1,255 @@
+#include "allocator/caching_allocator.h"
+
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "allocator/policies.h"
+#include "allocator/sim_backend.h"
+#include "tests/allocator/gpumem_checked_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kPage = 2 * kMiB;
+constexpr StreamId kS1 = 1;
+constexpr StreamId kS2 = 2;
+
+class Recorder : public AllocatorObserver {
+ public:
+  void OnEvent(const AllocatorEvent& e) override { events.push_back(e); }
+  int Count(AllocatorEventKind kind) const {
+    int n = 0;
+    for (const AllocatorEvent& e : events) n += e.kind == kind;
+    return n;
+  }
+  std::vector<AllocatorEvent> events;
+};
+
+TEST(CachingAllocatorTest, IsRegisteredAsGpumem) {
+  SimBackend sim;
+  auto a = MakePolicy("gpumem", sim);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ((*a)->name(), "gpumem");
+}
+
+TEST(CachingAllocatorTest, AccountsExactlyAndEmptiesTheCache) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim);
+  std::vector<DevicePtr> blocks;
+  std::uint64_t total = 0;
+  for (std::size_t size : {std::size_t{1}, std::size_t{0}, std::size_t{4000}, 100 * std::size_t{1024},
+                           kMiB, 3 * kMiB + 7, 64 * kMiB}) {
+    auto p = alloc->Allocate(size, kDefaultStream);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NE(*p, 0u);
+    EXPECT_EQ(*p % 512, 0u);
+    EXPECT_TRUE(sim.IsAccessible(*p, size));
+    blocks.push_back(*p);
+    total += size;
+  }
+  AllocatorStats s = alloc->stats();
+  EXPECT_EQ(s.allocated_bytes, total);
+  EXPECT_EQ(s.active_blocks, blocks.size());
+  EXPECT_EQ(s.reserved_bytes, sim.counters().physical_bytes);
+  EXPECT_GE(s.reserved_bytes, total);
+  for (DevicePtr p : blocks) alloc->Free(p);
+  s = alloc->stats();
+  EXPECT_EQ(s.allocated_bytes, 0u);
+  EXPECT_EQ(s.peak_allocated_bytes, total);
+  EXPECT_EQ(s.free_count, blocks.size());
+  EXPECT_GT(s.reserved_bytes, 0u);  // cached
+  alloc->EmptyCache();
+  EXPECT_EQ(alloc->stats().reserved_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+}
+
+TEST(CachingAllocatorTest, ReusesAFreedBlockOnItsOwnStreamAtOnce) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  DevicePtr small = *alloc->Allocate(4096, kS1);
+  alloc->Free(a);
+  alloc->Free(small);
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
+  EXPECT_EQ(*alloc->Allocate(4096, kS1), small);
+}
+
+TEST(CachingAllocatorTest, AnotherStreamDoesNotGetAFreedBlockWhileWorkMayBeQueued) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  DevicePtr small = *alloc->Allocate(4096, kS1);
+  alloc->Free(a);
+  alloc->Free(small);
+  DevicePtr b = *alloc->Allocate(8 * kMiB, kS2);
+  DevicePtr c = *alloc->Allocate(4096, kS2);
+  EXPECT_TRUE(b + 8 * kMiB <= a || a + 8 * kMiB <= b);
+  EXPECT_TRUE(c + 4096 <= small || small + 4096 <= c);
+}
+
+TEST(CachingAllocatorTest, RecordStreamDelaysReuseUntilTheOtherStreamRan) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  alloc->RecordStream(a, kS2);
+  alloc->Free(a);
+  EXPECT_EQ(alloc->stats().allocated_bytes, 0u);
+  DevicePtr b = *alloc->Allocate(8 * kMiB, kS1);
+  EXPECT_NE(b, a);  // stream 2 may still read a
+  sim.CompleteStream(kS2);
+  alloc->Free(b);
+  // Both are reusable now; the event was released.
+  DevicePtr c = *alloc->Allocate(8 * kMiB, kS1);
+  DevicePtr d = *alloc->Allocate(8 * kMiB, kS1);
+  EXPECT_TRUE((c == a && d == b) || (c == b && d == a));
+  EXPECT_EQ(sim.live_events(), 0u);
+}
+
+TEST(CachingAllocatorTest, OomReturnsAReportAndNeverAborts) {
+  SimBackend sim({.capacity = 16 * kMiB});
+  Recorder recorder;
+  auto alloc = MakeCachingAllocator(sim, {.device = 3, .observer = &recorder});
+  DevicePtr a = *alloc->Allocate(6 * kMiB, kS1);
+  auto big = alloc->Allocate(20 * kMiB, kS1);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  OomReport r = alloc->last_oom();
+  EXPECT_EQ(r.requested_bytes, 20 * kMiB);
+  EXPECT_EQ(r.allocated_bytes, 6 * kMiB);
+  EXPECT_EQ(r.reserved_bytes, sim.counters().physical_bytes);
+  EXPECT_EQ(r.capacity_bytes, 16 * kMiB);
+  EXPECT_EQ(alloc->stats().oom_count, 1u);
+  EXPECT_EQ(recorder.Count(AllocatorEventKind::kOom), 1);
+  EXPECT_EQ(recorder.events.back().device, 3);
+  EXPECT_FALSE(alloc->Allocate(std::size_t{1} << 63, kS1).ok());  // absurd sizes too
+  // Still usable afterwards.
+  alloc->Free(a);
+  EXPECT_TRUE(alloc->Allocate(16 * kMiB, kS1).ok());
+}
+
+TEST(CachingAllocatorTest, StitchesScatteredFreePagesWhenTheDeviceIsFull) {
+  // Eight 2 MiB blocks fill the device; every other one is freed. 8 MiB fit only if the
+  // four scattered free pages are remapped into one range.
+  SimBackend sim({.capacity = 8 * kPage});
+  Recorder recorder;
+  auto alloc = MakeCachingAllocator(sim, {.observer = &recorder});
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kS1));
+  for (int i = 0; i < 8; i += 2) alloc->Free(blocks[i]);
+  auto big = alloc->Allocate(4 * kPage, kS1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_TRUE(sim.IsAccessible(*big, 4 * kPage));
+  for (int i = 1; i < 8; i += 2) EXPECT_TRUE(sim.IsAccessible(blocks[i], kPage));
+  EXPECT_GE(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(sim.counters().peak_physical_bytes, 8 * kPage);
+  EXPECT_GT(recorder.Count(AllocatorEventKind::kUnmap), 0);
+
+}
+
+// Two 6 MiB blocks in two 8 MiB ranges on a 16 MiB device: 4 MiB are free, 2 MiB at the
+// end of each range. Without VMM that is an OOM; with it, the pages are stitched.
+std::size_t ServeAfterSplits(Backend& backend, DeviceAllocator& alloc) {
+  DevicePtr x = *alloc.Allocate(8 * kMiB, kS1);
+  DevicePtr y = *alloc.Allocate(8 * kMiB, kS1);
+  alloc.Free(x);
+  alloc.Free(y);
+  EXPECT_TRUE(alloc.Allocate(6 * kMiB, kS1).ok());
+  EXPECT_TRUE(alloc.Allocate(6 * kMiB, kS1).ok());
+  EXPECT_EQ(backend.counters().physical_bytes, 16 * kMiB);
+  auto z = alloc.Allocate(4 * kMiB, kS1);
+  return z.ok() ? 1 : 0;
+}
+
+TEST(CachingAllocatorTest, DefragmentsWhereSegmentsCannot) {
+  SimBackend sim({.capacity = 16 * kMiB});
+  auto alloc = MakeCachingAllocator(sim);
+  EXPECT_EQ(ServeAfterSplits(sim, *alloc), 1u);
+  EXPECT_EQ(sim.counters().peak_physical_bytes, 16 * kMiB);
+  EXPECT_GE(alloc->stats().stitch_count, 1u);
+
+  SimBackend plain({.capacity = 16 * kMiB, .vmm = false});
+  auto naive = MakeCachingAllocator(plain);
+  EXPECT_EQ(ServeAfterSplits(plain, *naive), 0u);
+  OomReport r = naive->last_oom();
+  EXPECT_EQ(r.requested_bytes, 4 * kMiB);
+  EXPECT_EQ(r.allocated_bytes, 12 * kMiB);
+  EXPECT_EQ(r.largest_free_bytes, 2 * kMiB);
+}
+
+TEST(CachingAllocatorTest, SegmentsWithoutVmmAreTrimmedUnderPressure) {
+  SimBackend sim({.capacity = 16 * kMiB, .vmm = false});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(6 * kMiB, kS1);
+  DevicePtr b = *alloc->Allocate(6 * kMiB, kS1);
+  EXPECT_EQ(sim.counters().segment_allocs, 2u);
+  alloc->Free(a);
+  alloc->Free(b);
+  // 16 MiB fits only after both cached segments are returned.
+  auto c = alloc->Allocate(16 * kMiB, kS1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(sim.IsAccessible(*c, 16 * kMiB));
+  EXPECT_GE(alloc->stats().trim_count, 1u);
+  alloc->Free(*c);
+  alloc->EmptyCache();
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+}
+
+TEST(CachingAllocatorTest, TellsTheObserverAboutEveryBlockAndPage) {
+  SimBackend sim;
+  Recorder recorder;
+  auto alloc = MakeCachingAllocator(sim, {.device = 1, .observer = &recorder});
+  DevicePtr a = *alloc->Allocate(5 * kMiB, kS2);
+  alloc->Free(a);
+  alloc->EmptyCache();
+  ASSERT_GE(recorder.events.size(), 4u);
+  EXPECT_EQ(recorder.Count(AllocatorEventKind::kAlloc), 1);
+  EXPECT_EQ(recorder.Count(AllocatorEventKind::kFree), 1);
+  EXPECT_EQ(recorder.Count(AllocatorEventKind::kMap), 3);  // 5 MiB: three 2 MiB pages
+  EXPECT_EQ(recorder.Count(AllocatorEventKind::kUnmap), 3);
+  for (const AllocatorEvent& e : recorder.events) {
+    EXPECT_EQ(e.device, 1);
+    if (e.kind == AllocatorEventKind::kAlloc) {
+      EXPECT_EQ(e.ptr, a);
+      EXPECT_EQ(e.bytes, 5 * kMiB);
+      EXPECT_EQ(e.stream, kS2);
+    }
+  }
+}
+
+TEST(CachingAllocatorTest, UnmapsOnlyAfterQueuedWorkCompleted) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  testing::CheckedBackend checked(sim);
+  EventHandle before = 0;
+  checked.on_unmap = [&](DevicePtr, std::size_t) {
+    // Work queued on the stream before the free must be done when pages go.
+    EXPECT_TRUE(sim.EventCompleted(before));
+  };
+  auto alloc = MakeCachingAllocator(checked);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  before = sim.RecordEvent(kS1);
+  alloc->Free(a);
+  alloc->EmptyCache();
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_GE(checked.synchronizations.load(), 1);
+  sim.ReleaseEvent(before);
+}
+
+TEST(CachingAllocatorTest, ResetPeaks) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(10 * kMiB, kS1);
+  alloc->Free(a);
+  alloc->EmptyCache();
+  EXPECT_EQ(alloc->stats().peak_allocated_bytes, 10 * kMiB);
+  alloc->ResetPeaks();
+  AllocatorStats s = alloc->stats();
+  EXPECT_EQ(s.peak_allocated_bytes, 0u);
+  EXPECT_EQ(s.peak_reserved_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gpumem

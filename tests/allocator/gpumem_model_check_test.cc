@@ -1,0 +1,215 @@
+// Randomized model check of the gpumem policy against a trivial reference: random
+// sequences of allocations, frees, record_stream, stream progress and cache emptying on
+// several streams, with events that complete only when the test says so. After every
+// step: live blocks never overlap and are accessible; a block never reuses memory that
+// work queued on another stream may still touch; pages are never unmapped under live
+// blocks or queued work; the accounting is exact. At the end everything is freed and the
+// cache emptied: nothing is held.
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/sim_backend.h"
+#include "tests/allocator/gpumem_checked_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr int kStreams = 3;
+
+struct LiveBlock {
+  std::size_t size;
+  StreamId stream;
+  std::set<StreamId> used_on;  // RecordStream
+};
+
+// Memory freed while work queued on these streams may still touch it.
+struct Dirty {
+  DevicePtr ptr;
+  std::size_t size;
+  std::set<StreamId> streams;
+};
+
+bool Overlaps(DevicePtr a, std::size_t as, DevicePtr b, std::size_t bs) {
+  as = std::max<std::size_t>(as, 1);
+  bs = std::max<std::size_t>(bs, 1);
+  return a < b + bs && b < a + as;
+}
+
+class ModelCheck {
+ public:
+  ModelCheck(std::uint32_t seed, bool vmm, std::uint64_t capacity)
+      : rng_(seed),
+        sim_({.capacity = capacity, .vmm = vmm, .events = SimBackendOptions::Events::kManual}),
+        checked_(sim_) {
+    checked_.on_synchronize = [this] { dirty_.clear(); };
+    checked_.on_unmap = [this](DevicePtr va, std::size_t bytes) {
+      for (const auto& [p, b] : live_) {
+        ASSERT_FALSE(Overlaps(va, bytes, p, b.size)) << "unmapped under a live block";
+      }
+      for (const Dirty& d : dirty_) {
+        ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
+      }
+    };
+    alloc_ = MakeCachingAllocator(checked_);
+  }
+
+  std::size_t RandomSize() {
+    switch (rng_() % 4) {
+      case 0: return rng_() % 4096;                        // tiny, 0 included
+      case 1: return 512 + rng_() % (256 << 10);           // slabs and small large blocks
+      case 2: return (1 << 20) + rng_() % (6 << 20);       // a few pages
+      default: return (rng_() % 16 + 1) * (std::size_t{1} << 20);  // page multiples and halves
+    }
+  }
+
+  void Step() {
+    const unsigned op = rng_() % 100;
+    if (op < 45 || live_.empty()) {
+      Allocate();
+    } else if (op < 85) {
+      Free();
+    } else if (op < 92) {
+      auto it = Pick();
+      StreamId s = rng_() % kStreams;
+      alloc_->RecordStream(it->first, s);
+      if (s != it->second.stream) it->second.used_on.insert(s);
+    } else if (op < 99) {
+      StreamId s = rng_() % kStreams;
+      sim_.CompleteStream(s);
+      for (Dirty& d : dirty_) d.streams.erase(s);
+    } else {
+      alloc_->EmptyCache();
+    }
+    CheckAccounting();
+  }
+
+  void Allocate() {
+    const std::size_t size = RandomSize();
+    const StreamId s = rng_() % kStreams;
+    absl::StatusOr<DevicePtr> p = alloc_->Allocate(size, s);
+    if (!p.ok()) {
+      ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+      const OomReport r = alloc_->last_oom();
+      ASSERT_EQ(r.requested_bytes, size);
+      ASSERT_EQ(r.allocated_bytes, allocated_);
+      ++ooms_;
+      return;
+    }
+    ASSERT_TRUE(sim_.IsAccessible(*p, size)) << "block not backed by memory";
+    // No overlap with a live block (the neighbours in address order suffice).
+    auto next = live_.lower_bound(*p);
+    if (next != live_.end()) {
+      ASSERT_FALSE(Overlaps(*p, size, next->first, next->second.size));
+    }
+    if (next != live_.begin()) {
+      auto prev = std::prev(next);
+      ASSERT_FALSE(Overlaps(*p, size, prev->first, prev->second.size));
+    }
+    for (const Dirty& d : dirty_) {
+      bool others = false;
+      for (StreamId q : d.streams) others |= q != s;
+      if (others) {
+        ASSERT_FALSE(Overlaps(*p, size, d.ptr, d.size)) << "reused before other streams ran";
+      }
+    }
+    live_.emplace(*p, LiveBlock{size, s, {}});
+    allocated_ += size;
+  }
+
+  std::map<DevicePtr, LiveBlock>::iterator Pick() {
+    auto it = live_.lower_bound(static_cast<DevicePtr>(rng_()) << 20 | rng_());
+    return it == live_.end() ? live_.begin() : it;
+  }
+
+  void Free() {
+    auto it = Pick();
+    alloc_->Free(it->first);
+    Dirty d{it->first, std::max<std::size_t>(it->second.size, 1), it->second.used_on};
+    d.streams.insert(it->second.stream);
+    dirty_.push_back(std::move(d));
+    allocated_ -= it->second.size;
+    live_.erase(it);
+    // Keep the reference small: regions whose streams all ran are clean.
+    std::erase_if(dirty_, [](const Dirty& x) { return x.streams.empty(); });
+  }
+
+  void CheckAccounting() {
+    const AllocatorStats s = alloc_->stats();
+    ASSERT_EQ(s.allocated_bytes, allocated_);
+    ASSERT_EQ(s.active_blocks, live_.size());
+    ASSERT_EQ(s.reserved_bytes, sim_.counters().physical_bytes);
+    ASSERT_LE(s.reserved_bytes, sim_.capacity());
+  }
+
+  void FinishAndCheckEmpty() {
+    while (!live_.empty()) Free();
+    sim_.Synchronize();
+    alloc_->EmptyCache();
+    const AllocatorStats s = alloc_->stats();
+    EXPECT_EQ(s.allocated_bytes, 0u);
+    EXPECT_EQ(s.active_blocks, 0u);
+    EXPECT_EQ(s.reserved_bytes, 0u);
+    EXPECT_EQ(sim_.counters().physical_bytes, 0u);
+    EXPECT_EQ(sim_.counters().mapped_bytes, 0u);
+    EXPECT_EQ(sim_.counters().reserved_va_bytes, 0u);
+    EXPECT_EQ(sim_.live_events(), 0u);
+  }
+
+  int ooms() const { return ooms_; }
+
+ private:
+  std::mt19937 rng_;
+  SimBackend sim_;
+  testing::CheckedBackend checked_;
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::map<DevicePtr, LiveBlock> live_;
+  std::vector<Dirty> dirty_;
+  std::uint64_t allocated_ = 0;
+  int ooms_ = 0;
+};
+
+struct Config {
+  bool vmm;
+  std::uint64_t capacity;
+};
+
+class GpumemModelCheckTest : public ::testing::TestWithParam<Config> {};
+
+TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
+  constexpr int kSequences = 500;
+  constexpr int kSteps = 200;
+  int ooms = 0;
+  for (int seq = 0; seq < kSequences; ++seq) {
+    ModelCheck m(1000 + seq, GetParam().vmm, GetParam().capacity);
+    for (int i = 0; i < kSteps; ++i) {
+      m.Step();
+      if (::testing::Test::HasFatalFailure()) {
+        FAIL() << "sequence " << seq << ", step " << i;
+      }
+    }
+    m.FinishAndCheckEmpty();
+    ooms += m.ooms();
+  }
+  // Under the small cap the check must also have exercised the OOM path.
+  if (GetParam().capacity < (std::uint64_t{1} << 30)) {
+    EXPECT_GT(ooms, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Backends, GpumemModelCheckTest,
+    ::testing::Values(Config{true, std::uint64_t{8} << 30}, Config{true, std::uint64_t{96} << 20},
+                      Config{false, std::uint64_t{8} << 30}, Config{false, std::uint64_t{96} << 20}),
+    [](const auto& p) {
+      return std::string(p.param.vmm ? "Vmm" : "Segments") +
+             (p.param.capacity < (std::uint64_t{1} << 30) ? "SmallCap" : "LargeCap");
+    });
+
+}  // namespace
+}  // namespace gpumem
