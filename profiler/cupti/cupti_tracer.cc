@@ -1,0 +1,205 @@
+// libgpumem_cupti.so: loaded by the CUDA driver through CUDA_INJECTION64_PATH (which
+// `gpumem run` sets), it records every driver and runtime memory call of the process --
+// cuBLAS workspaces, NCCL buffers, PyTorch's own segments, a plain cudaMalloc -- with the
+// calling thread's stack, into a gpumem trace (docs/profiler.md). It also notices CUDA
+// being used in a child forked from a process that had CUDA, and says how to fix it.
+#include <cupti.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "profiler/cupti/memory_call.h"
+#include "profiler/cupti/trace_name.h"
+#include "profiler/recorder.h"
+#include "profiler/trace_path.h"
+
+namespace gpumem::cupti {
+namespace {
+
+struct LiveBlock {
+  std::uint64_t size;
+  std::int32_t device;
+};
+
+// Never destroyed: CUDA may still call back while the process exits.
+struct Tracer {
+  Recorder* recorder = nullptr;
+  std::string path_pattern;
+  std::string parent_path;
+  RecorderOptions options;
+  std::mutex mu;  // guards `live`
+  absl::flat_hash_map<std::uint64_t, LiveBlock> live;
+};
+Tracer* g_tracer = nullptr;
+std::atomic<bool> g_forked_child{false};
+std::atomic<bool> g_fork_reported{false};
+
+// The runtime call this thread is inside, so the driver call it makes is recorded once,
+// under the runtime's name.
+thread_local const char* t_runtime_api = nullptr;
+thread_local bool t_runtime_recorded = false;
+
+constexpr std::uint64_t kHandleBit = std::uint64_t{1} << 63;  // cuMemCreate handles
+
+void AfterForkInChild() { g_forked_child.store(true); }
+
+void ReportForkedChild(const char* function) {
+  if (g_fork_reported.exchange(true)) return;
+  std::fprintf(stderr,
+               "gpumem: CUDA was called (%s) in process %d, a child forked from a process that "
+               "had already initialized CUDA. CUDA does not survive fork(): this is what "
+               "happens when PyTorch DataLoader workers (num_workers > 0, fork start method) "
+               "touch CUDA. Fix: do not use CUDA in DataLoader workers (return CPU tensors and "
+               "move them to the GPU in the main process), or use the 'spawn' start method: "
+               "DataLoader(..., multiprocessing_context='spawn') or "
+               "torch.multiprocessing.set_start_method('spawn').\n",
+               function != nullptr ? function : "?", static_cast<int>(getpid()));
+  // The parent's trace belongs to the parent; the child gets its own.
+  RecorderOptions options = g_tracer->options;
+  std::string path = ExpandTracePath(options.path, getpid(), RankFromEnvironment());
+  if (path == g_tracer->parent_path) path += ".child-" + std::to_string(getpid());
+  options.path = path;
+  options.writer.header["source"] = "cupti (forked child)";
+  auto recorder = Recorder::Open(options);
+  if (!recorder.ok()) return;
+  (*recorder)->Annotate(-1,
+                        std::string("cuda-in-forked-child: ") + (function ? function : "?") +
+                            "; DataLoader workers must not touch CUDA; use the 'spawn' "
+                            "start method",
+                        true);
+  g_tracer->recorder = recorder->release();
+  g_forked_child.store(false);  // from now on this process records into its own trace
+}
+
+std::int32_t DeviceOf(const CUpti_CallbackData* cb) {
+  if (cb->context == nullptr) return 0;
+  std::uint32_t id = 0;
+  if (cuptiGetDeviceId(cb->context, &id) != CUPTI_SUCCESS) return 0;
+  return static_cast<std::int32_t>(id);
+}
+
+void Record(const MemoryCall& call, const CUpti_CallbackData* cb, const char* runtime_api) {
+  Recorder* recorder = g_tracer->recorder;
+  if (recorder == nullptr) return;
+  std::int32_t device = call.host ? -1 : call.device.value_or(DeviceOf(cb));
+  std::uint64_t size = call.size;
+  const bool handle = call.api[0] == 'c' && std::string_view(call.api).find("cuMemCreate") == 0;
+  std::uint64_t key = call.addr;
+  if (handle || std::string_view(call.api) == "cuMemRelease") key |= kHandleBit;
+  {
+    std::lock_guard<std::mutex> lock(g_tracer->mu);
+    if (call.type == format::RecordType::kSegmentAlloc) {
+      g_tracer->live[key] = {size, device};
+    } else if (call.frees) {
+      auto it = g_tracer->live.find(key);
+      if (it != g_tracer->live.end()) {
+        size = it->second.size;
+        device = it->second.device;
+        g_tracer->live.erase(it);
+      }
+    }
+  }
+  const std::string function = runtime_api != nullptr ? runtime_api : call.api;
+  const std::string file = runtime_api != nullptr
+                               ? std::string("[cuda-runtime] via ") + call.api
+                               : std::string(call.runtime ? "[cuda-runtime]" : "[cuda-driver]");
+  const std::uint32_t api_frame = recorder->writer().stacks().InternNamedFrame(
+      format::FrameKind::kApi, function, file, 0);
+  recorder->RecordEvent(call.type, device, call.addr, size, call.stream, api_frame);
+}
+
+void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                         const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (g_forked_child.load(std::memory_order_relaxed)) ReportForkedChild(cb->functionName);
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    if (cb->callbackSite == CUPTI_API_ENTER) {
+      std::optional<MemoryCall> call = DecodeRuntimeCall(cbid, cb->functionParams);
+      t_runtime_api = call ? call->api : nullptr;
+      t_runtime_recorded = false;
+      return;
+    }
+    // The runtime made no driver memory call we saw (or did it through a path CUPTI
+    // does not report): record the runtime call itself.
+    const auto* rv = static_cast<const int*>(cb->functionReturnValue);
+    if (!t_runtime_recorded && (rv == nullptr || *rv == 0)) {
+      if (std::optional<MemoryCall> call = DecodeRuntimeCall(cbid, cb->functionParams)) {
+        Record(*call, cb, nullptr);
+      }
+    }
+    t_runtime_api = nullptr;
+    return;
+  }
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT) return;
+  const auto* rv = static_cast<const CUresult*>(cb->functionReturnValue);
+  if (rv != nullptr && *rv != CUDA_SUCCESS) return;
+  std::optional<MemoryCall> call = DecodeDriverCall(cbid, cb->functionParams);
+  if (!call) return;
+  Record(*call, cb, t_runtime_api);
+  if (t_runtime_api != nullptr) t_runtime_recorded = true;
+}
+
+void Shutdown() {
+  if (g_tracer == nullptr || g_tracer->recorder == nullptr) return;
+  if (g_forked_child.load()) return;  // the parent's recorder: its thread is not here
+  (void)g_tracer->recorder->Close();
+}
+
+}  // namespace
+}  // namespace gpumem::cupti
+
+// The entry point the CUDA driver calls when CUDA_INJECTION64_PATH names this library.
+extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
+  using namespace gpumem;
+  using namespace gpumem::cupti;
+  static std::once_flag once;
+  static int result = 1;
+  std::call_once(once, [] {
+    absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
+    if (!options.ok()) {
+      std::fprintf(stderr, "gpumem-cupti: %s; not tracing\n",
+                   std::string(options.status().message()).c_str());
+      return;
+    }
+    options->path = CuptiTracePattern(std::getenv("GPUMEM_CUPTI_TRACE"),
+                                      std::getenv("GPUMEM_TRACE"));
+    options->writer.header["source"] = "cupti";
+    auto* tracer = new Tracer();
+    tracer->options = *options;
+    tracer->parent_path = ExpandTracePath(options->path, getpid(), RankFromEnvironment());
+    auto recorder = Recorder::Open(*options);
+    if (!recorder.ok()) {
+      std::fprintf(stderr, "gpumem-cupti: %s; not tracing\n",
+                   std::string(recorder.status().message()).c_str());
+      return;
+    }
+    tracer->recorder = recorder->release();
+    g_tracer = tracer;
+    CUpti_SubscriberHandle subscriber;
+    if (cuptiSubscribe(&subscriber, &OnCallback, nullptr) != CUPTI_SUCCESS) {
+      std::fprintf(stderr, "gpumem-cupti: cuptiSubscribe failed (another CUPTI client, "
+                           "e.g. a profiler, may hold it); not tracing\n");
+      return;
+    }
+    std::size_t n = 0;
+    const CUpti_CallbackId* ids = DriverCallbackIds(&n);
+    for (std::size_t i = 0; i < n; ++i) {
+      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, ids[i]);
+    }
+    ids = RuntimeCallbackIds(&n);
+    for (std::size_t i = 0; i < n; ++i) {
+      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, ids[i]);
+    }
+    pthread_atfork(nullptr, nullptr, &AfterForkInChild);
+    std::atexit(&Shutdown);
+    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s\n",
+                 tracer->recorder->writer().path().c_str());
+  });
+  return result;
+}

@@ -1,0 +1,99 @@
+#include "profiler/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumem {
+namespace {
+
+absl::Status Errno(const std::string& path, const char* what, int err) {
+  return absl::UnavailableError(absl::StrCat(path, ": ", what, ": ", std::strerror(err)));
+}
+
+}  // namespace
+
+absl::StatusOr<MappedFile> MappedFile::Create(const std::string& path,
+                                              std::size_t initial_capacity) {
+  MappedFile file;
+  file.path_ = path;
+  file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (file.fd_ < 0) return Errno(path, "cannot create", errno);
+  absl::Status grown = file.Grow(std::max<std::size_t>(initial_capacity, 4096));
+  if (!grown.ok()) return grown;
+  return file;
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept { *this = std::move(other); }
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    Abandon();
+    path_ = std::move(other.path_);
+    fd_ = std::exchange(other.fd_, -1);
+    map_ = std::exchange(other.map_, nullptr);
+    capacity_ = std::exchange(other.capacity_, 0);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (fd_ >= 0) (void)Finish();
+}
+
+void MappedFile::Unmap() {
+  if (map_ != nullptr) ::munmap(map_, capacity_);
+  map_ = nullptr;
+}
+
+void MappedFile::Abandon() {
+  Unmap();
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+absl::Status MappedFile::Grow(std::size_t needed) {
+  std::size_t capacity = std::max<std::size_t>(capacity_, 4096);
+  // Double while small, then grow 256 MiB at a time: few remaps, bounded waste.
+  while (capacity < needed) capacity += std::min<std::size_t>(capacity, 256u << 20);
+  int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(capacity));
+  if (err != 0) return Errno(path_, "cannot reserve space", err);
+  Unmap();
+  void* map = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) return Errno(path_, "cannot map", errno);
+  map_ = static_cast<char*>(map);
+  capacity_ = capacity;
+  return absl::OkStatus();
+}
+
+absl::Status MappedFile::Append(const void* data, std::size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": closed"));
+  if (size_ + n > capacity_) {
+    absl::Status grown = Grow(size_ + n);
+    if (!grown.ok()) return grown;
+  }
+  std::memcpy(map_ + size_, data, n);
+  size_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status MappedFile::Finish() {
+  if (fd_ < 0) return absl::OkStatus();
+  Unmap();
+  absl::Status status;
+  if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    status = Errno(path_, "cannot truncate", errno);
+  }
+  ::close(fd_);
+  fd_ = -1;
+  return status;
+}
+
+}  // namespace gpumem

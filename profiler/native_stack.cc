@@ -1,0 +1,25 @@
+#include "profiler/native_stack.h"
+
+#include <execinfo.h>
+
+#include <algorithm>
+
+namespace gpumem {
+
+// Not inlined, so the frame count to skip is the same at every call site.
+__attribute__((noinline)) std::size_t CaptureNativeStack(RawFrame* out, std::size_t max,
+                                                         std::size_t skip) {
+  constexpr std::size_t kMaxDepth = 256;
+  void* pcs[kMaxDepth];
+  const std::size_t want = std::min(kMaxDepth, max + skip + 1);
+  // backtrace() unwinds with the compiler's unwind tables (_Unwind_Backtrace): it works
+  // without frame pointers. Its first call loads libgcc_s; later calls do not allocate.
+  const int got = backtrace(pcs, static_cast<int>(want));
+  std::size_t n = 0;
+  for (int i = static_cast<int>(skip) + 1; i < got && n < max; ++i) {
+    out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(pcs[i]), 0, RawFrame::kNativeTag};
+  }
+  return n;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,104 @@
+#include "profiler/python_stack.h"
+
+#include <dlfcn.h>
+
+namespace gpumem {
+
+// The few CPython functions used, by their stable C API names (3.9+ for
+// PyFrame_GetCode / PyFrame_GetBack). PyObject* is opaque here.
+struct PythonStacks::Api {
+  using Obj = void*;
+  int (*Py_IsInitialized)() = nullptr;
+  int (*PyGILState_Check)() = nullptr;
+  Obj (*PyEval_GetFrame)() = nullptr;           // borrowed
+  Obj (*PyFrame_GetBack)(Obj) = nullptr;        // new reference
+  Obj (*PyFrame_GetCode)(Obj) = nullptr;        // new reference
+  int (*PyFrame_GetLineNumber)(Obj) = nullptr;
+  Obj (*PyObject_GetAttrString)(Obj, const char*) = nullptr;  // new reference
+  const char* (*PyUnicode_AsUTF8)(Obj) = nullptr;
+  void (*Py_IncRef)(Obj) = nullptr;
+  void (*Py_DecRef)(Obj) = nullptr;
+  void (*PyErr_Clear)() = nullptr;
+  void (*PyErr_Fetch)(Obj*, Obj*, Obj*) = nullptr;
+  void (*PyErr_Restore)(Obj, Obj, Obj) = nullptr;
+};
+
+namespace {
+
+template <typename F>
+bool Find(F* fn, const char* name) {
+  *fn = reinterpret_cast<F>(dlsym(RTLD_DEFAULT, name));
+  return *fn != nullptr;
+}
+
+}  // namespace
+
+PythonStacks& PythonStacks::Get() {
+  static PythonStacks* instance = new PythonStacks();  // never destroyed: used at exit
+  return *instance;
+}
+
+PythonStacks::PythonStacks() {
+  auto* api = new Api();
+  api_ok_ = Find(&api->Py_IsInitialized, "Py_IsInitialized") &&
+            Find(&api->PyGILState_Check, "PyGILState_Check") &&
+            Find(&api->PyEval_GetFrame, "PyEval_GetFrame") &&
+            Find(&api->PyFrame_GetBack, "PyFrame_GetBack") &&
+            Find(&api->PyFrame_GetCode, "PyFrame_GetCode") &&
+            Find(&api->PyFrame_GetLineNumber, "PyFrame_GetLineNumber") &&
+            Find(&api->PyObject_GetAttrString, "PyObject_GetAttrString") &&
+            Find(&api->PyUnicode_AsUTF8, "PyUnicode_AsUTF8") &&
+            Find(&api->Py_IncRef, "Py_IncRef") && Find(&api->Py_DecRef, "Py_DecRef") &&
+            Find(&api->PyErr_Clear, "PyErr_Clear") && Find(&api->PyErr_Fetch, "PyErr_Fetch") &&
+            Find(&api->PyErr_Restore, "PyErr_Restore");
+  api_ = api;
+}
+
+std::size_t PythonStacks::Capture(RawFrame* out, std::size_t max) const {
+  if (!api_ok_ || !api_->Py_IsInitialized() || !api_->PyGILState_Check()) return 0;
+  void* frame = api_->PyEval_GetFrame();
+  if (frame == nullptr) return 0;
+  api_->Py_IncRef(frame);  // uniform ownership: every frame below is a new reference
+  std::size_t n = 0;
+  while (frame != nullptr && n < max) {
+    void* code = api_->PyFrame_GetCode(frame);
+    const int line = api_->PyFrame_GetLineNumber(frame);
+    out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(code),
+                        static_cast<std::uint32_t>(line < 0 ? 0 : line), RawFrame::kPythonTag};
+    api_->Py_DecRef(code);  // Name() keeps the ones that end up in the table alive
+    void* back = api_->PyFrame_GetBack(frame);
+    api_->Py_DecRef(frame);
+    frame = back;
+  }
+  if (frame != nullptr) api_->Py_DecRef(frame);
+  return n;
+}
+
+void PythonStacks::Name(std::uint64_t code, std::string* filename, std::string* function) const {
+  if (!api_ok_) return;
+  void* obj = reinterpret_cast<void*>(code);
+  api_->Py_IncRef(obj);  // once per new frame: the address stays this code object's
+  // An allocation may happen while an exception is being raised: keep it intact.
+  void *err_type = nullptr, *err_value = nullptr, *err_tb = nullptr;
+  api_->PyErr_Fetch(&err_type, &err_value, &err_tb);
+  auto attr = [&](const char* name, std::string* out) {
+    void* value = api_->PyObject_GetAttrString(obj, name);
+    if (value == nullptr) {
+      api_->PyErr_Clear();
+      return;
+    }
+    const char* utf8 = api_->PyUnicode_AsUTF8(value);
+    if (utf8 != nullptr) {
+      *out = utf8;
+    } else {
+      api_->PyErr_Clear();
+    }
+    api_->Py_DecRef(value);
+  };
+  attr("co_filename", filename);
+  attr("co_qualname", function);
+  if (function->empty()) attr("co_name", function);  // before 3.11
+  api_->PyErr_Restore(err_type, err_value, err_tb);
+}
+
+}  // namespace gpumem

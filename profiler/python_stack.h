@@ -1,0 +1,38 @@
+// The calling thread's Python frames, read through the CPython C API found at run time
+// (dlsym), so nothing here links libpython: in a process without Python, or on a thread
+// that does not hold the GIL, there are simply no Python frames.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "profiler/stack_table.h"
+
+namespace gpumem {
+
+class PythonStacks {
+ public:
+  // The process-wide instance; it looks for the interpreter on first use.
+  static PythonStacks& Get();
+
+  // True if the process has a Python interpreter whose API we found.
+  bool available() const { return api_ok_; }
+
+  // Up to `max` frames of the calling thread, innermost first, as (code object, line).
+  // 0 when there is no interpreter or this thread does not hold the GIL.
+  std::size_t Capture(RawFrame* out, std::size_t max) const;
+
+  // A code object's file and function name; keeps the code object alive so its address
+  // names it for the life of the process. Call only while holding the GIL (the stack
+  // table calls it for new frames, on the thread that captured them).
+  void Name(std::uint64_t code, std::string* filename, std::string* function) const;
+
+ private:
+  PythonStacks();
+  struct Api;
+  const Api* api_;
+  bool api_ok_ = false;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,153 @@
+#include "profiler/recorder.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "profiler/native_stack.h"
+#include "profiler/python_stack.h"
+#include "profiler/trace_path.h"
+
+namespace gpumem {
+
+absl::StatusOr<StackMode> ParseStackMode(absl::string_view text) {
+  if (text == "none") return StackMode::kNone;
+  if (text == "python") return StackMode::kPython;
+  if (text == "native") return StackMode::kNative;
+  if (text == "all") return StackMode::kAll;
+  return absl::InvalidArgumentError(
+      absl::StrCat("GPUMEM_STACKS='", text, "': expected none, python, native or all"));
+}
+
+const char* StackModeName(StackMode mode) {
+  switch (mode) {
+    case StackMode::kNone: return "none";
+    case StackMode::kPython: return "python";
+    case StackMode::kNative: return "native";
+    case StackMode::kAll: return "all";
+  }
+  return "?";
+}
+
+absl::StatusOr<RecorderOptions> RecorderOptions::FromEnvironment() {
+  RecorderOptions options;
+  if (const char* v = std::getenv("GPUMEM_TRACE"); v != nullptr && *v != '\0') {
+    options.path = v;
+  }
+  if (const char* v = std::getenv("GPUMEM_STACKS"); v != nullptr && *v != '\0') {
+    absl::StatusOr<StackMode> mode = ParseStackMode(v);
+    if (!mode.ok()) return mode.status();
+    options.stacks = *mode;
+  }
+  if (const char* v = std::getenv("GPUMEM_TRACE_FLUSH_MS"); v != nullptr && *v != '\0') {
+    int ms;
+    if (!absl::SimpleAtoi(v, &ms) || ms <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GPUMEM_TRACE_FLUSH_MS='", v, "': expected a positive integer"));
+    }
+    options.writer.flush_interval_ms = ms;
+  }
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options) {
+  options.writer.path = ExpandTracePath(options.path, getpid(), RankFromEnvironment());
+  options.writer.header["stacks"] = StackModeName(options.stacks);
+  absl::StatusOr<std::unique_ptr<TraceWriter>> writer = TraceWriter::Open(options.writer);
+  if (!writer.ok()) return writer.status();
+  return std::unique_ptr<Recorder>(new Recorder(std::move(options), std::move(*writer)));
+}
+
+Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
+    : options_(std::move(options)), writer_(std::move(writer)) {}
+
+// Frames of the recorder itself to leave out of native stacks: CaptureStack and its
+// caller (RecordEvent or OnEvent). Both are kept out of line so the count holds.
+constexpr std::size_t kOwnFrames = 2;
+
+__attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api_frame,
+                                                               std::size_t skip) {
+  const bool native = options_.stacks == StackMode::kNative || options_.stacks == StackMode::kAll;
+  const bool python = options_.stacks == StackMode::kPython || options_.stacks == StackMode::kAll;
+  if (!native && !python && api_frame == 0) return 0;
+  constexpr std::size_t kMax = 512;
+  RawFrame frames[kMax];
+  std::size_t n = 0;
+  if (api_frame != 0) frames[n++] = RawFrame{api_frame, 0, RawFrame::kNamedTag};
+  // "all": native frames (innermost) then the Python frames of the same thread.
+  if (native) {
+    n += CaptureNativeStack(frames + n, std::min(options_.max_native_frames, kMax - n),
+                            skip + kOwnFrames);
+  }
+  PythonStacks& py = PythonStacks::Get();
+  if (python && py.available()) {
+    n += py.Capture(frames + n, std::min(options_.max_python_frames, kMax - n));
+  }
+  return writer_->stacks().Intern(
+      frames, n, [&py](std::uint64_t code, std::string* file, std::string* function) {
+        py.Name(code, file, function);
+      });
+}
+
+__attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
+                                                     std::int32_t device, std::uint64_t addr,
+                                                     std::uint64_t size, std::uint64_t stream,
+                                                     std::uint32_t api_frame,
+                                                     std::optional<std::uint64_t> extra,
+                                                     std::size_t skip) {
+  RawRecord r;
+  r.stack_id = CaptureStack(api_frame, skip);
+  r.time_ns = TraceWriter::NowNs();
+  r.type = type;
+  r.device = device;
+  r.addr = addr;
+  r.size = size;
+  r.stream = stream;
+  r.thread = TraceWriter::ThreadId();
+  r.has_extra = extra.has_value();
+  r.extra = extra.value_or(0);
+  writer_->Record(r);
+}
+
+__attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
+  format::RecordType type = format::RecordType::kAlloc;
+  switch (event.kind) {
+    case AllocatorEventKind::kAlloc: type = format::RecordType::kAlloc; break;
+    case AllocatorEventKind::kFree: type = format::RecordType::kFree; break;
+    case AllocatorEventKind::kMap: type = format::RecordType::kMap; break;
+    case AllocatorEventKind::kUnmap: type = format::RecordType::kUnmap; break;
+    case AllocatorEventKind::kOom: type = format::RecordType::kOom; break;
+  }
+  RawRecord r;
+  // A free is attributed to its block's allocation site by readers; its own stack is
+  // not worth the unwinding.
+  if (event.kind != AllocatorEventKind::kFree) r.stack_id = CaptureStack(0, 0);
+  r.time_ns = TraceWriter::NowNs();
+  r.type = type;
+  r.device = event.device;
+  r.addr = event.ptr;
+  r.size = event.bytes;
+  r.stream = event.stream;
+  r.thread = TraceWriter::ThreadId();
+  writer_->Record(r);
+}
+
+std::uint64_t Recorder::Step() {
+  const std::uint64_t step = step_.fetch_add(1, std::memory_order_relaxed) + 1;
+  RawRecord r;
+  r.time_ns = TraceWriter::NowNs();
+  r.type = format::RecordType::kStep;
+  r.size = step;
+  r.thread = TraceWriter::ThreadId();
+  writer_->Record(r);
+  return step;
+}
+
+void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {
+  writer_->Annotate(device, name, start);
+}
+
+}  // namespace gpumem

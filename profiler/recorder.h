@@ -1,0 +1,73 @@
+// The recorder: gpumem's allocator reports every alloc, free, map, unmap and OOM to it
+// (as an AllocatorObserver, attached by the C ABI in hooks/), and it appends each with
+// time, device, stream, thread, size, address and an interned stack id to the trace.
+// Step() marks a training-step boundary. See docs/profiler.md.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "allocator/observer.h"
+#include "profiler/trace_writer.h"
+
+namespace gpumem {
+
+// GPUMEM_STACKS: which frames each event carries.
+enum class StackMode { kNone, kPython, kNative, kAll };
+absl::StatusOr<StackMode> ParseStackMode(absl::string_view text);
+const char* StackModeName(StackMode mode);
+
+struct RecorderOptions {
+  // File name; %p is the pid, %r the torchrun rank (profiler/trace_path.h).
+  std::string path = "gpumem-%p.gpumem";
+  StackMode stacks = StackMode::kPython;
+  std::size_t max_native_frames = 48;
+  std::size_t max_python_frames = 64;
+  TraceWriterOptions writer;  // its path is set from `path`
+
+  // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
+  // Errors name the variable and its value.
+  static absl::StatusOr<RecorderOptions> FromEnvironment();
+};
+
+class Recorder final : public AllocatorObserver {
+ public:
+  static absl::StatusOr<std::unique_ptr<Recorder>> Open(RecorderOptions options);
+
+  // The hot path: called by the allocator on the allocating thread.
+  void OnEvent(const AllocatorEvent& event) override;
+
+  // A training-step boundary; returns the number of the step that begins.
+  std::uint64_t Step();
+
+  // Records one event of any type with the calling thread's stack (in the configured
+  // mode), `api_frame` (a named frame id, e.g. "cudaMalloc") innermost if non-zero, and
+  // `skip` more of the caller's own native frames left out.
+  void RecordEvent(format::RecordType type, std::int32_t device, std::uint64_t addr,
+                   std::uint64_t size, std::uint64_t stream, std::uint32_t api_frame = 0,
+                   std::optional<std::uint64_t> extra = std::nullopt, std::size_t skip = 0);
+
+  // The calling thread's stack id in the configured mode (0 for none).
+  std::uint32_t CaptureStack(std::uint32_t api_frame, std::size_t skip);
+
+  void Annotate(std::int32_t device, const std::string& name, bool start = true);
+  void Flush() { writer_->Flush(); }
+  absl::Status Close() { return writer_->Close(); }
+
+  TraceWriter& writer() { return *writer_; }
+  StackMode stack_mode() const { return options_.stacks; }
+
+ private:
+  Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer);
+
+  const RecorderOptions options_;
+  std::unique_ptr<TraceWriter> writer_;
+  std::atomic<std::uint64_t> step_{0};
+};
+
+}  // namespace gpumem

@@ -1,0 +1,86 @@
+// Interned stacks. The hot path hands over a stack as raw frames (program counters,
+// Python code objects + lines, or frames interned by name) and gets a small id; only a
+// stack never seen before costs more than one hash lookup. New frames and stacks are
+// queued for the writer, which symbolizes native frames (dladdr + demangle) once per
+// unique frame on its own thread and writes the definitions before any event using them.
+// Thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
+#include "profiler/chunk_encoder.h"
+
+namespace gpumem {
+
+// One frame as captured. `tag` says what `a` is: a program counter (kNativeTag), a
+// Python code object (kPythonTag, with the line in `b`), or an id from InternNamedFrame
+// (kNamedTag).
+struct RawFrame {
+  static constexpr std::uint32_t kNativeTag = 1;
+  static constexpr std::uint32_t kPythonTag = 2;
+  static constexpr std::uint32_t kNamedTag = 3;
+  std::uint64_t a = 0;
+  std::uint32_t b = 0;
+  std::uint32_t tag = 0;
+  bool operator==(const RawFrame& o) const { return a == o.a && b == o.b && tag == o.tag; }
+  template <typename H>
+  friend H AbslHashValue(H h, const RawFrame& f) {
+    return H::combine(std::move(h), f.a, f.b, f.tag);
+  }
+};
+
+// Names a Python code object (filename, function); called on the capturing thread, once
+// per new frame, while the interpreter state is safe to read.
+using PythonNamer = std::function<void(std::uint64_t code, std::string* filename,
+                                       std::string* function)>;
+
+class StackTable {
+ public:
+  StackTable() = default;
+  StackTable(const StackTable&) = delete;
+  StackTable& operator=(const StackTable&) = delete;
+
+  // Id of the stack (innermost frame first); 0 for an empty stack.
+  std::uint32_t Intern(const RawFrame* frames, std::size_t n,
+                       const PythonNamer& namer = nullptr);
+  // A frame known by its names (an API entry point, a test frame).
+  std::uint32_t InternNamedFrame(format::FrameKind kind, const std::string& function,
+                                 const std::string& filename, std::int32_t line);
+
+  // Definitions queued since the last call, native frames symbolized.
+  void TakePending(std::vector<FrameDef>* frames, std::vector<StackDef>* stacks);
+
+  std::size_t stack_count() const;
+
+ private:
+  static constexpr std::size_t kShards = 16;
+  struct Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::vector<RawFrame>, std::uint32_t> ids;
+  };
+  std::uint32_t InternFrameLocked(const RawFrame& frame, const PythonNamer& namer);
+
+  std::array<Shard, kShards> shards_;
+  mutable std::mutex mu_;  // frames, ids and the pending queues
+  absl::flat_hash_map<RawFrame, std::uint32_t> frame_ids_;
+  using NamedKey = std::tuple<std::uint8_t, std::string, std::string, std::int32_t>;
+  absl::flat_hash_map<NamedKey, std::uint32_t> named_ids_;
+  std::uint32_t next_frame_id_ = 1;
+  std::uint32_t next_stack_id_ = 1;
+  std::vector<FrameDef> pending_frames_;   // native ones still unsymbolized (function "")
+  std::vector<std::uint64_t> pending_pcs_; // parallel to pending_frames_: pc or 0
+  std::vector<StackDef> pending_stacks_;
+};
+
+// "function+0x1f" in "libfoo.so" for a program counter, demangled; "0x7f..." where
+// nothing is known.
+void SymbolizeNative(std::uint64_t pc, std::string* function, std::string* filename);
+
+}  // namespace gpumem

@@ -1,0 +1,169 @@
+// The gpumem trace file format, shared by the writer (profiler/) and the reader
+// (tools/trace/gpumem_reader). docs/trace-format.md describes it byte by byte; keep the
+// two in step. Everything is little-endian.
+//
+//   file   = prefix(16) chunk*
+//   prefix = magic(8) "\x89GPUMEM\n", u32 version, u32 reserved (0)
+//   chunk  = header(24) payload(stored_len)
+//   header = u32 sync "GMCK", u32 crc32(header[8..24) + payload), u32 stored_len,
+//            u32 raw_len, u8 kind, u8 codec, u16 reserved, u32 seq
+//
+// A chunk decodes on its own (deltas restart in every chunk), so a reader can skip a
+// corrupt chunk and resynchronise on the next "GMCK" whose checksum holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace gpumem::format {
+
+inline constexpr char kMagic[8] = {'\x89', 'G', 'P', 'U', 'M', 'E', 'M', '\n'};
+inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::size_t kPrefixSize = 16;
+inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
+inline constexpr std::size_t kChunkHeaderSize = 24;
+// Bounds a reader enforces before allocating anything: a corrupt length must not make it
+// allocate gigabytes. The writer stays far below them.
+inline constexpr std::uint32_t kMaxStoredLen = 64u << 20;
+inline constexpr std::uint32_t kMaxRawLen = 256u << 20;
+
+enum class ChunkKind : std::uint8_t {
+  kHeader = 0,   // key/value strings: pid, rank, host, clock origin, ...
+  kRecords = 1,  // records (below)
+  kEnd = 2,      // written by a clean close: totals, so a reader can tell a finished run
+};
+
+enum class Codec : std::uint8_t { kNone = 0, kZstd = 1 };
+
+struct ChunkHeader {
+  std::uint32_t crc = 0;
+  std::uint32_t stored_len = 0;
+  std::uint32_t raw_len = 0;
+  ChunkKind kind = ChunkKind::kRecords;
+  Codec codec = Codec::kNone;
+  std::uint32_t seq = 0;
+};
+
+// Record types: the low 4 bits of a record's first byte. 0 is never a record, so a page of
+// zeros (preallocated space never written) cannot be mistaken for data.
+enum class RecordType : std::uint8_t {
+  kAlloc = 1,         // a block handed to the program
+  kFree = 2,          // a block returned by the program
+  kMap = 3,           // pages mapped into a range
+  kUnmap = 4,
+  kOom = 5,           // an allocation failed; extra = the device's free bytes
+  kStep = 6,          // a training-step boundary; size = the step number
+  kSegmentAlloc = 7,  // device memory obtained outside gpumem (cudaMalloc and friends)
+  kSegmentFree = 8,
+  kFrame = 9,         // a frame definition
+  kStack = 10,        // a stack definition
+  kAnnotation = 11,   // a named mark (e.g. CUDA used in a forked child)
+};
+inline constexpr std::uint8_t kMaxRecordType = 11;
+
+// Flags: the high 4 bits of an event record's first byte. "Same as the previous event of
+// this chunk" flags let the common case cost one byte per field.
+inline constexpr std::uint8_t kFlagSameThread = 0x10;
+inline constexpr std::uint8_t kFlagSameDeviceStream = 0x20;
+inline constexpr std::uint8_t kFlagSameStack = 0x40;
+inline constexpr std::uint8_t kFlagExtra = 0x80;       // an extra varint follows
+inline constexpr std::uint8_t kFlagAnnotationStart = 0x10;
+
+enum class FrameKind : std::uint8_t { kNative = 1, kPython = 2, kApi = 3 };
+
+// --- byte helpers
+
+inline void PutU32(std::string* out, std::uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, 4);
+}
+inline std::uint32_t GetU32(const unsigned char* p) {
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
+         (std::uint32_t{p[3]} << 24);
+}
+
+inline void PutVarint(std::string* out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+inline std::uint64_t ZigZag(std::int64_t v) {
+  return (static_cast<std::uint64_t>(v) << 1) ^ static_cast<std::uint64_t>(v >> 63);
+}
+inline std::int64_t UnZigZag(std::uint64_t v) {
+  return static_cast<std::int64_t>(v >> 1) ^ -static_cast<std::int64_t>(v & 1);
+}
+inline void PutString(std::string* out, absl::string_view s) {
+  PutVarint(out, s.size());
+  out->append(s.data(), s.size());
+}
+
+// Reads from a payload; every Get fails (returns false) instead of reading past the end.
+class ByteReader {
+ public:
+  explicit ByteReader(absl::string_view data) : data_(data) {}
+  bool done() const { return pos_ >= data_.size(); }
+  std::size_t pos() const { return pos_; }
+  bool GetByte(std::uint8_t* v) {
+    if (pos_ >= data_.size()) return false;
+    *v = static_cast<std::uint8_t>(data_[pos_++]);
+    return true;
+  }
+  bool GetVarint(std::uint64_t* v) {
+    std::uint64_t result = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      std::uint8_t b;
+      if (!GetByte(&b)) return false;
+      result |= std::uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80) == 0) {
+        *v = result;
+        return true;
+      }
+    }
+    return false;  // more than 10 bytes: not a varint
+  }
+  bool GetString(std::string* s) {
+    std::uint64_t n;
+    if (!GetVarint(&n) || n > data_.size() - pos_) return false;
+    s->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  absl::string_view data_;
+  std::size_t pos_ = 0;
+};
+
+// --- chunks
+
+std::uint32_t Crc32(std::uint32_t crc, const void* data, std::size_t n);
+
+// The 16-byte file prefix.
+std::string FilePrefix();
+// True if `data` starts with the gpumem magic (the version is checked by the reader).
+bool HasMagic(absl::string_view data);
+
+// Appends header + payload, compressing the payload with zstd when that makes it smaller.
+void AppendChunk(std::string* out, ChunkKind kind, std::uint32_t seq,
+                 absl::string_view raw_payload, int zstd_level = 1);
+
+// Parses and checks the header at `data` (which holds at least kChunkHeaderSize bytes);
+// nullopt when the sync word or the bounds are wrong. The checksum is checked separately
+// once the payload is known to be in the file.
+std::optional<ChunkHeader> ParseChunkHeader(const unsigned char* data);
+bool ChunkChecksumOk(const unsigned char* chunk, const ChunkHeader& header);
+
+// The chunk's payload, decompressed; nullopt if it does not decode to raw_len bytes.
+std::optional<std::string> DecodePayload(const unsigned char* payload,
+                                         const ChunkHeader& header);
+
+}  // namespace gpumem::format

@@ -1,0 +1,106 @@
+// Writes a gpumem trace (docs/trace-format.md). Record() is the hot path: it copies a
+// fixed-size record into the calling thread's own ring buffer, with no lock and no
+// system call. A background thread drains every ring at least every flush interval (and
+// whenever a ring is half full), sorts the batch by time, encodes and zstd-compresses it
+// into one checksummed chunk and copies that into the mmap'd file, where a SIGKILL can
+// no longer lose it. Flush() waits for that; Close() also writes the end chunk.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "profiler/mapped_file.h"
+#include "profiler/raw_record.h"
+#include "profiler/stack_table.h"
+
+namespace gpumem {
+
+struct TraceWriterOptions {
+  std::string path;
+  // Extra header entries (stack mode, device names, the command line...). pid, ranks,
+  // host and the clock origin are added by the writer.
+  std::map<std::string, std::string> header;
+  int flush_interval_ms = 20;
+  std::size_t ring_records = 4096;       // per thread; rounded up to a power of two
+  std::size_t records_per_chunk = 16384;
+  int zstd_level = 1;
+};
+
+class TraceWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<TraceWriter>> Open(TraceWriterOptions options);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
+
+  // Any thread. Blocks only when this thread's ring is full (the writer is behind).
+  // Records made in a forked child are dropped: the parent owns the file.
+  void Record(const RawRecord& record);
+  void Annotate(std::int32_t device, const std::string& name, bool start);
+  StackTable& stacks() { return stacks_; }
+
+  // Returns once every record made before the call is in the file.
+  void Flush();
+  // Flushes, writes the end chunk, trims the file. Records made after it are dropped.
+  absl::Status Close();
+
+  // Records accepted so far (a count, not a promise that they are in the file).
+  std::uint64_t recorded() const;
+  const std::string& path() const { return file_.path(); }
+  // The first write error, if any (the recording stops there).
+  absl::Status status() const;
+
+  static std::int64_t NowNs();
+  static std::uint32_t ThreadId();
+
+ private:
+  struct Ring;
+  TraceWriter(TraceWriterOptions options, MappedFile file);
+  Ring* ThreadRing();
+  void Run();
+  void DrainOnce();
+  void WriteChunk(format::ChunkKind kind, const std::string& payload);
+
+  const TraceWriterOptions options_;
+  const std::uint64_t id_;
+  const std::uint64_t fork_epoch_;
+  StackTable stacks_;
+  std::atomic<bool> closed_{false};
+
+  mutable std::mutex rings_mu_;
+  std::vector<std::shared_ptr<Ring>> rings_;
+  std::uint64_t retired_records_ = 0;  // records of rings whose threads exited
+
+  mutable std::mutex mu_;  // guards what follows
+  std::condition_variable wake_cv_;
+  std::condition_variable flushed_cv_;
+  bool wake_ = false;
+  bool stop_ = false;
+  std::uint64_t flush_requested_ = 0;
+  std::uint64_t flush_done_ = 0;
+  struct PendingAnnotation {
+    std::int64_t time_ns;
+    std::int32_t device;
+    bool start;
+    std::string name;
+  };
+  std::vector<PendingAnnotation> annotations_;
+  absl::Status status_;
+
+  // Writer thread only.
+  MappedFile file_;
+  std::uint32_t seq_ = 0;
+  std::uint64_t written_events_ = 0;
+  std::vector<RawRecord> batch_;
+  std::unique_ptr<std::thread> thread_;  // leaked, not joined, in a forked child
+};
+
+}  // namespace gpumem

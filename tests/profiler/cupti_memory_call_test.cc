@@ -1,0 +1,120 @@
+// Decoding of CUPTI callback parameters into memory calls, with parameter blocks built
+// here as the driver would fill them (no GPU needed).
+// cupti.h (through memory_call.h) brings the callback ids and the parameter structs;
+// those generated headers have no include guards, so they are not included again here.
+#include "profiler/cupti/memory_call.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "profiler/cupti/trace_name.h"
+
+namespace gpumem::cupti {
+namespace {
+
+using format::RecordType;
+
+TEST(MemoryCallTest, DriverAllocReadsTheFilledOutputPointer) {
+  CUdeviceptr ptr = 0x7f1200000000;
+  cuMemAlloc_v2_params p{&ptr, 1 << 20};
+  auto c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &p);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->type, RecordType::kSegmentAlloc);
+  EXPECT_EQ(c->addr, 0x7f1200000000u);
+  EXPECT_EQ(c->size, 1u << 20);
+  EXPECT_STREQ(c->api, "cuMemAlloc_v2");
+  EXPECT_FALSE(c->runtime);
+  EXPECT_FALSE(c->host);
+}
+
+TEST(MemoryCallTest, AsyncCallsCarryTheirStream) {
+  CUdeviceptr ptr = 0x1000;
+  auto stream = reinterpret_cast<CUstream>(0xabc0);
+  cuMemAllocAsync_params a{&ptr, 4096, stream};
+  auto c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, &a);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->stream, 0xabc0u);
+  cuMemFreeAsync_params f{0x1000, stream};
+  c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, &f);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->type, RecordType::kSegmentFree);
+  EXPECT_TRUE(c->frees);
+  EXPECT_EQ(c->addr, 0x1000u);
+  EXPECT_EQ(c->stream, 0xabc0u);
+}
+
+TEST(MemoryCallTest, PinnedHostMemoryIsMarkedHost) {
+  void* host = reinterpret_cast<void*>(0x5000);
+  cudaHostAlloc_v3020_params p{&host, 8192, 0};
+  auto c = DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, &p);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->host);
+  EXPECT_TRUE(c->runtime);
+  EXPECT_EQ(c->addr, 0x5000u);
+  EXPECT_EQ(c->size, 8192u);
+  cuMemFreeHost_params f{host};
+  c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost, &f);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_TRUE(c->host && c->frees);
+}
+
+TEST(MemoryCallTest, VmmCallsMapToPhysicalAndMappingRecords) {
+  CUmemGenericAllocationHandle handle = 77;
+  CUmemAllocationProp prop{};
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 3;
+  cuMemCreate_params create{&handle, 2 << 20, &prop, 0};
+  auto c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemCreate, &create);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->addr, 77u);
+  EXPECT_EQ(c->device, 3);
+  cuMemMap_params map{0x200000, 2 << 20, 0, handle, 0};
+  c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemMap, &map);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->type, RecordType::kMap);
+  EXPECT_EQ(c->size, 2u << 20);
+  cuMemUnmap_params unmap{0x200000, 2 << 20};
+  c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemUnmap, &unmap);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->type, RecordType::kUnmap);
+}
+
+TEST(MemoryCallTest, PitchAllocationsCountPitchTimesHeight) {
+  CUdeviceptr ptr = 0x1000;
+  size_t pitch = 1024;
+  cuMemAllocPitch_v2_params p{&ptr, &pitch, 1000, 10, 4};
+  auto c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2, &p);
+  ASSERT_TRUE(c.has_value());
+  EXPECT_EQ(c->size, 10240u);
+}
+
+TEST(MemoryCallTest, EverySubscribedMemoryIdDecodes) {
+  // Parameter blocks large enough for any of these calls, with null output pointers:
+  // decoding must not crash, and every memory id must be known.
+  alignas(16) unsigned char zeros[256] = {};
+  std::size_t n = 0;
+  const CUpti_CallbackId* ids = DriverCallbackIds(&n);
+  std::set<CUpti_CallbackId> not_memory = {CUPTI_DRIVER_TRACE_CBID_cuInit,
+                                           CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxRetain};
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(DecodeDriverCall(ids[i], zeros).has_value(), !not_memory.count(ids[i]))
+        << "driver cbid " << ids[i];
+  }
+  ids = RuntimeCallbackIds(&n);
+  EXPECT_GE(n, 13u);
+  for (std::size_t i = 0; i < n; ++i) {
+    EXPECT_TRUE(DecodeRuntimeCall(ids[i], zeros).has_value()) << "runtime cbid " << ids[i];
+  }
+  EXPECT_FALSE(DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, zeros).has_value());
+}
+
+TEST(CuptiTraceNameTest, DerivesFromGpumemTrace) {
+  EXPECT_EQ(CuptiTracePattern("/x/c.gpumem", "run.gpumem"), "/x/c.gpumem");
+  EXPECT_EQ(CuptiTracePattern(nullptr, "run-%r.gpumem"), "run-%r.cupti.gpumem");
+  EXPECT_EQ(CuptiTracePattern("", "trace"), "trace.cupti.gpumem");
+  EXPECT_EQ(CuptiTracePattern(nullptr, nullptr), "gpumem-cupti-%p.gpumem");
+}
+
+}  // namespace
+}  // namespace gpumem::cupti

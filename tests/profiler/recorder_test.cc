@@ -1,0 +1,136 @@
+// The recorder as the allocator sees it: observer events in, a trace with stacks out.
+#include "profiler/recorder.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "tests/profiler/trace_test_util.h"
+#include "tools/trace/gpumem_reader.h"
+
+namespace gpumem {
+namespace {
+
+using testing::ReadBytes;
+using testing::TempPath;
+
+// Named, exported (the test links with ENABLE_EXPORTS) and not inlined, so a native stack
+// taken inside the recorder must show it.
+extern "C" __attribute__((noinline)) void GpumemTestAllocationSite(Recorder* recorder,
+                                                                   std::uint64_t addr) {
+  recorder->OnEvent({AllocatorEventKind::kAlloc, 1, addr, 4096, 7});
+  asm volatile("" ::: "memory");  // keeps the call from becoming a tail call
+}
+
+bool StackHas(const trace::Trace& t, std::uint32_t stack, const std::string& function) {
+  for (std::uint32_t f : t.stacks.at(stack)) {
+    if (t.frames[f].function.find(function) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(RecorderTest, ParsesStackModes) {
+  EXPECT_EQ(*ParseStackMode("none"), StackMode::kNone);
+  EXPECT_EQ(*ParseStackMode("python"), StackMode::kPython);
+  EXPECT_EQ(*ParseStackMode("native"), StackMode::kNative);
+  EXPECT_EQ(*ParseStackMode("all"), StackMode::kAll);
+  auto bad = ParseStackMode("some");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("GPUMEM_STACKS='some'"), std::string::npos);
+}
+
+TEST(RecorderTest, OptionsComeFromTheEnvironment) {
+  setenv("GPUMEM_TRACE", "/tmp/run-%r.gpumem", 1);
+  setenv("GPUMEM_STACKS", "native", 1);
+  setenv("GPUMEM_TRACE_FLUSH_MS", "7", 1);
+  auto options = RecorderOptions::FromEnvironment();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->path, "/tmp/run-%r.gpumem");
+  EXPECT_EQ(options->stacks, StackMode::kNative);
+  EXPECT_EQ(options->writer.flush_interval_ms, 7);
+  setenv("GPUMEM_TRACE_FLUSH_MS", "soon", 1);
+  EXPECT_FALSE(RecorderOptions::FromEnvironment().ok());
+  unsetenv("GPUMEM_TRACE");
+  unsetenv("GPUMEM_STACKS");
+  unsetenv("GPUMEM_TRACE_FLUSH_MS");
+}
+
+TEST(RecorderTest, RecordsObserverEventsStepsAndNativeStacks) {
+  RecorderOptions options;
+  options.path = TempPath("recorder-%p-%r.gpumem");
+  options.stacks = StackMode::kNative;
+  auto recorder = Recorder::Open(options);
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  const std::string path = (*recorder)->writer().path();
+  EXPECT_EQ(path.find('%'), std::string::npos) << path;
+  EXPECT_NE(path.find(std::to_string(getpid())), std::string::npos) << path;
+  for (int i = 0; i < 3; ++i) GpumemTestAllocationSite(recorder->get(), 0x1000 * (i + 1));
+  EXPECT_EQ((*recorder)->Step(), 1u);
+  (*recorder)->OnEvent({AllocatorEventKind::kFree, 1, 0x1000, 4096, 7});
+  (*recorder)->OnEvent({AllocatorEventKind::kMap, 1, 0x200000, 2 << 20, 0});
+  (*recorder)->OnEvent({AllocatorEventKind::kUnmap, 1, 0x200000, 2 << 20, 0});
+  (*recorder)->OnEvent({AllocatorEventKind::kOom, 1, 0, 1ull << 40, 7});
+  EXPECT_EQ((*recorder)->Step(), 2u);
+  ASSERT_TRUE((*recorder)->Close().ok());
+
+  trace::GpumemFileInfo info;
+  auto t = trace::ParseGpumemTrace(ReadBytes(path), path, &info);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(info.header["stacks"], "native");
+  ASSERT_EQ(t->events.size(), 9u);
+  using A = trace::Action;
+  const A expected[] = {A::kAlloc, A::kAlloc, A::kAlloc, A::kStep, A::kFreeRequested,
+                        A::kSegmentMap, A::kSegmentUnmap, A::kOom, A::kStep};
+  for (std::size_t i = 0; i < 9; ++i) EXPECT_EQ(t->events[i].action, expected[i]) << i;
+  EXPECT_EQ(t->events[0].device, 1);
+  EXPECT_EQ(t->events[0].stream, 7u);
+  EXPECT_EQ(t->events[2].addr, 0x3000u);
+  EXPECT_EQ(t->events[3].size, 1u);  // step number
+  EXPECT_EQ(t->events[8].size, 2u);
+  EXPECT_EQ(t->events[7].size, 1ull << 40);
+  // The three allocations come from one site: one interned stack, which names the site
+  // and does not show the recorder's own frames.
+  EXPECT_NE(t->events[0].stack_id, 0u);
+  EXPECT_EQ(t->events[0].stack_id, t->events[1].stack_id);
+  EXPECT_EQ(t->events[0].stack_id, t->events[2].stack_id);
+  EXPECT_TRUE(StackHas(*t, t->events[0].stack_id, "GpumemTestAllocationSite"));
+  EXPECT_FALSE(StackHas(*t, t->events[0].stack_id, "Recorder::"));
+  const trace::Frame& innermost = t->frames[t->stacks[t->events[0].stack_id][0]];
+  EXPECT_NE(innermost.function.find("GpumemTestAllocationSite"), std::string::npos)
+      << "innermost frame is " << innermost.function;
+  EXPECT_EQ(t->events[4].stack_id, 0u) << "frees carry no stack";
+  std::remove(path.c_str());
+}
+
+TEST(RecorderTest, NoStacksModeRecordsNoStacks) {
+  RecorderOptions options;
+  options.path = TempPath("nostacks.gpumem");
+  options.stacks = StackMode::kNone;
+  auto recorder = Recorder::Open(options);
+  ASSERT_TRUE(recorder.ok());
+  GpumemTestAllocationSite(recorder->get(), 0x10);
+  ASSERT_TRUE((*recorder)->Close().ok());
+  auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(t->events[0].stack_id, 0u);
+  std::remove(options.path.c_str());
+}
+
+TEST(RecorderTest, PythonModeWithoutPythonRecordsEmptyStacks) {
+  // This test program has no interpreter: python stacks are skipped, not a failure.
+  RecorderOptions options;
+  options.path = TempPath("nopython.gpumem");
+  options.stacks = StackMode::kPython;
+  auto recorder = Recorder::Open(options);
+  ASSERT_TRUE(recorder.ok());
+  GpumemTestAllocationSite(recorder->get(), 0x10);
+  ASSERT_TRUE((*recorder)->Close().ok());
+  auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path);
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(t->events[0].stack_id, 0u);
+  std::remove(options.path.c_str());
+}
+
+}  // namespace
+}  // namespace gpumem

@@ -1,0 +1,371 @@
+#include "tools/trace/gpumem_reader.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "profiler/trace_format.h"
+#include "tools/trace/frame_table.h"
+
+namespace gpumem::trace {
+namespace {
+
+using format::ByteReader;
+using format::RecordType;
+using format::UnZigZag;
+
+struct FileEvent {
+  std::int64_t time_ns;
+  Event event;  // stack_id still the file's own
+};
+
+std::optional<Action> ActionOf(RecordType type) {
+  switch (type) {
+    case RecordType::kAlloc: return Action::kAlloc;
+    case RecordType::kFree: return Action::kFreeRequested;
+    case RecordType::kMap: return Action::kSegmentMap;
+    case RecordType::kUnmap: return Action::kSegmentUnmap;
+    case RecordType::kOom: return Action::kOom;
+    case RecordType::kStep: return Action::kStep;
+    case RecordType::kSegmentAlloc: return Action::kSegmentAlloc;
+    case RecordType::kSegmentFree: return Action::kSegmentFree;
+    default: return std::nullopt;
+  }
+}
+
+class Reader {
+ public:
+  Reader(absl::string_view data, const std::string& name, GpumemFileInfo* info)
+      : data_(reinterpret_cast<const unsigned char*>(data.data())),
+        size_(data.size()),
+        name_(name),
+        info_(info) {}
+
+  absl::StatusOr<Trace> Read();
+
+ private:
+  // True if a chunk with a valid header and checksum starts at `pos`.
+  std::optional<format::ChunkHeader> ValidChunkAt(std::size_t pos) const;
+  std::size_t FindNextChunk(std::size_t from) const;
+  void ReadChunk(std::size_t pos, const format::ChunkHeader& h);
+  bool ReadRecords(const std::string& payload, std::size_t* bad_at);
+  void ReadHeader(const std::string& payload, std::size_t pos);
+  Trace Build();
+
+  const unsigned char* data_;
+  const std::size_t size_;
+  const std::string& name_;
+  GpumemFileInfo* info_;
+  Trace trace_;
+  std::vector<FileEvent> events_;
+  absl::flat_hash_map<std::uint32_t, Frame> frames_;
+  std::map<std::uint32_t, std::vector<std::uint32_t>> stacks_;  // ordered: stable ids
+  std::optional<std::uint64_t> end_events_;
+  std::optional<std::uint32_t> last_seq_;
+};
+
+std::optional<format::ChunkHeader> Reader::ValidChunkAt(std::size_t pos) const {
+  if (size_ - pos < format::kChunkHeaderSize) return std::nullopt;
+  std::optional<format::ChunkHeader> h = format::ParseChunkHeader(data_ + pos);
+  if (!h) return std::nullopt;
+  if (h->stored_len > size_ - pos - format::kChunkHeaderSize) return std::nullopt;
+  if (!format::ChunkChecksumOk(data_ + pos, *h)) return std::nullopt;
+  return h;
+}
+
+std::size_t Reader::FindNextChunk(std::size_t from) const {
+  static constexpr unsigned char kSync[4] = {'G', 'M', 'C', 'K'};
+  const unsigned char* end = data_ + size_;
+  for (const unsigned char* p = data_ + from; p < end;) {
+    p = std::search(p, end, kSync, kSync + 4);
+    if (p == end) break;
+    std::size_t pos = static_cast<std::size_t>(p - data_);
+    if (ValidChunkAt(pos)) return pos;
+    ++p;
+  }
+  return size_;
+}
+
+void Reader::ReadHeader(const std::string& payload, std::size_t pos) {
+  ByteReader r(payload);
+  std::uint64_t n;
+  bool ok = r.GetVarint(&n);
+  for (std::uint64_t i = 0; ok && i < n; ++i) {
+    std::string key, value;
+    ok = r.GetString(&key) && r.GetString(&value);
+    if (ok) info_->header[key] = value;
+  }
+  if (!ok) trace_.warnings.push_back(absl::StrCat(name_, ": header chunk at offset ", pos,
+                                                  " is malformed; kept what it held"));
+}
+
+bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
+  ByteReader r(payload);
+  FileEvent prev{0, Event{}};
+  bool have_prev = false;
+  while (!r.done()) {
+    const std::size_t start = r.pos();
+    auto fail = [&] {
+      *bad_at = start;
+      return false;
+    };
+    std::uint8_t first;
+    r.GetByte(&first);
+    const std::uint8_t type = first & 0x0f;
+    const std::uint8_t flags = first & 0xf0;
+    if (type == 0 || type > format::kMaxRecordType) return fail();
+    const auto rtype = static_cast<RecordType>(type);
+    if (rtype == RecordType::kFrame) {
+      std::uint64_t id, line;
+      std::uint8_t kind;
+      Frame f;
+      if (!r.GetVarint(&id) || !r.GetByte(&kind) || !r.GetVarint(&line) ||
+          !r.GetString(&f.function) || !r.GetString(&f.filename)) {
+        return fail();
+      }
+      f.line = static_cast<std::int32_t>(UnZigZag(line));
+      frames_[static_cast<std::uint32_t>(id)] = std::move(f);
+      continue;
+    }
+    if (rtype == RecordType::kStack) {
+      std::uint64_t id, n;
+      if (!r.GetVarint(&id) || !r.GetVarint(&n) || n > payload.size()) return fail();
+      std::vector<std::uint32_t> ids(n);
+      for (auto& f : ids) {
+        std::uint64_t v;
+        if (!r.GetVarint(&v)) return fail();
+        f = static_cast<std::uint32_t>(v);
+      }
+      stacks_[static_cast<std::uint32_t>(id)] = std::move(ids);
+      continue;
+    }
+    if (rtype == RecordType::kAnnotation) {
+      std::uint64_t t, device;
+      Annotation a;
+      if (!r.GetVarint(&t) || !r.GetVarint(&device) || !r.GetString(&a.name)) return fail();
+      a.start = (flags & format::kFlagAnnotationStart) != 0;
+      a.time_us = UnZigZag(t);  // nanoseconds until Build() rebases them
+      a.device = static_cast<std::int32_t>(UnZigZag(device));
+      trace_.annotations.push_back(std::move(a));
+      continue;
+    }
+    FileEvent e = prev;
+    e.event.action = *ActionOf(rtype);
+    e.event.device_free = 0;
+    std::uint64_t v;
+    if (!r.GetVarint(&v)) return fail();
+    e.time_ns = prev.time_ns + UnZigZag(v);
+    if ((flags & format::kFlagSameThread) == 0) {
+      if (!r.GetVarint(&v)) return fail();
+      e.event.thread = static_cast<std::uint32_t>(v);
+    } else if (!have_prev) {
+      return fail();
+    }
+    if ((flags & format::kFlagSameDeviceStream) == 0) {
+      std::uint64_t device;
+      if (!r.GetVarint(&device) || !r.GetVarint(&e.event.stream)) return fail();
+      e.event.device = static_cast<std::int32_t>(UnZigZag(device));
+    } else if (!have_prev) {
+      return fail();
+    }
+    if (!r.GetVarint(&v)) return fail();
+    e.event.addr = prev.event.addr + static_cast<std::uint64_t>(UnZigZag(v));
+    if (!r.GetVarint(&e.event.size)) return fail();
+    if ((flags & format::kFlagSameStack) == 0) {
+      if (!r.GetVarint(&v)) return fail();
+      e.event.stack_id = static_cast<std::uint32_t>(v);
+    } else if (!have_prev) {
+      return fail();
+    }
+    if ((flags & format::kFlagExtra) != 0) {
+      if (!r.GetVarint(&v)) return fail();
+      if (rtype == RecordType::kOom) e.event.device_free = v;
+    }
+    events_.push_back(e);
+    prev = e;
+    have_prev = true;
+  }
+  return true;
+}
+
+void Reader::ReadChunk(std::size_t pos, const format::ChunkHeader& h) {
+  if (last_seq_ && h.seq != *last_seq_ + 1) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": chunk at offset ", pos, " has sequence ",
+                                           h.seq, ", expected ", *last_seq_ + 1,
+                                           ": chunks are missing before it"));
+  }
+  last_seq_ = h.seq;
+  std::optional<std::string> payload =
+      format::DecodePayload(data_ + pos + format::kChunkHeaderSize, h);
+  if (!payload) {
+    ++info_->corrupt_chunks;
+    trace_.warnings.push_back(absl::StrCat(name_, ": chunk at offset ", pos,
+                                           " does not decompress; skipped"));
+    return;
+  }
+  ++info_->chunks;
+  info_->bytes_used += format::kChunkHeaderSize + h.stored_len;
+  switch (h.kind) {
+    case format::ChunkKind::kHeader:
+      ReadHeader(*payload, pos);
+      break;
+    case format::ChunkKind::kEnd: {
+      ByteReader r(*payload);
+      std::uint64_t events;
+      if (r.GetVarint(&events)) end_events_ = events;
+      info_->complete = true;
+      break;
+    }
+    case format::ChunkKind::kRecords: {
+      std::size_t bad_at = 0;
+      const std::size_t before = events_.size();
+      if (!ReadRecords(*payload, &bad_at)) {
+        ++info_->corrupt_chunks;
+        trace_.warnings.push_back(absl::StrCat(
+            name_, ": chunk at offset ", pos, " has a malformed record at payload byte ",
+            bad_at, "; kept the ", events_.size() - before, " events before it"));
+      }
+      break;
+    }
+  }
+}
+
+absl::StatusOr<Trace> Reader::Read() {
+  info_->file_bytes = size_;
+  trace_.source = name_;
+  trace_.format = "gpumem";
+  if (size_ < format::kPrefixSize || !format::HasMagic(absl::string_view(
+                                         reinterpret_cast<const char*>(data_), size_))) {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": not a gpumem trace (bad magic)"));
+  }
+  const std::uint32_t version = format::GetU32(data_ + 8);
+  if (version != format::kVersion) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name_, ": gpumem trace version ", version, " is not supported (this reader reads ",
+        format::kVersion, ")"));
+  }
+  info_->bytes_used = format::kPrefixSize;
+  std::size_t pos = format::kPrefixSize;
+  std::string stop_reason;
+  while (pos < size_ && !info_->complete) {
+    if (std::all_of(data_ + pos, data_ + size_, [](unsigned char c) { return c == 0; })) {
+      stop_reason = absl::StrCat("the rest (", size_ - pos,
+                                 " bytes) is preallocated space never written");
+      break;
+    }
+    if (std::optional<format::ChunkHeader> h = ValidChunkAt(pos)) {
+      ReadChunk(pos, *h);
+      pos += format::kChunkHeaderSize + h->stored_len;
+      continue;
+    }
+    // Damaged or cut off here: resynchronise on the next valid chunk, if there is one.
+    ++info_->corrupt_chunks;
+    const std::size_t next = FindNextChunk(pos + 1);
+    if (next == size_) {
+      std::optional<format::ChunkHeader> h =
+          size_ - pos >= format::kChunkHeaderSize ? format::ParseChunkHeader(data_ + pos)
+                                                  : std::nullopt;
+      const bool cut = h && h->stored_len > size_ - pos - format::kChunkHeaderSize;
+      stop_reason = absl::StrCat(cut ? "an incomplete chunk" : "a corrupt chunk",
+                                 " at offset ", pos, " (", size_ - pos,
+                                 " bytes to the end of the file, no valid chunk after it)");
+      break;
+    }
+    trace_.warnings.push_back(absl::StrCat(name_, ": corrupt chunk at offset ", pos,
+                                           "; skipped ", next - pos,
+                                           " bytes to the next valid chunk at offset ", next));
+    pos = next;
+  }
+  if (info_->chunks == 0) {
+    return absl::DataLossError(
+        absl::StrCat(name_, ": no readable chunk in the file: ", stop_reason.empty()
+                                                                     ? "it holds no data"
+                                                                     : stop_reason));
+  }
+  if (!info_->complete) {
+    trace_.warnings.push_back(absl::StrCat(
+        name_, ": the recording did not finish (no end chunk); recovered ", events_.size(),
+        " events in ", info_->chunks, " chunks (", info_->bytes_used, " of ", size_,
+        " bytes); the data stops at offset ", pos,
+        stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
+  } else if (end_events_ && *end_events_ != events_.size()) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
+                                           " events but ", events_.size(), " were read"));
+  }
+  return Build();
+}
+
+Trace Reader::Build() {
+  std::int64_t origin = events_.empty() ? 0 : events_.front().time_ns;
+  auto it = info_->header.find("clock_origin_ns");
+  if (it != info_->header.end()) (void)absl::SimpleAtoi(it->second, &origin);
+  it = info_->header.find("device_capacity");
+  std::uint64_t capacity;
+  if (it != info_->header.end() && absl::SimpleAtoi(it->second, &capacity)) {
+    trace_.device_capacity = capacity;
+  }
+  FrameTable table(&trace_);
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_ids;  // file id -> ours
+  std::uint64_t missing_frames = 0;
+  for (const auto& [file_id, frame_ids] : stacks_) {
+    std::vector<std::uint32_t> ids;
+    ids.reserve(frame_ids.size());
+    for (std::uint32_t f : frame_ids) {
+      auto fit = frames_.find(f);
+      if (fit == frames_.end()) {
+        ++missing_frames;
+        ids.push_back(table.Intern(Frame{"?", 0, "<frame lost in a damaged chunk>"}));
+      } else {
+        ids.push_back(table.Intern(fit->second));
+      }
+    }
+    stack_ids[file_id] = table.InternStack(ids);
+  }
+  if (missing_frames > 0) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": ", missing_frames,
+                                           " stack frames were defined in damaged chunks"));
+  }
+  std::stable_sort(events_.begin(), events_.end(),
+                   [](const FileEvent& a, const FileEvent& b) { return a.time_ns < b.time_ns; });
+  std::uint64_t unknown_stacks = 0;
+  trace_.events.reserve(events_.size());
+  for (FileEvent& e : events_) {
+    e.event.time_us = (e.time_ns - origin) / 1000;
+    if (e.event.stack_id != 0) {
+      auto sit = stack_ids.find(e.event.stack_id);
+      if (sit == stack_ids.end()) {
+        ++unknown_stacks;
+        e.event.stack_id = 0;
+      } else {
+        e.event.stack_id = sit->second;
+      }
+    }
+    trace_.events.push_back(e.event);
+  }
+  if (unknown_stacks > 0) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": ", unknown_stacks,
+                                           " events use stacks defined in damaged chunks; "
+                                           "they are shown without a stack"));
+  }
+  for (Annotation& a : trace_.annotations) a.time_us = (a.time_us - origin) / 1000;
+  std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
+                   [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
+  return std::move(trace_);
+}
+
+}  // namespace
+
+bool IsGpumemTrace(absl::string_view data) { return format::HasMagic(data); }
+
+absl::StatusOr<Trace> ParseGpumemTrace(absl::string_view data, const std::string& name,
+                                       GpumemFileInfo* info) {
+  GpumemFileInfo local;
+  Reader reader(data, name, info != nullptr ? info : &local);
+  return reader.Read();
+}
+
+}  // namespace gpumem::trace
