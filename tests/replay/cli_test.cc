@@ -1,0 +1,167 @@
+// `gpumem replay` as a user runs it: the built binary, its exit status, its stdout and
+// its one-line errors on bad input (files made here: truncated, corrupt, malformed).
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "allocator/policies.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gpumem::replay {
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string WriteFile(const std::string& name, const std::string& bytes) {
+  const std::string path = ::testing::TempDir() + "/gpumem_replay_cli_" + name;
+  std::ofstream(path, std::ios::binary) << bytes;
+  return path;
+}
+
+Run Gpumem(const std::string& args) {
+  const std::string out = ::testing::TempDir() + "/gpumem_replay_cli.out";
+  const std::string err = ::testing::TempDir() + "/gpumem_replay_cli.err";
+  const std::string command =
+      std::string(GPUMEM_BINARY) + " " + args + " >" + out + " 2>" + err;
+  const int raw = std::system(command.c_str());
+  Run r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+  r.out = ReadFile(out);
+  r.err = ReadFile(err);
+  return r;
+}
+
+const std::string kData = GPUMEM_TEST_DATA;
+const std::string kLeaky = kData + "/leaky_mlp.trace.tsv.gz";
+
+// Bad input: status 2, and exactly one line on stderr that names the file.
+void ExpectBadInput(const Run& r, const std::string& must_contain) {
+  EXPECT_EQ(r.status, 2) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  EXPECT_NE(r.err.find(must_contain), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(ReplayCliTest, HelpDescribesTheOptions) {
+  const Run r = Gpumem("replay --help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* word : {"--policy", "--cap", "--json", "17.3GB", "16GiB", "pytorch-expandable"}) {
+    EXPECT_NE(r.out.find(word), std::string::npos) << word;
+  }
+}
+
+TEST(ReplayCliTest, TablePerTraceWithEveryPolicy) {
+  const Run r = Gpumem("replay " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("leaky_mlp.trace.tsv.gz"), std::string::npos);
+  for (const std::string& policy : PolicyNames()) {
+    EXPECT_NE(r.out.find(policy), std::string::npos) << policy;
+  }
+  EXPECT_NE(r.out.find("ratio"), std::string::npos);
+}
+
+TEST(ReplayCliTest, JsonIsOneObjectPerTraceAndPolicy) {
+  const Run r = Gpumem("replay --json --policy pytorch " + kLeaky + " " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int objects = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["trace"], kLeaky);
+    EXPECT_EQ(j["policy"], "pytorch");
+    // PyTorch's own figure for this trace (tests/data/README.md): the emulation is exact.
+    EXPECT_EQ(j["peak_reserved"], 538'968'064u);
+    EXPECT_GT(j["peak_allocated"].get<std::uint64_t>(), 500'000'000u);
+    EXPECT_GT(j["ratio"].get<double>(), 1.0);
+    EXPECT_TRUE(j["oom"].is_null());
+    ++objects;
+  }
+  EXPECT_EQ(objects, 2);
+}
+
+TEST(ReplayCliTest, CapBelowThePeakReportsAnOom) {
+  const Run r = Gpumem("replay --json --policy pytorch --cap 400MB " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j["oom"].is_object()) << r.out;
+  EXPECT_LE(j["oom"]["reserved"].get<std::uint64_t>(), 400'000'000u);
+  EXPECT_GT(j["oom"]["requested"].get<std::uint64_t>(), 0u);
+  EXPECT_GT(j["oom"]["event_index"].get<std::uint64_t>(), 0u);
+  const Run table = Gpumem("replay --policy pytorch --cap 400MB " + kLeaky);
+  EXPECT_NE(table.out.find("at event"), std::string::npos) << table.out;
+}
+
+TEST(ReplayCliTest, TruncatedCompressedFile) {
+  const std::string whole = ReadFile(kLeaky);
+  const std::string path = WriteFile("truncated.trace.tsv.gz", whole.substr(0, whole.size() / 2));
+  ExpectBadInput(Gpumem("replay " + path), path);
+}
+
+TEST(ReplayCliTest, CorruptCompressedFile) {
+  std::string bytes = ReadFile(kLeaky);
+  for (std::size_t i = bytes.size() / 3; i < bytes.size() / 3 + 64; ++i) bytes[i] ^= 0x5a;
+  const std::string path = WriteFile("corrupt.trace.tsv.gz", bytes);
+  ExpectBadInput(Gpumem("replay " + path), path);
+}
+
+TEST(ReplayCliTest, TruncatedPickle) {
+  const std::string whole = ReadFile(kData + "/leaky_mlp.pickle.xz");
+  const std::string path = WriteFile("truncated.pickle.xz", whole.substr(0, whole.size() / 2));
+  ExpectBadInput(Gpumem("replay " + path), path);
+}
+
+TEST(ReplayCliTest, LineCutShort) {
+  const std::string path = WriteFile("short.tsv", "0\talloc\t4096\t512\t0\t0\t0\n1\talloc\t81");
+  ExpectBadInput(Gpumem("replay " + path), path + ": line 2");
+}
+
+TEST(ReplayCliTest, UnknownAction) {
+  const std::string path = WriteFile("action.tsv", "0\tfrobnicate\t4096\t512\t0\t0\t0\n");
+  ExpectBadInput(Gpumem("replay " + path), "frobnicate");
+}
+
+TEST(ReplayCliTest, FreeOfAnAddressThatIsNotLive) {
+  const std::string path = WriteFile(
+      "notlive.tsv", "0\talloc\t4096\t512\t0\t0\t0\n1\tfree_completed\t8192\t512\t0\t0\t0\n");
+  ExpectBadInput(Gpumem("replay " + path), path + ": event 1");
+}
+
+TEST(ReplayCliTest, EmptyTrace) {
+  const std::string path = WriteFile("empty.tsv", "# seq\taction\taddr\tsize\tstream\ttime_us\tstack\n");
+  ExpectBadInput(Gpumem("replay " + path), path);
+}
+
+TEST(ReplayCliTest, MissingFile) {
+  ExpectBadInput(Gpumem("replay /nonexistent/x.trace.tsv.gz"), "/nonexistent/x.trace.tsv.gz");
+}
+
+TEST(ReplayCliTest, BadCap) {
+  ExpectBadInput(Gpumem("replay --cap 12XB " + kLeaky), "--cap");
+  ExpectBadInput(Gpumem("replay --cap 0 " + kLeaky), "--cap");
+}
+
+TEST(ReplayCliTest, UnknownPolicy) {
+  ExpectBadInput(Gpumem("replay --policy tcmalloc " + kLeaky), "tcmalloc");
+}
+
+}  // namespace
+}  // namespace gpumem::replay
