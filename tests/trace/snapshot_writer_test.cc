@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -94,6 +95,66 @@ TEST(SnapshotWriterTest, RealSnapshotRoundTrips) {
   }
 }
 
+// A trace with no end state of its own (the TSV form) gets one derived from its events.
+// PyTorch's own end state in the matching pickle is the independent reference: every
+// segment made during the recording must come out with the same blocks (live ones and
+// the coalesced free pieces between them).
+TEST(SnapshotWriterTest, EndStateDerivedFromEventsMatchesPyTorchs) {
+  auto tsv = LoadTrace(Data("leaky_mlp.trace.tsv.gz"));
+  ASSERT_TRUE(tsv.ok()) << tsv.status();
+  ASSERT_TRUE(tsv->segments.empty());
+  auto written = WriteSnapshotPickle(*tsv);
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto derived = ParseSnapshotPickle(*written, "w.pkl");
+  ASSERT_TRUE(derived.ok()) << derived.status();
+  auto pytorch = LoadTrace(Data("leaky_mlp.pickle.xz"));
+  ASSERT_TRUE(pytorch.ok()) << pytorch.status();
+  // PyTorch's list also holds the one segment made before recording started.
+  ASSERT_EQ(derived->segments.size() + 1, pytorch->segments.size());
+  std::size_t matched = 0;
+  for (const Segment& want : pytorch->segments) {
+    auto got = std::find_if(derived->segments.begin(), derived->segments.end(),
+                            [&](const Segment& s) { return s.addr == want.addr; });
+    if (got == derived->segments.end()) {
+      EXPECT_EQ(want.total_size, 2u << 20) << "only the pre-recording segment may be missing";
+      continue;
+    }
+    ++matched;
+    EXPECT_EQ(got->total_size, want.total_size);
+    ASSERT_EQ(got->blocks.size(), want.blocks.size()) << "segment " << want.addr;
+    for (std::size_t j = 0; j < want.blocks.size(); ++j) {
+      EXPECT_EQ(got->blocks[j].addr, want.blocks[j].addr);
+      EXPECT_EQ(got->blocks[j].size, want.blocks[j].size);
+      EXPECT_EQ(got->blocks[j].allocated, want.blocks[j].allocated);
+    }
+  }
+  EXPECT_EQ(matched, derived->segments.size());
+}
+
+TEST(SnapshotWriterTest, PendingFreesStayLive) {
+  Trace t;
+  t.source = "t";
+  auto event = [](Action a, std::uint64_t addr, std::uint64_t size) {
+    Event e;
+    e.action = a;
+    e.addr = addr;
+    e.size = size;
+    return e;
+  };
+  t.events = {event(Action::kSegmentAlloc, 0x1000, 0x2000), event(Action::kAlloc, 0x1000, 0x800),
+              event(Action::kAlloc, 0x1800, 0x800), event(Action::kFreeRequested, 0x1800, 0x800)};
+  auto written = WriteSnapshotPickle(t);
+  ASSERT_TRUE(written.ok()) << written.status();
+  auto tree = ReadPickle(*written, "w.pkl");
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  const PickleId segments = *tree->Find(tree->root(), "segments");
+  ASSERT_EQ(tree->items(segments).size(), 1u);
+  const PickleId blocks = *tree->Find(tree->items(segments)[0], "blocks");
+  std::vector<std::string> states;
+  for (PickleId b : tree->items(blocks)) states.emplace_back(tree->as_string(*tree->Find(b, "state")));
+  EXPECT_EQ(states, (std::vector<std::string>{"active_allocated", "active_pending_free", "inactive"}));
+}
+
 TEST(SnapshotWriterTest, GpumemOnlyActionsAndOom) {
   Trace t;
   t.source = "t";
@@ -177,6 +238,18 @@ assert [[{k: x[k] for k in blk_keys} for x in s['blocks']] for s in orig['segmen
        [[{k: x[k] for k in blk_keys} for x in s['blocks']] for s in ours['segments']]
 assert orig['external_annotations'] == ours['external_annotations']
 assert ours['allocator_settings']['expandable_segments'] is False
+# memory_viz passes each APPENDS batch as the arguments of one JavaScript call: keep them
+# to Python's own batch size.
+batches = []
+class Counting(pickle._Unpickler):
+    dispatch = dict(pickle._Unpickler.dispatch)
+    def load_appends(self):
+        batches.append(len(self.stack))
+        pickle._Unpickler.load_appends(self)
+    dispatch[pickle.APPENDS[0]] = load_appends
+import io
+Counting(io.BytesIO(raw)).load()
+assert max(batches) == 1000, max(batches)
 print('ok', len(b))
 )";
   const std::string cmd =

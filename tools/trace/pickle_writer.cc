@@ -15,12 +15,54 @@ void PickleWriter::LittleEndian(std::uint64_t value, int bytes) {
   for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
 }
 
-void PickleWriter::None() { Op('N'); }
+namespace {
+constexpr std::uint32_t kBatch = 1000;  // Python's pickle._BATCHSIZE
+}  // namespace
 
-void PickleWriter::Bool(bool value) { Op(value ? 0x88 : 0x89); }
+void PickleWriter::BeforeValue() {
+  if (open_.empty()) return;
+  Open& o = open_.back();
+  if (o.items == (o.dict ? 2 * kBatch : kBatch)) {
+    Op(o.dict ? 'u' : 'e');
+    Op('(');
+    o.items = 0;
+  }
+}
+
+void PickleWriter::None() {
+  BeforeValue();
+  Op('N');
+  AfterValue();
+}
+
+void PickleWriter::Bool(bool value) {
+  BeforeValue();
+  Op(value ? 0x88 : 0x89);
+  AfterValue();
+}
+
+void PickleWriter::Int(std::int64_t value) {
+  BeforeValue();
+  WriteInt(value);
+  AfterValue();
+}
+
+void PickleWriter::Uint(std::uint64_t value) {
+  BeforeValue();
+  WriteUint(value);
+  AfterValue();
+}
+
+void PickleWriter::IntPair(std::int64_t first, std::int64_t second) {
+  BeforeValue();
+  WriteInt(first);
+  WriteInt(second);
+  Op(0x86);  // TUPLE2
+  AfterValue();
+}
 
 // The shortest form, as Python's pickler chooses it.
-void PickleWriter::Int(std::int64_t value) {
+void PickleWriter::WriteInt(std::int64_t value) {
   if (value >= 0 && value < 0x100) {
     Op('K');
     LittleEndian(static_cast<std::uint64_t>(value), 1);
@@ -46,9 +88,9 @@ void PickleWriter::Int(std::int64_t value) {
   }
 }
 
-void PickleWriter::Uint(std::uint64_t value) {
+void PickleWriter::WriteUint(std::uint64_t value) {
   if (value <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-    Int(static_cast<std::int64_t>(value));
+    WriteInt(static_cast<std::int64_t>(value));
     return;
   }
   Op(0x8a);  // LONG1, 8 bytes and a zero sign byte
@@ -58,10 +100,12 @@ void PickleWriter::Uint(std::uint64_t value) {
 }
 
 void PickleWriter::Float(double value) {
+  BeforeValue();
   std::uint64_t bits;
   std::memcpy(&bits, &value, sizeof bits);
   Op('G');
   for (int i = 7; i >= 0; --i) out_.push_back(static_cast<char>((bits >> (8 * i)) & 0xff));
+  AfterValue();
 }
 
 void PickleWriter::String(absl::string_view value) {
@@ -69,6 +113,7 @@ void PickleWriter::String(absl::string_view value) {
     Get(it->second);
     return;
   }
+  BeforeValue();
   if (value.size() < 0x100) {
     Op(0x8c);  // SHORT_BINUNICODE
     LittleEndian(value.size(), 1);
@@ -81,20 +126,32 @@ void PickleWriter::String(absl::string_view value) {
   }
   out_.append(value.data(), value.size());
   strings_.emplace(std::string(value), Memoize());
+  AfterValue();
 }
 
 // EMPTY_LIST MARK items APPENDS: an empty MARK..APPENDS is valid, which keeps this streaming.
 void PickleWriter::BeginList() {
+  BeforeValue();
   Op(']');
   Op('(');
+  open_.push_back({false, 0});
 }
-void PickleWriter::EndList() { Op('e'); }
+void PickleWriter::EndList() {
+  Op('e');
+  open_.pop_back();
+  AfterValue();
+}
 void PickleWriter::BeginDict() {
+  BeforeValue();
   Op('}');
   Op('(');
+  open_.push_back({true, 0});
 }
-void PickleWriter::EndDict() { Op('u'); }
-void PickleWriter::Tuple2() { Op(0x86); }
+void PickleWriter::EndDict() {
+  Op('u');
+  open_.pop_back();
+  AfterValue();
+}
 
 std::uint32_t PickleWriter::Memoize() {
   Op(0x94);
@@ -102,6 +159,7 @@ std::uint32_t PickleWriter::Memoize() {
 }
 
 void PickleWriter::Get(std::uint32_t memo_index) {
+  BeforeValue();
   if (memo_index < 0x100) {
     Op('h');  // BINGET
     LittleEndian(memo_index, 1);
@@ -109,6 +167,7 @@ void PickleWriter::Get(std::uint32_t memo_index) {
     Op('j');  // LONG_BINGET
     LittleEndian(memo_index, 4);
   }
+  AfterValue();
 }
 
 std::string PickleWriter::Finish() && {

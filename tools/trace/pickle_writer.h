@@ -24,12 +24,14 @@ class PickleWriter {
   void String(absl::string_view value);
 
   // Containers: Begin, then the items (a dict's as key, value, key, value...), then End.
+  // Items go in batches of 1,000 per APPENDS / SETITEMS, as Python's pickler writes them:
+  // memory_viz passes a batch as the arguments of one JavaScript call, which has a limit.
   void BeginList();
   void EndList();
   void BeginDict();
   void EndDict();
-  // Replaces the last two values written with a tuple of them.
-  void Tuple2();
+  // A 2-tuple of ints (TUPLE2).
+  void IntPair(std::int64_t first, std::int64_t second);
 
   // Remembers the value just written (a string, or a container after its End); Get writes
   // a reference to it again.
@@ -41,6 +43,19 @@ class PickleWriter {
 
  private:
   void Op(unsigned char op) { out_.push_back(static_cast<char>(op)); }
+  // Called before each value: closes a full batch of the enclosing container.
+  void BeforeValue();
+  void AfterValue() {
+    if (!open_.empty()) ++open_.back().items;
+  }
+  void WriteInt(std::int64_t value);
+  void WriteUint(std::uint64_t value);
+
+  struct Open {
+    bool dict;
+    std::uint32_t items;  // values written in the present batch (keys count too)
+  };
+  std::vector<Open> open_;
   void LittleEndian(std::uint64_t value, int bytes);
 
   std::string out_;

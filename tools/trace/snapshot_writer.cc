@@ -1,7 +1,11 @@
 #include "tools/trace/snapshot_writer.h"
 
 #include <algorithm>
+#include <map>
+#include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
 #include "tools/trace/pickle_writer.h"
@@ -9,9 +13,84 @@
 namespace gpumem::trace {
 namespace {
 
+using DeviceAddr = std::pair<std::int32_t, std::uint64_t>;
+
+// Blocks whose free was requested but not completed when the trace ends: PyTorch lists them
+// as active_pending_free, and memory_viz, replaying backwards, expects them live.
+absl::flat_hash_set<DeviceAddr> PendingFrees(const Trace& t) {
+  absl::flat_hash_set<DeviceAddr> pending;
+  for (const Event& e : t.events) {
+    if (e.action == Action::kFreeRequested) pending.insert({e.device, e.addr});
+    if (e.action == Action::kFreeCompleted || e.action == Action::kAlloc) pending.erase({e.device, e.addr});
+  }
+  return pending;
+}
+
+// For traces that carry no end state (gpumem and TSV traces): the segments live at the end,
+// each tiled by its live blocks and free gaps, as PyTorch lists them. memory_viz rebuilds
+// earlier states by undoing events from this one, so it must agree with the events.
+std::vector<Segment> EndStateFromEvents(const Trace& t) {
+  std::map<DeviceAddr, Segment> segments;
+  std::map<DeviceAddr, SegmentBlock> blocks;
+  for (const Event& e : t.events) {
+    const DeviceAddr key{e.device, e.addr};
+    switch (e.action) {
+      case Action::kSegmentAlloc:
+      case Action::kSegmentMap: {
+        Segment& seg = segments[key];
+        seg.device = e.device;
+        seg.addr = e.addr;
+        seg.total_size = e.size;
+        seg.stream = e.stream;
+        seg.is_expandable = e.action == Action::kSegmentMap;
+        break;
+      }
+      case Action::kSegmentFree:
+      case Action::kSegmentUnmap:
+        segments.erase(key);
+        break;
+      case Action::kAlloc: {
+        SegmentBlock& b = blocks[key];
+        b.addr = e.addr;
+        b.size = e.size;
+        b.requested_size = e.size;
+        b.allocated = true;
+        b.stack_id = e.stack_id;
+        break;
+      }
+      case Action::kFreeCompleted:
+        blocks.erase(key);
+        break;
+      default:
+        break;
+    }
+  }
+  std::vector<Segment> out;
+  for (auto& [key, seg] : segments) {
+    const std::uint64_t end = seg.addr + seg.total_size;
+    std::uint64_t cursor = seg.addr;
+    auto gap = [&](std::uint64_t until) {
+      if (until > cursor) seg.blocks.push_back({cursor, until - cursor, until - cursor, false, 0});
+    };
+    for (auto it = blocks.lower_bound(key); it != blocks.end() && it->first.first == seg.device &&
+                                            it->first.second < end;
+         ++it) {
+      const SegmentBlock& b = it->second;
+      if (b.addr < cursor || b.size > end - b.addr) continue;  // overlaps: not PyTorch's layout
+      gap(b.addr);
+      seg.blocks.push_back(b);
+      cursor = b.addr + b.size;
+    }
+    gap(end);
+    out.push_back(std::move(seg));
+  }
+  return out;
+}
+
 class SnapshotWriter {
  public:
-  explicit SnapshotWriter(const Trace& trace) : t_(trace), frame_memo_(trace.frames.size(), kUnset) {}
+  explicit SnapshotWriter(const Trace& trace)
+      : t_(trace), frame_memo_(trace.frames.size(), kUnset), pending_(PendingFrees(trace)) {}
 
   absl::StatusOr<std::string> Run() {
     for (const Event& e : t_.events) {
@@ -33,7 +112,7 @@ class SnapshotWriter {
     }
     w_.BeginDict();
     w_.String("segments");
-    Segments();
+    Segments(t_.segments.empty() ? EndStateFromEvents(t_) : t_.segments);
     w_.String("device_traces");
     DeviceTraces();
     w_.String("allocator_settings");
@@ -78,9 +157,9 @@ class SnapshotWriter {
     w_.EndList();
   }
 
-  void Segments() {
+  void Segments(const std::vector<Segment>& segments) {
     w_.BeginList();
-    for (const Segment& seg : t_.segments) {
+    for (const Segment& seg : segments) {
       std::uint64_t allocated = 0;
       std::uint64_t requested = 0;
       for (const SegmentBlock& b : seg.blocks) {
@@ -107,9 +186,7 @@ class SnapshotWriter {
       w_.String("segment_type");
       w_.String(seg.is_large_pool ? "large" : "small");
       w_.String("segment_pool_id");
-      w_.Int(0);
-      w_.Int(0);
-      w_.Tuple2();
+      w_.IntPair(0, 0);
       w_.String("is_expandable");
       w_.Bool(seg.is_expandable);
       w_.String("frames");
@@ -126,7 +203,9 @@ class SnapshotWriter {
         w_.String("requested_size");
         w_.Uint(b.requested_size);
         w_.String("state");
-        w_.String(b.allocated ? "active_allocated" : "inactive");
+        w_.String(pending_.contains({seg.device, b.addr}) ? "active_pending_free"
+                  : b.allocated                           ? "active_allocated"
+                                                          : "inactive");
         w_.String("frames");
         Frames(b.stack_id);
         w_.EndDict();
@@ -199,6 +278,7 @@ class SnapshotWriter {
   const Trace& t_;
   PickleWriter w_;
   std::vector<std::uint32_t> frame_memo_;
+  absl::flat_hash_set<DeviceAddr> pending_;
 };
 
 }  // namespace
