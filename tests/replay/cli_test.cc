@@ -16,7 +16,7 @@
 namespace gpumem::replay {
 namespace {
 
-struct Run {
+struct CliRun {
   int status = -1;
   std::string out;
   std::string err;
@@ -35,13 +35,13 @@ std::string WriteFile(const std::string& name, const std::string& bytes) {
   return path;
 }
 
-Run Gpumem(const std::string& args) {
+CliRun Gpumem(const std::string& args) {
   const std::string out = ::testing::TempDir() + "/gpumem_replay_cli.out";
   const std::string err = ::testing::TempDir() + "/gpumem_replay_cli.err";
   const std::string command =
       std::string(GPUMEM_BINARY) + " " + args + " >" + out + " 2>" + err;
   const int raw = std::system(command.c_str());
-  Run r;
+  CliRun r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
   r.out = ReadFile(out);
   r.err = ReadFile(err);
@@ -52,7 +52,7 @@ const std::string kData = GPUMEM_TEST_DATA;
 const std::string kLeaky = kData + "/leaky_mlp.trace.tsv.gz";
 
 // Bad input: status 2, and exactly one line on stderr that names the file.
-void ExpectBadInput(const Run& r, const std::string& must_contain) {
+void ExpectBadInput(const CliRun& r, const std::string& must_contain) {
   EXPECT_EQ(r.status, 2) << r.err;
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
@@ -61,7 +61,7 @@ void ExpectBadInput(const Run& r, const std::string& must_contain) {
 }
 
 TEST(ReplayCliTest, HelpDescribesTheOptions) {
-  const Run r = Gpumem("replay --help");
+  const CliRun r = Gpumem("replay --help");
   EXPECT_EQ(r.status, 0);
   for (const char* word : {"--policy", "--cap", "--json", "17.3GB", "16GiB", "pytorch-expandable"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
@@ -69,7 +69,7 @@ TEST(ReplayCliTest, HelpDescribesTheOptions) {
 }
 
 TEST(ReplayCliTest, TablePerTraceWithEveryPolicy) {
-  const Run r = Gpumem("replay " + kLeaky);
+  const CliRun r = Gpumem("replay " + kLeaky);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("leaky_mlp.trace.tsv.gz"), std::string::npos);
   for (const std::string& policy : PolicyNames()) {
@@ -79,7 +79,7 @@ TEST(ReplayCliTest, TablePerTraceWithEveryPolicy) {
 }
 
 TEST(ReplayCliTest, JsonIsOneObjectPerTraceAndPolicy) {
-  const Run r = Gpumem("replay --json --policy pytorch " + kLeaky + " " + kLeaky);
+  const CliRun r = Gpumem("replay --json --policy pytorch " + kLeaky + " " + kLeaky);
   ASSERT_EQ(r.status, 0) << r.err;
   std::istringstream lines(r.out);
   std::string line;
@@ -99,14 +99,14 @@ TEST(ReplayCliTest, JsonIsOneObjectPerTraceAndPolicy) {
 }
 
 TEST(ReplayCliTest, CapBelowThePeakReportsAnOom) {
-  const Run r = Gpumem("replay --json --policy pytorch --cap 400MB " + kLeaky);
+  const CliRun r = Gpumem("replay --json --policy pytorch --cap 400MB " + kLeaky);
   ASSERT_EQ(r.status, 0) << r.err;
   nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_TRUE(j["oom"].is_object()) << r.out;
   EXPECT_LE(j["oom"]["reserved"].get<std::uint64_t>(), 400'000'000u);
   EXPECT_GT(j["oom"]["requested"].get<std::uint64_t>(), 0u);
   EXPECT_GT(j["oom"]["event_index"].get<std::uint64_t>(), 0u);
-  const Run table = Gpumem("replay --policy pytorch --cap 400MB " + kLeaky);
+  const CliRun table = Gpumem("replay --policy pytorch --cap 400MB " + kLeaky);
   EXPECT_NE(table.out.find("at event"), std::string::npos) << table.out;
 }
 
