@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -64,12 +65,17 @@ TEST(PickleReaderFuzzTest, SeedCorpusTruncationsAndMutations) {
       absl::HexStringToBytes("80049512000000000000005d94287d948c016b948c017694736801652e"),
       absl::HexStringToBytes("80049524000000000000007d94288c0d6465766963655f747261636573947d948c087365676d656e7473945d94752e"),
   };
-  // run.sh's seeds: the head of a real snapshot as Python pickles it (protocols 2 and 4).
-  for (const char* file : {"leaky_mlp_head.p2.pickle", "leaky_mlp_head.p4.pickle"}) {
-    std::ifstream in(std::string(GPUMEM_TEST_DATA) + "/../fuzz/corpus/" + file, std::ios::binary);
+  // run.sh's seeds (the head of a real snapshot as Python pickles it, protocols 2 and 4)
+  // and the inputs libFuzzer once failed on (regression_*).
+  std::size_t files = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(GPUMEM_TEST_DATA) + "/../fuzz/corpus")) {
+    std::ifstream in(entry.path(), std::ios::binary);
     corpus.emplace_back(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    ASSERT_GT(corpus.back().size(), 1000u) << file;
+    ASSERT_FALSE(corpus.back().empty()) << entry.path();
+    ++files;
   }
+  ASSERT_GE(files, 3u);
   for (const std::string& s : corpus) EXPECT_EQ(FuzzOne(s), 0);
   for (std::size_t cut = 0; cut < seed.size(); ++cut) FuzzOne(seed.substr(0, cut));
   std::mt19937_64 rng(20261123);

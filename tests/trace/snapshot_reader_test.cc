@@ -211,6 +211,41 @@ TEST(SnapshotReaderTest, AConsistentTraceGetsNoPrelude) {
   EXPECT_EQ(t->events[0].stack_id, t->events[2].stack_id);
 }
 
+// Devices are interleaved by time, but each keeps its own order even where its clock goes
+// backwards: reordering a device's events would free blocks before their alloc.
+TEST(SnapshotReaderTest, DevicesInterleaveByTimeKeepingTheirOrder) {
+  PickleWriter w;
+  w.BeginDict();
+  w.String("device_traces");
+  w.BeginList();
+  const std::vector<std::vector<std::pair<std::uint64_t, std::int64_t>>> devices = {
+      {{0x100, 10}, {0x200, 1000}, {0x300, 20}}, {{0x400, 15}}};
+  for (const auto& events : devices) {
+    w.BeginList();
+    for (const auto& [addr, time] : events) {
+      w.BeginDict();
+      w.String("action");
+      w.String("alloc");
+      w.String("addr");
+      w.Uint(addr);
+      w.String("size");
+      w.Int(512);
+      w.String("time_us");
+      w.Int(time);
+      w.EndDict();
+    }
+    w.EndList();
+  }
+  w.EndList();
+  w.EndDict();
+  auto t = ParseSnapshotPickle(std::move(w).Finish(), "t.pkl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::pair<std::int32_t, std::uint64_t>> got;
+  for (const Event& e : t->events) got.emplace_back(e.device, e.addr);
+  EXPECT_EQ(got, (std::vector<std::pair<std::int32_t, std::uint64_t>>{
+                     {0, 0x100}, {1, 0x400}, {0, 0x200}, {0, 0x300}}));
+}
+
 TEST(SnapshotReaderTest, UnknownActionNamesTheEvent) {
   auto t = ParseSnapshotPickle(Snapshot({{"alloc", 1, 512}, {"malloc", 1, 512}}, false), "t.pkl");
   ASSERT_FALSE(t.ok());

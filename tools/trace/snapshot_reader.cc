@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <functional>
 #include <optional>
+#include <queue>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -138,12 +140,12 @@ class Converter {
     if (devices.size() > static_cast<std::size_t>(kMaxDevices)) {
       return Error(*traces, absl::StrCat("device_traces lists ", devices.size(), " devices"));
     }
-    int devices_with_events = 0;
+    std::vector<std::size_t> starts;  // where each device's events begin in trace_.events
     for (std::size_t d = 0; d < devices.size(); ++d) {
       const std::string dpath = absl::StrCat("device_traces[", d, "]");
       if (absl::Status s = Sequence(devices[d], dpath); !s.ok()) return s;
       absl::Span<const PickleId> entries = t_.items(devices[d]);
-      if (!entries.empty()) ++devices_with_events;
+      starts.push_back(trace_.events.size());
       trace_.events.reserve(trace_.events.size() + entries.size());
       for (std::size_t i = 0; i < entries.size(); ++i) {
         absl::Status s = ReadEvent(entries[i], static_cast<std::int32_t>(d),
@@ -151,11 +153,31 @@ class Converter {
         if (!s.ok()) return s;
       }
     }
-    if (devices_with_events > 1) {
-      std::stable_sort(trace_.events.begin(), trace_.events.end(),
-                       [](const Event& a, const Event& b) { return a.time_us < b.time_us; });
-    }
+    starts.push_back(trace_.events.size());
+    MergeDevicesByTime(starts);
     return absl::OkStatus();
+  }
+
+  // Interleaves the devices' events by time, keeping each device's own order even where
+  // its times are not monotonic (the order is what the allocator did; the state rebuild
+  // and every replay depend on it). Ties go to the lower device.
+  void MergeDevicesByTime(const std::vector<std::size_t>& starts) {
+    using Head = std::pair<std::int64_t, std::size_t>;  // (time, device)
+    std::priority_queue<Head, std::vector<Head>, std::greater<Head>> heads;
+    std::vector<std::size_t> next(starts.begin(), starts.end() - 1);
+    for (std::size_t d = 0; d + 1 < starts.size(); ++d) {
+      if (starts[d] < starts[d + 1]) heads.push({trace_.events[starts[d]].time_us, d});
+    }
+    if (heads.size() < 2) return;
+    std::vector<Event> merged;
+    merged.reserve(trace_.events.size());
+    while (!heads.empty()) {
+      const std::size_t d = heads.top().second;
+      heads.pop();
+      merged.push_back(trace_.events[next[d]++]);
+      if (next[d] < starts[d + 1]) heads.push({trace_.events[next[d]].time_us, d});
+    }
+    trace_.events = std::move(merged);
   }
 
   absl::Status ReadEvent(PickleId entry, std::int32_t device, const std::string& path) {

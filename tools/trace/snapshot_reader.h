@@ -10,8 +10,8 @@
 
 namespace gpumem::trace {
 
-// The snapshot dict as a Trace: device_traces[d] events (in order, device by device, then
-// merged by time when several devices record), frames innermost first, segments (end
+// The snapshot dict as a Trace: device_traces[d] events (several devices are interleaved
+// by time, each keeping its own order), frames innermost first, segments (end
 // state), external_annotations and allocator_settings.expandable_segments. Then the state
 // at the first event is rebuilt (see snapshot_prelude.h). Errors read
 // "NAME: byte N: what", N being where the offending value starts in the pickle.
