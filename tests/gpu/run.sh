@@ -45,8 +45,7 @@ if want bench; then
   for a in native gpumem; do
     $py "$repo/tests/gpu/torch_empty_bench.py" $a >>"$OUT/torch_empty.jsonl" 2>>"$OUT/bench.log"
   done
-  $py "$repo/tests/gpu/bench_table.py" "$OUT/gpu_alloc_bench.json" "$OUT/torch_empty.jsonl" \
-    | tee "$OUT/bench_table.md"
+  $py "$repo/tests/gpu/bench_table.py" "$OUT/gpu_alloc_bench.json" "$OUT/torch_empty.jsonl"
 fi
 
 if want train; then
@@ -58,7 +57,7 @@ if want train; then
         || echo "capture $w $a failed (see train.err)"
     done
   done
-  $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl" | tee "$OUT/train_table.md"
+  $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl"
 fi
 
 if want mincap; then
