@@ -1,9 +1,115 @@
+// gpumem report: leak, fragmentation and OOM diagnosis of one or more traces, as a
+// terminal summary, JSON, or a self-contained HTML page.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/report/json_report.h"
+#include "tools/report/report.h"
+#include "tools/report/terminal_report.h"
+#include "tools/replay/size_parser.h"
+#include "tools/trace/load.h"
 
 namespace gpumem::cli {
+namespace {
 
-// Placeholder until the 'report' subcommand is written: it is not registered, so --help does
-// not offer it.
-void AddReportCommand(CLI::App&, int*) {}
+struct ReportArgs {
+  std::vector<std::string> traces;
+  bool json = false;
+  std::string capacity;
+  std::string step_site;
+};
+
+int BadInput(const std::string& message) {
+  std::string line = message;
+  for (char& c : line) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  std::fprintf(stderr, "gpumem report: %s\n", line.c_str());
+  return kExitBadInput;
+}
+
+// A one-line bar on stderr, redrawn in place; only for a terminal.
+report::Progress MakeProgress(const std::string& name, std::size_t events) {
+  if (!isatty(STDERR_FILENO) || events < 2'000'000) return nullptr;
+  return [name](double fraction) {
+    const int width = 30;
+    const int filled = static_cast<int>(fraction * width);
+    std::fprintf(stderr, "\r%s [%s%s] %3d%%", name.c_str(), std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), static_cast<int>(fraction * 100));
+    if (fraction >= 1.0) std::fprintf(stderr, "\r\033[K");
+    std::fflush(stderr);
+  };
+}
+
+int Run(const ReportArgs& args) {
+  report::ReportOptions options;
+  if (!args.capacity.empty()) {
+    absl::StatusOr<std::uint64_t> size = replay::ParseSize(args.capacity);
+    if (!size.ok()) return BadInput(absl::StrCat("--capacity: ", size.status().message()));
+    options.capacity = *size;
+  }
+  if (!args.step_site.empty()) {
+    absl::StatusOr<report::StepSite> site = report::ParseStepSite(args.step_site);
+    if (!site.ok()) return BadInput(std::string(site.status().message()));
+    options.step_site = *site;
+  }
+  // Load everything first: one bad file fails the whole command before any output.
+  std::vector<trace::Trace> traces;
+  for (const std::string& path : args.traces) {
+    absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
+    if (!t.ok()) return BadInput(std::string(t.status().message()));
+    traces.push_back(std::move(*t));
+  }
+  std::vector<report::Report> reports;
+  reports.reserve(traces.size());
+  for (const trace::Trace& t : traces) {
+    options.progress = MakeProgress(t.source, t.events.size());
+    reports.push_back(report::BuildReport(t, options));
+  }
+  if (args.json) {
+    nlohmann::json j;
+    if (reports.size() == 1) {
+      j = report::ReportToJson(reports.front());
+    } else {
+      j["traces"] = nlohmann::json::array();
+      for (const report::Report& r : reports) j["traces"].push_back(report::ReportToJson(r));
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    const bool color = isatty(STDOUT_FILENO);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      std::printf("%s%s", i ? "\n" : "", report::FormatTerminal(reports[i], color).c_str());
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app, int* status) {
+  auto args = std::make_shared<ReportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Diagnose traces: leak suspects by site (growth per step), the step a leak would run "
+      "out of memory, and why each OOM happened (leak, fragmentation or genuine peak).");
+  cmd->add_option("traces", args->traces,
+                  "gpumem traces, PyTorch snapshot pickles or .trace.tsv(.gz) files; several "
+                  "(one per rank of a job) also get a merged view")
+      ->required();
+  cmd->add_flag("--json", args->json, "print one JSON object instead of the summary");
+  cmd->add_option("--capacity", args->capacity,
+                  "device memory to project against, e.g. 80GiB (default: the trace's)");
+  cmd->add_option("--step-site", args->step_site,
+                  "FILE:LINE whose allocations start each step (when steps are not marked)");
+  cmd->callback([args, status] { *status = Run(*args); });
+}
 
 }  // namespace gpumem::cli

@@ -1,0 +1,89 @@
+#include "tools/report/steps.h"
+
+#include "gtest/gtest.h"
+#include "tools/trace/frame_table.h"
+
+namespace gpumem::report {
+namespace {
+
+using trace::Action;
+
+TEST(ParseStepSite, AcceptsFileLineOnly) {
+  ASSERT_TRUE(ParseStepSite("train.py:42").ok());
+  EXPECT_EQ(ParseStepSite("a/b/train.py:42")->file, "a/b/train.py");
+  EXPECT_FALSE(ParseStepSite("train.py").ok());
+  EXPECT_FALSE(ParseStepSite("train.py:x").ok());
+  EXPECT_FALSE(ParseStepSite(":3").ok());
+}
+
+// Annotations: the END of each Optimizer.step closes a step at the next event.
+TEST(FindSteps, FromOptimizerAnnotations) {
+  trace::Trace t;
+  for (int i = 0; i < 10; ++i) {
+    trace::Event e;
+    e.time_us = i * 10;
+    t.events.push_back(e);
+  }
+  t.annotations.push_back({"Optimizer.step#SGD.step", true, 20, 0});
+  t.annotations.push_back({"Optimizer.step#SGD.step", false, 25, 0});
+  t.annotations.push_back({"Optimizer.step#SGD.step", true, 60, 0});
+  t.annotations.push_back({"Optimizer.step#SGD.step", false, 65, 0});
+  Steps s = FindSteps(t, std::nullopt);
+  EXPECT_EQ(s.method, StepMethod::kAnnotations);
+  EXPECT_EQ(s.count, 2u);
+  EXPECT_EQ(s.ends, (std::vector<std::size_t>{3, 7}));
+  EXPECT_EQ(s.StepOf(2), 0u);
+  EXPECT_EQ(s.StepOf(3), 1u);
+  EXPECT_EQ(s.StepOf(9), 2u);
+}
+
+// No markers: a loop of the same stacks is found, with its period.
+TEST(FindSteps, InfersTheRepeatingPattern) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  std::vector<std::uint32_t> stacks;
+  for (int line = 1; line <= 5; ++line) {
+    stacks.push_back(frames.InternStack({frames.Intern({"train.py", line, "step"})}));
+  }
+  auto alloc = [&](std::uint32_t stack, std::uint64_t addr) {
+    trace::Event e;
+    e.action = Action::kAlloc;
+    e.stack_id = stack;
+    e.addr = addr;
+    e.size = 512;
+    t.events.push_back(e);
+    e.action = Action::kFreeCompleted;
+    t.events.push_back(e);
+  };
+  alloc(stacks[4], 1);  // setup, once
+  for (int step = 0; step < 7; ++step) {
+    alloc(stacks[0], 10);
+    // Inner loop: stack 1 three times a step, so it is not the anchor.
+    for (int k = 0; k < 3; ++k) alloc(stacks[1], 20 + k);
+    alloc(stacks[2], 30);
+    alloc(stacks[3], 40);
+  }
+  Steps s = FindSteps(t, std::nullopt);
+  EXPECT_EQ(s.method, StepMethod::kInferred);
+  EXPECT_EQ(s.count, 7u);
+  EXPECT_EQ(s.ends.size(), 6u);
+  EXPECT_EQ(s.ends[0], 2u + 12u);  // step 2 starts after setup (2 events) and one step (12)
+}
+
+TEST(FindSteps, NoneInRandomNoise) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  std::uint32_t seed = 12345;
+  for (int i = 0; i < 400; ++i) {
+    seed = seed * 1103515245 + 12345;
+    trace::Event e;
+    e.action = Action::kAlloc;
+    e.stack_id = frames.InternStack({frames.Intern({"train.py", static_cast<int>(seed >> 16) % 50, "f"})});
+    e.addr = static_cast<std::uint64_t>(i);
+    t.events.push_back(e);
+  }
+  EXPECT_EQ(FindSteps(t, std::nullopt).method, StepMethod::kNone);
+}
+
+}  // namespace
+}  // namespace gpumem::report

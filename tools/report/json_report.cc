@@ -1,0 +1,92 @@
+#include "tools/report/json_report.h"
+
+#include "absl/strings/str_cat.h"
+#include "tools/report/oom_explain.h"
+
+namespace gpumem::report {
+
+std::string Verdict(const Report& r) {
+  if (!r.ooms.empty()) {
+    const OomClass c = r.ooms.front().cls;
+    return absl::StrCat(r.ooms.size(), " OOM", r.ooms.size() == 1 ? "" : "s", "; the first is ",
+                        c == OomClass::kPeak ? "a genuine peak" : OomClassName(c));
+  }
+  if (!r.leaks.suspects.empty()) {
+    return absl::StrCat("leak: live memory grows ", Bytes(r.leaks.bytes_per_step),
+                        " per step, mostly at ", r.leaks.suspects.front().name);
+  }
+  if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
+  return "no leak: live memory at step ends does not grow";
+}
+
+nlohmann::json ReportToJson(const Report& r) {
+  using nlohmann::json;
+  const trace::Trace& t = *r.trace;
+  json out;
+  out["source"] = t.source;
+  out["format"] = t.format;
+  out["events"] = t.events.size();
+  out["steps"] = {{"count", r.steps.count},
+                  {"method", StepMethodName(r.steps.method)},
+                  {"detail", r.steps.detail},
+                  {"ends_seen", r.steps.ends.size()}};
+  out["peak_allocated"] = r.timeline.peak_allocated;
+  out["peak_allocated_step"] = r.steps.StepOf(r.timeline.peak_allocated_index) + 1;
+  out["peak_reserved"] = r.timeline.has_segments ? json(r.timeline.peak_reserved) : json(nullptr);
+  out["capacity"] = r.capacity ? json(*r.capacity) : json(nullptr);
+  out["capacity_source"] = r.capacity_source;
+  json suspects = json::array();
+  for (std::size_t i = 0; i < r.leaks.suspects.size(); ++i) {
+    const LeakSuspect& s = r.leaks.suspects[i];
+    json j;
+    j["rank"] = i + 1;
+    j["site"] = s.name;
+    j["bytes_per_step"] = s.bytes_per_step;
+    j["fit_r2"] = s.r2;
+    j["rising_share"] = s.rising_share;
+    j["first_step"] = s.first_step + 1;
+    j["growth_bytes"] = s.growth_bytes;
+    j["blocks_never_freed"] = s.blocks_never_freed;
+    j["bytes_never_freed"] = s.bytes_never_freed;
+    j["stack"] = StackNames(t, s.stack);
+    suspects.push_back(std::move(j));
+  }
+  out["leak_suspects"] = std::move(suspects);
+  out["leak_bytes_per_step"] = r.leaks.bytes_per_step;
+  out["leak_samples_used"] = r.leaks.samples_used;
+  if (!r.leaks.why_none.empty()) out["leak_note"] = r.leaks.why_none;
+  json ooms = json::array();
+  for (const OomExplanation& x : r.ooms) {
+    json j;
+    j["class"] = OomClassName(x.cls);
+    j["event_index"] = x.at.index;
+    j["time_us"] = x.at.time_us;
+    j["device"] = x.at.device;
+    j["step"] = x.at.step + 1;
+    j["request"] = x.at.request;
+    j["allocated"] = x.at.allocated;
+    j["reserved"] = x.at.reserved;
+    j["free_cached"] = x.free_cached;
+    j["largest_free_piece"] = x.at.largest_free_piece;
+    j["device_free"] = x.at.device_free;
+    j["capacity"] = x.capacity;
+    j["capacity_source"] = x.capacity_source;
+    j["leaked_bytes"] = x.leaked_bytes;
+    j["evidence"] = x.evidence;
+    j["fix"] = x.fix;
+    if (x.replay) {
+      j["gpumem_replay"] = {{"ran", x.replay->ran},
+                            {"error", x.replay->error},
+                            {"served_this_request", x.replay->served_past_oom},
+                            {"peak_reserved", x.replay->peak_reserved}};
+    }
+    ooms.push_back(std::move(j));
+  }
+  out["ooms"] = std::move(ooms);
+  out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
+  out["verdict"] = Verdict(r);
+  out["warnings"] = r.warnings;
+  return out;
+}
+
+}  // namespace gpumem::report

@@ -1,0 +1,53 @@
+// Leak suspects: sites whose live bytes at step ends grow step over step. A healthy
+// training loop returns to the same live set at every step end, so steady growth there
+// is memory the program keeps by mistake.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/report/sites.h"
+#include "tools/report/steps.h"
+#include "tools/report/timeline.h"
+
+namespace gpumem::report {
+
+struct LinearFit {
+  double slope = 0;      // per step
+  double intercept = 0;
+  double r2 = 0;         // 1 = a straight line
+};
+// Least squares of y over x; r2 is 0 when y is constant.
+LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+
+struct LeakSuspect {
+  std::uint32_t site = 0;
+  std::string name;           // "file:line function"
+  double bytes_per_step = 0;  // the fit's slope
+  double r2 = 0;
+  double rising_share = 0;    // share of step-to-step changes that are increases
+  std::size_t first_step = 0;  // 0-based: the step of the site's first allocation
+  std::uint64_t growth_bytes = 0;  // live at the last sample - live at the first used
+  std::uint64_t blocks_never_freed = 0;
+  std::uint64_t bytes_never_freed = 0;
+  std::uint64_t live_at_last_sample = 0;
+  std::uint32_t stack = 0;    // a full stack that allocated there
+};
+
+struct LeakAnalysis {
+  std::vector<LeakSuspect> suspects;  // ranked by bytes_per_step, largest first
+  std::size_t samples_used = 0;       // step ends the fits used
+  double bytes_per_step = 0;          // all suspects together
+  std::string why_none;               // when no analysis was possible
+};
+
+LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps);
+
+// The step (0-based) at which allocated memory would first exceed `capacity` if the
+// suspects keep growing at their rate; nullopt without suspects or when it never would.
+std::optional<std::size_t> ProjectOomStep(const Timeline& timeline, const Steps& steps,
+                                          const LeakAnalysis& leaks, std::uint64_t capacity);
+
+}  // namespace gpumem::report

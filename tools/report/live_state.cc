@@ -1,0 +1,123 @@
+#include "tools/report/live_state.h"
+
+#include <algorithm>
+
+namespace gpumem::report {
+
+using trace::Action;
+
+LiveState::PerDevice& LiveState::device(int d) {
+  const std::size_t i = static_cast<std::size_t>(std::clamp(d, 0, 255));
+  if (devices_.size() <= i) devices_.resize(i + 1);
+  return devices_[i];
+}
+
+std::uint64_t LiveState::allocated_on(int d) const {
+  return d >= 0 && static_cast<std::size_t>(d) < devices_.size() ? devices_[d].allocated : 0;
+}
+std::uint64_t LiveState::reserved_on(int d) const {
+  return d >= 0 && static_cast<std::size_t>(d) < devices_.size() ? devices_[d].reserved : 0;
+}
+
+const RangeSet& LiveState::ranges(int d) const {
+  static const RangeSet kEmpty;
+  return d >= 0 && static_cast<std::size_t>(d) < devices_.size() ? devices_[d].ranges : kEmpty;
+}
+
+void LiveState::Release(std::uint64_t key,
+                        absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it, int d) {
+  (void)key;
+  const LiveBlock& b = it->second;
+  allocated_ -= b.size;
+  device(d).allocated -= b.size;
+  site_live_[b.site] -= b.size;
+  blocks_.erase(it);
+}
+
+void LiveState::Apply(const trace::Event& e) {
+  const std::uint64_t key = Key(e.device, e.addr);
+  switch (e.action) {
+    case Action::kAlloc: {
+      const std::uint32_t site = sites_.site_of_stack(e.stack_id);
+      auto [it, inserted] = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
+      if (!inserted) {  // an address reused without a free we saw: drop the old block
+        Release(key, it, e.device);
+        it = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id}).first;
+      }
+      pending_free_.erase(key);
+      allocated_ += e.size;
+      device(e.device).allocated += e.size;
+      site_live_[site] += e.size;
+      break;
+    }
+    case Action::kFreeRequested: {
+      auto it = blocks_.find(key);
+      if (it == blocks_.end()) {
+        ++unmatched_frees_;
+      } else {
+        Release(key, it, e.device);
+        pending_free_.insert(key);
+      }
+      break;
+    }
+    case Action::kFreeCompleted: {
+      if (pending_free_.erase(key)) break;
+      auto it = blocks_.find(key);
+      if (it == blocks_.end()) {
+        ++unmatched_frees_;
+      } else {
+        Release(key, it, e.device);
+      }
+      break;
+    }
+    case Action::kSegmentAlloc:
+    case Action::kSegmentMap: {
+      saw_segments_ = true;
+      PerDevice& d = device(e.device);
+      d.ranges.Add(e.addr, e.size);
+      d.reserved += e.size;
+      reserved_ += e.size;
+      break;
+    }
+    case Action::kSegmentFree:
+    case Action::kSegmentUnmap: {
+      saw_segments_ = true;
+      PerDevice& d = device(e.device);
+      d.ranges.Remove(e.addr, e.size);
+      const std::uint64_t bytes = std::min(e.size, d.reserved);
+      d.reserved -= bytes;
+      reserved_ -= bytes;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+FreePieces LiveState::FreePiecesOn(int d) const {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> live;  // (addr, end)
+  for (const auto& [key, block] : blocks_) {
+    if (DeviceOfKey(key) == d) live.emplace_back(AddrOfKey(key), AddrOfKey(key) + block.size);
+  }
+  std::sort(live.begin(), live.end());
+  FreePieces out;
+  auto b = live.begin();
+  for (const auto& [begin, end] : ranges(d).ranges()) {
+    std::uint64_t cursor = begin;
+    while (b != live.end() && b->first < begin) ++b;
+    for (; b != live.end() && b->first < end; ++b) {
+      if (b->first > cursor) {
+        out.largest = std::max(out.largest, b->first - cursor);
+        out.total += b->first - cursor;
+      }
+      cursor = std::max(cursor, std::min(b->second, end));
+    }
+    if (end > cursor) {
+      out.largest = std::max(out.largest, end - cursor);
+      out.total += end - cursor;
+    }
+  }
+  return out;
+}
+
+}  // namespace gpumem::report

@@ -1,0 +1,78 @@
+// The allocator's state as a trace is walked event by event: live blocks, bytes
+// allocated and reserved per device, and held address ranges. Every analysis pass
+// replays the events through one of these.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "tools/report/ranges.h"
+#include "tools/report/sites.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+struct LiveBlock {
+  std::uint64_t size = 0;
+  std::uint32_t site = 0;
+  std::uint32_t stack = 0;
+};
+
+struct FreePieces {
+  std::uint64_t largest = 0;  // the largest free piece inside held ranges
+  std::uint64_t total = 0;    // all free bytes inside held ranges
+};
+
+class LiveState {
+ public:
+  explicit LiveState(const SiteTable& sites) : sites_(sites), site_live_(sites.size(), 0) {}
+
+  // Applies one event. Frees of blocks never seen allocated (a trace that starts
+  // mid-run) are counted and otherwise ignored.
+  void Apply(const trace::Event& e);
+
+  std::uint64_t allocated() const { return allocated_; }
+  std::uint64_t reserved() const { return reserved_; }
+  std::uint64_t allocated_on(int device) const;
+  std::uint64_t reserved_on(int device) const;
+  bool saw_segments() const { return saw_segments_; }
+  std::uint64_t unmatched_frees() const { return unmatched_frees_; }
+  // Live bytes per site, indexed by site id.
+  const std::vector<std::uint64_t>& site_live() const { return site_live_; }
+
+  // Keys are (device << 56) | address.
+  const absl::flat_hash_map<std::uint64_t, LiveBlock>& blocks() const { return blocks_; }
+  const RangeSet& ranges(int device) const;
+  // Free pieces of `device`'s held ranges, between its live blocks.
+  FreePieces FreePiecesOn(int device) const;
+
+  static std::uint64_t Key(int device, std::uint64_t addr) {
+    return (static_cast<std::uint64_t>(device & 0xff) << 56) | (addr & ((1ull << 56) - 1));
+  }
+  static int DeviceOfKey(std::uint64_t key) { return static_cast<int>(key >> 56); }
+  static std::uint64_t AddrOfKey(std::uint64_t key) { return key & ((1ull << 56) - 1); }
+
+ private:
+  struct PerDevice {
+    std::uint64_t allocated = 0;
+    std::uint64_t reserved = 0;
+    RangeSet ranges;
+  };
+  PerDevice& device(int d);
+  void Release(std::uint64_t key, absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it,
+               int device);
+
+  const SiteTable& sites_;
+  absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
+  absl::flat_hash_set<std::uint64_t> pending_free_;  // free_requested, awaiting free_completed
+  std::vector<PerDevice> devices_;
+  std::vector<std::uint64_t> site_live_;
+  std::uint64_t allocated_ = 0;
+  std::uint64_t reserved_ = 0;
+  std::uint64_t unmatched_frees_ = 0;
+  bool saw_segments_ = false;
+};
+
+}  // namespace gpumem::report

@@ -1,0 +1,54 @@
+// Why each OOM happened: a leak (live memory grows step over step), fragmentation (the
+// allocator held enough free memory, but no piece big enough), or a genuine peak (the
+// program needs more than the device has). Evidence in figures, the fix in plain words.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/report/leaks.h"
+#include "tools/report/timeline.h"
+
+namespace gpumem::report {
+
+enum class OomClass { kLeak, kFragmentation, kPeak };
+const char* OomClassName(OomClass c);
+
+// What replaying the trace through gpumem's allocator under the same capacity showed.
+struct ReplayOutcome {
+  bool ran = false;
+  std::string error;          // why it could not run
+  bool served_past_oom = false;  // it served the request that failed here
+  std::uint64_t peak_reserved = 0;
+  std::optional<std::size_t> own_oom_index;  // where it ran out itself, if it did
+};
+
+struct OomExplanation {
+  OomPoint at;
+  OomClass cls = OomClass::kPeak;
+  std::uint64_t capacity = 0;
+  std::string capacity_source;  // "--capacity", "trace", "reserved + driver free"
+  std::uint64_t free_cached = 0;  // reserved - allocated
+  std::uint64_t leaked_bytes = 0;  // added by the suspects since their first step end used
+  double leak_bytes_per_step = 0;
+  std::string evidence;
+  std::string fix;
+  std::optional<ReplayOutcome> replay;
+};
+
+// `capacity`: --capacity or the trace's, if either is known.
+std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
+                                        std::optional<std::uint64_t> capacity,
+                                        const std::optional<ReplayOutcome>& replay);
+
+// Replays through gpumem's allocator if any OOM looks like fragmentation (the caller
+// decides; this only runs it).
+ReplayOutcome ReplayThroughGpumem(const trace::Trace& trace, std::uint64_t capacity,
+                                  std::size_t oom_index);
+
+// Human-readable bytes: "1.50 GiB".
+std::string Bytes(double bytes);
+
+}  // namespace gpumem::report

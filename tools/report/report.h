@@ -1,0 +1,48 @@
+// The whole diagnosis of one trace: steps, timeline, leak suspects, OOM explanations and
+// the projected OOM step. Reporters (terminal, JSON, HTML) only format this.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/report/leaks.h"
+#include "tools/report/oom_explain.h"
+#include "tools/report/sites.h"
+#include "tools/report/steps.h"
+#include "tools/report/timeline.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+struct ReportOptions {
+  std::optional<std::uint64_t> capacity;  // --capacity; else the trace's, if it has one
+  std::optional<StepSite> step_site;
+  std::size_t series_points = 2000;
+  bool replay_fragmentation = true;  // replay through gpumem to show what it would do
+  Progress progress;
+};
+
+struct Report {
+  const trace::Trace* trace = nullptr;
+  SiteTable sites;
+  Steps steps;
+  Timeline timeline;
+  LeakAnalysis leaks;
+  std::vector<OomExplanation> ooms;
+  std::optional<std::uint64_t> capacity;
+  std::string capacity_source;  // "--capacity", "trace", or empty
+  std::optional<std::size_t> projected_oom_step;  // 0-based
+  std::vector<std::string> warnings;
+
+  explicit Report(const trace::Trace& t) : trace(&t), sites(t) {}
+};
+
+// `trace` must outlive the report.
+Report BuildReport(const trace::Trace& trace, const ReportOptions& options);
+
+// Frames of a stack, innermost first, as "file:line function".
+std::vector<std::string> StackNames(const trace::Trace& trace, std::uint32_t stack);
+
+}  // namespace gpumem::report

@@ -1,0 +1,45 @@
+// Sites: an allocation's site is the innermost frame of its stack that lies in user code
+// (not in torch, other installed packages or the Python standard library). Allocations
+// are grouped by site for leak detection and display; the full stack stays available.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+// True for frames of libraries the user does not edit: a leak is fixed where user code
+// called into them, so that is where we point.
+bool IsLibraryFrame(const trace::Frame& frame);
+
+// Maps every stack of a trace to a site id. Site 0 is "no Python frames" (allocations
+// made from native threads, e.g. autograd's backward), which still get tracked.
+class SiteTable {
+ public:
+  explicit SiteTable(const trace::Trace& trace);
+
+  std::uint32_t site_of_stack(std::uint32_t stack_id) const { return site_of_stack_[stack_id]; }
+  std::size_t size() const { return sites_.size(); }
+  // "file:line function", or "<no Python frames>" for site 0.
+  const std::string& name(std::uint32_t site) const { return sites_[site].name; }
+  // The frame id the site names (meaningless for site 0).
+  std::uint32_t frame(std::uint32_t site) const { return sites_[site].frame; }
+  // One representative full stack of the site (the first one seen).
+  std::uint32_t example_stack(std::uint32_t site) const { return sites_[site].example_stack; }
+
+ private:
+  struct Site {
+    std::string name;
+    std::uint32_t frame = 0;
+    std::uint32_t example_stack = 0;
+  };
+  std::vector<std::uint32_t> site_of_stack_;
+  std::vector<Site> sites_;
+};
+
+std::string FrameName(const trace::Frame& frame);
+
+}  // namespace gpumem::report

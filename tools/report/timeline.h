@@ -1,0 +1,72 @@
+// One pass over a trace that gathers everything the analyses need: memory over time
+// (downsampled to a few thousand points), per-site live bytes at each step end, the
+// peak, and the state at each OOM.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "tools/report/sites.h"
+#include "tools/report/steps.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+struct SeriesPoint {
+  std::size_t index = 0;  // the last event of the bucket
+  std::int64_t time_us = 0;
+  std::uint64_t allocated_max = 0;  // highest within the bucket, so no peak is lost
+  std::uint64_t reserved_max = 0;
+  std::uint64_t allocated_end = 0;
+  std::uint64_t reserved_end = 0;
+};
+
+struct OomPoint {
+  std::size_t index = 0;
+  std::int64_t time_us = 0;
+  int device = 0;
+  std::size_t step = 0;  // 0-based
+  std::uint64_t request = 0;
+  std::uint64_t allocated = 0;  // on the device, just before the failed request
+  std::uint64_t reserved = 0;
+  std::uint64_t largest_free_piece = 0;  // inside held segments
+  std::uint64_t free_in_segments = 0;
+  std::uint64_t device_free = 0;  // what the driver said was free
+  std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM
+};
+
+struct SiteTotals {
+  std::uint64_t allocs = 0;
+  std::size_t first_event = 0;
+  std::uint64_t live_blocks_at_end = 0;  // never freed within the trace
+  std::uint64_t live_bytes_at_end = 0;
+  std::uint64_t peak_live = 0;
+};
+
+struct Timeline {
+  std::size_t events = 0;
+  std::int64_t first_time_us = 0;
+  std::int64_t last_time_us = 0;
+  std::vector<SeriesPoint> series;
+  bool has_segments = false;  // reserved is known
+  std::uint64_t peak_allocated = 0;
+  std::size_t peak_allocated_index = 0;
+  std::uint64_t peak_reserved = 0;
+  std::vector<OomPoint> ooms;
+  std::vector<SiteTotals> sites;
+  // Step-end samples: sample j is the end of step sample_step[j] (0-based).
+  std::vector<std::size_t> sample_step;
+  std::vector<std::uint64_t> sample_allocated;
+  std::vector<std::vector<std::uint64_t>> site_samples;  // [site][sample]
+  std::vector<std::uint64_t> step_peak_allocated;        // [step]: highest within it
+  std::uint64_t unmatched_frees = 0;
+};
+
+using Progress = std::function<void(double fraction)>;
+
+// `points`: how many points the downsampled series may hold.
+Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
+                       std::size_t points = 2000, const Progress& progress = nullptr);
+
+}  // namespace gpumem::report
