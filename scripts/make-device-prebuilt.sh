@@ -16,7 +16,7 @@ for h in absl gtest gmock benchmark nlohmann CLI lzma lzma.h zstd.h zstd_errors.
          zlib.h zconf.h; do
   cp -a "/usr/include/$h" "$dest/include/"
 done
-for pattern in 'libabsl_*.so*' 'libgtest*.a' 'libgmock*.a' 'libbenchmark*' 'libzstd.so*' \
+for pattern in 'libabsl_*.so*' 'libgtest*.a' 'libgmock*.a' 'libbenchmark*' 'libzstd.so*' 'libzstd.a' \
                'liblzma.so*' 'libz.so*'; do
   # shellcheck disable=SC2086
   cp -a /usr/$lib/$pattern "$dest/$lib/"
