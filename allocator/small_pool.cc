@@ -4,17 +4,24 @@ namespace gpumem {
 
 SmallPool::~SmallPool() {
   for (Slab* s : slabs_) delete s;
+  for (Slab* s : spare_) delete s;
 }
 
 Slab* SmallPool::AddSlab(int c, Block* block) {
-  Slab* s = new Slab;
+  Slab* s;
+  if (spare_.empty()) {
+    s = new Slab;
+  } else {
+    s = spare_.back();
+    spare_.pop_back();
+  }
   s->block = block;
   s->size_class = c;
   s->slot_bytes = SizeClasses::ClassSize(c);
-  const std::size_t count = SizeClasses::SlabCount(c);
-  s->free_slots.reserve(count);
-  // Lowest addresses handed out first.
-  for (std::size_t i = count; i-- > 0;) s->free_slots.push_back(static_cast<std::uint32_t>(i));
+  s->count = static_cast<std::uint32_t>(SizeClasses::SlabCount(c));
+  s->used = 0;
+  s->fresh = 0;  // slots are handed out in address order, without a list to fill
+  s->free_slots.clear();
   slabs_.push_back(s);
   List(s);
   return s;

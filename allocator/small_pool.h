@@ -21,8 +21,10 @@ struct Slab {
   Block* block = nullptr;  // the LargePool block the slab lives in
   int size_class = 0;
   std::size_t slot_bytes = 0;
+  std::uint32_t count = 0;
   std::uint32_t used = 0;
-  std::vector<std::uint32_t> free_slots;
+  std::uint32_t fresh = 0;                // slots [fresh, count) were never handed out
+  std::vector<std::uint32_t> free_slots;  // returned slots, reused first
   Slab* prev = nullptr;  // in its class's list of slabs with a free slot
   Slab* next = nullptr;
   bool listed = false;
@@ -39,10 +41,14 @@ class SmallPool {
   DevicePtr Allocate(int c, Slab** slab) {
     Slab* s = avail_[c];
     if (s == nullptr) return 0;
-    std::uint32_t i = s->free_slots.back();
-    s->free_slots.pop_back();
-    ++s->used;
-    if (s->free_slots.empty()) Unlist(s);
+    std::uint32_t i;
+    if (!s->free_slots.empty()) {
+      i = s->free_slots.back();
+      s->free_slots.pop_back();
+    } else {
+      i = s->fresh++;
+    }
+    if (++s->used == s->count) Unlist(s);
     *slab = s;
     return s->block->addr + i * s->slot_bytes;
   }
@@ -66,7 +72,7 @@ class SmallPool {
       if (s->used == 0) {
         if (s->listed) Unlist(s);
         release(s->block);
-        delete s;
+        spare_.push_back(s);  // kept with its vector's capacity: slabs come and go often
         ++n;
       } else {
         slabs_[keep++] = s;
@@ -84,6 +90,7 @@ class SmallPool {
 
   std::array<Slab*, SizeClasses::kCount> avail_;
   std::vector<Slab*> slabs_;
+  std::vector<Slab*> spare_;
 };
 
 }  // namespace gpumem
