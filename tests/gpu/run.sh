@@ -24,9 +24,13 @@ export PYTHONUNBUFFERED=1
 torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/build.log"
 $py -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' | tee -a "$OUT/build.log"
+rm -f "$build/CMakeCache.txt"  # a failed earlier configure caches its misses
+arch=$prebuilt/lib/x86_64-linux-gnu
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF \
   -DCMAKE_PREFIX_PATH="$prebuilt;$torch_prefix" -DPython3_EXECUTABLE="$py" \
-  -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu >>"$OUT/build.log" 2>&1 \
+  -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu -DLIBLZMA_LIBRARY="$arch/liblzma.so" \
+  -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
+  -DZLIB_INCLUDE_DIR="$prebuilt/include" >>"$OUT/build.log" 2>&1 \
   || { echo "configure failed"; tail -40 "$OUT/build.log"; exit 1; }
 for t in gpumem_shared gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem; do
   cmake --build "$build" -j"$(nproc)" --target "$t" >>"$OUT/build.log" 2>&1 \
