@@ -21,6 +21,10 @@ for pattern in 'libabsl_*.so*' 'libgtest*.a' 'libgmock*.a' 'libbenchmark*' 'libz
   # shellcheck disable=SC2086
   cp -a /usr/$lib/$pattern "$dest/$lib/"
 done
+# Debian links some .so names to absolute paths (/lib/...): make them relative.
+for link in $(find "$dest/$lib" -maxdepth 1 -type l -lname '/*'); do
+  ln -sfn "$(basename "$(readlink "$link")")" "$link"
+done
 for pkg in absl GTest zstd benchmark; do
   cp -a "/usr/$lib/cmake/$pkg" "$dest/$lib/cmake/"
 done
