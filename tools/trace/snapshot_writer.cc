@@ -66,7 +66,9 @@ std::vector<Segment> EndStateFromEvents(const Trace& t) {
     }
   }
   std::vector<Segment> out;
-  for (auto& [key, seg] : segments) {
+  for (auto& entry : segments) {
+    const DeviceAddr& key = entry.first;
+    Segment& seg = entry.second;  // a plain reference: clang 14 cannot capture bindings
     const std::uint64_t end = seg.addr + seg.total_size;
     std::uint64_t cursor = seg.addr;
     auto gap = [&](std::uint64_t until) {
