@@ -179,6 +179,13 @@ TEST(PickleReaderTest, LimitsBoundNesting) {
   EXPECT_EQ(stack.status().message(), "t.pkl: byte 52: EMPTY_LIST: more than 50 values on the stack");
 }
 
+TEST(PickleReaderTest, ScalarsHaveNoItems) {
+  auto tree = ReadPickle(B("\x80\x04\x8c\x03" "abc."), "t.pkl");
+  ASSERT_TRUE(tree.ok()) << tree.status();
+  EXPECT_TRUE(tree->items(tree->root()).empty());
+  EXPECT_EQ(tree->Find(tree->root(), "abc"), std::nullopt);
+}
+
 // Self-reference through the memo is legal pickle: the reader stores it without looping.
 TEST(PickleReaderTest, CyclesAreStoredNotFollowed) {
   auto tree = ReadPickle(B("\x80\x04]\x94h\x00" "a."), "t.pkl");

@@ -36,6 +36,7 @@ std::optional<std::uint64_t> PickleTree::as_uint64(PickleId id) const {
 }
 
 std::optional<PickleId> PickleTree::Find(PickleId dict, absl::string_view key) const {
+  if (!is_dict(dict)) return std::nullopt;
   absl::Span<const PickleId> kv = items(dict);
   for (std::size_t i = kv.size(); i >= 2; i -= 2) {
     PickleId k = kv[i - 2];

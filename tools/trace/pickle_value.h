@@ -57,10 +57,17 @@ class PickleTree {
     const Node& n = nodes_[id];
     return absl::string_view(strings_.data() + n.u, n.len);
   }
-  // Items of a list or tuple; a dict's keys and values, alternating.
-  absl::Span<const PickleId> items(PickleId id) const { return containers_[nodes_[id].len]; }
+  // Items of a list or tuple; a dict's keys and values, alternating; empty for scalars.
+  absl::Span<const PickleId> items(PickleId id) const {
+    const Node& n = nodes_[id];
+    if (n.kind != PickleKind::kList && n.kind != PickleKind::kTuple && n.kind != PickleKind::kDict) {
+      return {};
+    }
+    return containers_[n.len];
+  }
 
-  // The value under a string key of a dict (the last one, if the pickle repeats a key).
+  // The value under a string key of a dict (the last one, if the pickle repeats a key);
+  // nullopt for anything but a dict.
   std::optional<PickleId> Find(PickleId dict, absl::string_view key) const;
 
  private:
