@@ -78,8 +78,9 @@ void SynthesizePrelude(Trace* trace) {
   for (const Segment& seg : trace->segments) {
     auto first = std::lower_bound(segment_event_addrs.begin(), segment_event_addrs.end(),
                                   DeviceAddr{seg.device, seg.addr});
+    // An event at the segment's start counts even for an (odd) empty segment.
     const bool touched = first != segment_event_addrs.end() && first->first == seg.device &&
-                         first->second - seg.addr < seg.total_size;
+                         first->second - seg.addr < std::max<std::uint64_t>(seg.total_size, 1);
     if (!touched) {
       segment_prelude.push_back(Synthesized(seg.is_expandable ? Action::kSegmentMap : Action::kSegmentAlloc,
                                             seg.device, seg.addr, seg.total_size, seg.stream, t0, 0));
