@@ -10,17 +10,19 @@
 namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer) {
+    Backend& backend, int device, AllocatorObserver* observer, bool stitch) {
 #ifdef GPUMEM_HAVE_CACHING_ALLOCATOR
   CachingAllocatorOptions options;
   options.device = device;
   options.observer = observer;
+  options.stitch = stitch;
   return MakeCachingAllocator(backend, options);
 #else
   // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if
   // any) stands in, without device and observer.
   (void)device;
   (void)observer;
+  (void)stitch;
   return MakePolicy("gpumem", backend);
 #endif
 }

@@ -11,6 +11,6 @@
 namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer);
+    Backend& backend, int device, AllocatorObserver* observer, bool stitch = true);
 
 }  // namespace gpumem::hooks

@@ -108,6 +108,9 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(s->mu);
   s->capacity = bytes;
   s->backend.set_capacity(bytes);
+  // A cap below what is held now would only bite at the next growth: release the cache
+  // so that the device holds no more than the cap whenever the live blocks allow it.
+  if (s->allocator->stats().reserved_bytes > bytes) s->allocator->EmptyCache();
   return 0;
 }
 

@@ -21,6 +21,9 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_MEMORY_FRACTION", "a number in (0, 1]",
      "cap as a share of the device's memory (like torch.cuda.set_per_process_memory_fraction)"},
     {"GPUMEM_TRACE", "a file path", "record every allocation to this gpumem trace file"},
+    {"GPUMEM_STITCH", "0, 1",
+     "1 (default): before creating pages, remap idle pages into the range that needs "
+     "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
     {"GPUMEM_LOG_OOM", "0, 1", "1 (default): print the out-of-memory report to stderr"},
     {"GPUMEM_VERBOSE", "0, 1", "1: print each device's backend and cap when it starts"},
 };
@@ -95,6 +98,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
     if (!b.ok()) return b.status();
     config.log_oom = *b;
+  }
+  if (const char* v = env("GPUMEM_STITCH"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM_STITCH", v);
+    if (!b.ok()) return b.status();
+    config.stitch = *b;
   }
   if (const char* v = env("GPUMEM_VERBOSE"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_VERBOSE", v);

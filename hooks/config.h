@@ -30,6 +30,7 @@ struct Config {
   std::optional<double> memory_fraction;
   // Where the profiler writes its trace (GPUMEM_TRACE); empty: no trace.
   std::string trace_path;
+  bool stitch = true;      // GPUMEM_STITCH: remap idle pages into new ranges (defrag)
   bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr
   bool verbose = false;    // GPUMEM_VERBOSE: print each device's backend at start
 };

@@ -14,7 +14,10 @@ import time
 
 p = argparse.ArgumentParser()
 p.add_argument("workload", choices=["gpt2", "resnet50", "varlen_bert", "leaky_mlp"])
-p.add_argument("--allocator", choices=["native", "expandable", "gpumem"], required=True)
+p.add_argument("--allocator", required=True,
+               choices=["native", "native-again", "expandable", "gpumem", "gpumem-nostitch",
+                        "gpumem-cudamalloc"],
+               help="native-again: native a second time, for run-to-run noise")
 p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
 p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
 args = p.parse_args()
@@ -23,11 +26,16 @@ args = p.parse_args()
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 if args.allocator == "expandable":
     os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+if args.allocator == "gpumem-nostitch":
+    os.environ["GPUMEM_STITCH"] = "0"
+if args.allocator == "gpumem-cudamalloc":
+    os.environ["GPUMEM_BACKEND"] = "cudamalloc"
+use_gpumem = args.allocator.startswith("gpumem")
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
-if args.allocator == "gpumem":
+if use_gpumem:
     import gpumem  # noqa: E402
     gpumem.install()
 
@@ -108,11 +116,11 @@ torch.zeros(1, device=dev)  # the context and libraries, outside the figures
 torch.cuda.synchronize()
 free0, total = torch.cuda.mem_get_info()
 if args.cap:
-    if args.allocator == "gpumem":
+    if use_gpumem:
         gpumem.set_capacity(args.cap)
     else:
         torch.cuda.set_per_process_memory_fraction(min(1.0, args.cap / total))
-if args.allocator != "gpumem":
+if not use_gpumem:
     torch.cuda.reset_peak_memory_stats()
 else:
     gpumem.reset_peak_stats()
@@ -132,15 +140,15 @@ try:
         if used > driver_peak:
             driver_peak = used
             reserved_at_driver_peak = (gpumem.stats()["reserved_bytes"]
-                                       if args.allocator == "gpumem"
+                                       if use_gpumem
                                        else torch.cuda.memory_reserved())
-        if args.allocator == "gpumem":
+        if use_gpumem:
             gpumem.step()
 except torch.OutOfMemoryError as e:
     completed, error = False, str(e).splitlines()[0][:300]
 torch.cuda.synchronize()
 
-if args.allocator == "gpumem":
+if use_gpumem:
     s = gpumem.stats()
     peak_alloc, peak_res = s["peak_allocated_bytes"], s["peak_reserved_bytes"]
     extra = {"stitches": s["stitch_count"], "trims": s["trim_count"],

@@ -4,7 +4,8 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [mincap WORKLOAD...]   (default: tests bench train)
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
-#        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS.
+#        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
+#        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$repo/gpu-results}
@@ -57,7 +58,7 @@ if want train; then
   echo "== training proof"
   : >"$OUT/train.jsonl"
   for w in ${TRAIN_WORKLOADS:-leaky_mlp resnet50 gpt2 varlen_bert}; do
-    for a in native gpumem expandable; do
+    for a in ${TRAIN_ALLOCATORS:-native gpumem expandable}; do
       $py "$repo/tests/gpu/capture.py" "$w" --allocator $a >>"$OUT/train.jsonl" 2>>"$OUT/train.err" \
         || echo "capture $w $a failed (see train.err)"
     done

@@ -30,7 +30,8 @@ TEST(ConfigTest, ReadsEveryVariable) {
   absl::StatusOr<Config> c =
       Parse({{"GPUMEM_BACKEND", "cudamalloc"}, {"GPUMEM_CAPACITY", "1.5G"},
              {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "/tmp/x.gpumem"},
-             {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"}});
+             {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"},
+             {"GPUMEM_STITCH", "0"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backend, BackendKind::kCudaMalloc);
   EXPECT_EQ(*c->capacity, std::uint64_t{3} << 29);  // 1.5 * 2^30
@@ -38,6 +39,7 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_EQ(c->trace_path, "/tmp/x.gpumem");
   EXPECT_FALSE(c->log_oom);
   EXPECT_TRUE(c->verbose);
+  EXPECT_FALSE(c->stitch);
 }
 
 TEST(ConfigTest, BackendNames) {
@@ -64,6 +66,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
       {"GPUMEM_MEMORY_FRACTION", "half", "(0, 1]"},
       {"GPUMEM_LOG_OOM", "yes", "0 or 1"},
       {"GPUMEM_VERBOSE", "2", "0 or 1"},
+      {"GPUMEM_STITCH", "no", "0 or 1"},
       {"GPUMEM", "true", "0 or 1"},
   };
   for (const Case& c : cases) {
@@ -97,7 +100,7 @@ TEST(ConfigTest, EveryVariableIsListedOnce) {
   for (int i = 0; i < kConfigVariableCount; ++i) ++seen[kConfigVariables[i].name];
   for (const char* name : {"GPUMEM", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
                            "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
-                           "GPUMEM_VERBOSE"}) {
+                           "GPUMEM_VERBOSE", "GPUMEM_STITCH"}) {
     EXPECT_EQ(seen[name], 1) << name;
   }
   EXPECT_EQ(static_cast<int>(seen.size()), kConfigVariableCount);
