@@ -23,6 +23,12 @@ absl::StatusOr<DevicePtr> PytorchCachingAllocator::Allocate(std::size_t bytes,
                                                             StreamId stream) {
   std::lock_guard lock(mu_);
   ProcessEvents();
+  // Past any device, and past where rounding would overflow: PyTorch's cudaMalloc fails,
+  // it releases its cache and retries, and raises.
+  if (bytes > kMaxRequest) {
+    ReleaseCachedBlocks();
+    return Oom(bytes);
+  }
   const std::size_t size = RoundSize(bytes);
   BlockPool& pool = size <= kSmallSize ? small_blocks_ : large_blocks_;
   Request r{size, stream, &pool, AllocationSize(size)};
@@ -35,21 +41,23 @@ absl::StatusOr<DevicePtr> PytorchCachingAllocator::Allocate(std::size_t bytes,
       found = AllocBlock(r);
     }
   }
-  if (!found) {
-    ++stats_.oom_count;
-    last_oom_ = OomReport{bytes, stats_.allocated_bytes, stats_.reserved_bytes, 0,
-                          backend_.capacity()};
-    for (const BlockPool* p : {&large_blocks_, &small_blocks_}) {
-      for (const Block* b : p->blocks) {
-        last_oom_.largest_free_bytes = std::max<std::uint64_t>(last_oom_.largest_free_bytes, b->size);
-      }
-    }
-    return absl::ResourceExhaustedError(
-        absl::StrCat("out of memory: requested ", bytes, " bytes with ", stats_.reserved_bytes,
-                     " reserved of ", backend_.capacity()));
-  }
+  if (!found) return Oom(bytes);
   Block* block = AllocFoundBlock(r, bytes, ShouldSplit(r.block, size));
   return block->ptr;
+}
+
+absl::Status PytorchCachingAllocator::Oom(std::size_t bytes) {
+  ++stats_.oom_count;
+  last_oom_ = OomReport{bytes, stats_.allocated_bytes, stats_.reserved_bytes, 0,
+                        backend_.capacity()};
+  for (const BlockPool* p : {&large_blocks_, &small_blocks_}) {
+    for (const Block* b : p->blocks) {
+      last_oom_.largest_free_bytes = std::max<std::uint64_t>(last_oom_.largest_free_bytes, b->size);
+    }
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("out of memory: requested ", bytes, " bytes with ", stats_.reserved_bytes,
+                   " reserved of ", backend_.capacity()));
 }
 
 bool PytorchCachingAllocator::GetFreeBlock(Request& r) {

@@ -54,6 +54,7 @@ class PytorchCachingAllocator final : public DeviceAllocator {
   };
 
   // --- pytorch_allocator.cc: best fit, split, merge, stream events
+  absl::Status Oom(std::size_t bytes);  // records last_oom_
   bool GetFreeBlock(Request& r);
   bool ShouldSplit(const Block* block, std::size_t size) const;
   Block* AllocFoundBlock(Request& r, std::size_t orig_size, bool split_remainder);

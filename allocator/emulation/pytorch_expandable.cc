@@ -32,6 +32,7 @@ Block* PytorchCachingAllocator::TryAllocateExpandableBlock(StreamId stream, Bloc
     // free -> unmapped: map part of the unmapped block; it merges with the free one.
     const std::size_t remaining = size - candidate->size;
     Block* next = candidate->next;
+    if (next == nullptr || next->mapped) return nullptr;  // the run ended: cannot happen
     if (!MapBlock(next, std::min(remaining, next->size))) return nullptr;
     candidate = next;
   }
@@ -61,6 +62,7 @@ Block* PytorchCachingAllocator::FindExpandableBlock(StreamId stream, BlockPool* 
   }
   const std::size_t page = pool->is_small ? kSmallBuffer : kLargeBuffer;
   const std::uint64_t device = std::min<std::uint64_t>(backend_.capacity(), kMaxDeviceBytes);
+  if (size > device + device / 8) return nullptr;  // not even a whole new segment holds it
   absl::StatusOr<std::unique_ptr<ExpandableSegment>> segment =
       ExpandableSegment::Create(backend_, stream, device + device / 8, page);
   if (!segment.ok()) return nullptr;

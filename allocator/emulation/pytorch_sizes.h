@@ -13,6 +13,9 @@ inline constexpr std::size_t kLargeBuffer = std::size_t{20} << 20;  // 1-10 MiB 
 inline constexpr std::size_t kMinLargeAlloc = std::size_t{10} << 20;
 inline constexpr std::size_t kRoundLarge = std::size_t{2} << 20;
 
+// Larger requests fail at once (no device is that large, and rounding must not overflow).
+inline constexpr std::size_t kMaxRequest = std::size_t{1} << 60;
+
 // round_size(): the block size a request gets.
 constexpr std::size_t RoundSize(std::size_t size) {
   return size < kMinBlockSize ? kMinBlockSize

@@ -110,6 +110,22 @@ TEST(ReplayCliTest, CapBelowThePeakReportsAnOom) {
   EXPECT_NE(table.out.find("at event"), std::string::npos) << table.out;
 }
 
+TEST(ReplayCliTest, AbsurdSizesAreOomsNotCrashes) {
+  const std::string path = WriteFile(
+      "huge.tsv", "0\talloc\t4096\t18446744073709551615\t0\t0\t0\n");
+  const CliRun r = Gpumem("replay --json " + path);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int objects = 0;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_TRUE(j["oom"].is_object()) << line;
+    ++objects;
+  }
+  EXPECT_EQ(objects, static_cast<int>(PolicyNames().size()));
+}
+
 TEST(ReplayCliTest, TruncatedCompressedFile) {
   const std::string whole = ReadFile(kLeaky);
   const std::string path = WriteFile("truncated.trace.tsv.gz", whole.substr(0, whole.size() / 2));
