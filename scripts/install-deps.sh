@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libabsl-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev liblzma-dev zlib1g-dev libzstd-dev
-          clang)
+          clang chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -11,7 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/report/html_report.h"
 #include "tools/report/json_report.h"
+#include "tools/report/merge.h"
 #include "tools/report/report.h"
 #include "tools/report/terminal_report.h"
 #include "tools/replay/size_parser.h"
@@ -22,6 +24,7 @@ namespace {
 
 struct ReportArgs {
   std::vector<std::string> traces;
+  std::string html;
   bool json = false;
   std::string capacity;
   std::string step_site;
@@ -74,6 +77,12 @@ int Run(const ReportArgs& args) {
     options.progress = MakeProgress(t.source, t.events.size());
     reports.push_back(report::BuildReport(t, options));
   }
+  if (!args.html.empty()) {
+    std::ofstream out(args.html, std::ios::binary);
+    out << report::RenderHtml(reports);
+    out.close();
+    if (!out) return BadInput(absl::StrCat(args.html, ": cannot write the HTML report"));
+  }
   if (args.json) {
     nlohmann::json j;
     if (reports.size() == 1) {
@@ -81,6 +90,7 @@ int Run(const ReportArgs& args) {
     } else {
       j["traces"] = nlohmann::json::array();
       for (const report::Report& r : reports) j["traces"].push_back(report::ReportToJson(r));
+      j["merged"] = report::MergedToJson(report::MergeRanks(reports));
     }
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -88,6 +98,8 @@ int Run(const ReportArgs& args) {
     for (std::size_t i = 0; i < reports.size(); ++i) {
       std::printf("%s%s", i ? "\n" : "", report::FormatTerminal(reports[i], color).c_str());
     }
+    if (reports.size() > 1) std::printf("\n%s", report::FormatMerged(report::MergeRanks(reports)).c_str());
+    if (!args.html.empty()) std::printf("\nHTML report: %s\n", args.html.c_str());
   }
   return kExitOk;
 }
@@ -104,6 +116,7 @@ void AddReportCommand(CLI::App& app, int* status) {
                   "gpumem traces, PyTorch snapshot pickles or .trace.tsv(.gz) files; several "
                   "(one per rank of a job) also get a merged view")
       ->required();
+  cmd->add_option("--html", args->html, "also write a self-contained HTML viewer to FILE");
   cmd->add_flag("--json", args->json, "print one JSON object instead of the summary");
   cmd->add_option("--capacity", args->capacity,
                   "device memory to project against, e.g. 80GiB (default: the trace's)");

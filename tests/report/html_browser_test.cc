@@ -1,0 +1,113 @@
+// The HTML page in headless Chromium: it loads with no console error, finishes rendering,
+// and the figures in its DOM are those of --json. Skips (saying why) without Chromium.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tools/report/html_report.h"
+#include "tools/report/json_report.h"
+#include "tools/report/report.h"
+#include "tools/report/synthetic.h"
+#include "tools/trace/load.h"
+
+namespace gpumem::report {
+namespace {
+
+std::string FindChromium() {
+  for (const char* name : {"chromium", "chromium-browser", "google-chrome", "headless_shell"}) {
+    std::string cmd = std::string("command -v ") + name + " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) == 0) return name;
+  }
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+struct Page {
+  std::string dom;
+  std::string log;  // Chromium's stderr, where console messages are logged
+};
+
+Page Load(const std::string& chromium, const std::vector<Report>& reports, const std::string& tag) {
+  const std::string dir = ::testing::TempDir() + "gpumem_html_" + tag;
+  std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
+  {
+    std::ofstream out(dir + "/report.html", std::ios::binary);
+    out << RenderHtml(reports);
+  }
+  const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --no-first-run" +
+                          " --user-data-dir=" + dir + "/profile --enable-logging=stderr --v=0" +
+                          " --dump-dom file://" + dir + "/report.html > " + dir + "/dom.html 2> " +
+                          dir + "/log.txt";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return Page{ReadFile(dir + "/dom.html"), ReadFile(dir + "/log.txt")};
+}
+
+// data-field="NAME" data-value="VALUE" as the page wrote it.
+std::string Field(const std::string& dom, const std::string& name) {
+  std::smatch m;
+  std::regex re("data-field=\"" + name + "\" data-value=\"([^\"]*)\"");
+  return std::regex_search(dom, m, re) ? m[1].str() : "<missing>";
+}
+
+void ExpectNoConsoleErrors(const Page& page) {
+  // The page writes nothing to the console, so any console line ("INFO:CONSOLE:12]" in
+  // current Chromium, "CONSOLE(12)" in older ones) is an error or an uncaught exception.
+  EXPECT_EQ(page.log.find("Uncaught"), std::string::npos) << page.log;
+  EXPECT_FALSE(std::regex_search(page.log, std::regex("CONSOLE[:(]"))) << page.log;
+  // The script marks the body once it has drawn everything: an exception stops it short.
+  EXPECT_NE(page.dom.find("data-rendered=\"yes\""), std::string::npos);
+}
+
+TEST(HtmlInBrowser, LeakyMlpFiguresMatchJson) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.trace.tsv.gz");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(*t, {}));
+  const nlohmann::json j = ReportToJson(reports[0]);
+  Page page = Load(chromium, reports, "leaky");
+  ExpectNoConsoleErrors(page);
+  EXPECT_EQ(Field(page.dom, "peak_allocated"), j["peak_allocated"].dump());
+  EXPECT_EQ(Field(page.dom, "steps.count"), j["steps"]["count"].dump());
+  EXPECT_NE(page.dom.find(j["verdict"].get<std::string>()), std::string::npos);
+  // Every suspect row, in rank order, with its rate.
+  std::regex row("class=\"suspect\" data-site=\"([^\"]*)\" data-bytes-per-step=\"([^\"]*)\"");
+  std::size_t k = 0;
+  for (auto it = std::sregex_iterator(page.dom.begin(), page.dom.end(), row); it != std::sregex_iterator(); ++it, ++k) {
+    ASSERT_LT(k, j["leak_suspects"].size());
+    EXPECT_EQ((*it)[1].str(), j["leak_suspects"][k]["site"].get<std::string>());
+    EXPECT_DOUBLE_EQ(std::stod((*it)[2].str()), j["leak_suspects"][k]["bytes_per_step"].get<double>());
+  }
+  EXPECT_EQ(k, j["leak_suspects"].size());
+  EXPECT_GE(k, 1u);
+  EXPECT_NE(page.dom.find("id=\"time-chart\""), std::string::npos);
+  EXPECT_NE(page.dom.find("id=\"segment-map\""), std::string::npos);
+}
+
+TEST(HtmlInBrowser, OomAndRanksAreShown) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  trace::Trace frag = synthetic::FragmentationTrace();
+  trace::Trace peak = synthetic::PeakTrace();
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(frag, {}));
+  reports.push_back(BuildReport(peak, {}));
+  Page page = Load(chromium, reports, "ooms");
+  ExpectNoConsoleErrors(page);
+  EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"fragmentation\""), std::string::npos);
+  EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"peak\""), std::string::npos);
+  EXPECT_NE(page.dom.find("class=\"oom-mark\""), std::string::npos);
+  EXPECT_NE(page.dom.find("id=\"ranks\""), std::string::npos);
+  EXPECT_NE(page.dom.find("id=\"no-suspects\""), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpumem::report

@@ -1,0 +1,88 @@
+#include "tools/report/detail.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "tools/report/live_state.h"
+
+namespace gpumem::report {
+namespace {
+
+// Leak suspects first (they are what the reader came for), then the sites holding most
+// at their own peak.
+std::vector<std::uint32_t> PickTopSites(const Report& r, std::size_t count) {
+  std::vector<std::uint32_t> out;
+  for (const LeakSuspect& s : r.leaks.suspects) {
+    if (out.size() < count) out.push_back(s.site);
+  }
+  std::vector<std::uint32_t> rest;
+  for (std::uint32_t s = 0; s < r.timeline.sites.size(); ++s) {
+    if (r.timeline.sites[s].peak_live > 0 && std::find(out.begin(), out.end(), s) == out.end()) rest.push_back(s);
+  }
+  std::sort(rest.begin(), rest.end(), [&](std::uint32_t a, std::uint32_t b) {
+    return r.timeline.sites[a].peak_live > r.timeline.sites[b].peak_live;
+  });
+  for (std::uint32_t s : rest) {
+    if (out.size() >= count) break;
+    out.push_back(s);
+  }
+  return out;
+}
+
+LiveSnapshot Capture(const LiveState& state, std::size_t index, int device) {
+  LiveSnapshot snap;
+  snap.index = index;
+  absl::flat_hash_map<std::uint32_t, std::uint64_t> by_stack;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // addr, size on the device
+  for (const auto& [key, block] : state.blocks()) {
+    by_stack[block.stack] += block.size;
+    if (LiveState::DeviceOfKey(key) == device) blocks.emplace_back(LiveState::AddrOfKey(key), block.size);
+  }
+  snap.bytes_by_stack.assign(by_stack.begin(), by_stack.end());
+  std::sort(snap.bytes_by_stack.begin(), snap.bytes_by_stack.end());
+  std::sort(blocks.begin(), blocks.end());
+  auto b = blocks.begin();
+  for (const auto& [begin, end] : state.ranges(device).ranges()) {
+    LiveSnapshot::Segment seg{begin, end - begin, {}};
+    while (b != blocks.end() && b->first < begin) ++b;
+    for (auto c = b; c != blocks.end() && c->first < end; ++c) {
+      seg.blocks.emplace_back(c->first - begin, std::min(c->second, end - c->first));
+    }
+    snap.segments.push_back(std::move(seg));
+  }
+  return snap;
+}
+
+}  // namespace
+
+Detail BuildDetail(const Report& r, std::size_t top_sites) {
+  Detail d;
+  d.top_sites = PickTopSites(r, top_sites);
+  d.site_series.assign(d.top_sites.size(), {});
+  const trace::Trace& t = *r.trace;
+  const std::size_t n = t.events.size();
+  if (n == 0) return d;
+  const std::size_t peak_at = r.timeline.peak_allocated_index + 1;  // after the peak alloc
+  // SIZE_MAX: no OOM to capture (a plain value keeps gcc's maybe-uninitialized quiet).
+  const std::size_t oom_at = r.timeline.ooms.empty() ? SIZE_MAX : r.timeline.ooms.front().index;
+  const int oom_device = r.timeline.ooms.empty() ? 0 : r.timeline.ooms.front().device;
+  const int peak_device = t.events[r.timeline.peak_allocated_index].device;
+  LiveState state(r.sites);
+  std::size_t point = 0;
+  for (std::size_t i = 0; i <= n; ++i) {
+    if (i == peak_at) d.at_peak = Capture(state, i, peak_device);
+    if (i == oom_at) d.at_oom = Capture(state, i, oom_device);
+    if (i == n) break;
+    state.Apply(t.events[i]);
+    // The timeline's points end at known event indices; sample the sites there too.
+    while (point < r.timeline.series.size() && r.timeline.series[point].index == i) {
+      for (std::size_t k = 0; k < d.top_sites.size(); ++k) {
+        d.site_series[k].push_back(state.site_live()[d.top_sites[k]]);
+      }
+      ++point;
+    }
+  }
+  return d;
+}
+
+}  // namespace gpumem::report

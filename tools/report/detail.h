@@ -1,0 +1,34 @@
+// A second pass for the HTML viewer, once the top sites and the moments of interest are
+// known: memory over time stacked by those sites, and the live set (by stack) and the
+// segment layout at the peak and at the first OOM.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "tools/report/report.h"
+
+namespace gpumem::report {
+
+struct LiveSnapshot {
+  std::size_t index = 0;  // the state after events [0, index)
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> bytes_by_stack;  // stack, bytes
+  struct Segment {
+    std::uint64_t addr = 0;
+    std::uint64_t size = 0;
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> blocks;  // offset, size
+  };
+  std::vector<Segment> segments;  // device of interest only
+};
+
+struct Detail {
+  std::vector<std::uint32_t> top_sites;
+  std::vector<std::vector<std::uint64_t>> site_series;  // [top site][series point]
+  std::optional<LiveSnapshot> at_peak;
+  std::optional<LiveSnapshot> at_oom;
+};
+
+Detail BuildDetail(const Report& report, std::size_t top_sites = 8);
+
+}  // namespace gpumem::report
