@@ -64,6 +64,12 @@ absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
     : options_(std::move(options)), writer_(std::move(writer)) {}
 
+namespace {
+void NamePythonCode(std::uint64_t code, std::string* filename, std::string* function) {
+  PythonStacks::Get().Name(code, filename, function);
+}
+}  // namespace
+
 // Frames of the recorder itself to leave out of native stacks: CaptureStack and its
 // caller (RecordEvent or OnEvent). Both are kept out of line so the count holds.
 constexpr std::size_t kOwnFrames = 2;
@@ -73,7 +79,7 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
   const bool native = options_.stacks == StackMode::kNative || options_.stacks == StackMode::kAll;
   const bool python = options_.stacks == StackMode::kPython || options_.stacks == StackMode::kAll;
   if (!native && !python && api_frame == 0) return 0;
-  constexpr std::size_t kMax = 512;
+  constexpr std::size_t kMax = 256;
   RawFrame frames[kMax];
   std::size_t n = 0;
   if (api_frame != 0) frames[n++] = RawFrame{api_frame, 0, RawFrame::kNamedTag};
@@ -86,10 +92,8 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
   if (python && py.available()) {
     n += py.Capture(frames + n, std::min(options_.max_python_frames, kMax - n));
   }
-  return writer_->stacks().Intern(
-      frames, n, [&py](std::uint64_t code, std::string* file, std::string* function) {
-        py.Name(code, file, function);
-      });
+  if (n == 0) return 0;
+  return writer_->stacks().Intern(frames, n, &NamePythonCode);
 }
 
 __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,

@@ -12,25 +12,21 @@ namespace gpumem {
 std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
                                  const PythonNamer& namer) {
   if (n == 0) return 0;
-  std::vector<RawFrame> key(frames, frames + n);
-  Shard& shard = shards_[absl::Hash<std::vector<RawFrame>>{}(key) % kShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.ids.find(key);
-    if (it != shard.ids.end()) return it->second;
-  }
-  // New stack: intern its frames, then publish it. Two threads may race to add the same
-  // stack; the shard lock makes one of them win and the other reuse its id.
+  const absl::Span<const RawFrame> key(frames, n);
+  // Shard by a different mix of the hash than the map's own buckets use.
+  Shard& shard = shards_[(SpanHash{}(key) >> 20) % kShards];
   std::lock_guard<std::mutex> shard_lock(shard.mu);
   auto it = shard.ids.find(key);
   if (it != shard.ids.end()) return it->second;
+  // New stack: intern its frames, then publish it (under the shard lock, so two threads
+  // adding the same stack agree on one id).
   std::lock_guard<std::mutex> lock(mu_);
   StackDef def;
   def.id = next_stack_id_++;
   def.frames.reserve(n);
   for (const RawFrame& f : key) def.frames.push_back(InternFrameLocked(f, namer));
   pending_stacks_.push_back(def);
-  shard.ids.emplace(std::move(key), def.id);
+  shard.ids.emplace(std::vector<RawFrame>(key.begin(), key.end()), def.id);
   return def.id;
 }
 

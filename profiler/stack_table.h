@@ -8,13 +8,13 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
+#include "absl/types/span.h"
 #include "profiler/chunk_encoder.h"
 
 namespace gpumem {
@@ -26,9 +26,11 @@ struct RawFrame {
   static constexpr std::uint32_t kNativeTag = 1;
   static constexpr std::uint32_t kPythonTag = 2;
   static constexpr std::uint32_t kNamedTag = 3;
-  std::uint64_t a = 0;
-  std::uint32_t b = 0;
-  std::uint32_t tag = 0;
+  // No default member initializers: capture buffers of these live on the hot path's
+  // stack and must not be zeroed on every call.
+  std::uint64_t a;
+  std::uint32_t b;
+  std::uint32_t tag;
   bool operator==(const RawFrame& o) const { return a == o.a && b == o.b && tag == o.tag; }
   template <typename H>
   friend H AbslHashValue(H h, const RawFrame& f) {
@@ -38,8 +40,8 @@ struct RawFrame {
 
 // Names a Python code object (filename, function); called on the capturing thread, once
 // per new frame, while the interpreter state is safe to read.
-using PythonNamer = std::function<void(std::uint64_t code, std::string* filename,
-                                       std::string* function)>;
+using PythonNamer = void (*)(std::uint64_t code, std::string* filename,
+                             std::string* function);
 
 class StackTable {
  public:
@@ -61,9 +63,22 @@ class StackTable {
 
  private:
   static constexpr std::size_t kShards = 16;
+  // Looked up by span, so a known stack costs no allocation.
+  struct SpanHash {
+    using is_transparent = void;
+    std::size_t operator()(absl::Span<const RawFrame> s) const {
+      return absl::Hash<absl::Span<const RawFrame>>{}(s);
+    }
+  };
+  struct SpanEq {
+    using is_transparent = void;
+    bool operator()(absl::Span<const RawFrame> a, absl::Span<const RawFrame> b) const {
+      return a == b;
+    }
+  };
   struct Shard {
     mutable std::mutex mu;
-    absl::flat_hash_map<std::vector<RawFrame>, std::uint32_t> ids;
+    absl::flat_hash_map<std::vector<RawFrame>, std::uint32_t, SpanHash, SpanEq> ids;
   };
   std::uint32_t InternFrameLocked(const RawFrame& frame, const PythonNamer& namer);
 

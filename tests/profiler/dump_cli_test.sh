@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `gpumem dump` on a fresh trace, a cut one (warning on stderr, events still printed) and
+# a file that is not a trace (one-line error, exit 2).
+# Usage: dump_cli_test.sh GPUMEM SAMPLE_TRACE_PROGRAM
+set -u
+gpumem="$1"; sample="$2"
+dir="$(mktemp -d)"; trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$sample" "$dir/t.gpumem" || fail "sample trace program failed"
+"$gpumem" dump --stacks "$dir/t.gpumem" > "$dir/out" 2> "$dir/err" || fail "dump exit $?"
+[ "$(grep -c $'\talloc\t' "$dir/out")" = 100 ] || fail "expected 100 alloc lines"
+grep -q $'\tfree_requested\t.*addr=0x7f0000000000' "$dir/out" || fail "free line missing"
+grep -q $'\tstep\t.*step=1' "$dir/out" || fail "step line missing"
+grep -q '    at Linear.forward (model.py:42)' "$dir/out" || fail "--stacks frame missing"
+grep -q '^# pid=' "$dir/out" || fail "header missing"
+[ -s "$dir/err" ] && fail "unexpected stderr: $(cat "$dir/err")"
+
+# Cut in the middle: complete chunks still print, the warning goes to stderr.
+size=$(stat -c %s "$dir/t.gpumem")
+head -c $((size / 2)) "$dir/t.gpumem" > "$dir/cut.gpumem"
+"$gpumem" dump "$dir/cut.gpumem" > "$dir/out" 2> "$dir/err" || fail "dump of a cut file exit $?"
+grep -q 'warning: .*did not finish' "$dir/err" || fail "no recovery warning: $(cat "$dir/err")"
+n=$(grep -c $'\talloc\t' "$dir/out")
+{ [ "$n" -gt 0 ] && [ "$n" -lt 100 ]; } || fail "cut file printed $n allocs"
+
+# Not a trace: one line, exit 2.
+printf '\x89GPUMEM\n\x07\x00\x00\x00\x00\x00\x00\x00' > "$dir/bad.gpumem"
+"$gpumem" dump "$dir/bad.gpumem" > /dev/null 2> "$dir/err"; status=$?
+[ "$status" = 2 ] || fail "bad version: exit $status"
+[ "$(wc -l < "$dir/err")" = 1 ] || fail "error is not one line: $(cat "$dir/err")"
+grep -q 'bad.gpumem' "$dir/err" || fail "error does not name the file"
+"$gpumem" dump "$dir/missing.gpumem" > /dev/null 2>&1; status=$?
+[ "$status" = 2 ] || fail "missing file: exit $status"
+echo "dump cli ok"
