@@ -170,6 +170,12 @@ class CachingAllocator final : public DeviceAllocator {
     guard_.Collect([this](DevicePtr ptr) { Release(live_.find(ptr)); });
   }
 
+  std::size_t EmptySlabBytes() const {
+    std::size_t n = 0;
+    for (const auto& [stream, h] : heaps_) n += h->small.empty_bytes();
+    return n;
+  }
+
   void ReleaseEmptySlabs() {
     for (auto& [stream, h] : heaps_) {
       LargePool& large = h->large;
@@ -193,7 +199,7 @@ class CachingAllocator final : public DeviceAllocator {
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
       CollectPending();
-      ReleaseEmptySlabs();
+      if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
       if (Block* b = h.large.BestFit(bytes)) return b;
       absl::StatusOr<Block*> grown = Grow(h, bytes);
       if (grown.ok()) return *grown;

@@ -31,6 +31,11 @@ struct CachingAllocatorOptions {
   // classes above 64 KiB (up to 6.25 % rounding, one block per slab) cost more memory
   // than best fit does.
   std::size_t small_limit = std::size_t{64} << 10;
+  // Empty slabs are a warm cache: up to this many bytes of them (per allocator) may stay
+  // while the allocator grows; beyond it, or when the device is full, they are released
+  // before growing. 0: always released first (tightest, but slabs churn: the small-pair
+  // benchmark costs ~105 ns instead of ~65 ns; resnet50's replay ratio 1.0129 vs 1.0155).
+  std::size_t slab_cache_bytes = std::size_t{8} << 20;
 };
 
 std::unique_ptr<DeviceAllocator> MakeCachingAllocator(Backend& backend,

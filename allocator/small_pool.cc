@@ -23,6 +23,7 @@ Slab* SmallPool::AddSlab(int c, Block* block) {
   s->fresh = 0;  // slots are handed out in address order, without a list to fill
   s->free_slots.clear();
   slabs_.push_back(s);
+  empty_bytes_ += block->size;
   List(s);
   return s;
 }

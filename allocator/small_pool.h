@@ -48,14 +48,15 @@ class SmallPool {
     } else {
       i = s->fresh++;
     }
-    if (++s->used == s->count) Unlist(s);
+    if (s->used++ == 0) empty_bytes_ -= s->block->size;
+    if (s->used == s->count) Unlist(s);
     *slab = s;
     return s->block->addr + i * s->slot_bytes;
   }
 
   void Free(Slab* s, DevicePtr ptr) {
     s->free_slots.push_back(static_cast<std::uint32_t>((ptr - s->block->addr) / s->slot_bytes));
-    --s->used;
+    if (--s->used == 0) empty_bytes_ += s->block->size;
     if (!s->listed) List(s);
   }
 
@@ -71,6 +72,7 @@ class SmallPool {
       Slab* s = slabs_[i];
       if (s->used == 0) {
         if (s->listed) Unlist(s);
+        empty_bytes_ -= s->block->size;
         release(s->block);
         spare_.push_back(s);  // kept with its vector's capacity: slabs come and go often
         ++n;
@@ -83,6 +85,8 @@ class SmallPool {
   }
 
   std::size_t slab_count() const { return slabs_.size(); }
+  // Bytes held by slabs with no block in use.
+  std::size_t empty_bytes() const { return empty_bytes_; }
 
  private:
   void List(Slab* s);
@@ -91,6 +95,7 @@ class SmallPool {
   std::array<Slab*, SizeClasses::kCount> avail_;
   std::vector<Slab*> slabs_;
   std::vector<Slab*> spare_;
+  std::size_t empty_bytes_ = 0;
 };
 
 }  // namespace gpumem
