@@ -20,6 +20,7 @@ p.add_argument("--allocator", required=True,
                help="native-again: native a second time, for run-to-run noise")
 p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
 p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
+p.add_argument("--steps", type=int, default=0, help="steps to train (0: the workload's own)")
 args = p.parse_args()
 
 # Deterministic kernels, so that the allocator is the only difference between runs.
@@ -131,7 +132,8 @@ reserved_at_driver_peak = 0
 completed, error = True, None
 t_prev = time.perf_counter()
 try:
-    for loss in WORKLOADS[args.workload]():
+    workload = WORKLOADS[args.workload]
+    for loss in (workload(args.steps) if args.steps else workload()):
         losses.append(loss.item())  # syncs: the step's work is done
         now = time.perf_counter()
         times.append(now - t_prev)

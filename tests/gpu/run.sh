@@ -5,7 +5,8 @@
 # usage: tests/gpu/run.sh [tests] [bench] [train] [mincap WORKLOAD...]   (default: tests bench train)
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
 #        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
-#        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc).
+#        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
+#        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from).
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$repo/gpu-results}
@@ -59,7 +60,8 @@ if want train; then
   : >"$OUT/train.jsonl"
   for w in ${TRAIN_WORKLOADS:-leaky_mlp resnet50 gpt2 varlen_bert}; do
     for a in ${TRAIN_ALLOCATORS:-native gpumem expandable}; do
-      $py "$repo/tests/gpu/capture.py" "$w" --allocator $a >>"$OUT/train.jsonl" 2>>"$OUT/train.err" \
+      $py "$repo/tests/gpu/capture.py" "$w" --allocator $a ${TRAIN_STEPS:+--steps $TRAIN_STEPS} \
+        >>"$OUT/train.jsonl" 2>>"$OUT/train.err" \
         || echo "capture $w $a failed (see train.err)"
     done
   done
@@ -71,7 +73,7 @@ if want mincap; then
   results=${TRAIN_RESULTS:-$OUT/train.jsonl}
   for w in "${steps[@]}"; do
     case $w in gpt2|resnet50|varlen_bert|leaky_mlp)
-      $py "$repo/tests/gpu/min_cap.py" "$results" "$w" | tee -a "$OUT/mincap.jsonl";;
+      $py "$repo/tests/gpu/min_cap.py" "$results" "$w" 2>&1 | tee -a "$OUT/mincap.jsonl";;
     esac
   done
 fi
