@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -195,6 +196,64 @@ TEST(SnapshotReaderTest, RebuildsTheStateAtTheFirstEvent) {
   EXPECT_EQ(t->warnings[1],
             "2 blocks freed in the trace were allocated before it started: synthesized their allocs at the start");
   for (const Event& e : t->events) EXPECT_EQ(e.time_us, 100);
+}
+
+// Expandable segments grow by segment_map events inside one virtual range: an end-state
+// segment with a mapping inside it is known; one with none is mapped at the start.
+TEST(SnapshotReaderTest, ExpandableSegmentsAreKnownByTheirMappings) {
+  PickleWriter w;
+  w.BeginDict();
+  w.String("device_traces");
+  w.BeginList();
+  w.BeginList();
+  WriteEvent(w, {"segment_map", 0x40200000, 0x200000});
+  w.EndList();
+  w.EndList();
+  w.String("segments");
+  w.BeginList();
+  for (std::uint64_t addr : {0x40000000ull, 0x80000000ull}) {
+    w.BeginDict();
+    w.String("address");
+    w.Uint(addr);
+    w.String("total_size");
+    w.Uint(0x400000);
+    w.String("is_expandable");
+    w.Bool(true);
+    w.String("blocks");
+    w.BeginList();
+    w.EndList();
+    w.EndDict();
+  }
+  w.EndList();
+  w.EndDict();
+  auto t = ParseSnapshotPickle(std::move(w).Finish(), "t.pkl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 2u);
+  EXPECT_EQ(t->events[0].action, Action::kSegmentMap);
+  EXPECT_EQ(t->events[0].addr, 0x80000000u);
+  EXPECT_EQ(t->events[0].size, 0x400000u);
+  EXPECT_TRUE(t->segments[0].is_expandable);
+}
+
+// Through LoadTrace, as the CLI sees it: the file's name leads the one-line error.
+TEST(SnapshotReaderTest, BadFilesThroughLoadTrace) {
+  const std::string dir = ::testing::TempDir();
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir + "/" + name, std::ios::binary) << bytes;
+    return dir + "/" + name;
+  };
+  const std::string truncated = write("cut.pickle", Snapshot({{"alloc", 1, 512}}, false).substr(0, 40));
+  auto t = LoadTrace(truncated);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::StartsWith(t.status().message(), truncated + ": byte ")) << t.status();
+  const std::string code = write("code.pickle", "\x80\x04" "cos\nsystem\n.");
+  t = LoadTrace(code);
+  EXPECT_EQ(t.status().message(), code + ": byte 2: GLOBAL: not supported (snapshots hold only plain data)");
+  const std::string empty = write("empty.pickle", "");
+  EXPECT_FALSE(LoadTrace(empty).ok());
+  // A valid snapshot with no events at all is refused by LoadTrace, not crashed on.
+  const std::string no_events = write("none.pickle", Snapshot({}, false));
+  EXPECT_FALSE(LoadTrace(no_events).ok());
 }
 
 TEST(SnapshotReaderTest, AConsistentTraceGetsNoPrelude) {
