@@ -104,6 +104,11 @@ class SnapshotWriter {
                                                        " of ", t_.stacks.size()));
       }
     }
+    for (const Segment& seg : t_.segments) {
+      if (seg.device < 0 || seg.device >= kMaxDevices) {
+        return absl::InvalidArgumentError(absl::StrCat(t_.source, ": segment on device ", seg.device));
+      }
+    }
     for (const auto& stack : t_.stacks) {
       for (std::uint32_t f : stack) {
         if (f >= t_.frames.size()) {
@@ -219,8 +224,12 @@ class SnapshotWriter {
   }
 
   void DeviceTraces() {
-    // PyTorch always lists device 0; Run() checked every event's device.
-    std::vector<std::vector<const Event*>> by_device(1);
+    // PyTorch always lists device 0; Run() checked every device index.
+    // A device with segments but no events gets its (empty) list too: memory_viz offers
+    // only the devices that device_traces covers.
+    std::size_t devices = 1;
+    for (const Segment& seg : t_.segments) devices = std::max<std::size_t>(devices, seg.device + 1);
+    std::vector<std::vector<const Event*>> by_device(devices);
     for (const Event& e : t_.events) {
       if (e.action == Action::kStep || e.action == Action::kAnnotate) continue;
       if (static_cast<std::size_t>(e.device) >= by_device.size()) by_device.resize(e.device + 1);
