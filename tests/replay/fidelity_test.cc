@@ -137,6 +137,20 @@ TEST_P(FidelityTest, PytorchHandsOutEveryBlockAtTheRecordedAddress) {
   EXPECT_EQ(same_address, allocs) << "first different at trace event " << first_different;
 }
 
+// The snapshot pickle, read by our own reader (with the state before its first event put
+// back as a prelude), replays to the very figures of its flattened form.
+TEST_P(FidelityTest, PickleReplaysLikeItsTsvForm) {
+  const PytorchFigures& f = GetParam();
+  for (const char* policy : {"pytorch", "pytorch-expandable"}) {
+    absl::StatusOr<ReplayResult> from_tsv = Replay(RealTrace(f.name), policy);
+    absl::StatusOr<ReplayResult> from_pickle = Replay(RealTrace(f.name, ".pickle.xz"), policy);
+    ASSERT_TRUE(from_tsv.ok()) << from_tsv.status();
+    ASSERT_TRUE(from_pickle.ok()) << from_pickle.status();
+    EXPECT_EQ(from_pickle->peak_reserved, from_tsv->peak_reserved) << policy;
+    EXPECT_EQ(from_pickle->peak_allocated, from_tsv->peak_allocated) << policy;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(RealTraces, FidelityTest, ::testing::ValuesIn(kPytorchFigures),
                          [](const auto& p) { return std::string(p.param.name); });
 

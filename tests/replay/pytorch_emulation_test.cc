@@ -2,6 +2,8 @@
 // c10/cuda/CUDACachingAllocator.cpp does (the real traces check them all together in
 // fidelity_test.cc).
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "allocator/emulation/pytorch_allocator.h"
 #include "allocator/sim_backend.h"
@@ -204,6 +206,34 @@ TEST(PytorchEmulationTest, StatsFollowTheBackend) {
   EXPECT_EQ(s.peak_reserved_bytes, f.sim.counters().peak_physical_bytes);
   EXPECT_EQ(s.largest_free_bytes, 30 * kMiB);
   EXPECT_EQ(s.active_blocks, 1u);
+}
+
+// PyTorch's allocator is shared by every thread of the process; so is the emulation.
+TEST(PytorchEmulationTest, ManyThreadsAtOnce) {
+  for (bool expandable : {false, true}) {
+    Fixture f(expandable);
+    std::vector<std::thread> threads;
+    for (StreamId stream = 1; stream <= 4; ++stream) {
+      threads.emplace_back([&f, stream] {
+        std::vector<DevicePtr> live;
+        for (int i = 0; i < 400; ++i) {
+          absl::StatusOr<DevicePtr> p =
+              f.allocator->Allocate((i % 7 + 1) * (i % 3 == 0 ? kMiB : 4096), stream);
+          ASSERT_TRUE(p.ok());
+          live.push_back(*p);
+          if (i % 3 == 2) {
+            f.allocator->Free(live.front());
+            live.erase(live.begin());
+          }
+        }
+        for (DevicePtr p : live) f.allocator->Free(p);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    EXPECT_EQ(f.allocator->stats().allocated_bytes, 0u);
+    f.allocator->EmptyCache();
+    EXPECT_EQ(f.reserved(), 0u);
+  }
 }
 
 }  // namespace
