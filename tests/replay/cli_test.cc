@@ -126,6 +126,17 @@ TEST(ReplayCliTest, AbsurdSizesAreOomsNotCrashes) {
   EXPECT_EQ(objects, static_cast<int>(PolicyNames().size()));
 }
 
+TEST(ReplayCliTest, CapAsAFactorOfPeakAllocated) {
+  const CliRun r = Gpumem("replay --json --policy pytorch --cap 1.5x " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto peak = j["peak_allocated"].get<std::uint64_t>();
+  EXPECT_EQ(j["capacity"].get<std::uint64_t>(), static_cast<std::uint64_t>(1.5 * peak));
+  EXPECT_TRUE(j["oom"].is_null());
+  const CliRun tight = Gpumem("replay --json --policy pytorch --cap 1.0x " + kLeaky);
+  EXPECT_TRUE(nlohmann::json::parse(tight.out)["oom"].is_object()) << tight.out;
+}
+
 TEST(ReplayCliTest, TruncatedCompressedFile) {
   const std::string whole = ReadFile(kLeaky);
   const std::string path = WriteFile("truncated.trace.tsv.gz", whole.substr(0, whole.size() / 2));
@@ -173,6 +184,9 @@ TEST(ReplayCliTest, MissingFile) {
 TEST(ReplayCliTest, BadCap) {
   ExpectBadInput(Gpumem("replay --cap 12XB " + kLeaky), "--cap");
   ExpectBadInput(Gpumem("replay --cap 0 " + kLeaky), "--cap");
+  ExpectBadInput(Gpumem("replay --cap 0x " + kLeaky), "--cap");
+  ExpectBadInput(Gpumem("replay --cap -1.5x " + kLeaky), "--cap");
+  ExpectBadInput(Gpumem("replay --cap abcx " + kLeaky), "--cap");
 }
 
 TEST(ReplayCliTest, UnknownPolicy) {

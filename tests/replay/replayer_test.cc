@@ -47,6 +47,7 @@ TEST(ReplayTest, PeakAllocatedIsThePeakOfLiveTraceSizes) {
   EXPECT_DOUBLE_EQ(r->ratio, 44.0 / 42.0);
   EXPECT_FALSE(r->oom.has_value());
   EXPECT_EQ(r->policy, "pytorch");
+  EXPECT_EQ(PeakAllocated(t), r->peak_allocated);
 }
 
 // The memory of a block is reusable at free_completed, not free_requested: a request for

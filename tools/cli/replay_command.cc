@@ -1,12 +1,14 @@
 // gpumem replay: real allocation traces through allocation policies on a simulated
 // device, side by side.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -61,8 +63,14 @@ nlohmann::json ToJson(const std::string& trace, const replay::ReplayResult& r) {
   return j;
 }
 
-void PrintTable(const std::string& trace, const std::vector<replay::ReplayResult>& results) {
-  std::printf("%s\n", trace.c_str());
+void PrintTable(const std::string& trace, std::optional<std::uint64_t> capacity,
+                const std::vector<replay::ReplayResult>& results) {
+  if (capacity) {
+    std::printf("%s (cap %s = %llu bytes)\n", trace.c_str(), Gib(*capacity).c_str(),
+                static_cast<unsigned long long>(*capacity));
+  } else {
+    std::printf("%s\n", trace.c_str());
+  }
   std::printf("  %-20s %10s %16s %16s %7s  %s\n", "policy", "events", "peak allocated",
               "peak reserved", "ratio", "OOM");
   for (const replay::ReplayResult& r : results) {
@@ -82,14 +90,35 @@ int BadInput(const std::string& message) {
   return kExitBadInput;
 }
 
-int RunReplay(const ReplayArgs& args) {
-  replay::ReplayOptions options;
-  if (!args.cap.empty()) {
-    absl::StatusOr<std::uint64_t> cap = replay::ParseSize(args.cap);
-    if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
-    if (*cap == 0) return BadInput("--cap: the capacity must be more than 0 bytes");
-    options.capacity = *cap;
+// --cap: bytes, a size with a unit, or "1.02x": a factor of each trace's peak allocated.
+struct Cap {
+  std::optional<std::uint64_t> bytes;
+  std::optional<double> factor;
+};
+
+absl::StatusOr<Cap> ParseCap(const std::string& text) {
+  Cap cap;
+  if (text.empty()) return cap;
+  if (text.back() == 'x' || text.back() == 'X') {
+    double factor = 0;
+    if (!absl::SimpleAtod(absl::string_view(text).substr(0, text.size() - 1), &factor) ||
+        !(factor > 0) || !std::isfinite(factor)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad factor '", text, "' (example: 1.02x, a factor of peak allocated)"));
+    }
+    cap.factor = factor;
+    return cap;
   }
+  absl::StatusOr<std::uint64_t> bytes = replay::ParseSize(text);
+  if (!bytes.ok()) return bytes.status();
+  if (*bytes == 0) return absl::InvalidArgumentError("the capacity must be more than 0 bytes");
+  cap.bytes = *bytes;
+  return cap;
+}
+
+int RunReplay(const ReplayArgs& args) {
+  absl::StatusOr<Cap> cap = ParseCap(args.cap);
+  if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
   std::vector<std::string> policies;
   if (args.policy == "all") {
     policies = PolicyNames();
@@ -104,17 +133,26 @@ int RunReplay(const ReplayArgs& args) {
   for (const std::string& path : args.traces) {
     absl::StatusOr<trace::Trace> trace = trace::LoadTrace(path);
     if (!trace.ok()) return BadInput(std::string(trace.status().message()));
+    replay::ReplayOptions options;
+    options.capacity = cap->bytes;
+    if (cap->factor) {
+      options.capacity = static_cast<std::uint64_t>(
+          *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
+      if (*options.capacity == 0) return BadInput(absl::StrCat(path, ": --cap ", args.cap, " is 0 bytes"));
+    }
     std::vector<replay::ReplayResult> results;
     for (const std::string& policy : policies) {
       absl::StatusOr<replay::ReplayResult> result = replay::Replay(*trace, policy, options);
       if (!result.ok()) return BadInput(std::string(result.status().message()));
       if (args.json) {
-        std::printf("%s\n", ToJson(path, *result).dump().c_str());
+        nlohmann::json j = ToJson(path, *result);
+        j["capacity"] = options.capacity ? nlohmann::json(*options.capacity) : nlohmann::json();
+        std::printf("%s\n", j.dump().c_str());
       } else {
         results.push_back(*std::move(result));
       }
     }
-    if (!args.json) PrintTable(path, results);
+    if (!args.json) PrintTable(path, options.capacity, results);
     std::fflush(stdout);
   }
   return kExitOk;
@@ -138,11 +176,12 @@ void AddReplayCommand(CLI::App& app, int* status) {
       ->default_str("all");
   cmd->add_option("--cap", args->cap,
                   "device memory the policy may hold, in bytes or with a unit: 17.3GB\n"
-                  "(decimal), 16GiB (binary), 512MiB, 1.5TB; a policy that needs more reports\n"
-                  "an OOM at the event where it failed (default: unlimited)");
+                  "(decimal), 16GiB (binary), 512MiB, 1.5TB; or a factor of each trace's peak\n"
+                  "allocated: 1.02x. A policy that needs more reports an OOM at the event\n"
+                  "where it failed (default: unlimited)");
   cmd->add_flag("--json", args->json,
                 "print one JSON object per trace and policy per line (keys: trace, policy,\n"
-                "events, peak_allocated, peak_reserved, ratio, seconds, oom)");
+                "events, peak_allocated, peak_reserved, ratio, seconds, capacity, oom)");
   cmd->footer(
       "Exit status: 0 when every trace replayed (an OOM under --cap is a result, not an\n"
       "error); 2 on bad input (unreadable, corrupt or truncated trace, unknown action, a free\n"

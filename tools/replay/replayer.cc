@@ -1,5 +1,6 @@
 #include "tools/replay/replayer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "allocator/device_allocator.h"
 #include "allocator/policies.h"
 #include "allocator/sim_backend.h"
+#include "tools/replay/effective_frees.h"
 
 namespace gpumem::replay {
 namespace {
@@ -18,38 +20,6 @@ using trace::Action;
 
 // Effectively unlimited, yet far below what would overflow byte arithmetic.
 constexpr std::uint64_t kDefaultCapacity = std::uint64_t{1} << 50;
-
-// PyTorch emits free_requested when the program drops a block and free_completed when
-// queued work on other streams is done with it; the memory is reusable only then. A
-// free_requested counts as the free only if no free_completed follows for that block
-// (older recorders, or a ring buffer that cut it off). Marks the events that free.
-std::vector<bool> EffectiveFrees(const std::vector<trace::Event>& events) {
-  std::vector<bool> frees(events.size(), false);
-  absl::flat_hash_map<std::uint64_t, std::size_t> pending;  // addr -> free_requested index
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    const trace::Event& e = events[i];
-    switch (e.action) {
-      case Action::kFreeRequested:
-        pending[e.addr] = i;
-        break;
-      case Action::kFreeCompleted:
-        pending.erase(e.addr);
-        frees[i] = true;
-        break;
-      case Action::kAlloc:
-        // The address is handed out again: a request never completed was the free.
-        if (auto it = pending.find(e.addr); it != pending.end()) {
-          frees[it->second] = true;
-          pending.erase(it);
-        }
-        break;
-      default:
-        break;
-    }
-  }
-  for (const auto& [addr, index] : pending) frees[index] = true;
-  return frees;
-}
 
 struct LiveBlock {
   DevicePtr ptr;
@@ -136,6 +106,27 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
                      ? 0.0
                      : static_cast<double>(result.peak_reserved) / result.peak_allocated;
   return result;
+}
+
+std::uint64_t PeakAllocated(const trace::Trace& trace) {
+  const std::vector<bool> effective_free = EffectiveFrees(trace.events);
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live;  // addr -> size
+  std::uint64_t allocated = 0;
+  std::uint64_t peak = 0;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    const trace::Event& e = trace.events[i];
+    if (e.action == Action::kAlloc) {
+      if (!live.try_emplace(e.addr, e.size).second) continue;  // Replay reports it
+      allocated += e.size;
+      peak = std::max(peak, allocated);
+    } else if (effective_free[i]) {
+      auto it = live.find(e.addr);
+      if (it == live.end()) continue;
+      allocated -= it->second;
+      live.erase(it);
+    }
+  }
+  return peak;
 }
 
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,

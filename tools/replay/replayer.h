@@ -47,6 +47,10 @@ struct ReplayResult {
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
                                     const ReplayOptions& options = {});
 
+// The peak of the sum of live trace alloc sizes: a replay's peak_allocated without an OOM
+// (to set a cap relative to it). Inconsistencies are skipped here; Replay reports them.
+std::uint64_t PeakAllocated(const trace::Trace& trace);
+
 // Told of every block the policy hands out: the trace event's index and our address.
 using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
 
