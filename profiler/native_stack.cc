@@ -11,12 +11,22 @@ __attribute__((noinline)) std::size_t CaptureNativeStack(RawFrame* out, std::siz
                                                          std::size_t skip) {
   constexpr std::size_t kMaxDepth = 256;
   void* pcs[kMaxDepth];
-  const std::size_t want = std::min(kMaxDepth, max + skip + 1);
+  const std::size_t want = std::min(kMaxDepth - 2, max + skip + 1);
   // backtrace() unwinds with the compiler's unwind tables (_Unwind_Backtrace): it works
   // without frame pointers. Its first call loads libgcc_s; later calls do not allocate.
-  const int got = backtrace(pcs, static_cast<int>(want));
+  const int got = backtrace(pcs, static_cast<int>(want + 2));
+  // Where our caller's frame is: normally pcs[1], but a sanitizer's backtrace()
+  // interceptor adds frames of its own, so look for the return address.
+  int first = static_cast<int>(skip) + 1;
+  const void* caller = __builtin_return_address(0);
+  for (int i = 0; i < got && i < 4; ++i) {
+    if (pcs[i] == caller) {
+      first = i + static_cast<int>(skip);
+      break;
+    }
+  }
   std::size_t n = 0;
-  for (int i = static_cast<int>(skip) + 1; i < got && n < max; ++i) {
+  for (int i = first; i < got && n < max; ++i) {
     out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(pcs[i]), 0, RawFrame::kNativeTag};
   }
   return n;

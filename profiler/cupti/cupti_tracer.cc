@@ -84,14 +84,14 @@ std::int32_t DeviceOf(const CUpti_CallbackData* cb) {
   return static_cast<std::int32_t>(id);
 }
 
-void Record(const MemoryCall& call, const CUpti_CallbackData* cb, const char* runtime_api) {
+// Out of line: native stacks leave out exactly this frame and OnCallback's.
+__attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_CallbackData* cb,
+                                      const char* runtime_api) {
   Recorder* recorder = g_tracer->recorder;
   if (recorder == nullptr) return;
   std::int32_t device = call.host ? -1 : call.device.value_or(DeviceOf(cb));
   std::uint64_t size = call.size;
-  const bool handle = call.api[0] == 'c' && std::string_view(call.api).find("cuMemCreate") == 0;
-  std::uint64_t key = call.addr;
-  if (handle || std::string_view(call.api) == "cuMemRelease") key |= kHandleBit;
+  const std::uint64_t key = call.handle ? call.addr | kHandleBit : call.addr;
   {
     std::lock_guard<std::mutex> lock(g_tracer->mu);
     if (call.type == format::RecordType::kSegmentAlloc) {
@@ -111,10 +111,11 @@ void Record(const MemoryCall& call, const CUpti_CallbackData* cb, const char* ru
                                : std::string(call.runtime ? "[cuda-runtime]" : "[cuda-driver]");
   const std::uint32_t api_frame = recorder->writer().stacks().InternNamedFrame(
       format::FrameKind::kApi, function, file, 0);
-  recorder->RecordEvent(call.type, device, call.addr, size, call.stream, api_frame);
+  recorder->RecordEvent(call.type, device, call.addr, size, call.stream, api_frame,
+                        std::nullopt, /*skip=*/2);
 }
 
-void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+__attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                          const void* data) {
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   if (g_forked_child.load(std::memory_order_relaxed)) ReportForkedChild(cb->functionName);

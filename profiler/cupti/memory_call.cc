@@ -124,6 +124,7 @@ std::optional<MemoryCall> DecodeDriverCall(CUpti_CallbackId cbid, const void* pa
     case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
       auto* p = static_cast<const cuMemCreate_params*>(params);
       MemoryCall c = Alloc("cuMemCreate", p->handle == nullptr ? 0 : *p->handle, p->size);
+      c.handle = true;
       if (p->prop != nullptr && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
         c.device = p->prop->location.id;
       }
@@ -131,7 +132,9 @@ std::optional<MemoryCall> DecodeDriverCall(CUpti_CallbackId cbid, const void* pa
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
       auto* p = static_cast<const cuMemRelease_params*>(params);
-      return Free("cuMemRelease", p->handle);
+      MemoryCall c = Free("cuMemRelease", p->handle);
+      c.handle = true;
+      return c;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
       auto* p = static_cast<const cuMemMap_params*>(params);

@@ -17,6 +17,7 @@ struct MemoryCall {
   bool runtime = false;       // a cuda* (runtime) call rather than a cu* (driver) one
   bool host = false;          // pinned host memory: device -1
   bool frees = false;         // size must come from the matching allocation
+  bool handle = false;        // addr is a cuMemCreate allocation handle, not an address
   std::uint64_t addr = 0;     // for cuMemCreate / cuMemRelease: the allocation handle
   std::uint64_t size = 0;
   std::uint64_t stream = 0;

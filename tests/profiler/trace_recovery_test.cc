@@ -204,6 +204,41 @@ TEST_F(RecoveryTest, MutatedFilesNeverCrashTheReader) {
   EXPECT_GT(ok, 50u) << "most single mutations should leave something readable";
 }
 
+// The same, one level down: mutated record payloads wrapped in chunks whose checksums
+// hold, so the damage reaches the record decoder (the CRC stops it above).
+TEST_F(RecoveryTest, MutatedRecordsInValidChunksNeverCrashTheReader) {
+  std::vector<std::string> payloads;
+  for (const ChunkSpan& span : *spans_) {
+    if (span.kind != format::ChunkKind::kRecords) continue;
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes_->data()) + span.offset;
+    auto header = format::ParseChunkHeader(p);
+    ASSERT_TRUE(header.has_value());
+    auto payload = format::DecodePayload(p + format::kChunkHeaderSize, *header);
+    ASSERT_TRUE(payload.has_value());
+    payloads.push_back(*payload);
+  }
+  std::mt19937 rng(7);
+  for (int round = 0; round < 1000; ++round) {
+    std::string file = format::FilePrefix();
+    for (std::size_t c = 0; c < payloads.size(); ++c) {
+      std::string payload = payloads[c];
+      if (rng() % 3 == 0 && !payload.empty()) {
+        const std::size_t at = rng() % payload.size();
+        switch (rng() % 3) {
+          case 0: payload[at] = static_cast<char>(rng()); break;
+          case 1: payload.resize(at); break;
+          case 2: payload.insert(at, std::string(1 + rng() % 12, static_cast<char>(rng()))); break;
+        }
+      }
+      format::AppendChunk(&file, format::ChunkKind::kRecords, static_cast<std::uint32_t>(c),
+                          payload);
+    }
+    auto t = trace::ParseGpumemTrace(file, "records.gpumem");
+    ASSERT_TRUE(t.ok()) << t.status();  // every chunk is valid: something always reads
+    for (const trace::Event& e : t->events) ASSERT_LT(e.stack_id, t->stacks.size());
+  }
+}
+
 // A child records events, flushing now and then and telling the parent through a pipe
 // how many it had recorded at each flush; the parent SIGKILLs it mid-recording. Every
 // event flushed before the kill must read back.

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "profiler/recorder.h"
 #include "profiler/trace_writer.h"
 #include "tests/profiler/trace_test_util.h"
 
@@ -60,6 +61,30 @@ TEST(TraceWriterRaceTest, ConcurrentRecordInternAndFlush) {
   ASSERT_TRUE(format::ByteReader(*payload).GetVarint(&events));
   EXPECT_EQ(events, std::uint64_t{kThreads} * kPerThread);
   std::remove(options.path.c_str());
+}
+
+TEST(TraceWriterRaceTest, RecorderFromManyThreadsWithNativeStacks) {
+  RecorderOptions options;
+  options.path = testing::TempPath("recorder-race.gpumem");
+  options.stacks = StackMode::kNative;
+  options.writer.flush_interval_ms = 1;
+  auto recorder = Recorder::Open(options);
+  ASSERT_TRUE(recorder.ok());
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 500; ++i) {
+        (*recorder)->OnEvent({i % 2 == 0 ? AllocatorEventKind::kAlloc : AllocatorEventKind::kFree,
+                              t, std::uintptr_t(0x1000 * i), 4096, 0});
+        if (i == 250) (*recorder)->Step();
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_TRUE((*recorder)->Close().ok());
+  EXPECT_EQ((*recorder)->writer().recorded(), 4u * 500 + 4);
+  EXPECT_GE((*recorder)->writer().stacks().stack_count(), 1u);
+  std::remove((*recorder)->writer().path().c_str());
 }
 
 }  // namespace
