@@ -15,7 +15,10 @@
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMaxRangeVa = std::size_t{64} << 30;
+// Growth room per range. Ranges in the real traces never outgrow 1 GiB (replays are the
+// same from 1 to 64 GiB), while up to ~200 ranges are live: 4 GiB keeps the address space
+// held (~800 GiB) far from the GPU's limit. A larger request gets a range of its own size.
+constexpr std::size_t kMaxRangeVa = std::size_t{4} << 30;
 // Requests beyond this cannot be rounded without overflow; no device has that much.
 constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
 

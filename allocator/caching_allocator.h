@@ -21,7 +21,7 @@ struct CachingAllocatorOptions {
   int device = 0;                          // reported in observer events
   AllocatorObserver* observer = nullptr;   // told of alloc/free/map/unmap/oom; may be null
   // Virtual bytes reserved per range, the room a range has to grow in place. 0: the
-  // device capacity, at most 64 GiB. Address space is cheap; physical pages are the cost.
+  // device capacity, at most 4 GiB. Address space is cheap; physical pages are the cost.
   std::size_t range_va_bytes = 0;
   // Before creating pages, remap idle pages (whole free pages) from elsewhere. Off: new
   // pages are created and idle ones are reclaimed only when the device is full.
