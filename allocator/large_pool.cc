@@ -54,12 +54,12 @@ void LargePool::LinkAfter(Block* at, Block* b) {
 
 void LargePool::InsertFree(Block* b) {
   b->free = true;
-  free_.insert(b);
+  free_.insert(FreeKey{b->size, b->addr, b});
   free_bytes_ += b->size;
 }
 
 void LargePool::EraseFree(Block* b) {
-  free_.erase(b);
+  free_.erase(FreeKey{b->size, b->addr, b});
   free_bytes_ -= b->size;
 }
 
@@ -96,11 +96,9 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
 }
 
 Block* LargePool::BestFit(std::size_t bytes) {
-  Block probe;
-  probe.size = bytes;
-  auto it = free_.lower_bound(&probe);
+  auto it = free_.lower_bound(FreeKey{bytes, 0, nullptr});
   if (it == free_.end()) return nullptr;
-  Block* b = *it;
+  Block* b = it->block;
   free_.erase(it);
   free_bytes_ -= b->size;
   return Carve(b, bytes);
@@ -148,7 +146,8 @@ LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
   if (!pages_.vmm()) return best;
   // Every free block is smaller than `bytes` (best fit failed); the one that needs the
   // fewest new pages wins, which also puts its partly used pages to work.
-  for (Block* e : free_) {
+  for (const FreeKey& k : free_) {
+    Block* e = k.block;
     std::size_t need = RoundUp(bytes - e->size, page_) / page_;
     if (need >= best_pages) continue;
     std::size_t after = RoomAfter(e);
@@ -226,7 +225,8 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
 std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
   if (!pages_.vmm() || max == 0) return 0;
   std::vector<Block*> candidates;
-  for (Block* f : free_) {
+  for (const FreeKey& k : free_) {
+    Block* f = k.block;
     if (f == keep) continue;
     if (RoundUp(f->addr, page_) + page_ <= f->end() / page_ * page_) candidates.push_back(f);
   }
@@ -271,7 +271,8 @@ void LargePool::ReleaseRange(Range* r) {
 
 std::size_t LargePool::IdlePages() const {
   std::size_t n = 0;
-  for (const Block* f : free_) {
+  for (const FreeKey& k : free_) {
+    const Block* f = k.block;
     DevicePtr first = RoundUp(f->addr, page_);
     DevicePtr last = f->end() / page_ * page_;
     if (last > first) n += (last - first) / page_;
@@ -281,7 +282,8 @@ std::size_t LargePool::IdlePages() const {
 
 std::size_t LargePool::ReleaseFreeSegments() {
   std::vector<Block*> whole;
-  for (Block* f : free_) {
+  for (const FreeKey& k : free_) {
+    Block* f = k.block;
     if (f->range->segment && f->addr == f->range->base && f->size == f->range->bytes) {
       whole.push_back(f);
     }
@@ -301,7 +303,7 @@ std::size_t LargePool::ReleaseFreeSegments() {
 }
 
 std::size_t LargePool::largest_free() const {
-  return free_.empty() ? 0 : (*free_.rbegin())->size;
+  return free_.empty() ? 0 : free_.rbegin()->size;
 }
 
 }  // namespace gpumem

@@ -93,9 +93,13 @@ class LargePool {
   }
 
  private:
-  struct BySizeThenAddr {
-    bool operator()(const Block* a, const Block* b) const {
-      return a->size != b->size ? a->size < b->size : a->addr < b->addr;
+  // The key is kept inside the tree, so a lookup compares without touching the blocks.
+  struct FreeKey {
+    std::size_t size;
+    DevicePtr addr;
+    Block* block;
+    bool operator<(const FreeKey& o) const {
+      return size != o.size ? size < o.size : addr < o.addr;
     }
   };
 
@@ -117,7 +121,7 @@ class LargePool {
   PageHeap& pages_;
   const std::size_t page_;
   const std::size_t range_va_bytes_;
-  absl::btree_set<Block*, BySizeThenAddr> free_;
+  absl::btree_set<FreeKey> free_;  // by size, then address: best fit
   std::size_t free_bytes_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
   std::vector<Block*> spare_;
