@@ -1,5 +1,7 @@
 #include "profiler/python_stack.h"
 
+#include "profiler/chunk_encoder.h"
+
 #include <dlfcn.h>
 
 namespace gpumem {
@@ -21,6 +23,9 @@ struct PythonStacks::Api {
   void (*PyErr_Clear)() = nullptr;
   void (*PyErr_Fetch)(Obj*, Obj*, Obj*) = nullptr;
   void (*PyErr_Restore)(Obj, Obj, Obj) = nullptr;
+  // Optional (3.11+): cheaper than a line number per frame per event.
+  int (*PyFrame_GetLasti)(Obj) = nullptr;
+  int (*PyCode_Addr2Line)(Obj, int) = nullptr;
 };
 
 namespace {
@@ -51,6 +56,10 @@ PythonStacks::PythonStacks() {
             Find(&api->Py_IncRef, "Py_IncRef") && Find(&api->Py_DecRef, "Py_DecRef") &&
             Find(&api->PyErr_Clear, "PyErr_Clear") && Find(&api->PyErr_Fetch, "PyErr_Fetch") &&
             Find(&api->PyErr_Restore, "PyErr_Restore");
+  if (!Find(&api->PyFrame_GetLasti, "PyFrame_GetLasti") ||
+      !Find(&api->PyCode_Addr2Line, "PyCode_Addr2Line")) {
+    api->PyFrame_GetLasti = nullptr;
+  }
   api_ = api;
 }
 
@@ -62,9 +71,16 @@ std::size_t PythonStacks::Capture(RawFrame* out, std::size_t max) const {
   std::size_t n = 0;
   while (frame != nullptr && n < max) {
     void* code = api_->PyFrame_GetCode(frame);
-    const int line = api_->PyFrame_GetLineNumber(frame);
-    out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(code),
-                        static_cast<std::uint32_t>(line < 0 ? 0 : line), RawFrame::kPythonTag};
+    if (api_->PyFrame_GetLasti != nullptr) {
+      const int lasti = api_->PyFrame_GetLasti(frame);
+      out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(code),
+                          static_cast<std::uint32_t>(lasti < 0 ? 0 : lasti),
+                          RawFrame::kPythonLastiTag};
+    } else {
+      const int line = api_->PyFrame_GetLineNumber(frame);
+      out[n++] = RawFrame{reinterpret_cast<std::uint64_t>(code),
+                          static_cast<std::uint32_t>(line < 0 ? 0 : line), RawFrame::kPythonTag};
+    }
     api_->Py_DecRef(code);  // Name() keeps the ones that end up in the table alive
     void* back = api_->PyFrame_GetBack(frame);
     api_->Py_DecRef(frame);
@@ -74,9 +90,11 @@ std::size_t PythonStacks::Capture(RawFrame* out, std::size_t max) const {
   return n;
 }
 
-void PythonStacks::Name(std::uint64_t code, std::string* filename, std::string* function) const {
+void PythonStacks::Name(const RawFrame& frame, FrameDef* def) const {
   if (!api_ok_) return;
-  void* obj = reinterpret_cast<void*>(code);
+  std::string* filename = &def->filename;
+  std::string* function = &def->function;
+  void* obj = reinterpret_cast<void*>(frame.a);
   api_->Py_IncRef(obj);  // once per new frame: the address stays this code object's
   // An allocation may happen while an exception is being raised: keep it intact.
   void *err_type = nullptr, *err_value = nullptr, *err_tb = nullptr;
@@ -98,6 +116,9 @@ void PythonStacks::Name(std::uint64_t code, std::string* filename, std::string* 
   attr("co_filename", filename);
   attr("co_qualname", function);
   if (function->empty()) attr("co_name", function);  // before 3.11
+  if (frame.tag == RawFrame::kPythonLastiTag && api_->PyCode_Addr2Line != nullptr) {
+    def->line = api_->PyCode_Addr2Line(obj, static_cast<int>(frame.b));
+  }
   api_->PyErr_Restore(err_type, err_value, err_tb);
 }
 

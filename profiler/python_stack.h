@@ -19,14 +19,16 @@ class PythonStacks {
   // True if the process has a Python interpreter whose API we found.
   bool available() const { return api_ok_; }
 
-  // Up to `max` frames of the calling thread, innermost first, as (code object, line).
+  // Up to `max` frames of the calling thread, innermost first, as (code object, bytecode
+  // offset) where the interpreter offers PyFrame_GetLasti (3.11+): the line is then
+  // computed once per new frame instead of on every event. Else (code object, line).
   // 0 when there is no interpreter or this thread does not hold the GIL.
   std::size_t Capture(RawFrame* out, std::size_t max) const;
 
   // A code object's file and function name; keeps the code object alive so its address
   // names it for the life of the process. Call only while holding the GIL (the stack
   // table calls it for new frames, on the thread that captured them).
-  void Name(std::uint64_t code, std::string* filename, std::string* function) const;
+  void Name(const RawFrame& frame, FrameDef* def) const;
 
  private:
   PythonStacks();

@@ -65,8 +65,8 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
     : options_(std::move(options)), writer_(std::move(writer)) {}
 
 namespace {
-void NamePythonCode(std::uint64_t code, std::string* filename, std::string* function) {
-  PythonStacks::Get().Name(code, filename, function);
+void NamePythonCode(const RawFrame& frame, FrameDef* def) {
+  PythonStacks::Get().Name(frame, def);
 }
 }  // namespace
 

@@ -37,10 +37,10 @@ std::uint32_t StackTable::InternFrameLocked(const RawFrame& frame, const PythonN
   FrameDef def;
   def.id = next_frame_id_++;
   std::uint64_t pc = 0;
-  if (frame.tag == RawFrame::kPythonTag) {
+  if (frame.tag == RawFrame::kPythonTag || frame.tag == RawFrame::kPythonLastiTag) {
     def.kind = format::FrameKind::kPython;
-    def.line = static_cast<std::int32_t>(frame.b);
-    if (namer) namer(frame.a, &def.filename, &def.function);
+    if (frame.tag == RawFrame::kPythonTag) def.line = static_cast<std::int32_t>(frame.b);
+    if (namer) namer(frame, &def);
   } else {
     def.kind = format::FrameKind::kNative;
     pc = frame.a;

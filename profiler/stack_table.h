@@ -26,6 +26,7 @@ struct RawFrame {
   static constexpr std::uint32_t kNativeTag = 1;
   static constexpr std::uint32_t kPythonTag = 2;
   static constexpr std::uint32_t kNamedTag = 3;
+  static constexpr std::uint32_t kPythonLastiTag = 4;  // b = bytecode offset, not line
   // No default member initializers: capture buffers of these live on the hot path's
   // stack and must not be zeroed on every call.
   std::uint64_t a;
@@ -38,10 +39,10 @@ struct RawFrame {
   }
 };
 
-// Names a Python code object (filename, function); called on the capturing thread, once
-// per new frame, while the interpreter state is safe to read.
-using PythonNamer = void (*)(std::uint64_t code, std::string* filename,
-                             std::string* function);
+// Fills a new Python frame's file, function and (for kPythonLastiTag) line; called on
+// the capturing thread, once per new frame, while the interpreter state is safe to read.
+struct FrameDef;
+using PythonNamer = void (*)(const RawFrame& frame, FrameDef* def);
 
 class StackTable {
  public:
