@@ -29,16 +29,21 @@ struct ReplayArgs {
   bool json = false;
 };
 
+// Readable at every scale: 11.402 GiB, 16.00 MiB, 512 B.
 std::string Gib(std::uint64_t bytes) {
-  return absl::StrFormat("%.3f GiB", static_cast<double>(bytes) / (1u << 30));
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (std::uint64_t{1} << 30)) return absl::StrFormat("%.3f GiB", b / (1u << 30));
+  if (bytes >= (std::uint64_t{1} << 20)) return absl::StrFormat("%.2f MiB", b / (1u << 20));
+  if (bytes >= (std::uint64_t{1} << 10)) return absl::StrFormat("%.1f KiB", b / (1u << 10));
+  return absl::StrFormat("%d B", bytes);
 }
 
 std::string OomText(const replay::ReplayResult& r) {
   if (!r.oom) return "none";
   const replay::ReplayOom& o = *r.oom;
   return absl::StrFormat(
-      "at event %d: requested %d B; allocated %s, reserved %s, largest free piece %s",
-      o.event_index, o.requested_bytes, Gib(o.allocated_bytes), Gib(o.reserved_bytes),
+      "at event %d: requested %s; allocated %s, reserved %s, largest free piece %s",
+      o.event_index, Gib(o.requested_bytes), Gib(o.allocated_bytes), Gib(o.reserved_bytes),
       Gib(o.largest_free_bytes));
 }
 
