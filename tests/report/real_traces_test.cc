@@ -103,7 +103,12 @@ TEST_P(HealthyRun, NoLeakSuspects) {
 INSTANTIATE_TEST_SUITE_P(Traces, HealthyRun,
                          ::testing::Values(std::make_pair("gpt2.trace.tsv.gz", 12),
                                            std::make_pair("resnet50.trace.tsv.gz", 12),
-                                           std::make_pair("varlen_bert.trace.tsv.gz", 40)));
+                                           std::make_pair("varlen_bert.trace.tsv.gz", 40),
+                                           // Pickles: steps from Optimizer annotations
+                                           // (resnet50's GradScaler skips some steps, so
+                                           // its zero_grad ends mark them).
+                                           std::make_pair("gpt2.pickle.xz", 12),
+                                           std::make_pair("resnet50.pickle.xz", 12)));
 
 // The pickle carries Optimizer.step annotations: steps come from them, same verdict.
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {

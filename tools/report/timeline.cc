@@ -22,10 +22,15 @@ Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const 
   const std::size_t bucket = std::max<std::size_t>(1, (n + points - 1) / std::max<std::size_t>(points, 1));
 
   LiveState state(sites);
+  // Per-site samples cost sites x samples: past kMaxSamples step ends, sample every k-th
+  // (the fit needs the trend, not every step), always including the last.
+  constexpr std::size_t kMaxSamples = 1000;
+  const std::size_t sample_stride = std::max<std::size_t>(1, (steps.ends.size() + kMaxSamples - 1) / kMaxSamples);
   std::size_t next_end = 0;  // index into steps.ends
   std::size_t step = 0;
   SeriesPoint point;
   auto take_sample = [&] {
+    if (next_end % sample_stride != 0 && next_end + 1 != steps.ends.size()) return;
     t.sample_step.push_back(step);
     t.sample_allocated.push_back(state.allocated());
     const std::vector<std::uint64_t>& live = state.site_live();
