@@ -1,0 +1,79 @@
+#include "allocator/page_heap.h"
+
+#include <gtest/gtest.h>
+
+#include "allocator/sim_backend.h"
+#include "tests/allocator/gpumem_checked_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kPage = std::size_t{2} << 20;
+
+TEST(PageHeapTest, MapsCachesAndReusesPages) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  DevicePtr va = *heap.ReserveRange(8 * kPage);
+  ASSERT_TRUE(heap.MapPages(va, 3).ok());
+  EXPECT_TRUE(sim.IsAccessible(va, 3 * kPage));
+  EXPECT_EQ(heap.reserved_bytes(), 3 * kPage);
+  heap.BeginSlowPath();
+  heap.UnmapPage(va + kPage);
+  EXPECT_EQ(heap.cached_pages(), 1u);
+  EXPECT_FALSE(sim.IsAccessible(va + kPage, 1));
+  // The cached page is used before a new one is created.
+  ASSERT_TRUE(heap.MapPages(va + 5 * kPage, 2).ok());
+  EXPECT_EQ(heap.cached_pages(), 0u);
+  EXPECT_EQ(sim.counters().physical_creates, 4u);
+  EXPECT_EQ(heap.reserved_bytes(), sim.counters().physical_bytes);
+  heap.UnmapRange(va, 8 * kPage);
+  heap.ReleaseRange(va, 8 * kPage);
+  heap.ReleaseCached();
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(heap.reserved_bytes(), 0u);
+}
+
+TEST(PageHeapTest, MappingIsAllOrNothingAtCapacity) {
+  SimBackend sim({.capacity = 3 * kPage});
+  PageHeap heap(sim, 0, nullptr);
+  DevicePtr va = *heap.ReserveRange(8 * kPage);
+  absl::Status s = heap.MapPages(va, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
+  // What was created is cached, reserved, and used by the next call.
+  EXPECT_EQ(heap.cached_pages(), 3u);
+  ASSERT_TRUE(heap.MapPages(va, 3).ok());
+  EXPECT_EQ(sim.counters().physical_creates, 3u);
+  heap.UnmapRange(va, 8 * kPage);
+  heap.ReleaseRange(va, 8 * kPage);
+}
+
+TEST(PageHeapTest, SynchronizesOncePerSlowPathBeforeUnmapping) {
+  SimBackend sim;
+  testing::CheckedBackend checked(sim);
+  PageHeap heap(checked, 0, nullptr);
+  DevicePtr va = *heap.ReserveRange(4 * kPage);
+  ASSERT_TRUE(heap.MapPages(va, 4).ok());
+  heap.BeginSlowPath();
+  heap.UnmapPage(va);
+  heap.UnmapPage(va + kPage);
+  EXPECT_EQ(checked.synchronizations.load(), 1);
+  heap.BeginSlowPath();  // new work may have been queued since
+  heap.UnmapPage(va + 2 * kPage);
+  EXPECT_EQ(checked.synchronizations.load(), 2);
+  heap.UnmapPage(va + 3 * kPage);
+  heap.ReleaseRange(va, 4 * kPage);
+}
+
+TEST(PageHeapTest, SegmentsWithoutVmm) {
+  SimBackend sim({.vmm = false});
+  PageHeap heap(sim, 0, nullptr);
+  EXPECT_FALSE(heap.vmm());
+  DevicePtr seg = *heap.AllocateSegment(3 * kPage);
+  EXPECT_EQ(heap.reserved_bytes(), 3 * kPage);
+  heap.FreeSegment(seg, 3 * kPage);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gpumem
