@@ -39,6 +39,12 @@ void SynthesizePrelude(Trace* trace) {
   absl::flat_hash_set<DeviceAddr> seen_blocks;
   absl::flat_hash_set<DeviceAddr> seen_segments;
   std::vector<DeviceAddr> segment_event_addrs;  // to find events inside an end-state segment
+  struct Mapping {
+    DeviceAddr start;
+    std::uint64_t size;
+    bool operator<(const Mapping& o) const { return start < o.start; }
+  };
+  std::vector<Mapping> mappings;  // segment_map events: what the trace itself mapped
   for (const Event& e : trace->events) {
     const DeviceAddr key{e.device, e.addr};
     switch (e.action) {
@@ -60,6 +66,7 @@ void SynthesizePrelude(Trace* trace) {
       case Action::kSegmentMap:
         seen_segments.insert(key);
         segment_event_addrs.push_back(key);
+        if (e.action == Action::kSegmentMap) mappings.push_back({key, e.size});
         break;
       case Action::kSegmentFree:
       case Action::kSegmentUnmap:
@@ -75,13 +82,32 @@ void SynthesizePrelude(Trace* trace) {
   }
 
   std::sort(segment_event_addrs.begin(), segment_event_addrs.end());
+  std::sort(mappings.begin(), mappings.end());
   for (const Segment& seg : trace->segments) {
+    if (seg.is_expandable) {
+      // An expandable segment is one virtual range mapped piece by piece: the pieces of it
+      // that no segment_map in the trace covers were mapped before the recording.
+      const std::uint64_t end = seg.addr + seg.total_size;
+      std::uint64_t cursor = seg.addr;
+      auto gap = [&](std::uint64_t until) {
+        if (until > cursor) {
+          segment_prelude.push_back(Synthesized(Action::kSegmentMap, seg.device, cursor, until - cursor,
+                                                seg.stream, t0, 0));
+        }
+      };
+      for (auto it = std::lower_bound(mappings.begin(), mappings.end(), Mapping{{seg.device, seg.addr}, 0});
+           it != mappings.end() && it->start.first == seg.device && it->start.second < end; ++it) {
+        gap(it->start.second);
+        cursor = std::max(cursor, it->start.second + std::min(it->size, end - it->start.second));
+      }
+      gap(end);
+    }
     auto first = std::lower_bound(segment_event_addrs.begin(), segment_event_addrs.end(),
                                   DeviceAddr{seg.device, seg.addr});
     // An event at the segment's start counts even for an (odd) empty segment.
     const bool touched = first != segment_event_addrs.end() && first->first == seg.device &&
                          first->second - seg.addr < std::max<std::uint64_t>(seg.total_size, 1);
-    if (!touched) {
+    if (!touched && !seg.is_expandable) {
       segment_prelude.push_back(Synthesized(seg.is_expandable ? Action::kSegmentMap : Action::kSegmentAlloc,
                                             seg.device, seg.addr, seg.total_size, seg.stream, t0, 0));
     }
@@ -97,7 +123,8 @@ void SynthesizePrelude(Trace* trace) {
   if (!segment_prelude.empty()) {
     trace->warnings.push_back(absl::StrCat(
         segment_prelude.size(),
-        " segments existed before the recording started: synthesized their segment_alloc at the start"));
+        " segments (or mapped pieces of expandable ones) existed before the recording started: "
+        "synthesized their segment_alloc / segment_map at the start"));
   }
   if (freed_unseen) {
     trace->warnings.push_back(absl::StrCat(
