@@ -13,7 +13,7 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         if not r.get("cap"):
-            runs[(r["workload"], r["allocator"])] = r
+            runs.setdefault((r["workload"], r["allocator"]), r)  # the first run of each
 
 MiB = 1 << 20
 print("| workload | allocator | steps | max abs loss diff vs native | peak allocated MiB | "
