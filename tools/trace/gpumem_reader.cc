@@ -18,11 +18,6 @@ using format::ByteReader;
 using format::RecordType;
 using format::UnZigZag;
 
-struct FileEvent {
-  std::int64_t time_ns;
-  Event event;  // stack_id still the file's own
-};
-
 std::optional<Action> ActionOf(RecordType type) {
   switch (type) {
     case RecordType::kAlloc: return Action::kAlloc;
@@ -35,6 +30,12 @@ std::optional<Action> ActionOf(RecordType type) {
     case RecordType::kSegmentFree: return Action::kSegmentFree;
     default: return std::nullopt;
   }
+}
+
+// Microseconds from the clock origin; wraps rather than overflows on garbage times.
+std::int64_t SinceOrigin(std::int64_t ns, std::int64_t origin) {
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(ns) -
+                                   static_cast<std::uint64_t>(origin)) / 1000;
 }
 
 class Reader {
@@ -61,7 +62,9 @@ class Reader {
   const std::string& name_;
   GpumemFileInfo* info_;
   Trace trace_;
-  std::vector<FileEvent> events_;
+  // Read straight into the trace's events (10M events must fit): until Build(), time_us
+  // holds nanoseconds and stack_id the file's own id.
+  std::vector<Event>& events_ = trace_.events;
   absl::flat_hash_map<std::uint32_t, Frame> frames_;
   std::map<std::uint32_t, std::vector<std::uint32_t>> stacks_;  // ordered: stable ids
   std::optional<std::uint64_t> end_events_;
@@ -105,7 +108,7 @@ void Reader::ReadHeader(const std::string& payload, std::size_t pos) {
 
 bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
   ByteReader r(payload);
-  FileEvent prev{0, Event{}};
+  Event prev{};
   bool have_prev = false;
   while (!r.done()) {
     const std::size_t start = r.pos();
@@ -153,37 +156,38 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
       trace_.annotations.push_back(std::move(a));
       continue;
     }
-    FileEvent e = prev;
-    e.event.action = *ActionOf(rtype);
-    e.event.device_free = 0;
+    Event e = prev;
+    e.action = *ActionOf(rtype);
+    e.device_free = 0;
     std::uint64_t v;
     if (!r.GetVarint(&v)) return fail();
-    e.time_ns = prev.time_ns + UnZigZag(v);
+    e.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(prev.time_us) +
+                                          static_cast<std::uint64_t>(UnZigZag(v)));  // ns
     if ((flags & format::kFlagSameThread) == 0) {
       if (!r.GetVarint(&v)) return fail();
-      e.event.thread = static_cast<std::uint32_t>(v);
+      e.thread = static_cast<std::uint32_t>(v);
     } else if (!have_prev) {
       return fail();
     }
     if ((flags & format::kFlagSameDeviceStream) == 0) {
       std::uint64_t device;
-      if (!r.GetVarint(&device) || !r.GetVarint(&e.event.stream)) return fail();
-      e.event.device = static_cast<std::int32_t>(UnZigZag(device));
+      if (!r.GetVarint(&device) || !r.GetVarint(&e.stream)) return fail();
+      e.device = static_cast<std::int32_t>(UnZigZag(device));
     } else if (!have_prev) {
       return fail();
     }
     if (!r.GetVarint(&v)) return fail();
-    e.event.addr = prev.event.addr + static_cast<std::uint64_t>(UnZigZag(v));
-    if (!r.GetVarint(&e.event.size)) return fail();
+    e.addr = prev.addr + static_cast<std::uint64_t>(UnZigZag(v));
+    if (!r.GetVarint(&e.size)) return fail();
     if ((flags & format::kFlagSameStack) == 0) {
       if (!r.GetVarint(&v)) return fail();
-      e.event.stack_id = static_cast<std::uint32_t>(v);
+      e.stack_id = static_cast<std::uint32_t>(v);
     } else if (!have_prev) {
       return fail();
     }
     if ((flags & format::kFlagExtra) != 0) {
       if (!r.GetVarint(&v)) return fail();
-      if (rtype == RecordType::kOom) e.event.device_free = v;
+      if (rtype == RecordType::kOom) e.device_free = v;
     }
     events_.push_back(e);
     prev = e;
@@ -300,7 +304,7 @@ absl::StatusOr<Trace> Reader::Read() {
 }
 
 Trace Reader::Build() {
-  std::int64_t origin = events_.empty() ? 0 : events_.front().time_ns;
+  std::int64_t origin = events_.empty() ? 0 : events_.front().time_us;  // ns here
   auto it = info_->header.find("clock_origin_ns");
   if (it != info_->header.end()) (void)absl::SimpleAtoi(it->second, &origin);
   it = info_->header.find("device_capacity");
@@ -329,29 +333,28 @@ Trace Reader::Build() {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", missing_frames,
                                            " stack frames were defined in damaged chunks"));
   }
+  // Times are still nanoseconds: sort on them, then rebase to microseconds.
   std::stable_sort(events_.begin(), events_.end(),
-                   [](const FileEvent& a, const FileEvent& b) { return a.time_ns < b.time_ns; });
+                   [](const Event& a, const Event& b) { return a.time_us < b.time_us; });
   std::uint64_t unknown_stacks = 0;
-  trace_.events.reserve(events_.size());
-  for (FileEvent& e : events_) {
-    e.event.time_us = (e.time_ns - origin) / 1000;
-    if (e.event.stack_id != 0) {
-      auto sit = stack_ids.find(e.event.stack_id);
+  for (Event& e : events_) {
+    e.time_us = SinceOrigin(e.time_us, origin);
+    if (e.stack_id != 0) {
+      auto sit = stack_ids.find(e.stack_id);
       if (sit == stack_ids.end()) {
         ++unknown_stacks;
-        e.event.stack_id = 0;
+        e.stack_id = 0;
       } else {
-        e.event.stack_id = sit->second;
+        e.stack_id = sit->second;
       }
     }
-    trace_.events.push_back(e.event);
   }
   if (unknown_stacks > 0) {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", unknown_stacks,
                                            " events use stacks defined in damaged chunks; "
                                            "they are shown without a stack"));
   }
-  for (Annotation& a : trace_.annotations) a.time_us = (a.time_us - origin) / 1000;
+  for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
   std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
                    [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
   return std::move(trace_);
