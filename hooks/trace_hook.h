@@ -8,10 +8,13 @@
 
 namespace gpumem::hooks {
 
-// nullptr when no trace was asked for; an error when one was asked for and cannot be
-// recorded (then gpumem refuses to start rather than silently record nothing).
+// The profiler's Recorder (profiler/recorder.h) when GPUMEM_TRACE names a file, nullptr
+// when it is unset; an error when the trace cannot be recorded (then gpumem refuses to
+// start rather than silently record nothing). One recorder per process.
 absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config);
 // Tells the recorder a training step ended.
 void TraceStep(std::uint64_t step);
+// Tests: everything recorded so far is in the file.
+void FlushTraceForTesting();
 
 }  // namespace gpumem::hooks
