@@ -13,6 +13,7 @@
 #include "hooks/gpumem.h"
 #include "hooks/trace_hook.h"
 #include "nlohmann/json.hpp"
+#include "profiler/recorder.h"
 
 namespace gpumem::hooks {
 namespace {
@@ -135,6 +136,7 @@ void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream) {
     return nullptr;
   }
   DeviceState& s = **state;
+  gpumem::Recorder::CallScope call_stack(h::TraceRecorder());  // before the allocator's lock
   absl::StatusOr<gpumem::DevicePtr> ptr = s.allocator->Allocate(
       static_cast<std::size_t>(size), reinterpret_cast<gpumem::StreamId>(stream));
   if (ptr.ok()) return reinterpret_cast<void*>(*ptr);

@@ -42,6 +42,8 @@ absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config) {
   return g_recorder;
 }
 
+Recorder* TraceRecorder() { return g_recorder; }
+
 void TraceStep(std::uint64_t) {
   if (g_recorder != nullptr) g_recorder->Step();
 }

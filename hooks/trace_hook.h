@@ -6,12 +6,19 @@
 #include "allocator/observer.h"
 #include "hooks/config.h"
 
+namespace gpumem {
+class Recorder;
+}
+
 namespace gpumem::hooks {
 
 // The profiler's Recorder (profiler/recorder.h) when GPUMEM_TRACE names a file, nullptr
 // when it is unset; an error when the trace cannot be recorded (then gpumem refuses to
 // start rather than silently record nothing). One recorder per process.
 absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config);
+// The recorder once started, else nullptr: the C ABI opens a Recorder::CallScope with it
+// so allocations get the caller's Python stack (taken before the allocator's lock).
+Recorder* TraceRecorder();
 // Tells the recorder a training step ended.
 void TraceStep(std::uint64_t step);
 // Tests: everything recorded so far is in the file.

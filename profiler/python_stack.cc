@@ -12,6 +12,9 @@ struct PythonStacks::Api {
   using Obj = void*;
   int (*Py_IsInitialized)() = nullptr;
   int (*PyGILState_Check)() = nullptr;
+  Obj (*PyGILState_GetThisThreadState)() = nullptr;
+  int (*PyGILState_Ensure)() = nullptr;  // PyGILState_STATE is an enum: an int
+  void (*PyGILState_Release)(int) = nullptr;
   Obj (*PyEval_GetFrame)() = nullptr;           // borrowed
   Obj (*PyFrame_GetBack)(Obj) = nullptr;        // new reference
   Obj (*PyFrame_GetCode)(Obj) = nullptr;        // new reference
@@ -47,6 +50,9 @@ PythonStacks::PythonStacks() {
   auto* api = new Api();
   api_ok_ = Find(&api->Py_IsInitialized, "Py_IsInitialized") &&
             Find(&api->PyGILState_Check, "PyGILState_Check") &&
+            Find(&api->PyGILState_GetThisThreadState, "PyGILState_GetThisThreadState") &&
+            Find(&api->PyGILState_Ensure, "PyGILState_Ensure") &&
+            Find(&api->PyGILState_Release, "PyGILState_Release") &&
             Find(&api->PyEval_GetFrame, "PyEval_GetFrame") &&
             Find(&api->PyFrame_GetBack, "PyFrame_GetBack") &&
             Find(&api->PyFrame_GetCode, "PyFrame_GetCode") &&
@@ -61,6 +67,27 @@ PythonStacks::PythonStacks() {
     api->PyFrame_GetLasti = nullptr;
   }
   api_ = api;
+}
+
+PythonStacks::Gil::Gil(const PythonStacks& py, bool may_take) {
+  if (!py.api_ok_ || !py.api_->Py_IsInitialized()) return;
+  if (py.api_->PyGILState_Check()) {
+    held_ = true;
+    return;
+  }
+  // PyTorch releases the GIL before it runs an operator, so an allocation almost never
+  // arrives with the GIL held. A thread with a Python thread state is a Python thread in
+  // C code: its frames are still there, and taking the GIL back (as PyTorch's own
+  // _record_memory_history does) lets us read them. Threads Python never saw (autograd
+  // engine workers) have no frames: no GIL taken, no thread state created for them.
+  if (!may_take || py.api_->PyGILState_GetThisThreadState() == nullptr) return;
+  api_ = py.api_;
+  state_ = api_->PyGILState_Ensure();
+  held_ = true;
+}
+
+PythonStacks::Gil::~Gil() {
+  if (api_ != nullptr) api_->PyGILState_Release(state_);
 }
 
 std::size_t PythonStacks::Capture(RawFrame* out, std::size_t max) const {

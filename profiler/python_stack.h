@@ -1,6 +1,6 @@
 // The calling thread's Python frames, read through the CPython C API found at run time
 // (dlsym), so nothing here links libpython: in a process without Python, or on a thread
-// that does not hold the GIL, there are simply no Python frames.
+// Python never ran on, there are simply no Python frames.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +12,8 @@
 namespace gpumem {
 
 class PythonStacks {
+  struct Api;
+
  public:
   // The process-wide instance; it looks for the interpreter on first use.
   static PythonStacks& Get();
@@ -19,10 +21,28 @@ class PythonStacks {
   // True if the process has a Python interpreter whose API we found.
   bool available() const { return api_ok_; }
 
+  // Holds the GIL for its lifetime where this thread can read its frames: always if it
+  // holds it already; if `may_take`, also a Python thread that released it (PyTorch
+  // releases it around every operator) by taking it back. Never take it while holding a
+  // lock a GIL holder may wait for (the allocator's): that deadlocks.
+  class Gil {
+   public:
+    Gil(const PythonStacks& py, bool may_take);
+    ~Gil();
+    Gil(const Gil&) = delete;
+    Gil& operator=(const Gil&) = delete;
+    bool held() const { return held_; }
+
+   private:
+    const Api* api_ = nullptr;  // set when we took the GIL and must give it back
+    int state_ = 0;
+    bool held_ = false;
+  };
+
   // Up to `max` frames of the calling thread, innermost first, as (code object, bytecode
   // offset) where the interpreter offers PyFrame_GetLasti (3.11+): the line is then
   // computed once per new frame instead of on every event. Else (code object, line).
-  // 0 when there is no interpreter or this thread does not hold the GIL.
+  // 0 when there is no interpreter or this thread does not hold the GIL (see Gil).
   std::size_t Capture(RawFrame* out, std::size_t max) const;
 
   // A code object's file and function name; keeps the code object alive so its address
@@ -32,7 +52,6 @@ class PythonStacks {
 
  private:
   PythonStacks();
-  struct Api;
   const Api* api_;
   bool api_ok_ = false;
 };

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -74,8 +75,30 @@ void NamePythonCode(const RawFrame& frame, FrameDef* def) {
 // caller (RecordEvent or OnEvent). Both are kept out of line so the count holds.
 constexpr std::size_t kOwnFrames = 2;
 
+namespace {
+// The stack captured by this thread's innermost CallScope, for its OnEvent calls.
+struct CallStack {
+  const Recorder* recorder = nullptr;
+  std::uint32_t stack_id = 0;
+};
+thread_local CallStack t_call_stack;
+}  // namespace
+
+Recorder::CallScope::CallScope(Recorder* recorder) {
+  if (recorder == nullptr || t_call_stack.recorder != nullptr) return;  // outer scope wins
+  // Skip this constructor: the stack starts at the caller (the C ABI's entry point).
+  t_call_stack.stack_id = recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
+  t_call_stack.recorder = recorder;
+  active_ = true;
+}
+
+Recorder::CallScope::~CallScope() {
+  if (active_) t_call_stack = CallStack{};
+}
+
 __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api_frame,
-                                                               std::size_t skip) {
+                                                               std::size_t skip,
+                                                               bool may_take_gil) {
   const bool native = options_.stacks == StackMode::kNative || options_.stacks == StackMode::kAll;
   const bool python = options_.stacks == StackMode::kPython || options_.stacks == StackMode::kAll;
   if (!native && !python && api_frame == 0) return 0;
@@ -89,8 +112,12 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
                             skip + kOwnFrames);
   }
   PythonStacks& py = PythonStacks::Get();
+  // Held through Intern too: naming a new code object calls into Python. Taken before
+  // the stack table's lock, never inside it, so a GIL holder waiting there cannot block us.
+  std::optional<PythonStacks::Gil> gil;
   if (python && py.available()) {
-    n += py.Capture(frames + n, std::min(options_.max_python_frames, kMax - n));
+    gil.emplace(py, may_take_gil);
+    if (gil->held()) n += py.Capture(frames + n, std::min(options_.max_python_frames, kMax - n));
   }
   if (n == 0) return 0;
   return writer_->stacks().Intern(frames, n, &NamePythonCode);
@@ -128,7 +155,12 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   RawRecord r;
   // A free is attributed to its block's allocation site by readers; its own stack is
   // not worth the unwinding.
-  if (event.kind != AllocatorEventKind::kFree) r.stack_id = CaptureStack(0, 0);
+  // Under the allocator's lock: use the stack its caller's CallScope took, else take
+  // what can be read without taking the GIL.
+  if (event.kind != AllocatorEventKind::kFree) {
+    r.stack_id = t_call_stack.recorder == this ? t_call_stack.stack_id
+                                               : CaptureStack(0, 0, /*may_take_gil=*/false);
+  }
   r.time_ns = TraceWriter::NowNs();
   r.type = type;
   r.device = event.device;

@@ -52,8 +52,26 @@ class Recorder final : public AllocatorObserver {
                    std::uint64_t size, std::uint64_t stream, std::uint32_t api_frame = 0,
                    std::optional<std::uint64_t> extra = std::nullopt, std::size_t skip = 0);
 
-  // The calling thread's stack id in the configured mode (0 for none).
-  std::uint32_t CaptureStack(std::uint32_t api_frame, std::size_t skip);
+  // The calling thread's stack id in the configured mode (0 for none). With
+  // `may_take_gil`, a Python thread that released the GIL takes it back to read its
+  // frames: never pass it while holding a lock that a GIL holder may wait for.
+  std::uint32_t CaptureStack(std::uint32_t api_frame, std::size_t skip,
+                             bool may_take_gil = true);
+
+  // Captures the calling thread's stack before the allocator takes its lock, for the
+  // events this thread reports until the scope ends: under the allocator's lock the GIL
+  // cannot be taken (a thread holding the GIL may be waiting for that lock), and PyTorch
+  // calls the allocator with the GIL released. A null recorder does nothing.
+  class CallScope {
+   public:
+    explicit CallScope(Recorder* recorder);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    bool active_ = false;
+  };
 
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
   void Flush() { writer_->Flush(); }

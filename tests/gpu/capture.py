@@ -21,6 +21,8 @@ p.add_argument("--allocator", required=True,
 p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
 p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
 p.add_argument("--steps", type=int, default=0, help="steps to train (0: the workload's own)")
+p.add_argument("--snapshot", default="",
+               help="native allocator: pickle PyTorch's memory snapshot (python stacks) here")
 args = p.parse_args()
 
 # Deterministic kernels, so that the allocator is the only difference between runs.
@@ -126,6 +128,9 @@ if not use_gpumem:
 else:
     gpumem.reset_peak_stats()
 
+if args.snapshot and not use_gpumem:
+    torch.cuda.memory._record_memory_history(stacks="python", max_entries=1000000)
+
 losses, times = [], []
 driver_peak = 0
 reserved_at_driver_peak = 0
@@ -149,6 +154,11 @@ try:
 except torch.OutOfMemoryError as e:
     completed, error = False, str(e).splitlines()[0][:300]
 torch.cuda.synchronize()
+if args.snapshot and not use_gpumem:
+    import pickle  # noqa: E402
+    with open(args.snapshot, "wb") as f:
+        pickle.dump(torch.cuda.memory._snapshot(), f)
+    torch.cuda.memory._record_memory_history(enabled=None)
 
 if use_gpumem:
     s = gpumem.stats()
