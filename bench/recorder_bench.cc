@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,7 +51,7 @@ void BM_EmptyObserver(benchmark::State& state) {
 
 void BM_Recorder(benchmark::State& state, StackMode mode) {
   RecorderOptions options;
-  options.path = "/tmp/gpumem_recorder_bench_%p.gpumem";
+  options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
   options.stacks = mode;
   options.writer.ring_records = 1 << 16;
   auto recorder = Recorder::Open(options);
