@@ -22,8 +22,6 @@ constexpr std::size_t kMaxRangeVa = std::size_t{4} << 30;
 // Requests beyond this cannot be rounded without overflow; no device has that much.
 constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
 
-std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-
 class CachingAllocator final : public DeviceAllocator {
  public:
   CachingAllocator(Backend& backend, CachingAllocatorOptions options)

@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <limits>
 
+#include "allocator/size_classes.h"
+
 namespace gpumem {
-namespace {
-std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
-}  // namespace
 
 LargePool::LargePool(PageHeap& pages, std::size_t range_va_bytes)
     : pages_(pages), page_(pages.page_bytes()), range_va_bytes_(RoundUp(range_va_bytes, page_)) {}

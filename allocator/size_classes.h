@@ -8,6 +8,9 @@
 
 namespace gpumem {
 
+// `n` rounded up to a multiple of `to` (a page, a granule, kBlockAlign).
+inline constexpr std::size_t RoundUp(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
 inline constexpr std::size_t kBlockAlign = 512;  // every block address and size (cudaMalloc's)
 inline constexpr std::size_t kSmallLimit = std::size_t{1} << 20;  // 1 MiB: larger is "large"
 
