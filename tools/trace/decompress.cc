@@ -5,8 +5,7 @@
 #include <zstd.h>
 
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 
@@ -114,12 +113,24 @@ absl::StatusOr<std::string> Decompress(std::string data, const std::string& name
 }
 
 absl::StatusOr<std::string> ReadFileDecompressed(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  std::ostringstream bytes;
-  bytes << file.rdbuf();
-  if (file.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return Decompress(std::move(bytes).str(), path);
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  // One read into a buffer of the file's size: traces run to gigabytes.
+  std::string bytes;
+  char chunk[1 << 16];
+  if (std::fseek(file, 0, SEEK_END) == 0) {
+    long size = std::ftell(file);
+    if (size > 0) bytes.reserve(static_cast<std::size_t>(size));
+    std::rewind(file);
+  }
+  std::size_t n;
+  while ((n = std::fread(chunk, 1, sizeof chunk, file)) > 0) bytes.append(chunk, n);
+  bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) return absl::DataLossError(absl::StrCat(path, ": read error"));
+  return Decompress(std::move(bytes), path);
 }
 
 }  // namespace gpumem::trace

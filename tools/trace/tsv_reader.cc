@@ -1,6 +1,7 @@
 #include "tools/trace/tsv_reader.h"
 
-#include <cctype>
+#include <array>
+#include <charconv>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -29,6 +30,28 @@ bool ParseFrame(absl::string_view text, Frame* frame) {
   return false;
 }
 
+// Splits `line` at tabs without allocating: the first `fields.size()` pieces are stored,
+// and the count of all pieces is returned.
+std::size_t SplitTabs(absl::string_view line, std::array<absl::string_view, 8>& fields) {
+  std::size_t n = 0;
+  while (true) {
+    std::size_t tab = line.find('\t');
+    if (n < fields.size()) fields[n] = line.substr(0, tab);
+    ++n;
+    if (tab == absl::string_view::npos) return n;
+    line.remove_prefix(tab + 1);
+  }
+}
+
+// The event columns are plain decimal integers: from_chars is several times faster than
+// the locale-free general parsers, which matters for traces of millions of lines.
+template <typename T>
+bool ParseInt(absl::string_view text, T* out) {
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && ptr == end && !text.empty();
+}
+
 }  // namespace
 
 absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& name) {
@@ -47,10 +70,11 @@ absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& n
     auto error = [&](absl::string_view what) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": line ", line_no, ": ", what));
     };
-    std::vector<absl::string_view> f = absl::StrSplit(line, '\t');
+    std::array<absl::string_view, 8> f;
+    std::size_t count = SplitTabs(line, f);
     if (f[0] == "S") {
       std::uint64_t id;
-      if (f.size() != 3 || !absl::SimpleAtoi(f[1], &id)) return error("bad stack line");
+      if (count != 3 || !ParseInt(f[1], &id)) return error("bad stack line");
       std::vector<std::uint32_t> ids;
       if (!f[2].empty()) {
         for (absl::string_view part : absl::StrSplit(f[2], " | ")) {
@@ -62,15 +86,14 @@ absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& n
       stack_ids[id] = frames.InternStack(ids);
       continue;
     }
-    if (f.size() != 7) return error(absl::StrCat("expected 7 tab-separated fields, found ", f.size()));
+    if (count != 7) return error(absl::StrCat("expected 7 tab-separated fields, found ", count));
     Event e;
     std::optional<Action> action = ParseAction(f[1]);
     if (!action) return error(absl::StrCat("unknown action '", f[1], "'"));
     e.action = *action;
     std::uint64_t stack;
-    if (!absl::SimpleAtoi(f[2], &e.addr) || !absl::SimpleAtoi(f[3], &e.size) ||
-        !absl::SimpleAtoi(f[4], &e.stream) || !absl::SimpleAtoi(f[5], &e.time_us) ||
-        !absl::SimpleAtoi(f[6], &stack)) {
+    if (!ParseInt(f[2], &e.addr) || !ParseInt(f[3], &e.size) || !ParseInt(f[4], &e.stream) ||
+        !ParseInt(f[5], &e.time_us) || !ParseInt(f[6], &stack)) {
       return error("a numeric field is not a number");
     }
     if (e.action == Action::kOom) e.device_free = e.addr;
