@@ -29,14 +29,14 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
 TEST(ConfigTest, ReadsEveryVariable) {
   absl::StatusOr<Config> c =
       Parse({{"GPUMEM_BACKEND", "cudamalloc"}, {"GPUMEM_CAPACITY", "1.5G"},
-             {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "/tmp/x.gpumem"},
+             {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "traces/x.gpumem"},
              {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"},
              {"GPUMEM_STITCH", "0"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backend, BackendKind::kCudaMalloc);
   EXPECT_EQ(*c->capacity, std::uint64_t{3} << 29);  // 1.5 * 2^30
   EXPECT_DOUBLE_EQ(*c->memory_fraction, 0.25);
-  EXPECT_EQ(c->trace_path, "/tmp/x.gpumem");
+  EXPECT_EQ(c->trace_path, "traces/x.gpumem");
   EXPECT_FALSE(c->log_oom);
   EXPECT_TRUE(c->verbose);
   EXPECT_FALSE(c->stitch);

@@ -39,12 +39,12 @@ TEST(RecorderTest, ParsesStackModes) {
 }
 
 TEST(RecorderTest, OptionsComeFromTheEnvironment) {
-  setenv("GPUMEM_TRACE", "/tmp/run-%r.gpumem", 1);
+  setenv("GPUMEM_TRACE", "runs/run-%r.gpumem", 1);
   setenv("GPUMEM_STACKS", "native", 1);
   setenv("GPUMEM_TRACE_FLUSH_MS", "7", 1);
   auto options = RecorderOptions::FromEnvironment();
   ASSERT_TRUE(options.ok()) << options.status();
-  EXPECT_EQ(options->path, "/tmp/run-%r.gpumem");
+  EXPECT_EQ(options->path, "runs/run-%r.gpumem");
   EXPECT_EQ(options->stacks, StackMode::kNative);
   EXPECT_EQ(options->writer.flush_interval_ms, 7);
   setenv("GPUMEM_TRACE_FLUSH_MS", "soon", 1);

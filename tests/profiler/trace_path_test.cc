@@ -8,7 +8,7 @@ namespace {
 
 TEST(TracePathTest, ExpandsPidRankAndPercent) {
   EXPECT_EQ(ExpandTracePath("run-%r.gpumem", 42, "3"), "run-3.gpumem");
-  EXPECT_EQ(ExpandTracePath("/tmp/%p/t-%r-%p.gpumem", 7, "0"), "/tmp/7/t-0-7.gpumem");
+  EXPECT_EQ(ExpandTracePath("runs/%p/t-%r-%p.gpumem", 7, "0"), "runs/7/t-0-7.gpumem");
   EXPECT_EQ(ExpandTracePath("100%%-%x-%", 1, "0"), "100%-%x-%");
   EXPECT_EQ(ExpandTracePath("plain.gpumem", 1, "0"), "plain.gpumem");
 }

@@ -54,4 +54,11 @@ check "export perfetto" "grep -q '\"traceEvents\"' \"$tmp/p.json\""
 "$gpumem" report "$tmp/s.pickle" --json >"$tmp/s.json"
 check "export pytorch-snapshot reads back with the same top suspect" \
   "grep -q '\"site\": \"capture.py:78 leaky_mlp\"' \"$tmp/s.json\""
+# A killed run's gpumem trace: the report reads what was recovered and says so.
+size=$(wc -c <"$data/leaky_mlp_pair.gpumem")
+head -c $((size * 2 / 3)) "$data/leaky_mlp_pair.gpumem" >"$tmp/killed.gpumem"
+"$gpumem" report "$tmp/killed.gpumem" >"$tmp/killed.out" 2>"$tmp/killed.err"
+check "truncated gpumem trace: report exits 0" "[ $? -eq 0 ]"
+check "truncated gpumem trace: says what was recovered" "grep -q 'warning: .*recovered [0-9]* events' \"$tmp/killed.out\""
+check "truncated gpumem trace: still a verdict" "grep -q 'Verdict' \"$tmp/killed.out\""
 exit $fail

@@ -12,7 +12,7 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
   EXPECT_TRUE(IsLibraryFrame({"<frozen runpy>", 88, "_run_code"}));
   EXPECT_TRUE(IsLibraryFrame({"/src/c10/cuda/CUDACachingAllocator.cpp", 1200, "malloc"}));
   EXPECT_FALSE(IsLibraryFrame({"capture.py", 78, "leaky_mlp"}));
-  EXPECT_FALSE(IsLibraryFrame({"/home/me/project/model/attention.py", 12, "forward"}));
+  EXPECT_FALSE(IsLibraryFrame({"project/model/attention.py", 12, "forward"}));
 }
 
 TEST(SiteTable, InnermostUserFrameNamesTheSite) {
