@@ -6,16 +6,10 @@
 
 #include "absl/strings/escaping.h"
 #include "tools/trace/decompress.h"
+#include "tests/trace/test_support.h"
 
 namespace gpumem::trace {
 namespace {
-
-// Sanitizer builds run the same checks on fewer inputs: the plain build covers the rest.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
 
 // pickle.dumps({'a': [1, 2**64-1, -5, True, None, 1.5, 'x', b'y', (1, 2), 300, 70000,
 //                     -2**63, 2**63]}, protocol=P).hex(), from CPython 3.11.

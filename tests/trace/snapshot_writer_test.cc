@@ -13,18 +13,10 @@
 #include "tools/trace/load.h"
 #include "tools/trace/pickle_reader.h"
 #include "tools/trace/snapshot_reader.h"
+#include "tests/trace/test_support.h"
 
 namespace gpumem::trace {
 namespace {
-
-// Sanitizer builds run the same checks on fewer inputs: the plain build covers the rest.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-
-std::string Data(const std::string& file) { return std::string(GPUMEM_TEST_DATA) + "/" + file; }
 
 std::vector<std::string> StackText(const Trace& t, std::uint32_t stack_id) {
   std::vector<std::string> out;
