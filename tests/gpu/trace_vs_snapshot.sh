@@ -16,6 +16,8 @@ py=$(command -v python3)
 export LD_LIBRARY_PATH=$arch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export GPUMEM_LIB_DIR=$build/lib PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
+scratch=$(mktemp -d)  # build log, the raw snapshot and the overhead runs' traces
+trap 'rm -rf "$scratch"' EXIT
 
 torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
 $py -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)'
@@ -24,17 +26,17 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF 
   -DCMAKE_PREFIX_PATH="$prebuilt;$torch_prefix" -DPython3_EXECUTABLE="$py" \
   -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu -DLIBLZMA_LIBRARY="$arch/liblzma.so" \
   -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
-  -DZLIB_INCLUDE_DIR="$prebuilt/include" >/tmp/build.log 2>&1 \
-  || { echo "configure failed"; tail -30 /tmp/build.log; exit 1; }
-cmake --build "$build" -j"$(nproc)" --target gpumem_shared gpumem >>/tmp/build.log 2>&1 \
-  || { echo "build failed"; grep -E "error" /tmp/build.log | tail -15; exit 1; }
+  -DZLIB_INCLUDE_DIR="$prebuilt/include" >"$scratch/build.log" 2>&1 \
+  || { echo "configure failed"; tail -30 "$scratch/build.log"; exit 1; }
+cmake --build "$build" -j"$(nproc)" --target gpumem_shared gpumem >>"$scratch/build.log" 2>&1 \
+  || { echo "build failed"; grep -E "error" "$scratch/build.log" | tail -15; exit 1; }
 
 cap=$repo/tests/gpu/capture.py
 echo "== leaky_mlp: gpumem + trace (python stacks), native + PyTorch snapshot"
 GPUMEM_TRACE=$OUT/leaky_mlp.gpumem GPUMEM_STACKS=python \
   $py "$cap" leaky_mlp --allocator gpumem | tee -a "$OUT/runs.jsonl"
-$py "$cap" leaky_mlp --allocator native --snapshot /tmp/leaky_mlp.pickle | tee -a "$OUT/runs.jsonl"
-xz -9 -c /tmp/leaky_mlp.pickle >"$OUT/leaky_mlp.pickle.xz"
+$py "$cap" leaky_mlp --allocator native --snapshot "$scratch/leaky_mlp.pickle" | tee -a "$OUT/runs.jsonl"
+xz -9 -c "$scratch/leaky_mlp.pickle" >"$OUT/leaky_mlp.pickle.xz"
 ls -l "$OUT"
 for f in leaky_mlp.gpumem leaky_mlp.pickle.xz; do
   "$build/bin/gpumem" report --json "$OUT/$f" >"$OUT/report-$f.json" || echo "report $f failed"
@@ -46,7 +48,7 @@ echo "== overhead: median step seconds, gpumem vs gpumem + trace (python stacks)
 for w in leaky_mlp resnet50; do
   for round in 1 2; do
     $py "$cap" $w --allocator gpumem | tee -a "$OUT/overhead.jsonl" | cut -c1-60
-    GPUMEM_TRACE=/tmp/o-$w.gpumem GPUMEM_STACKS=python $py "$cap" $w --allocator gpumem \
+    GPUMEM_TRACE="$scratch/o-$w.gpumem" GPUMEM_STACKS=python $py "$cap" $w --allocator gpumem \
       | sed 's/"allocator": "gpumem"/"allocator": "gpumem+trace"/' \
       | tee -a "$OUT/overhead.jsonl" | cut -c1-60
   done
