@@ -53,12 +53,12 @@ void LargePool::LinkAfter(Block* at, Block* b) {
 
 void LargePool::InsertFree(Block* b) {
   b->free = true;
-  free_.insert(FreeKey{b->size, b->addr, b});
+  free_.Insert(b);
   free_bytes_ += b->size;
 }
 
 void LargePool::EraseFree(Block* b) {
-  free_.erase(FreeKey{b->size, b->addr, b});
+  free_.Erase(b);
   free_bytes_ -= b->size;
 }
 
@@ -95,10 +95,9 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
 }
 
 Block* LargePool::BestFit(std::size_t bytes) {
-  auto it = free_.lower_bound(FreeKey{bytes, 0, nullptr});
-  if (it == free_.end()) return nullptr;
-  Block* b = it->block;
-  free_.erase(it);
+  Block* b = free_.BestFit(bytes);
+  if (b == nullptr) return nullptr;
+  free_.Erase(b);
   free_bytes_ -= b->size;
   return Carve(b, bytes);
 }
@@ -145,8 +144,7 @@ LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
   if (!pages_.vmm()) return best;
   // Every free block is smaller than `bytes` (best fit failed); the one that needs the
   // fewest new pages wins, which also puts its partly used pages to work.
-  for (const FreeKey& k : free_) {
-    Block* e = k.block;
+  for (Block* e : free_.Sorted()) {
     std::size_t need = RoundUp(bytes - e->size, page_) / page_;
     if (need >= best_pages) continue;
     std::size_t after = RoomAfter(e);
@@ -224,8 +222,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
 std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
   if (!pages_.vmm() || max == 0) return 0;
   std::vector<Block*> candidates;
-  for (const FreeKey& k : free_) {
-    Block* f = k.block;
+  for (Block* f : free_.Sorted()) {
     if (f == keep) continue;
     if (RoundUp(f->addr, page_) + page_ <= f->end() / page_ * page_) candidates.push_back(f);
   }
@@ -270,8 +267,7 @@ void LargePool::ReleaseRange(Range* r) {
 
 std::size_t LargePool::IdlePages() const {
   std::size_t n = 0;
-  for (const FreeKey& k : free_) {
-    const Block* f = k.block;
+  for (const Block* f : free_.Sorted()) {
     DevicePtr first = RoundUp(f->addr, page_);
     DevicePtr last = f->end() / page_ * page_;
     if (last > first) n += (last - first) / page_;
@@ -281,8 +277,7 @@ std::size_t LargePool::IdlePages() const {
 
 std::size_t LargePool::ReleaseFreeSegments() {
   std::vector<Block*> whole;
-  for (const FreeKey& k : free_) {
-    Block* f = k.block;
+  for (Block* f : free_.Sorted()) {
     if (f->range->segment && f->addr == f->range->base && f->size == f->range->bytes) {
       whole.push_back(f);
     }
@@ -302,7 +297,8 @@ std::size_t LargePool::ReleaseFreeSegments() {
 }
 
 std::size_t LargePool::largest_free() const {
-  return free_.empty() ? 0 : free_.rbegin()->size;
+  const Block* b = free_.Largest();
+  return b == nullptr ? 0 : b->size;
 }
 
 }  // namespace gpumem

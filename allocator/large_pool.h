@@ -18,9 +18,9 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/btree_set.h"
 #include "absl/status/statusor.h"
 #include "allocator/backend.h"
+#include "allocator/free_index.h"
 #include "allocator/page_heap.h"
 
 namespace gpumem {
@@ -40,6 +40,8 @@ struct Block {
   Block* prev = nullptr;
   Block* next = nullptr;
   Range* range = nullptr;
+  Block* free_prev = nullptr;  // in the FreeIndex list of its size, while free
+  Block* free_next = nullptr;
   bool free = false;
   DevicePtr end() const { return addr + size; }
 };
@@ -93,16 +95,6 @@ class LargePool {
   }
 
  private:
-  // The key is kept inside the tree, so a lookup compares without touching the blocks.
-  struct FreeKey {
-    std::size_t size;
-    DevicePtr addr;
-    Block* block;
-    bool operator<(const FreeKey& o) const {
-      return size != o.size ? size < o.size : addr < o.addr;
-    }
-  };
-
   Block* NewNode();
   void Recycle(Block* b);
   void Unlink(Block* b);
@@ -121,7 +113,7 @@ class LargePool {
   PageHeap& pages_;
   const std::size_t page_;
   const std::size_t range_va_bytes_;
-  absl::btree_set<FreeKey> free_;  // by size, then address: best fit
+  FreeIndex free_;  // best fit
   std::size_t free_bytes_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
   std::vector<Block*> spare_;
