@@ -10,6 +10,7 @@
 #include "allocator/page_heap.h"
 #include "allocator/size_classes.h"
 #include "allocator/small_pool.h"
+#include "allocator/spin_mutex.h"
 #include "allocator/stream_guard.h"
 
 namespace gpumem {
@@ -272,7 +273,7 @@ class CachingAllocator final : public DeviceAllocator {
     }
   }
 
-  mutable std::mutex mu_;
+  mutable SpinMutex mu_;
   Backend& backend_;
   CachingAllocatorOptions options_;
   PageHeap pages_;  // outlives the heaps, which return their pages to it
