@@ -98,14 +98,16 @@ class CachingAllocator final : public DeviceAllocator {
     Release(it);
   }
 
-  void RecordStream(DevicePtr ptr, StreamId stream) override {
+  bool RecordStream(DevicePtr ptr, StreamId stream) override {
     std::lock_guard lock(mu_);
     auto it = live_.find(ptr);
-    if (it == live_.end() || it->second.pending || it->second.heap->stream == stream) return;
+    if (it == live_.end() || it->second.pending) return false;
+    if (it->second.heap->stream == stream) return true;
     std::vector<StreamId>& streams = used_on_[ptr];
     if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
       streams.push_back(stream);
     }
+    return true;
   }
 
   void EmptyCache() override {

@@ -56,8 +56,9 @@ class DeviceAllocator {
   // Returns a block. It is reusable by its own stream at once and by other streams once
   // work queued on every stream that used it (RecordStream) has completed.
   virtual void Free(DevicePtr ptr) = 0;
-  // The block is also used on `stream` (PyTorch's record_stream).
-  virtual void RecordStream(DevicePtr ptr, StreamId stream) = 0;
+  // The block is also used on `stream` (PyTorch's record_stream). False when `ptr` is not
+  // a live block of this allocator (so a caller with several devices can find its owner).
+  virtual bool RecordStream(DevicePtr ptr, StreamId stream) = 0;
   // Release every cached byte not in use (torch.cuda.empty_cache()).
   virtual void EmptyCache() = 0;
 

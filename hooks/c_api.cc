@@ -168,25 +168,20 @@ void gpumem_free(void* ptr, ssize_t, int device, struct CUstream_st*) {
 
 void gpumem_record_stream(void* ptr, int device, struct CUstream_st* stream) {
   if (ptr == nullptr) return;
+  const auto p = reinterpret_cast<gpumem::DevicePtr>(ptr);
+  const auto st = reinterpret_cast<gpumem::StreamId>(stream);
+  bool owned = false;
   if (device < 0) {
-    // Blocks belong to the only started device in the common case; with several, the
-    // caller must say which (the libtorch helper does).
-    int found = -1, started = 0;
+    // The caller did not say which device: the one whose allocator owns the block.
     h::ForEachStartedDevice([&](DeviceState& s) {
-      found = s.device;
-      ++started;
+      if (!owned) owned = s.allocator->RecordStream(p, st);
     });
-    if (started != 1) {
-      std::fprintf(stderr, "gpumem: record_stream(%p) without a device while %d devices run\n",
-                   ptr, started);
-      return;
-    }
-    device = found;
+  } else if (DeviceState* s = h::StartedDevice(device)) {
+    owned = s->allocator->RecordStream(p, st);
   }
-  DeviceState* s = h::StartedDevice(device);
-  if (s == nullptr) return;
-  s->allocator->RecordStream(reinterpret_cast<gpumem::DevicePtr>(ptr),
-                             reinterpret_cast<gpumem::StreamId>(stream));
+  if (!owned) {
+    std::fprintf(stderr, "gpumem: record_stream(%p): not a live gpumem block\n", ptr);
+  }
 }
 
 void gpumem_init(int) {}

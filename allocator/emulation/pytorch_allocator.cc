@@ -176,17 +176,18 @@ std::size_t PytorchCachingAllocator::TryMergeBlocks(Block* dst, Block* src, Bloc
   return subsumed;
 }
 
-void PytorchCachingAllocator::RecordStream(DevicePtr ptr, StreamId stream) {
+bool PytorchCachingAllocator::RecordStream(DevicePtr ptr, StreamId stream) {
   std::lock_guard lock(mu_);
   auto it = active_blocks_.find(ptr);
-  if (it == active_blocks_.end()) return;
+  if (it == active_blocks_.end()) return false;
   Block* block = it->second;
   // The allocation stream is ordered with itself already.
-  if (stream == block->stream) return;
+  if (stream == block->stream) return true;
   if (std::find(block->stream_uses.begin(), block->stream_uses.end(), stream) ==
       block->stream_uses.end()) {
     block->stream_uses.push_back(stream);
   }
+  return true;
 }
 
 void PytorchCachingAllocator::InsertEvents(Block* block) {

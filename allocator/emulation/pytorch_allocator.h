@@ -37,7 +37,7 @@ class PytorchCachingAllocator final : public DeviceAllocator {
   }
   absl::StatusOr<DevicePtr> Allocate(std::size_t bytes, StreamId stream) override;
   void Free(DevicePtr ptr) override;
-  void RecordStream(DevicePtr ptr, StreamId stream) override;
+  bool RecordStream(DevicePtr ptr, StreamId stream) override;
   void EmptyCache() override;
   AllocatorStats stats() const override;
   void ResetPeaks() override;

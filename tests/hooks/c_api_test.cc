@@ -190,6 +190,24 @@ TEST_F(CApiTest, RecordStreamOnTheOnlyDevice) {
   EXPECT_EQ(st.allocated_bytes, 0u);
 }
 
+TEST_F(CApiTest, RecordStreamFindsTheOwningDevice) {
+  void* on0 = gpumem_alloc(4096, 0, nullptr);
+  void* on1 = gpumem_alloc(4096, 1, nullptr);
+  ASSERT_NE(on0, nullptr);
+  ASSERT_NE(on1, nullptr);
+  testing::internal::CaptureStderr();
+  gpumem_record_stream(on1, -1, reinterpret_cast<CUstream_st*>(2));
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  // A pointer no device owns is reported, not silently ignored.
+  testing::internal::CaptureStderr();
+  int not_ours = 0;
+  gpumem_record_stream(&not_ours, -1, reinterpret_cast<CUstream_st*>(2));
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("not a live gpumem block"),
+            std::string::npos);
+  gpumem_free(on0, 4096, 0, nullptr);
+  gpumem_free(on1, 4096, 1, nullptr);
+}
+
 TEST_F(CApiTest, SummaryAndSnapshotCarryTheFigures) {
   void* p = gpumem_alloc(3 * kMiB, 0, nullptr);
   ASSERT_NE(p, nullptr);
