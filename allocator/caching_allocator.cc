@@ -10,7 +10,6 @@
 #include "allocator/page_heap.h"
 #include "allocator/size_classes.h"
 #include "allocator/small_pool.h"
-#include "allocator/spin_mutex.h"
 #include "allocator/stream_guard.h"
 
 namespace gpumem {
@@ -275,7 +274,7 @@ class CachingAllocator final : public DeviceAllocator {
     }
   }
 
-  mutable SpinMutex mu_;
+  mutable std::mutex mu_;
   Backend& backend_;
   CachingAllocatorOptions options_;
   PageHeap pages_;  // outlives the heaps, which return their pages to it
