@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <typeindex>
+#include <typeinfo>
 #include <unordered_map>
 
 #include "hooks/gpumem.h"
@@ -19,18 +20,30 @@ namespace {
 // itself ("torch::autograd::generated::MmBackward0" -> "MmBackward0"), not from
 // Node::name(): a Python-defined Function's name() takes the GIL. Those show as "PyNode".
 std::uint32_t NodeFrame(const ::torch::autograd::Node& node) {
+  // Backward allocates many times per node type in a row: skip the lock for a repeat.
+  thread_local const std::type_info* last_type = nullptr;
+  thread_local std::uint32_t last_frame = 0;
+  if (last_type == &typeid(node)) return last_frame;
   static std::mutex mu;
   static auto* frames = new std::unordered_map<std::type_index, std::uint32_t>;
   const std::type_index type(typeid(node));
   std::lock_guard<std::mutex> lock(mu);
   auto it = frames->find(type);
-  if (it != frames->end()) return it->second;
+  if (it != frames->end()) {
+    last_type = &typeid(node);
+    last_frame = it->second;
+    return it->second;
+  }
   std::string name = c10::demangle(type.name());
   if (std::size_t colons = name.rfind("::"); colons != std::string::npos) {
     name.erase(0, colons + 2);
   }
   const std::uint32_t frame = gpumem_autograd_node_frame(name.c_str());
-  if (frame != 0) frames->emplace(type, frame);
+  if (frame != 0) {
+    frames->emplace(type, frame);
+    last_type = &typeid(node);
+    last_frame = frame;
+  }
   return frame;
 }
 
