@@ -30,7 +30,8 @@ trap 'rm -rf "$scratch"' EXIT
 cap=$repo/tests/gpu/capture.py
 steps=${OVERHEAD_STEPS:-25}
 configs=${OVERHEAD_CONFIGS:-native gpumem gpumem+trace-python gpumem+trace-all profile-python profile-all torch-python torch-all}
-results=$OUT/overhead.jsonl
+workloads=${OVERHEAD_WORKLOADS:-gpt2 resnet50}
+results=$OUT/overhead-${workloads// /-}.jsonl  # one file per workload set: calls may be split
 : >"$results"
 
 run_config() {  # workload config
@@ -53,7 +54,7 @@ run_config() {  # workload config
   return $rc
 }
 
-for w in ${OVERHEAD_WORKLOADS:-gpt2 resnet50}; do
+for w in $workloads; do
   for round in $(seq "${OVERHEAD_ROUNDS:-1}"); do
     for c in $configs; do
       run_config "$w" "$c" >>"$results" 2>>"$OUT/overhead.err" \
