@@ -330,6 +330,60 @@ size_t gpumem_config_error(char* buf, size_t len) {
   return h::CopyOut(absl::StrCat("gpumem: ", config.status().message()), buf, len);
 }
 
+int gpumem_profile_start(void) {
+  const absl::StatusOr<h::Config>& config = h::ProcessConfig();
+  if (!config.ok()) {
+    h::SetError(absl::StrCat("gpumem: ", config.status().message()));
+    return -1;
+  }
+  absl::StatusOr<gpumem::Recorder*> recorder = h::StartProfileRecorder(*config);
+  if (!recorder.ok()) {
+    h::SetError(absl::StrCat("gpumem: ", recorder.status().message()));
+    return -1;
+  }
+  return 0;
+}
+
+int gpumem_tracing(void) { return h::TraceRecorder() != nullptr ? 1 : 0; }
+
+uint32_t gpumem_capture_stack(void) {
+  gpumem::Recorder* recorder = h::TraceRecorder();
+  // Skip this entry point: the stack starts at its caller.
+  return recorder == nullptr ? 0 : recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
+}
+
+void gpumem_record_event(int type, int device, uint64_t addr, uint64_t size, uint64_t stream,
+                         uint32_t stack_id, uint64_t extra) {
+  gpumem::Recorder* recorder = h::TraceRecorder();
+  if (recorder == nullptr) return;
+  using gpumem::format::RecordType;
+  switch (type) {
+    case GPUMEM_EVENT_ALLOC:
+    case GPUMEM_EVENT_FREE:
+    case GPUMEM_EVENT_MAP:
+    case GPUMEM_EVENT_UNMAP:
+    case GPUMEM_EVENT_SEGMENT_ALLOC:
+    case GPUMEM_EVENT_SEGMENT_FREE:
+      recorder->RecordWithStack(static_cast<RecordType>(type), device, addr, size, stream,
+                                stack_id);
+      return;
+    case GPUMEM_EVENT_OOM:
+      recorder->RecordWithStack(RecordType::kOom, device, addr, size, stream, stack_id, extra);
+      return;
+    default:
+      return;
+  }
+}
+
+uint32_t gpumem_autograd_node_frame(const char* name) {
+  gpumem::Recorder* recorder = h::TraceRecorder();
+  return recorder == nullptr || name == nullptr ? 0 : recorder->AutogradNodeFrame(name);
+}
+
+void gpumem_set_autograd_link(uint64_t seq, uint64_t thread, uint32_t node_frame) {
+  gpumem::Recorder::SetAutogradLink(seq, static_cast<std::uint32_t>(thread), node_frame);
+}
+
 size_t gpumem_last_error(char* buf, size_t len) {
   std::string last;
   {

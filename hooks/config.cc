@@ -13,6 +13,11 @@ namespace gpumem::hooks {
 const ConfigVariable kConfigVariables[] = {
     {"GPUMEM", "0, 1", "1: install gpumem in every Python process that imports torch "
                        "(through gpumem's sitecustomize on PYTHONPATH; `gpumem run` sets it)"},
+    {"GPUMEM_MODE", "allocator, profile",
+     "allocator (default): gpumem is PyTorch's CUDA allocator; profile: PyTorch keeps its "
+     "own caching allocator and gpumem records its allocations, frees and segments with "
+     "stacks into the trace (GPUMEM_TRACE, default gpumem-%p.gpumem; `gpumem run "
+     "--profile-only`, gpumem.profile())"},
     {"GPUMEM_BACKEND", "auto, vmm, cudamalloc, sim",
      "device memory: CUDA virtual memory (pages that can be remapped), plain cudaMalloc "
      "segments, or a host simulation for tests; auto picks vmm where the device has it"},
@@ -71,6 +76,12 @@ absl::StatusOr<std::uint64_t> ParseBytes(absl::string_view text) {
 
 absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
   Config config;
+  if (const char* v = env("GPUMEM_MODE"); v != nullptr && *v != '\0') {
+    absl::string_view s = v;
+    if (s == "allocator") config.mode = Mode::kAllocator;
+    else if (s == "profile") config.mode = Mode::kProfile;
+    else return Invalid("GPUMEM_MODE", s, "allocator or profile");
+  }
   if (const char* v = env("GPUMEM_BACKEND"); v != nullptr && *v != '\0') {
     absl::string_view s = v;
     if (s == "auto") config.backend = BackendKind::kAuto;

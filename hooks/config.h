@@ -21,7 +21,13 @@ enum class BackendKind {
   kSim,         // the host simulation: tests of the C ABI without a GPU
 };
 
+enum class Mode {
+  kAllocator,  // gpumem is PyTorch's CUDA allocator (and records when GPUMEM_TRACE is set)
+  kProfile,    // PyTorch keeps its own allocator; gpumem only records it (always traced)
+};
+
 struct Config {
+  Mode mode = Mode::kAllocator;  // GPUMEM_MODE
   BackendKind backend = BackendKind::kAuto;
   // Per-device cap in bytes (GPUMEM_CAPACITY); nullopt: the device's memory.
   std::optional<std::uint64_t> capacity;

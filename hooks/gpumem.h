@@ -78,6 +78,37 @@ GPUMEM_API size_t gpumem_config_error(char* buf, size_t len);
  * (an out-of-memory report, a device that cannot start, a bad argument). */
 GPUMEM_API size_t gpumem_last_error(char* buf, size_t len);
 
+/* --- Recording another allocator (profile-only mode) and autograd links. Used by
+ * libgpumem_torch.so; see docs/profiler.md. Event types are the trace's record types. */
+enum {
+  GPUMEM_EVENT_ALLOC = 1,
+  GPUMEM_EVENT_FREE = 2,
+  GPUMEM_EVENT_MAP = 3,
+  GPUMEM_EVENT_UNMAP = 4,
+  GPUMEM_EVENT_OOM = 5, /* size = request, extra = the device's free bytes */
+  GPUMEM_EVENT_SEGMENT_ALLOC = 7,
+  GPUMEM_EVENT_SEGMENT_FREE = 8,
+};
+/* Opens the trace (GPUMEM_TRACE, else gpumem-%p.gpumem) if it is not open: 0, or -1
+ * with the reason in gpumem_last_error (a bad GPUMEM_* variable, an unwritable file). */
+GPUMEM_API int gpumem_profile_start(void);
+/* 1 once a trace is open in this process (GPUMEM_TRACE, or profile-only mode), else 0. */
+GPUMEM_API int gpumem_tracing(void);
+/* The calling thread's stack id in GPUMEM_STACKS mode (0: none, or no trace open). A
+ * Python thread that released the GIL takes it back to read its frames: never call this
+ * while holding a lock that a thread holding the GIL may wait for. */
+GPUMEM_API uint32_t gpumem_capture_stack(void);
+/* Records one event with a stack id from gpumem_capture_stack (0: none). No-op without
+ * an open trace; an unknown type is ignored. */
+GPUMEM_API void gpumem_record_event(int type, int device, uint64_t addr, uint64_t size,
+                                    uint64_t stream, uint32_t stack_id, uint64_t extra);
+/* The frame id naming a backward node ("MmBackward0"); 0 without an open trace. */
+GPUMEM_API uint32_t gpumem_autograd_node_frame(const char* name);
+/* Links the calling thread's next allocation to autograd: `seq` is the forward op's
+ * sequence number (forward threads, node_frame 0) or the running backward node's, and
+ * `thread` PyTorch's id of the forward thread (docs/trace-format.md, record type 12). */
+GPUMEM_API void gpumem_set_autograd_link(uint64_t seq, uint64_t thread, uint32_t node_frame);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,10 @@
 #include "hooks/trace_hook.h"
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -13,43 +15,61 @@ namespace {
 
 // The process's recorder: opened once, never destroyed (allocations may still arrive
 // from static destructors), closed at exit so the trace gets its end chunk.
-Recorder* g_recorder = nullptr;
+std::atomic<Recorder*> g_recorder{nullptr};
+std::mutex g_open_mu;  // the allocator's start and profile mode may open it at once
 
 void CloseAtExit() {
-  if (g_recorder == nullptr) return;
-  if (absl::Status s = g_recorder->Close(); !s.ok()) {
+  Recorder* recorder = g_recorder.load();
+  if (recorder == nullptr) return;
+  if (absl::Status s = recorder->Close(); !s.ok()) {
     std::fprintf(stderr, "gpumem: closing the trace: %s\n", std::string(s.message()).c_str());
   }
 }
 
 }  // namespace
 
-absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config) {
-  if (config.trace_path.empty()) return nullptr;
-  if (g_recorder != nullptr) return g_recorder;
+namespace {
+absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
+  std::lock_guard<std::mutex> lock(g_open_mu);
+  if (Recorder* open = g_recorder.load()) return open;
   // GPUMEM_TRACE, GPUMEM_STACKS and GPUMEM_TRACE_FLUSH_MS are the recorder's own.
   absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
   if (!options.ok()) return options.status();
+  const std::string path = options->path;
   absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
   if (!recorder.ok()) {
     return absl::Status(recorder.status().code(),
-                        absl::StrCat("GPUMEM_TRACE='", config.trace_path,
+                        absl::StrCat("GPUMEM_TRACE='", config.trace_path.empty() ? path
+                                                                                 : config.trace_path,
                                      "': cannot record: ", recorder.status().message()));
   }
-  g_recorder = recorder->release();
+  Recorder* opened = recorder->release();
+  g_recorder.store(opened);
   static bool registered = (std::atexit(CloseAtExit), true);
   (void)registered;
-  return g_recorder;
+  return opened;
+}
+}  // namespace
+
+absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config) {
+  if (config.trace_path.empty()) return nullptr;
+  absl::StatusOr<Recorder*> recorder = OpenRecorder(config);
+  if (!recorder.ok()) return recorder.status();
+  return *recorder;
 }
 
-Recorder* TraceRecorder() { return g_recorder; }
+absl::StatusOr<Recorder*> StartProfileRecorder(const Config& config) {
+  return OpenRecorder(config);
+}
+
+Recorder* TraceRecorder() { return g_recorder.load(std::memory_order_acquire); }
 
 void TraceStep(std::uint64_t) {
-  if (g_recorder != nullptr) g_recorder->Step();
+  if (Recorder* recorder = TraceRecorder()) recorder->Step();
 }
 
 void FlushTraceForTesting() {
-  if (g_recorder != nullptr) g_recorder->Flush();
+  if (Recorder* recorder = TraceRecorder()) recorder->Flush();
 }
 
 }  // namespace gpumem::hooks

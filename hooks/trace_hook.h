@@ -16,6 +16,9 @@ namespace gpumem::hooks {
 // when it is unset; an error when the trace cannot be recorded (then gpumem refuses to
 // start rather than silently record nothing). One recorder per process.
 absl::StatusOr<AllocatorObserver*> StartTraceObserver(const Config& config);
+// Profile-only mode: the recorder, started on first call whatever GPUMEM_TRACE says (its
+// default file name when unset). The same recorder StartTraceObserver returns.
+absl::StatusOr<Recorder*> StartProfileRecorder(const Config& config);
 // The recorder once started, else nullptr: the C ABI opens a Recorder::CallScope with it
 // so allocations get the caller's Python stack (taken before the allocator's lock).
 Recorder* TraceRecorder();

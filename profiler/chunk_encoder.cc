@@ -33,6 +33,12 @@ void ChunkEncoder::AddAnnotation(std::int64_t time_ns, std::int32_t device, bool
 }
 
 void ChunkEncoder::AddEvent(const RawRecord& r) {
+  if (r.has_autograd) {  // applies to the event record right after it
+    payload_.push_back(static_cast<char>(format::RecordType::kAutograd));
+    PutVarint(&payload_, r.autograd_seq);
+    PutVarint(&payload_, r.autograd_thread);
+    PutVarint(&payload_, r.autograd_node_frame);
+  }
   std::uint8_t first = static_cast<std::uint8_t>(r.type);
   const bool same_thread = events_ > 0 && r.thread == prev_.thread;
   const bool same_ds = events_ > 0 && r.device == prev_.device && r.stream == prev_.stream;

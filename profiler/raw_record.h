@@ -17,8 +17,15 @@ struct RawRecord {
   std::uint32_t stack_id = 0; // StackTable id; 0 = no stack
   std::uint32_t thread = 0;   // kernel thread id
   std::int32_t device = 0;    // -1 for host (pinned) memory
+  // PyTorch autograd link (docs/trace-format.md, record type 12): the sequence number
+  // of the forward op (forward events) or of the backward node (backward events), the
+  // forward thread's PyTorch id, and the node's name frame (0 on forward events).
+  std::uint64_t autograd_seq = 0;
+  std::uint32_t autograd_thread = 0;
+  std::uint32_t autograd_node_frame = 0;
   format::RecordType type = format::RecordType::kAlloc;
   bool has_extra = false;
+  bool has_autograd = false;
 };
 
 }  // namespace gpumem

@@ -82,7 +82,53 @@ struct CallStack {
   std::uint32_t stack_id = 0;
 };
 thread_local CallStack t_call_stack;
+
+// The autograd link SetAutogradLink left for this thread's next allocation.
+struct AutogradLink {
+  std::uint64_t seq = 0;
+  std::uint32_t thread = 0;
+  std::uint32_t node_frame = 0;
+  bool set = false;
+};
+thread_local AutogradLink t_autograd;
+
+// Moves this thread's pending autograd link, if any, into an allocation's record.
+void TakeAutogradLink(RawRecord* r) {
+  if (!t_autograd.set || r->type != format::RecordType::kAlloc) return;
+  r->has_autograd = true;
+  r->autograd_seq = t_autograd.seq;
+  r->autograd_thread = t_autograd.thread;
+  r->autograd_node_frame = t_autograd.node_frame;
+  t_autograd.set = false;
+}
 }  // namespace
+
+void Recorder::SetAutogradLink(std::uint64_t seq, std::uint32_t thread,
+                               std::uint32_t node_frame) {
+  t_autograd = AutogradLink{seq, thread, node_frame, true};
+}
+
+std::uint32_t Recorder::AutogradNodeFrame(const std::string& name) {
+  return writer_->stacks().InternNamedFrame(format::FrameKind::kApi, name, "<autograd>", 0);
+}
+
+void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
+                               std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
+                               std::uint32_t stack_id, std::optional<std::uint64_t> extra) {
+  RawRecord r;
+  r.stack_id = stack_id;
+  r.time_ns = TraceWriter::NowNs();
+  r.type = type;
+  r.device = device;
+  r.addr = addr;
+  r.size = size;
+  r.stream = stream;
+  r.thread = TraceWriter::ThreadId();
+  r.has_extra = extra.has_value();
+  r.extra = extra.value_or(0);
+  TakeAutogradLink(&r);
+  writer_->Record(r);
+}
 
 Recorder::CallScope::CallScope(Recorder* recorder) {
   if (recorder == nullptr || t_call_stack.recorder != nullptr) return;  // outer scope wins
@@ -168,6 +214,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   r.size = event.bytes;
   r.stream = event.stream;
   r.thread = TraceWriter::ThreadId();
+  TakeAutogradLink(&r);
   writer_->Record(r);
 }
 

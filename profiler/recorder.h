@@ -73,6 +73,21 @@ class Recorder final : public AllocatorObserver {
     bool active_ = false;
   };
 
+  // Records an event whose stack the caller captured earlier (CaptureStack): profile-only
+  // mode, where PyTorch's allocator reports its events under its own lock.
+  void RecordWithStack(format::RecordType type, std::int32_t device, std::uint64_t addr,
+                       std::uint64_t size, std::uint64_t stream, std::uint32_t stack_id,
+                       std::optional<std::uint64_t> extra = std::nullopt);
+
+  // PyTorch autograd link for the next allocation this thread records (set by
+  // libgpumem_torch.so just before the allocation; docs/trace-format.md, type 12): the
+  // forward op's sequence number, or the running backward node's, and the forward
+  // thread's PyTorch id. `node_frame` is 0 on forward threads, else AutogradNodeFrame().
+  static void SetAutogradLink(std::uint64_t seq, std::uint32_t thread,
+                              std::uint32_t node_frame);
+  // The frame id naming a backward node ("MmBackward0"); intern once per node type.
+  std::uint32_t AutogradNodeFrame(const std::string& name);
+
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
   void Flush() { writer_->Flush(); }
   absl::Status Close() { return writer_->Close(); }

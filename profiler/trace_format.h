@@ -63,8 +63,9 @@ enum class RecordType : std::uint8_t {
   kFrame = 9,         // a frame definition
   kStack = 10,        // a stack definition
   kAnnotation = 11,   // a named mark (e.g. CUDA used in a forked child)
+  kAutograd = 12,     // autograd link of the event record that follows it
 };
-inline constexpr std::uint8_t kMaxRecordType = 11;
+inline constexpr std::uint8_t kMaxRecordType = 12;
 
 // Flags: the high 4 bits of an event record's first byte. "Same as the previous event of
 // this chunk" flags let the common case cost one byte per field.

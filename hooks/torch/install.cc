@@ -6,12 +6,15 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <string>
 
 #include "hooks/gpumem.h"
+#include "hooks/torch/autograd_link.h"
+#include "hooks/torch/profile.h"
 
 namespace gpumem::torch {
 namespace {
@@ -28,6 +31,7 @@ std::string LastError() {
 }
 
 void* Alloc(std::size_t size, int device, cudaStream_t stream) {
+  if (gpumem_tracing() != 0) LinkNextAllocationToAutograd();
   void* p = gpumem_alloc(static_cast<ssize_t>(size), device, stream);
   // PyTorch's pluggable allocator does not check for NULL; raising here is what makes
   // `except torch.OutOfMemoryError` work as with the native allocator.
@@ -55,6 +59,10 @@ void install() {
     config_error.resize(config_error.size() - 1);
     TORCH_CHECK(false, config_error);
   }
+  const char* mode = std::getenv("GPUMEM_MODE");
+  TORCH_CHECK(mode == nullptr || std::string(mode) != "profile",
+              "GPUMEM_MODE=profile keeps PyTorch's own allocator: call "
+              "gpumem::torch::profile() once CUDA is initialized instead of install()");
   auto* current = c10::cuda::CUDACachingAllocator::allocator.load();
   TORCH_CHECK(current == nullptr || !current->initialized(),
               "gpumem must be installed before PyTorch's CUDA allocator is first used, "

@@ -8,16 +8,21 @@
 
 Or with no code change: ``gpumem run -- python train.py`` or ``GPUMEM=1 python train.py``
 (with gpumem's python/gpumem/_preload folder on PYTHONPATH, which `gpumem run` sets).
+
+Profile-only (PyTorch keeps its own allocator; gpumem records it into the trace):
+``gpumem.profile()`` after `import torch`, ``gpumem run --profile-only -- python train.py``
+or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 """
 import json
 import warnings
 
 from . import _native
 
-__all__ = ["install", "installed", "stats", "memory_summary", "snapshot", "step",
+__all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
            "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "InstallError"]
 
 _installed = False
+_profile_queued = False
 
 
 class InstallError(RuntimeError):
@@ -28,8 +33,54 @@ def _config_error():
     return _native.text(_native.lib().gpumem_config_error)
 
 
+def _profile_mode():
+    import os
+    return os.environ.get("GPUMEM_MODE", "") == "profile"
+
+
+def _attach_profiler():
+    import ctypes
+    buf = ctypes.create_string_buffer(4096)
+    if _native.torch_lib().gpumem_torch_profile(buf, len(buf)) != 0:
+        raise InstallError(buf.value.decode("utf-8", "replace"))
+
+
+def profile():
+    """Profile-only mode: PyTorch keeps its own caching allocator and gpumem records its
+    allocations, frees and segments with stacks into the trace (GPUMEM_TRACE, default
+    gpumem-<pid>.gpumem). Call it any time after `import torch`; recording starts when
+    CUDA initializes (at once if it already has). Needs libgpumem_torch.so."""
+    global _profile_queued
+    if _profile_queued:
+        return
+    import torch
+    err = _config_error()
+    if err:
+        raise InstallError(err)
+    if _native.torch_lib() is None:
+        raise InstallError(
+            "gpumem: profile-only mode needs libgpumem_torch.so, which is built only where "
+            "CMake finds Torch (configure with -DCMAKE_PREFIX_PATH=$(python -c 'import "
+            "torch;print(torch.utils.cmake_prefix_path)'))")
+    if _native.lib().gpumem_profile_start() != 0:  # open the trace now: errors show here
+        raise InstallError(_native.text(_native.lib().gpumem_last_error))
+    if torch.cuda.is_initialized():
+        _attach_profiler()
+    else:
+        # PyTorch's allocator takes a tracker only once CUDA is up; queue it with
+        # torch.cuda's lazy init rather than initializing CUDA early ourselves.
+        torch.cuda._lazy_call(_attach_profiler)
+    _profile_queued = True
+
+
+def profiling():
+    """True once profile() was called (recording starts with CUDA)."""
+    return _profile_queued
+
+
 def install():
-    """Makes gpumem PyTorch's CUDA allocator. Call it before any tensor goes to the GPU."""
+    """Makes gpumem PyTorch's CUDA allocator. Call it before any tensor goes to the GPU.
+    With GPUMEM_MODE=profile it starts profile() instead."""
     global _installed
     if _installed:
         return
@@ -37,6 +88,9 @@ def install():
     err = _config_error()
     if err:
         raise InstallError(err)
+    if _profile_mode():
+        profile()
+        return
     torch_lib = _native.torch_lib()
     if torch_lib is not None:
         import ctypes

@@ -65,6 +65,8 @@ def lib():
             fn.restype = ctypes.c_size_t
             fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         l.gpumem_step.restype = ctypes.c_uint64
+        l.gpumem_tracing.restype = ctypes.c_int
+        l.gpumem_profile_start.restype = ctypes.c_int
         l.gpumem_backend_name.restype = ctypes.c_char_p
         l.gpumem_backend_name.argtypes = [ctypes.c_int]
         _lib = l
@@ -82,6 +84,8 @@ def torch_lib():
         l = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
         l.gpumem_torch_install.restype = ctypes.c_int
         l.gpumem_torch_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        l.gpumem_torch_profile.restype = ctypes.c_int
+        l.gpumem_torch_profile.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _torch_lib = l
     return _torch_lib
 

@@ -3,7 +3,10 @@ PyTorch's native allocator, native with expandable segments, or gpumem, with the
 seeds and deterministic settings, and print one JSON line of figures: per-step loss and
 time, peak allocated / reserved, the driver's own used memory, and whether it completed.
 
-usage: capture.py WORKLOAD --allocator native|expandable|gpumem [--cap BYTES]
+usage: capture.py WORKLOAD --allocator native|expandable|gpumem|profile [--cap BYTES]
+  profile: PyTorch's native allocator recorded by gpumem's profile-only mode (as with
+  GPUMEM_MODE=profile / `gpumem run --profile-only`), gpumem.step() at every step.
+  --torch-history python|all: native with PyTorch's own _record_memory_history.
 """
 import argparse
 import json
@@ -16,13 +19,16 @@ p = argparse.ArgumentParser()
 p.add_argument("workload", choices=["gpt2", "resnet50", "varlen_bert", "leaky_mlp"])
 p.add_argument("--allocator", required=True,
                choices=["native", "native-again", "expandable", "gpumem", "gpumem-nostitch",
-                        "gpumem-cudamalloc"],
+                        "gpumem-cudamalloc", "profile"],
                help="native-again: native a second time, for run-to-run noise")
 p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
 p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
 p.add_argument("--steps", type=int, default=0, help="steps to train (0: the workload's own)")
 p.add_argument("--snapshot", default="",
                help="native allocator: pickle PyTorch's memory snapshot (python stacks) here")
+p.add_argument("--torch-history", choices=["python", "all"], default="",
+               help="native allocator: record PyTorch's own memory history with these stacks")
+p.add_argument("--label", default="", help="name the run in the output (default: --allocator)")
 args = p.parse_args()
 
 # Deterministic kernels, so that the allocator is the only difference between runs.
@@ -34,6 +40,9 @@ if args.allocator == "gpumem-nostitch":
 if args.allocator == "gpumem-cudamalloc":
     os.environ["GPUMEM_BACKEND"] = "cudamalloc"
 use_gpumem = args.allocator.startswith("gpumem")
+# Profile-only: the native allocator, recorded by gpumem (also when started by
+# `gpumem run --profile-only`, which sets GPUMEM_MODE=profile).
+use_profile = args.allocator == "profile" or os.environ.get("GPUMEM_MODE") == "profile"
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -41,6 +50,9 @@ import torch.nn as nn  # noqa: E402
 if use_gpumem:
     import gpumem  # noqa: E402
     gpumem.install()
+elif use_profile:
+    import gpumem  # noqa: E402
+    gpumem.profile()
 
 torch.manual_seed(0)
 random.seed(0)
@@ -130,6 +142,8 @@ else:
 
 if args.snapshot and not use_gpumem:
     torch.cuda.memory._record_memory_history(stacks="python", max_entries=1000000)
+elif args.torch_history and not use_gpumem:
+    torch.cuda.memory._record_memory_history(stacks=args.torch_history)
 
 losses, times = [], []
 driver_peak = 0
@@ -149,7 +163,7 @@ try:
             reserved_at_driver_peak = (gpumem.stats()["reserved_bytes"]
                                        if use_gpumem
                                        else torch.cuda.memory_reserved())
-        if use_gpumem:
+        if use_gpumem or use_profile:
             gpumem.step()
 except torch.OutOfMemoryError as e:
     completed, error = False, str(e).splitlines()[0][:300]
@@ -172,7 +186,7 @@ else:
     extra = {"num_alloc_retries": st.get("num_alloc_retries")}
 steady = sorted(times[args.warmup:]) or sorted(times)
 out = {
-    "workload": args.workload, "allocator": args.allocator, "cap": args.cap,
+    "workload": args.workload, "allocator": args.label or args.allocator, "cap": args.cap,
     "completed": completed, "error": error, "steps": len(losses),
     "losses": losses, "step_seconds": [round(t, 6) for t in times],
     "median_step_seconds": steady[len(steady) // 2] if steady else None,

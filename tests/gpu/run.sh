@@ -2,7 +2,8 @@
 # Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
-# usage: tests/gpu/run.sh [tests] [bench] [train] [mincap WORKLOAD...]   (default: tests bench train)
+# usage: tests/gpu/run.sh [tests] [bench] [train] [overhead] [mincap WORKLOAD...]
+#        (default: tests bench train; overhead: tests/gpu/overhead.sh, recording cost)
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
 #        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
@@ -66,6 +67,11 @@ if want train; then
     done
   done
   $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl"
+fi
+
+if want overhead; then
+  echo "== recording overhead (tests/gpu/overhead.sh)"
+  "$repo/tests/gpu/overhead.sh"
 fi
 
 if want mincap; then

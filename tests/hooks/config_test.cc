@@ -42,6 +42,13 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_FALSE(c->stitch);
 }
 
+TEST(ConfigTest, ModeNames) {
+  EXPECT_EQ(Parse({})->mode, Mode::kAllocator);
+  EXPECT_EQ(Parse({{"GPUMEM_MODE", "allocator"}})->mode, Mode::kAllocator);
+  EXPECT_EQ(Parse({{"GPUMEM_MODE", "profile"}})->mode, Mode::kProfile);
+  EXPECT_EQ(Parse({{"GPUMEM_MODE", ""}})->mode, Mode::kAllocator);
+}
+
 TEST(ConfigTest, BackendNames) {
   EXPECT_EQ(Parse({{"GPUMEM_BACKEND", "vmm"}})->backend, BackendKind::kVmm);
   EXPECT_EQ(Parse({{"GPUMEM_BACKEND", "sim"}})->backend, BackendKind::kSim);
@@ -57,6 +64,8 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
     const char* accepted;
   } cases[] = {
       {"GPUMEM_BACKEND", "cuda", "auto, vmm, cudamalloc or sim"},
+      {"GPUMEM_MODE", "profiling", "allocator or profile"},
+      {"GPUMEM_MODE", "PROFILE", "allocator or profile"},
       {"GPUMEM_CAPACITY", "lots", "a positive size"},
       {"GPUMEM_CAPACITY", "-5G", "a positive size"},
       {"GPUMEM_CAPACITY", "0", "a positive size"},
@@ -98,7 +107,7 @@ TEST(ConfigTest, ParseBytesUnits) {
 TEST(ConfigTest, EveryVariableIsListedOnce) {
   std::map<std::string, int> seen;
   for (int i = 0; i < kConfigVariableCount; ++i) ++seen[kConfigVariables[i].name];
-  for (const char* name : {"GPUMEM", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
+  for (const char* name : {"GPUMEM", "GPUMEM_MODE", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
                            "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
                            "GPUMEM_VERBOSE", "GPUMEM_STITCH"}) {
     EXPECT_EQ(seen[name], 1) << name;

@@ -1,4 +1,5 @@
-// gpumem run: starts a program with gpumem as PyTorch's CUDA allocator, unchanged. It
+// gpumem run: starts a program with gpumem as PyTorch's CUDA allocator (or, with
+// --profile-only, recording PyTorch's own allocator), unchanged. It
 // sets GPUMEM=1, puts gpumem's sitecustomize (python/gpumem/_preload) and package on
 // PYTHONPATH and points GPUMEM_LIB_DIR at libgpumem.so, then replaces itself with the
 // program. Options become GPUMEM_* variables, validated before the program starts.
@@ -32,6 +33,7 @@ struct RunArgs {
   std::string fraction;
   std::string trace;
   bool verbose = false;
+  bool profile_only = false;
 };
 
 std::string FromEnvOr(const char* name, const char* fallback) {
@@ -45,6 +47,7 @@ int Run(const RunArgs& args) {
   if (!args.fraction.empty()) setenv("GPUMEM_MEMORY_FRACTION", args.fraction.c_str(), 1);
   if (!args.trace.empty()) setenv("GPUMEM_TRACE", args.trace.c_str(), 1);
   if (args.verbose) setenv("GPUMEM_VERBOSE", "1", 1);
+  if (args.profile_only) setenv("GPUMEM_MODE", "profile", 1);
   setenv("GPUMEM", "1", 1);
   // Refuse here, with the variable named, rather than inside the program.
   if (absl::StatusOr<hooks::Config> config = hooks::ParseConfigFromEnvironment(); !config.ok()) {
@@ -82,6 +85,9 @@ void AddRunCommand(CLI::App& app, int* status) {
                   "cap as a share of the device's memory (GPUMEM_MEMORY_FRACTION)");
   sub->add_option("--trace", args->trace, "record allocations to this file (GPUMEM_TRACE)");
   sub->add_flag("-v,--verbose", args->verbose, "print each device's backend and cap");
+  sub->add_flag("--profile-only", args->profile_only,
+                "keep PyTorch's own allocator and only record it into the trace "
+                "(GPUMEM_MODE=profile; --trace or GPUMEM_TRACE names the file)");
   sub->add_option("command", args->command, "the program and its arguments")
       ->required()
       ->expected(-1);

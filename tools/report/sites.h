@@ -16,7 +16,9 @@ namespace gpumem::report {
 bool IsLibraryFrame(const trace::Frame& frame);
 
 // Maps every stack of a trace to a site id. Site 0 is "no Python frames" (allocations
-// made from native threads, e.g. autograd's backward), which still get tracked.
+// made from native threads), which still get tracked. Backward allocations of a trace
+// with autograd links carry their forward op's stack (tools/trace/autograd_links.h), so
+// they land on the forward site.
 class SiteTable {
  public:
   explicit SiteTable(const trace::Trace& trace);

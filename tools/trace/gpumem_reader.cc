@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "profiler/trace_format.h"
+#include "tools/trace/autograd_links.h"
 #include "tools/trace/frame_table.h"
 
 namespace gpumem::trace {
@@ -67,6 +68,8 @@ class Reader {
   std::vector<Event>& events_ = trace_.events;
   absl::flat_hash_map<std::uint32_t, Frame> frames_;
   std::map<std::uint32_t, std::vector<std::uint32_t>> stacks_;  // ordered: stable ids
+  // Autograd links with the file's frame ids (node_frame 0: forward).
+  std::vector<AutogradLink> links_;
   std::optional<std::uint64_t> end_events_;
   std::optional<std::uint32_t> last_seq_;
 };
@@ -110,6 +113,7 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
   ByteReader r(payload);
   Event prev{};
   bool have_prev = false;
+  std::optional<AutogradLink> link;  // applies to the next event record
   while (!r.done()) {
     const std::size_t start = r.pos();
     auto fail = [&] {
@@ -144,6 +148,15 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
         f = static_cast<std::uint32_t>(v);
       }
       stacks_[static_cast<std::uint32_t>(id)] = std::move(ids);
+      continue;
+    }
+    if (rtype == RecordType::kAutograd) {
+      std::uint64_t seq, thread, node;
+      if (link || !r.GetVarint(&seq) || !r.GetVarint(&thread) || !r.GetVarint(&node)) {
+        return fail();
+      }
+      link = AutogradLink{0, seq, static_cast<std::uint32_t>(thread), node != 0,
+                          static_cast<std::uint32_t>(node)};
       continue;
     }
     if (rtype == RecordType::kAnnotation) {
@@ -189,9 +202,18 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
       if (!r.GetVarint(&v)) return fail();
       if (rtype == RecordType::kOom) e.device_free = v;
     }
+    if (link) {
+      link->event = events_.size();
+      links_.push_back(*link);
+      link.reset();
+    }
     events_.push_back(e);
     prev = e;
     have_prev = true;
+  }
+  if (link) {  // a link with no event after it
+    *bad_at = r.pos();
+    return false;
   }
   return true;
 }
@@ -333,12 +355,8 @@ Trace Reader::Build() {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", missing_frames,
                                            " stack frames were defined in damaged chunks"));
   }
-  // Times are still nanoseconds: sort on them, then rebase to microseconds.
-  std::stable_sort(events_.begin(), events_.end(),
-                   [](const Event& a, const Event& b) { return a.time_us < b.time_us; });
   std::uint64_t unknown_stacks = 0;
   for (Event& e : events_) {
-    e.time_us = SinceOrigin(e.time_us, origin);
     if (e.stack_id != 0) {
       auto sit = stack_ids.find(e.stack_id);
       if (sit == stack_ids.end()) {
@@ -354,6 +372,29 @@ Trace Reader::Build() {
                                            " events use stacks defined in damaged chunks; "
                                            "they are shown without a stack"));
   }
+  if (!links_.empty()) {
+    std::uint64_t lost_nodes = 0;
+    for (AutogradLink& l : links_) {
+      if (!l.backward) continue;
+      auto fit = frames_.find(l.node_frame);
+      if (fit == frames_.end()) {
+        ++lost_nodes;
+        l.event = events_.size();  // nothing to name it by: leave the event as it is
+      } else {
+        l.node_frame = table.Intern(fit->second);
+      }
+    }
+    if (lost_nodes > 0) {
+      trace_.warnings.push_back(absl::StrCat(name_, ": ", lost_nodes,
+                                             " backward events name autograd nodes defined "
+                                             "in damaged chunks; shown without their node"));
+    }
+    AttributeBackward(links_, &table, &trace_);
+  }
+  // Times are still nanoseconds: sort on them, then rebase to microseconds.
+  std::stable_sort(events_.begin(), events_.end(),
+                   [](const Event& a, const Event& b) { return a.time_us < b.time_us; });
+  for (Event& e : events_) e.time_us = SinceOrigin(e.time_us, origin);
   for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
   std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
                    [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
