@@ -80,7 +80,7 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
     const SiteTotals& totals = timeline.sites[s];
     suspect.blocks_never_freed = totals.live_blocks_at_end;
     suspect.bytes_never_freed = totals.live_bytes_at_end;
-    suspect.stack = sites.example_stack(s);
+    suspect.stack = totals.leaked_stack != 0 ? totals.leaked_stack : sites.example_stack(s);
     suspect.first_step = steps.StepOf(totals.first_event);
     out.suspects.push_back(std::move(suspect));
   }

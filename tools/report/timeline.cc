@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_map.h"
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
@@ -93,9 +94,20 @@ Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const 
     ++next_end;
     ++step;
   }
+  absl::flat_hash_map<std::uint32_t, std::uint64_t> leaked_by_stack;
   for (const auto& [key, block] : state.blocks()) {
     t.sites[block.site].live_blocks_at_end++;
     t.sites[block.site].live_bytes_at_end += block.size;
+    leaked_by_stack[block.stack] += block.size;
+  }
+  std::vector<std::uint64_t> leaked_stack_bytes(t.sites.size(), 0);
+  for (const auto& [stack, bytes] : leaked_by_stack) {
+    const std::uint32_t s = sites.site_of_stack(stack);
+    std::uint32_t& best = t.sites[s].leaked_stack;
+    if (bytes > leaked_stack_bytes[s] || (bytes == leaked_stack_bytes[s] && stack < best)) {
+      best = stack;
+      leaked_stack_bytes[s] = bytes;
+    }
   }
   t.has_segments = state.saw_segments();
   t.unmatched_frees = state.unmatched_frees();

@@ -1,0 +1,50 @@
+// A leak is shown with the stack of what leaked. Here one site mixes blocks that are freed
+// every step (first seen) with blocks that are kept (a backward op's gradients,
+// attributed to the forward line): the suspect's stack must be the kept blocks'.
+#include "gtest/gtest.h"
+#include "tools/report/report.h"
+#include "tools/trace/frame_table.h"
+
+namespace gpumem::report {
+namespace {
+
+TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  const std::uint32_t lib = frames.Intern({"site-packages/torch/nn/modules/linear.py", 125, "forward"});
+  const std::uint32_t line = frames.Intern({"train.py", 8, "<module>"});
+  const std::uint32_t node = frames.Intern({"<autograd>", 0, "AddmmBackward0 (backward)"});
+  const std::uint32_t freed = frames.InternStack({lib, line});
+  const std::uint32_t kept = frames.InternStack({node, lib, line});
+  std::uint64_t addr = 1 << 20;
+  std::int64_t time = 0;
+  auto push = [&](trace::Action a, std::uint64_t at, std::uint32_t stack) {
+    trace::Event e;
+    e.action = a;
+    e.addr = at;
+    e.size = 4 << 20;
+    e.stack_id = stack;
+    e.time_us = ++time;
+    t.events.push_back(e);
+  };
+  for (int step = 0; step < 12; ++step) {
+    const std::uint64_t out = addr += 8 << 20;
+    push(trace::Action::kAlloc, out, freed);
+    push(trace::Action::kAlloc, addr += 8 << 20, kept);
+    push(trace::Action::kFreeRequested, out, freed);
+    push(trace::Action::kFreeCompleted, out, freed);
+    trace::Event marker;
+    marker.action = trace::Action::kStep;
+    marker.time_us = ++time;
+    t.events.push_back(marker);
+  }
+  Report r = BuildReport(t, ReportOptions{});
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  const LeakSuspect& s = r.leaks.suspects[0];
+  EXPECT_EQ(s.name, "train.py:8 <module>");
+  EXPECT_EQ(s.stack, kept);
+  EXPECT_EQ(r.sites.example_stack(s.site), freed);  // what the fallback would have shown
+}
+
+}  // namespace
+}  // namespace gpumem::report
