@@ -202,7 +202,7 @@ class CachingAllocator final : public DeviceAllocator {
       CollectPending();
       if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
       if (Block* b = h.large.BestFit(bytes)) return b;
-      absl::StatusOr<Block*> grown = Grow(h, bytes);
+      absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
       if (grown.ok()) return *grown;
       if (attempt == 1) {
         ReleaseAllCached();
@@ -212,13 +212,15 @@ class CachingAllocator final : public DeviceAllocator {
     return nullptr;
   }
 
-  absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes) {
+  // `budget`: new pages are preferred to stitching within the growth budget. Off on the
+  // retries: the device refused pages, so idle ones are stitched before anything is trimmed.
+  absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes, bool budget) {
     if (!pages_.vmm()) return h.large.Grow({}, bytes);
     const LargePool::Plan plan = h.large.PlanGrowth(bytes);
     const std::size_t need = plan.pages();
     std::size_t reused = pages_.cached_pages();
     if (options_.stitch && need > pages_.cached_pages() &&
-        !NewPagesFit(need - pages_.cached_pages(), bytes)) {
+        !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
       const std::size_t want = need - pages_.cached_pages();
       std::size_t taken = h.large.TakeIdlePages(want, plan.extent);
       for (auto& [stream, other] : heaps_) {

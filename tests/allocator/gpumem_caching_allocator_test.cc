@@ -191,6 +191,22 @@ TEST(CachingAllocatorTest, StitchesPastTheHeadroom) {
   EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
 }
 
+// Within the budget but refused by the device (memory other processes took): the retry
+// stitches idle pages rather than trimming every cached byte.
+TEST(CachingAllocatorTest, StitchesWhenTheDeviceRefusesPagesWithinTheBudget) {
+  SimBackend sim({.capacity = 8 * kPage});
+  testing::CheckedBackend checked(sim);
+  checked.claimed_capacity = 64 * kPage;
+  auto alloc =
+      MakeCachingAllocator(checked, {.new_page_headroom = 0.5, .max_new_page_headroom = 0.5});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);
+  EXPECT_EQ(sim.counters().unmaps, 3u);
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(alloc->stats().trim_count, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
+}
+
 // A shortage that needed stitching once raises the budget for new pages, so the same
 // shortage later (the next training step) does not unmap again, up to the maximum.
 TEST(CachingAllocatorTest, StitchingRaisesTheBudgetForNewPages) {
