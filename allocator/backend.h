@@ -38,6 +38,7 @@ struct BackendCounters {
   std::uint64_t unmaps = 0;
   std::uint64_t segment_allocs = 0;
   std::uint64_t segment_frees = 0;
+  std::uint64_t synchronizes = 0;         // Synchronize() calls: each stalls the host
 };
 
 class Backend {

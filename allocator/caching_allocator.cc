@@ -204,7 +204,7 @@ class CachingAllocator final : public DeviceAllocator {
       CollectPending();
       if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
       if (Block* b = h.large.BestFit(bytes)) return b;
-      absl::StatusOr<Block*> grown = Grow(h, bytes);
+      absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
       if (grown.ok()) return *grown;
       if (attempt == 1) {
         ReleaseAllCached();
@@ -214,12 +214,15 @@ class CachingAllocator final : public DeviceAllocator {
     return nullptr;
   }
 
-  absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes) {
+  // `budget`: new pages are preferred to stitching within the growth budget. Off on the
+  // retries: the device refused pages, so idle ones are stitched before anything is trimmed.
+  absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes, bool budget) {
     if (!pages_.vmm()) return h.large.Grow({}, bytes);
     const LargePool::Plan plan = h.large.PlanGrowth(bytes);
     const std::size_t need = plan.pages();
     std::size_t reused = pages_.cached_pages();
-    if (options_.stitch && need > pages_.cached_pages()) {
+    if (options_.stitch && need > pages_.cached_pages() &&
+        !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
       const std::size_t want = need - pages_.cached_pages();
       std::size_t taken = h.large.TakeIdlePages(want, plan.extent);
       for (auto& [stream, other] : heaps_) {
@@ -227,10 +230,27 @@ class CachingAllocator final : public DeviceAllocator {
         if (other.get() != &h) taken += other->large.TakeIdlePages(want - taken, nullptr);
       }
       reused += taken;
+      stitched_bytes_ += taken * pages_.page_bytes();
     }
     absl::StatusOr<Block*> b = h.large.Grow(plan, bytes);
     if (b.ok() && reused > 0) ++stats_.stitch_count;
     return b;
+  }
+
+  // Whether `pages` new pages keep reserved within the budget for growth without
+  // stitching (CachingAllocatorOptions::new_page_headroom), counting the request of
+  // `bytes` being served in the peak.
+  bool NewPagesFit(std::size_t pages, std::size_t bytes) const {
+    const double peak = static_cast<double>(
+        std::max<std::uint64_t>(stats_.peak_allocated_bytes, stats_.allocated_bytes + bytes));
+    const double after =
+        static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
+    const double learned = peak * (1.0 + options_.new_page_headroom) +
+                           static_cast<double>(stitched_bytes_);
+    const double budget = std::min(
+        learned,
+        peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)));
+    return after <= budget && after <= static_cast<double>(backend_.capacity());
   }
 
   // Every idle page unmapped and released, empty slabs and free segments returned.
@@ -285,6 +305,7 @@ class CachingAllocator final : public DeviceAllocator {
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
   AllocatorStats stats_;
   OomReport last_oom_;
+  std::uint64_t stitched_bytes_ = 0;  // bytes of idle pages ever remapped: raises the budget
 };
 
 }  // namespace

@@ -192,6 +192,10 @@ void CudaMallocBackend::ReleaseEvent(EventHandle event) {
 }
 
 void CudaMallocBackend::Synchronize() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.synchronizes;
+  }
   ScopedContext scope(api_, context_);
   if (CUresult r = api_.cuCtxSynchronize(); r != CUDA_SUCCESS) {
     LogFailure(ToStatus(r, "cuCtxSynchronize"));

@@ -193,6 +193,7 @@ void SimBackend::ReleaseEvent(EventHandle event) {
 
 void SimBackend::Synchronize() {
   std::lock_guard lock(mu_);
+  ++counters_.synchronizes;
   for (auto& [stream, n] : recorded_) completed_[stream] = n;
 }
 

@@ -295,7 +295,8 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
           {"maps", c.maps},
           {"unmaps", c.unmaps},
           {"segment_allocs", c.segment_allocs},
-          {"segment_frees", c.segment_frees}}},
+          {"segment_frees", c.segment_frees},
+          {"synchronizes", c.synchronizes}}},
     });
   });
   nlohmann::json doc = {{"step", h::g_step.load()}, {"devices", devices}};

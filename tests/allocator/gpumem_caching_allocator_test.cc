@@ -150,6 +150,88 @@ TEST(CachingAllocatorTest, StitchesScatteredFreePagesWhenTheDeviceIsFull) {
 
 }
 
+// Eight 2 MiB blocks, every other one freed (four idle pages in four ranges), then 8 MiB:
+// it grows one free block by three pages, which come from new pages or from the idle ones.
+void GrowPastScatteredIdlePages(DeviceAllocator& alloc, std::vector<DevicePtr>* live) {
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(*alloc.Allocate(kPage, kS1));
+  for (int i = 0; i < 8; ++i) {
+    if (i % 2 == 0) {
+      alloc.Free(blocks[i]);
+    } else {
+      live->push_back(blocks[i]);
+    }
+  }
+  auto big = alloc.Allocate(4 * kPage, kS1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  live->push_back(*big);
+}
+
+// Stitching unmaps, and an unmap waits for the device; within the headroom over the peak
+// allocated, new pages are cheaper.
+TEST(CachingAllocatorTest, GrowsWithNewPagesWithinTheHeadroom) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0.5, .max_new_page_headroom = 0.5});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);
+  EXPECT_EQ(sim.counters().unmaps, 0u);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  EXPECT_EQ(alloc->stats().stitch_count, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 11 * kPage);
+}
+
+TEST(CachingAllocatorTest, StitchesPastTheHeadroom) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);
+  EXPECT_EQ(sim.counters().unmaps, 3u);
+  EXPECT_EQ(sim.counters().synchronizes, 1u);  // one for all three pages
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
+}
+
+// Within the budget but refused by the device (memory other processes took): the retry
+// stitches idle pages rather than trimming every cached byte.
+TEST(CachingAllocatorTest, StitchesWhenTheDeviceRefusesPagesWithinTheBudget) {
+  SimBackend sim({.capacity = 8 * kPage});
+  testing::CheckedBackend checked(sim);
+  checked.claimed_capacity = 64 * kPage;
+  auto alloc =
+      MakeCachingAllocator(checked, {.new_page_headroom = 0.5, .max_new_page_headroom = 0.5});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);
+  EXPECT_EQ(sim.counters().unmaps, 3u);
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(alloc->stats().trim_count, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
+}
+
+// A shortage that needed stitching once raises the budget for new pages, so the same
+// shortage later (the next training step) does not unmap again, up to the maximum.
+TEST(CachingAllocatorTest, StitchingRaisesTheBudgetForNewPages) {
+  for (double max_headroom : {0.0, 1.0}) {
+    SimBackend sim;
+    auto alloc = MakeCachingAllocator(
+        sim, {.new_page_headroom = 0, .max_new_page_headroom = max_headroom});
+    std::vector<DevicePtr> live;
+    GrowPastScatteredIdlePages(*alloc, &live);
+    ASSERT_EQ(sim.counters().unmaps, 3u);
+    for (DevicePtr p : live) alloc->Free(p);
+    // 10 MiB: the freed 8 MiB block grows by a page, 2 MiB past the peak allocated.
+    ASSERT_TRUE(alloc->Allocate(5 * kPage, kS1).ok());
+    if (max_headroom > 0) {
+      EXPECT_EQ(sim.counters().unmaps, 3u);
+      EXPECT_EQ(sim.counters().synchronizes, 1u);
+      EXPECT_EQ(sim.counters().physical_bytes, 9 * kPage);
+    } else {
+      EXPECT_EQ(sim.counters().unmaps, 4u);
+      EXPECT_EQ(sim.counters().synchronizes, 2u);
+      EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
+    }
+  }
+}
+
 // Two 6 MiB blocks in two 8 MiB ranges on a 16 MiB device: 4 MiB are free, 2 MiB at the
 // end of each range. Without VMM that is an OOM; with it, the pages are stitched.
 std::size_t ServeAfterSplits(Backend& backend, DeviceAllocator& alloc) {

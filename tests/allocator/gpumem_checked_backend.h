@@ -16,9 +16,14 @@ class CheckedBackend final : public Backend {
   std::function<void()> on_synchronize;                      // after the sim synchronized
   std::function<void(DevicePtr, std::size_t)> on_unmap;      // before the unmap
   std::atomic<int> synchronizations{0};
+  // Reported instead of the sim's capacity when set: a device shared with other processes
+  // refuses memory below what it claims.
+  std::uint64_t claimed_capacity = 0;
 
   std::size_t granularity() const override { return sim_.granularity(); }
-  std::uint64_t capacity() const override { return sim_.capacity(); }
+  std::uint64_t capacity() const override {
+    return claimed_capacity != 0 ? claimed_capacity : sim_.capacity();
+  }
   bool supports_vmm() const override { return sim_.supports_vmm(); }
   absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override {
     return sim_.ReserveAddressRange(bytes);

@@ -1,12 +1,15 @@
 // The fragmentation targets of issue 3, on the real traces in tests/data: the "gpumem"
 // policy holds at most 2 % more than the trace's peak of live bytes, and fits in a device
-// of exactly 1.02 x that peak.
+// of exactly 1.02 x that peak. And issue 4's: once a steady training loop is warm, no step
+// unmaps a page or synchronizes the device (each costs step time on a GPU).
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "tools/replay/replayer.h"
+#include "tools/report/steps.h"
 #include "tools/trace/load.h"
 
 namespace gpumem {
@@ -45,6 +48,49 @@ TEST_P(GpumemReplayTest, ReservesAtMostTwoPercentOverPeakAndFitsTheCap) {
       << cap_run->oom->largest_free_bytes;
   EXPECT_LE(cap_run->peak_reserved, *capped.capacity);
 }
+
+// Steady traces (the same work every step; leaky_mlp only adds 6 MiB per step): in the
+// second half of the steps, where every run has passed its peak, no page is unmapped and
+// the device is never synchronized, with and without a cap of 1.02 x peak allocated.
+class GpumemSteadyStateTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpumemSteadyStateTest, NoUnmapOrSynchronizeOnceWarm) {
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(TracePath(GetParam()));
+  ASSERT_TRUE(t.ok()) << t.status();
+  const report::Steps steps = report::FindSteps(*t, std::nullopt);
+  ASSERT_GE(steps.ends.size(), 8u) << "steps of " << GetParam() << " not found";
+
+  replay::ReplayOptions options;
+  options.step_ends = steps.ends;
+  for (bool capped : {false, true}) {
+    if (capped) {
+      options.capacity = static_cast<std::uint64_t>(replay::PeakAllocated(*t) * kTargetRatio);
+    }
+    absl::StatusOr<replay::ReplayResult> r = replay::Replay(*t, "gpumem", options);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_FALSE(r->oom.has_value());
+    EXPECT_LE(r->ratio, kTargetRatio);
+    ASSERT_EQ(r->steps.size(), steps.ends.size() + 1);
+    std::printf("%s%s: %zu steps; whole replay: %llu maps, %llu unmaps, %llu synchronizes; "
+                "steps %zu-%zu: %llu maps, %llu unmaps, %llu synchronizes\n",
+                GetParam().c_str(), capped ? " (cap 1.02x)" : "", r->steps.size(),
+                static_cast<unsigned long long>(r->total.maps),
+                static_cast<unsigned long long>(r->total.unmaps),
+                static_cast<unsigned long long>(r->total.synchronizes), r->warmup_steps + 1,
+                r->steps.size(), static_cast<unsigned long long>(r->steady.maps),
+                static_cast<unsigned long long>(r->steady.unmaps),
+                static_cast<unsigned long long>(r->steady.synchronizes));
+    for (std::size_t k = r->warmup_steps; k < r->steps.size(); ++k) {
+      EXPECT_EQ(r->steps[k].unmaps, 0u) << "step " << k + 1;
+      EXPECT_EQ(r->steps[k].synchronizes, 0u) << "step " << k + 1;
+      EXPECT_EQ(r->steps[k].stitches, 0u) << "step " << k + 1;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RealTraces, GpumemSteadyStateTest,
+                         ::testing::Values(GPUMEM_STEADY_TRACES),
+                         [](const auto& p) { return p.param; });
 
 INSTANTIATE_TEST_SUITE_P(RealTraces, GpumemReplayTest,
                          ::testing::Values(GPUMEM_REPLAY_TRACES),

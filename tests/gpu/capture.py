@@ -146,6 +146,18 @@ elif args.torch_history and not use_gpumem:
     torch.cuda.memory._record_memory_history(stacks=args.torch_history)
 
 losses, times = [], []
+# gpumem only: the backend's maps, unmaps and synchronizes in each step (issue 4: a warm
+# steady loop should do none; each synchronize stalls the host's run-ahead).
+device_calls, calls_before = [], None
+
+
+def backend_calls():
+    c = gpumem.snapshot(0)["devices"][0]["backend_counters"]
+    return [c["maps"], c["unmaps"], c.get("synchronizes", 0)]
+
+
+if use_gpumem:
+    calls_before = backend_calls()
 driver_peak = 0
 reserved_at_driver_peak = 0
 completed, error = True, None
@@ -157,6 +169,10 @@ try:
         now = time.perf_counter()
         times.append(now - t_prev)
         t_prev = now
+        if use_gpumem:
+            calls_now = backend_calls()
+            device_calls.append([a - b for a, b in zip(calls_now, calls_before)])
+            calls_before = calls_now
         used = free0 - torch.cuda.mem_get_info()[0]
         if used > driver_peak:
             driver_peak = used
@@ -178,7 +194,11 @@ if use_gpumem:
     s = gpumem.stats()
     peak_alloc, peak_res = s["peak_allocated_bytes"], s["peak_reserved_bytes"]
     extra = {"stitches": s["stitch_count"], "trims": s["trim_count"],
-             "backend": gpumem.backend()}
+             "backend": gpumem.backend(),
+             # [maps, unmaps, synchronizes] per step; and summed over the timed steps
+             "device_calls_per_step": device_calls,
+             "device_calls_after_warmup": [sum(c[i] for c in device_calls[args.warmup:])
+                                           for i in range(3)]}
 else:
     st = torch.cuda.memory_stats()
     peak_alloc = st["allocated_bytes.all.peak"]

@@ -2,6 +2,7 @@
 // its one-line errors on bad input (files made here: truncated, corrupt, malformed).
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -96,6 +97,34 @@ TEST(ReplayCliTest, JsonIsOneObjectPerTraceAndPolicy) {
     ++objects;
   }
   EXPECT_EQ(objects, 2);
+}
+
+// Device calls per step: leaky_mlp's 60 steps (as `gpumem report` finds them); the sums
+// agree, and the table says what the steady steps asked of the device.
+TEST(ReplayCliTest, DeviceCallsPerStep) {
+  const CliRun r = Gpumem("replay --json --policy gpumem " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["steps"], 60u);
+  EXPECT_EQ(j["warmup_steps"], 30u);
+  ASSERT_EQ(j["device_per_step"].size(), 60u);
+  for (const char* key : {"maps", "unmaps", "synchronizes", "physical_creates", "stitches"}) {
+    std::uint64_t total = 0, steady = 0;
+    for (std::size_t k = 0; k < 60; ++k) {
+      const std::uint64_t n = j["device_per_step"][k][key].get<std::uint64_t>();
+      total += n;
+      if (k >= 30) steady += n;
+    }
+    EXPECT_EQ(j["device_total"][key].get<std::uint64_t>(), total) << key;
+    EXPECT_EQ(j["device_steady"][key].get<std::uint64_t>(), steady) << key;
+  }
+  EXPECT_GT(j["device_total"]["maps"].get<std::uint64_t>(), 0u);
+
+  const CliRun table = Gpumem("replay --policy gpumem " + kLeaky);
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("device calls in steps 31-60 (after warm-up): maps "),
+            std::string::npos)
+      << table.out;
 }
 
 TEST(ReplayCliTest, CapBelowThePeakReportsAnOom) {

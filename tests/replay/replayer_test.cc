@@ -105,6 +105,51 @@ TEST(ReplayTest, OomUnderACapStopsAtTheFailingEvent) {
   EXPECT_EQ(r->oom->reserved_bytes, 40 * kMiB);
 }
 
+// Device calls are counted per step: the first step maps the pages, the next ones reuse
+// the cached block and ask nothing of the device.
+TEST(ReplayTest, CountsDeviceCallsPerStep) {
+  const trace::Trace t = Make({
+      E(Action::kAlloc, 100, 30 * kMiB),
+      E(Action::kFreeCompleted, 100, 30 * kMiB),
+      E(Action::kAlloc, 200, 30 * kMiB),
+      E(Action::kFreeCompleted, 200, 30 * kMiB),
+      E(Action::kAlloc, 300, 30 * kMiB),
+      E(Action::kFreeCompleted, 300, 30 * kMiB),
+  });
+  ReplayOptions options;
+  options.step_ends = {2, 4};
+  absl::StatusOr<ReplayResult> r = Replay(t, "gpumem", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->steps.size(), 3u);
+  EXPECT_EQ(r->steps[0].maps, 15u);  // 30 MiB of 2 MiB pages
+  EXPECT_EQ(r->steps[0].physical_creates, 15u);
+  EXPECT_EQ(r->steps[1], DeviceActivity{});
+  EXPECT_EQ(r->steps[2], DeviceActivity{});
+  EXPECT_EQ(r->warmup_steps, 1u);  // the first half
+  EXPECT_EQ(r->total, r->steps[0]);
+  EXPECT_EQ(r->steady, DeviceActivity{});
+
+  // PyTorch's emulation takes a segment instead, once.
+  r = Replay(t, "pytorch", options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->steps[0].segment_allocs, 1u);
+  EXPECT_EQ(r->total.segment_allocs, 1u);
+  EXPECT_EQ(r->total.maps, 0u);
+}
+
+TEST(ReplayTest, WithoutStepsTheReplayIsOneStep) {
+  const trace::Trace t = Make({E(Action::kAlloc, 100, 30 * kMiB)});
+  absl::StatusOr<ReplayResult> r = Replay(t, "gpumem");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->steps.size(), 1u);
+  EXPECT_EQ(r->steps[0].maps, 15u);
+}
+
+TEST(ReplayTest, EqualStepEndsSliceTheEvents) {
+  EXPECT_EQ(EqualStepEnds(10, 3), (std::vector<std::size_t>{3, 6}));
+  EXPECT_EQ(EqualStepEnds(10, 1), std::vector<std::size_t>{});
+}
+
 // What fails is one line naming the file and the event.
 void ExpectError(const trace::Trace& t, const std::string& fragment) {
   absl::StatusOr<ReplayResult> r = Replay(t, "pytorch");

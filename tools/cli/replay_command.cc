@@ -17,10 +17,13 @@
 #include "tools/cli/command.h"
 #include "tools/replay/replayer.h"
 #include "tools/replay/size_parser.h"
+#include "tools/report/steps.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::cli {
 namespace {
+
+constexpr std::size_t kSlicesWithoutSteps = 10;
 
 struct ReplayArgs {
   std::vector<std::string> traces;
@@ -47,6 +50,22 @@ std::string OomText(const replay::ReplayResult& r) {
       Gib(o.largest_free_bytes));
 }
 
+nlohmann::json ActivityJson(const replay::DeviceActivity& a) {
+  return {{"maps", a.maps},
+          {"unmaps", a.unmaps},
+          {"synchronizes", a.synchronizes},
+          {"physical_creates", a.physical_creates},
+          {"segment_allocs", a.segment_allocs},
+          {"segment_frees", a.segment_frees},
+          {"stitches", a.stitches}};
+}
+
+std::string ActivityText(const replay::DeviceActivity& a) {
+  return absl::StrFormat("maps %d, unmaps %d, synchronizes %d, stitches %d, new pages %d",
+                         a.maps, a.unmaps, a.synchronizes, a.stitches,
+                         a.physical_creates + a.segment_allocs);
+}
+
 nlohmann::json ToJson(const std::string& trace, const replay::ReplayResult& r) {
   nlohmann::json j;
   j["trace"] = trace;
@@ -56,6 +75,13 @@ nlohmann::json ToJson(const std::string& trace, const replay::ReplayResult& r) {
   j["peak_reserved"] = r.peak_reserved;
   j["ratio"] = r.ratio;
   j["seconds"] = r.seconds;
+  j["steps"] = r.steps.size();
+  j["warmup_steps"] = r.warmup_steps;
+  j["device_total"] = ActivityJson(r.total);
+  j["device_steady"] = ActivityJson(r.steady);
+  nlohmann::json per_step = nlohmann::json::array();
+  for (const replay::DeviceActivity& a : r.steps) per_step.push_back(ActivityJson(a));
+  j["device_per_step"] = std::move(per_step);
   if (r.oom) {
     j["oom"] = {{"event_index", r.oom->event_index},
                 {"requested", r.oom->requested_bytes},
@@ -82,6 +108,11 @@ void PrintTable(const std::string& trace, std::optional<std::uint64_t> capacity,
     std::printf("  %-20s %10zu %16s %16s %7.3f  %s\n", r.policy.c_str(), r.events,
                 Gib(r.peak_allocated).c_str(), Gib(r.peak_reserved).c_str(), r.ratio,
                 OomText(r).c_str());
+  }
+  for (const replay::ReplayResult& r : results) {
+    std::printf("  %-20s device calls in steps %zu-%zu (after warm-up): %s; all %zu steps: %s\n",
+                r.policy.c_str(), r.warmup_steps + 1, r.steps.size(),
+                ActivityText(r.steady).c_str(), r.steps.size(), ActivityText(r.total).c_str());
   }
 }
 
@@ -140,6 +171,12 @@ int RunReplay(const ReplayArgs& args) {
     if (!trace.ok()) return BadInput(std::string(trace.status().message()));
     replay::ReplayOptions options;
     options.capacity = cap->bytes;
+    // Device activity is counted per training step: the trace's own (or inferred) steps,
+    // else ten equal slices.
+    options.step_ends = report::FindSteps(*trace, std::nullopt).ends;
+    if (options.step_ends.empty()) {
+      options.step_ends = replay::EqualStepEnds(trace->events.size(), kSlicesWithoutSteps);
+    }
     if (cap->factor) {
       options.capacity = static_cast<std::uint64_t>(
           *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
@@ -186,7 +223,10 @@ void AddReplayCommand(CLI::App& app, int* status) {
                   "where it failed (default: unlimited)");
   cmd->add_flag("--json", args->json,
                 "print one JSON object per trace and policy per line (keys: trace, policy,\n"
-                "events, peak_allocated, peak_reserved, ratio, seconds, capacity, oom)");
+                "events, peak_allocated, peak_reserved, ratio, seconds, capacity, oom; steps,\n"
+                "warmup_steps, and the device calls (maps, unmaps, synchronizes,\n"
+                "physical_creates, segment_allocs, segment_frees, stitches) in device_total,\n"
+                "device_steady (the steps after the warm-up) and device_per_step)");
   cmd->footer(
       "Exit status: 0 when every trace replayed (an OOM under --cap is a result, not an\n"
       "error); 2 on bad input (unreadable, corrupt or truncated trace, unknown action, a free\n"

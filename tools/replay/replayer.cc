@@ -26,14 +26,58 @@ struct LiveBlock {
   std::uint64_t size;
 };
 
+// Cumulative counts so far; a step's activity is the difference at its two ends.
+DeviceActivity CountsNow(const Backend& backend, const DeviceAllocator& allocator) {
+  const BackendCounters c = backend.counters();
+  DeviceActivity d;
+  d.maps = c.maps;
+  d.unmaps = c.unmaps;
+  d.synchronizes = c.synchronizes;
+  d.physical_creates = c.physical_creates;
+  d.segment_allocs = c.segment_allocs;
+  d.segment_frees = c.segment_frees;
+  d.stitches = allocator.stats().stitch_count;
+  return d;
+}
+
+DeviceActivity Since(const DeviceActivity& now, const DeviceActivity& then) {
+  DeviceActivity d;
+  d.maps = now.maps - then.maps;
+  d.unmaps = now.unmaps - then.unmaps;
+  d.synchronizes = now.synchronizes - then.synchronizes;
+  d.physical_creates = now.physical_creates - then.physical_creates;
+  d.segment_allocs = now.segment_allocs - then.segment_allocs;
+  d.segment_frees = now.segment_frees - then.segment_frees;
+  d.stitches = now.stitches - then.stitches;
+  return d;
+}
+
 std::string EventError(const trace::Trace& trace, std::size_t index, absl::string_view what) {
   return absl::StrCat(trace.source, ": event ", index, ": ", what);
 }
 
 }  // namespace
 
+DeviceActivity& DeviceActivity::operator+=(const DeviceActivity& o) {
+  maps += o.maps;
+  unmaps += o.unmaps;
+  synchronizes += o.synchronizes;
+  physical_creates += o.physical_creates;
+  segment_allocs += o.segment_allocs;
+  segment_frees += o.segment_frees;
+  stitches += o.stitches;
+  return *this;
+}
+
+std::vector<std::size_t> EqualStepEnds(std::size_t events, std::size_t parts) {
+  std::vector<std::size_t> ends;
+  for (std::size_t k = 1; k < parts; ++k) ends.push_back(events * k / parts);
+  return ends;
+}
+
 absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
-                                      Backend& backend, const AllocObserver& on_alloc) {
+                                      Backend& backend, const AllocObserver& on_alloc,
+                                      const ReplayOptions& options) {
   if (trace.events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(trace.source, ": the trace has no events"));
   }
@@ -50,8 +94,20 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
   absl::flat_hash_map<std::uint64_t, LiveBlock> live;  // trace addr -> our block
   live.reserve(1024);
   std::uint64_t allocated = 0;
+  const std::vector<std::size_t>& step_ends = options.step_ends;
+  std::size_t next_end = 0;
+  DeviceActivity step_start = CountsNow(backend, allocator);
+  auto end_step = [&] {
+    const DeviceActivity now = CountsNow(backend, allocator);
+    result.steps.push_back(Since(now, step_start));
+    step_start = now;
+  };
 
   for (std::size_t i = 0; i < events.size(); ++i) {
+    while (next_end < step_ends.size() && step_ends[next_end] <= i) {
+      end_step();
+      ++next_end;
+    }
     const trace::Event& e = events[i];
     switch (e.action) {
       case Action::kAlloc: {
@@ -101,6 +157,13 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
   if (!result.oom) result.events = events.size();
   result.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  end_step();
+  result.warmup_steps =
+      std::min(options.warmup_steps.value_or(result.steps.size() / 2), result.steps.size());
+  for (std::size_t k = 0; k < result.steps.size(); ++k) {
+    result.total += result.steps[k];
+    if (k >= result.warmup_steps) result.steady += result.steps[k];
+  }
   result.peak_reserved = backend.counters().peak_physical_bytes;
   result.ratio = result.peak_allocated == 0
                      ? 0.0
@@ -135,7 +198,7 @@ absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view
   sim.capacity = options.capacity.value_or(kDefaultCapacity);
   sim.events = SimBackendOptions::Events::kImmediate;
   SimBackend backend(sim);
-  return ReplayOn(trace, policy, backend);
+  return ReplayOn(trace, policy, backend, {}, options);
 }
 
 }  // namespace gpumem::replay

@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -19,7 +20,31 @@ namespace gpumem::replay {
 struct ReplayOptions {
   // Device memory the policy may hold; unset means practically unlimited.
   std::optional<std::uint64_t> capacity;
+  // Event positions at which a training step ends, ascending (report::Steps::ends, or
+  // EqualStepEnds): device activity is counted per step. Empty: the trace is one step.
+  std::vector<std::size_t> step_ends;
+  // Steps at the start that may still grow the pools; the rest are the steady state.
+  // Unset: the first half (real runs pass their peak late: resnet50 in step 5 of 12).
+  std::optional<std::size_t> warmup_steps;
 };
+
+// What the policy asked of the device: on a GPU each synchronize stalls the host's
+// run-ahead, an unmap waits for the device, and a map costs tens of microseconds, so a
+// steady training loop should do none of them once its pools are warm.
+struct DeviceActivity {
+  std::uint64_t maps = 0;
+  std::uint64_t unmaps = 0;
+  std::uint64_t synchronizes = 0;      // device-wide (cuCtxSynchronize)
+  std::uint64_t physical_creates = 0;  // new pages (cuMemCreate)
+  std::uint64_t segment_allocs = 0;    // plain segments (cudaMalloc)
+  std::uint64_t segment_frees = 0;
+  std::uint64_t stitches = 0;          // growths served by remapped idle pages
+  DeviceActivity& operator+=(const DeviceActivity& o);
+  bool operator==(const DeviceActivity& o) const = default;
+};
+
+// `parts` equal slices of `events`: step ends for traces whose steps are unknown.
+std::vector<std::size_t> EqualStepEnds(std::size_t events, std::size_t parts);
 
 // The first allocation the policy could not serve; replay stops there, as training would.
 struct ReplayOom {
@@ -38,6 +63,11 @@ struct ReplayResult {
   double ratio = 0;                     // peak_reserved / peak_allocated (0 if nothing allocated)
   double seconds = 0;                   // wall time of the replay loop
   std::optional<ReplayOom> oom;
+  // One entry per step (ReplayOptions::step_ends; the last runs to the end of the replay).
+  std::vector<DeviceActivity> steps;
+  std::size_t warmup_steps = 0;         // the first steps, not counted in `steady`
+  DeviceActivity total;                 // the whole replay
+  DeviceActivity steady;                // the steps after the warm-up
 };
 
 // Replays `trace` through the policy named `policy` (see allocator/policies.h) on a fresh
@@ -57,6 +87,7 @@ using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)
 // The same on a backend the caller provides (to observe what the policy asks of the
 // device); options.capacity is ignored, the backend has its own.
 absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
-                                      Backend& backend, const AllocObserver& on_alloc = {});
+                                      Backend& backend, const AllocObserver& on_alloc = {},
+                                      const ReplayOptions& options = {});
 
 }  // namespace gpumem::replay
