@@ -21,6 +21,10 @@ expect_bad_input() {  # name, args...
 
 : >"$tmp/empty.trace.tsv"
 head -c 3000 "$data/gpt2.trace.tsv.gz" >"$tmp/truncated.trace.tsv.gz"
+# Cut and damaged deep inside (the reader streams: the error comes after lines were parsed).
+gz_size=$(wc -c <"$data/gpt2.trace.tsv.gz")
+head -c $((gz_size - 100)) "$data/gpt2.trace.tsv.gz" >"$tmp/late-cut.trace.tsv.gz"
+zcat "$data/gpt2.trace.tsv.gz" | sed '5000s/^\([0-9]*\)\t[a-z_]*\t/\1\tmalloc\t/' | gzip >"$tmp/late-bad-line.trace.tsv.gz"
 xz -dc "$data/leaky_mlp.pickle.xz" | head -c 20000 >"$tmp/truncated.pickle"
 head -c 4096 /dev/urandom >"$tmp/random.bin"
 printf '0\talloc\t12\tnot-a-number\t0\t0\t0\n' >"$tmp/corrupt.trace.tsv"
@@ -30,6 +34,11 @@ expect_bad_input "missing file" report "$tmp/nope.pickle"
 expect_bad_input "empty file" report "$tmp/empty.trace.tsv"
 expect_bad_input "truncated gzip" report "$tmp/truncated.trace.tsv.gz"
 expect_bad_input "truncated pickle" report "$tmp/truncated.pickle"
+expect_bad_input "gzip cut near its end" report "$tmp/late-cut.trace.tsv.gz"
+check "gzip cut near its end: names the file and byte" \
+  "grep -q 'late-cut.trace.tsv.gz: gzip stream is truncated at compressed byte [0-9]' \"$tmp/err\""
+expect_bad_input "bad line deep in a gzip" report "$tmp/late-bad-line.trace.tsv.gz"
+check "bad line deep in a gzip: names the line" "grep -q 'line 5000: unknown action' \"$tmp/err\""
 expect_bad_input "random bytes" report "$tmp/random.bin"
 expect_bad_input "corrupt tsv" report "$tmp/corrupt.trace.tsv"
 expect_bad_input "wrong format" report "$tmp/image.png"
@@ -54,6 +63,12 @@ check "export perfetto" "grep -q '\"traceEvents\"' \"$tmp/p.json\""
 "$gpumem" report "$tmp/s.pickle" --json >"$tmp/s.json"
 check "export pytorch-snapshot reads back with the same top suspect" \
   "grep -q '\"site\": \"capture.py:78 leaky_mlp\"' \"$tmp/s.json\""
+# GPU-recorded traces hold absolute paths: sites are shown relative to their folder, the
+# stack keeps the full path.
+"$gpumem" report "$data/leaky_mlp_pair.gpumem" --json >"$tmp/pair.json"
+check "gpumem trace: site relative to its folder" "grep -q '\"site\": \"capture.py:107 leaky_mlp\"' \"$tmp/pair.json\""
+check "gpumem trace: the folder is given" "grep -q '\"sites_relative_to\": \"/.*/\"' \"$tmp/pair.json\""
+check "gpumem trace: stack keeps full paths" "grep -q '\"/.*/capture.py:107 leaky_mlp\"' \"$tmp/pair.json\""
 # A killed run's gpumem trace: the report reads what was recovered and says so.
 size=$(wc -c <"$data/leaky_mlp_pair.gpumem")
 head -c $((size * 2 / 3)) "$data/leaky_mlp_pair.gpumem" >"$tmp/killed.gpumem"

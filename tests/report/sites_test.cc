@@ -27,8 +27,42 @@ TEST(SiteTable, InnermostUserFrameNamesTheSite) {
   SiteTable sites(t);
   EXPECT_EQ(sites.site_of_stack(s1), sites.site_of_stack(s2));
   EXPECT_EQ(sites.name(sites.site_of_stack(s1)), "train.py:42 step");
-  EXPECT_EQ(sites.name(sites.site_of_stack(only_lib)), "site-packages/torch/nn/modules/linear.py:125 forward");
+  // Installed packages are shown from the package on, as PyTorch's memory_viz does.
+  EXPECT_EQ(sites.name(sites.site_of_stack(only_lib)), "torch/nn/modules/linear.py:125 forward");
   EXPECT_EQ(sites.site_of_stack(0), 0u);
+  EXPECT_EQ(sites.common_dir(), "");  // no absolute paths
+}
+
+TEST(SiteTable, AbsoluteSitesAreShownRelativeToTheirCommonFolder) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  const std::uint32_t lib =
+      frames.Intern({"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"});
+  const std::uint32_t model = frames.Intern({"/work/main/project/model/mlp.py", 12, "forward"});
+  const std::uint32_t train = frames.Intern({"/work/main/project/train.py", 42, "step"});
+  const std::uint32_t a = frames.InternStack({lib, model, train});
+  const std::uint32_t b = frames.InternStack({lib, train});
+  SiteTable sites(t);
+  EXPECT_EQ(sites.common_dir(), "/work/main/project/");
+  EXPECT_EQ(sites.name(sites.site_of_stack(a)), "model/mlp.py:12 forward");
+  EXPECT_EQ(sites.name(sites.site_of_stack(b)), "train.py:42 step");
+  // The frames themselves keep their full paths (stacks are shown whole).
+  EXPECT_EQ(t.frames[train].filename, "/work/main/project/train.py");
+}
+
+TEST(DisplayPath, PackagesFromThePackageOnOthersRelativeToTheFolder) {
+  EXPECT_EQ(DisplayPath("/usr/lib/python3/dist-packages/numpy/core/x.py", "/a/"), "numpy/core/x.py");
+  EXPECT_EQ(DisplayPath("/a/b/c.py", "/a/"), "b/c.py");
+  EXPECT_EQ(DisplayPath("/elsewhere/c.py", "/a/"), "/elsewhere/c.py");
+  EXPECT_EQ(DisplayPath("rel/c.py", ""), "rel/c.py");
+}
+
+TEST(CommonDir, DeepestSharedFolderNeverTheRoot) {
+  EXPECT_EQ(CommonDir({"/work/main/tests/gpu/capture.py"}), "/work/main/tests/gpu/");
+  EXPECT_EQ(CommonDir({"/work/main/tests/gpu/capture.py", "/work/main/tools/x.py"}), "/work/main/");
+  EXPECT_EQ(CommonDir({"/work/a.py", "/home/b.py"}), "");  // only "/" in common
+  EXPECT_EQ(CommonDir({"rel.py", "/x/y/site-packages/torch/a.py"}), "");
+  EXPECT_EQ(CommonDir({"/ab/c.py", "/abc/d.py"}), "");  // "/ab" is not a folder of both
 }
 
 }  // namespace

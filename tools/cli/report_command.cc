@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -39,9 +40,9 @@ int BadInput(const std::string& message) {
   return kExitBadInput;
 }
 
-// A one-line bar on stderr, redrawn in place; only for a terminal.
-report::Progress MakeProgress(const std::string& name, std::size_t events) {
-  if (!isatty(STDERR_FILENO) || events < 2'000'000) return nullptr;
+// A one-line bar on stderr, redrawn in place; only for a terminal and a long job.
+report::Progress MakeProgress(const std::string& name, bool long_job) {
+  if (!isatty(STDERR_FILENO) || !long_job) return nullptr;
   return [name](double fraction) {
     const int width = 30;
     const int filled = static_cast<int>(fraction * width);
@@ -67,14 +68,18 @@ int Run(const ReportArgs& args) {
   // Load everything first: one bad file fails the whole command before any output.
   std::vector<trace::Trace> traces;
   for (const std::string& path : args.traces) {
-    absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
+    std::error_code size_error;
+    const std::uintmax_t bytes = std::filesystem::file_size(path, size_error);
+    const bool long_read = !size_error && bytes >= (std::uintmax_t{64} << 20);
+    absl::StatusOr<trace::Trace> t =
+        trace::LoadTrace(path, MakeProgress(path + " (reading)", long_read));
     if (!t.ok()) return BadInput(std::string(t.status().message()));
     traces.push_back(std::move(*t));
   }
   std::vector<report::Report> reports;
   reports.reserve(traces.size());
   for (const trace::Trace& t : traces) {
-    options.progress = MakeProgress(t.source, t.events.size());
+    options.progress = MakeProgress(t.source, t.events.size() >= 2'000'000);
     reports.push_back(report::BuildReport(t, options));
   }
   if (!args.html.empty()) {

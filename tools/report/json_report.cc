@@ -52,6 +52,8 @@ nlohmann::json ReportToJson(const Report& r) {
     suspects.push_back(std::move(j));
   }
   out["leak_suspects"] = std::move(suspects);
+  // Absolute site paths are shown relative to this folder; the stacks keep them whole.
+  out["sites_relative_to"] = r.sites.common_dir().empty() ? json(nullptr) : json(r.sites.common_dir());
   out["leak_bytes_per_step"] = r.leaks.bytes_per_step;
   out["leak_samples_used"] = r.leaks.samples_used;
   if (!r.leaks.why_none.empty()) out["leak_note"] = r.leaks.why_none;

@@ -13,7 +13,7 @@ std::vector<std::string> StackNames(const trace::Trace& trace, std::uint32_t sta
 
 Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   Report r(trace);
-  r.steps = FindSteps(trace, options.step_site);
+  r.steps = FindSteps(trace, options.step_site, r.sites.common_dir());
   r.timeline = BuildTimeline(trace, r.sites, r.steps, options.series_points, options.progress);
   r.leaks = FindLeaks(r.timeline, r.sites, r.steps);
   if (options.capacity) {

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 #include "tools/trace/trace.h"
 
 namespace gpumem::report {
@@ -14,6 +16,16 @@ namespace gpumem::report {
 // True for frames of libraries the user does not edit: a leak is fixed where user code
 // called into them, so that is where we point.
 bool IsLibraryFrame(const trace::Frame& frame);
+
+// A site's file as displayed: an installed package's path from the package on (as
+// PyTorch's memory_viz shows it: "torch/nn/modules/linear.py"), an absolute path
+// relative to `common_dir` (the folder all the trace's sites share, ending in '/') when
+// it lies inside it; anything else unchanged. Stacks keep the full paths.
+std::string DisplayPath(absl::string_view file, absl::string_view common_dir);
+
+// The deepest folder (ending in '/', never just "/") holding every absolute path among
+// `files` that is not inside an installed package; empty if there is none.
+std::string CommonDir(const std::vector<absl::string_view>& files);
 
 // Maps every stack of a trace to a site id. Site 0 is "no Python frames" (allocations
 // made from native threads), which still get tracked. Backward allocations of a trace
@@ -25,8 +37,11 @@ class SiteTable {
 
   std::uint32_t site_of_stack(std::uint32_t stack_id) const { return site_of_stack_[stack_id]; }
   std::size_t size() const { return sites_.size(); }
-  // "file:line function", or "<no Python frames>" for site 0.
+  // "file:line function" with the file as DisplayPath shows it, or "<no Python frames>"
+  // for site 0.
   const std::string& name(std::uint32_t site) const { return sites_[site].name; }
+  // The folder the sites' absolute paths are shown relative to ("" if none).
+  const std::string& common_dir() const { return common_dir_; }
   // The frame id the site names (meaningless for site 0).
   std::uint32_t frame(std::uint32_t site) const { return sites_[site].frame; }
   // One representative full stack of the site (the first one seen).
@@ -40,6 +55,7 @@ class SiteTable {
   };
   std::vector<std::uint32_t> site_of_stack_;
   std::vector<Site> sites_;
+  std::string common_dir_;
 };
 
 std::string FrameName(const trace::Frame& frame);

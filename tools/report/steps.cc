@@ -89,7 +89,8 @@ Steps FromStepSite(const trace::Trace& trace, const StepSite& site) {
 // (sizes may differ, e.g. variable-length batches). The longest such period wins.
 class PeriodFinder {
  public:
-  explicit PeriodFinder(const trace::Trace& trace) : trace_(trace) {
+  PeriodFinder(const trace::Trace& trace, absl::string_view site_dir)
+      : trace_(trace), site_dir_(site_dir) {
     for (std::size_t i = 0; i < trace.events.size(); ++i) {
       if (trace.events[i].action == Action::kAlloc) alloc_events_.push_back(i);
     }
@@ -121,7 +122,9 @@ class PeriodFinder {
         std::string where = "?";
         for (std::uint32_t f : trace_.stacks[stack]) {
           if (!IsLibraryFrame(trace_.frames[f])) {
-            where = FrameName(trace_.frames[f]);
+            const trace::Frame& frame = trace_.frames[f];
+            where = absl::StrCat(DisplayPath(frame.filename, site_dir_), ":", frame.line, " ",
+                                 frame.function);
             break;
           }
         }
@@ -173,6 +176,7 @@ class PeriodFinder {
   std::uint32_t StackAt(std::size_t alloc) const { return trace_.events[alloc_events_[alloc]].stack_id; }
 
   const trace::Trace& trace_;
+  const absl::string_view site_dir_;
   std::vector<std::size_t> alloc_events_;
 };
 
@@ -204,11 +208,12 @@ absl::StatusOr<StepSite> ParseStepSite(const std::string& text) {
   return site;
 }
 
-Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_site) {
+Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_site,
+                absl::string_view site_dir) {
   if (step_site) return FromStepSite(trace, *step_site);
   if (Steps s = FromStepEvents(trace); s.method != StepMethod::kNone) return s;
   if (Steps s = FromAnnotations(trace); s.method != StepMethod::kNone) return s;
-  return PeriodFinder(trace).Find();
+  return PeriodFinder(trace, site_dir).Find();
 }
 
 }  // namespace gpumem::report

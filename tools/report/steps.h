@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "tools/trace/trace.h"
 
 namespace gpumem::report {
@@ -41,6 +42,9 @@ struct StepSite {
 };
 absl::StatusOr<StepSite> ParseStepSite(const std::string& text);
 
-Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_site);
+// `site_dir`: the folder site names are shown relative to (SiteTable::common_dir()), so
+// that an inferred step's anchor is named as its site is.
+Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_site,
+                absl::string_view site_dir = "");
 
 }  // namespace gpumem::report

@@ -145,7 +145,8 @@ trace::Trace PeakTrace() {
   return b.Take();
 }
 
-trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step, std::size_t sites) {
+trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step, std::size_t sites,
+                        std::uint64_t leak_per_step) {
   Builder b;
   b.Reserve(events + events_per_step);
   std::vector<std::uint32_t> stacks;
@@ -154,8 +155,8 @@ trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step, std::si
   }
   const std::uint32_t leak = b.Stack(42, "train_step");
   // A step: allocations from every site in turn (an alloc and its free are three events);
-  // half are freed at once (temporaries), the rest at the step's end; one 64 KiB block
-  // from train.py:42 is never freed.
+  // half are freed at once (temporaries), the rest at the step's end; one block of
+  // `leak_per_step` from train.py:42 is never freed.
   const std::size_t allocs_per_step = std::max<std::size_t>(1, events_per_step / 3);
   const std::uint64_t pool = kBase + 4096;
   b.Segment(pool, 1ull << 36);
@@ -179,9 +180,9 @@ trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step, std::si
         addr += size;
       }
     }
-    b.Segment(leak_addr, 64 * 1024);
-    b.Alloc(leak_addr, 64 * 1024, leak);
-    leak_addr += 64 * 1024;
+    b.Segment(leak_addr, leak_per_step);
+    b.Alloc(leak_addr, leak_per_step, leak);
+    leak_addr += leak_per_step;
     for (const Block& h : held) b.Free(h.addr, h.size, h.stack);
     b.Step();
   }

@@ -27,9 +27,10 @@ trace::Trace FragmentationTrace();
 // needs 13 x 64 MiB: no growth at step ends, no free cached memory, a genuine peak.
 trace::Trace PeakTrace();
 
-// About `events` events: steps of `events_per_step` from `sites` sites, a slow leak from
-// one of them, segment events and step markers. For the speed benchmark.
+// About `events` events: steps of `events_per_step` from `sites` sites, a leak of
+// `leak_per_step` bytes a step from train.py:42, segment events and step markers. For
+// the speed benchmarks.
 trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step = 10000,
-                        std::size_t sites = 64);
+                        std::size_t sites = 64, std::uint64_t leak_per_step = 64 * 1024);
 
 }  // namespace gpumem::report::synthetic

@@ -35,7 +35,9 @@ std::string FormatTerminal(const Report& r, bool color) {
 
   if (!r.leaks.suspects.empty()) {
     absl::StrAppend(&out, "\nLeak suspects (ranked by bytes leaked per step; fit over ",
-                    r.leaks.samples_used, " step ends):\n");
+                    r.leaks.samples_used, " step ends",
+                    r.sites.common_dir().empty() ? "" : absl::StrCat("; sites in ", r.sites.common_dir()),
+                    "):\n");
     for (std::size_t i = 0; i < r.leaks.suspects.size() && i < kTopSuspects; ++i) {
       const LeakSuspect& s = r.leaks.suspects[i];
       absl::StrAppend(&out, absl::StrFormat("  %zu. %s\n     +%s/step  R²=%.3f  since step %zu  "

@@ -1,136 +1,261 @@
 #include "tools/trace/decompress.h"
 
 #include <lzma.h>
+#include <sys/stat.h>
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
-#include <cstdio>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace gpumem::trace {
 namespace {
 
-bool StartsWith(const std::string& data, const char* magic, std::size_t n) {
-  return data.size() >= n && std::memcmp(data.data(), magic, n) == 0;
-}
-
-absl::StatusOr<std::string> Unxz(const std::string& in, const std::string& name) {
-  lzma_stream strm = LZMA_STREAM_INIT;
-  if (lzma_stream_decoder(&strm, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK) {
-    return absl::InternalError(absl::StrCat(name, ": cannot start the xz decoder"));
-  }
-  std::string out;
-  out.resize(std::max<std::size_t>(in.size() * 8, 1 << 16));
-  strm.next_in = reinterpret_cast<const uint8_t*>(in.data());
-  strm.avail_in = in.size();
-  lzma_ret ret = LZMA_OK;
-  while (true) {
-    if (strm.total_out == out.size()) out.resize(out.size() * 2);
-    strm.next_out = reinterpret_cast<uint8_t*>(out.data()) + strm.total_out;
-    strm.avail_out = out.size() - strm.total_out;
-    ret = lzma_code(&strm, LZMA_FINISH);
-    if (ret != LZMA_OK) break;
-  }
-  std::size_t produced = strm.total_out;
-  std::uint64_t consumed = strm.total_in;
-  lzma_end(&strm);
-  if (ret != LZMA_STREAM_END) {
-    const char* why = ret == LZMA_BUF_ERROR ? "truncated" : "corrupt";
-    return absl::DataLossError(
-        absl::StrCat(name, ": xz stream is ", why, " at compressed byte ", consumed));
-  }
-  out.resize(produced);
-  return out;
-}
-
-absl::StatusOr<std::string> Ungzip(const std::string& in, const std::string& name) {
-  z_stream strm{};
-  if (inflateInit2(&strm, 15 + 32) != Z_OK) {
-    return absl::InternalError(absl::StrCat(name, ": cannot start the gzip decoder"));
-  }
-  std::string out;
-  out.resize(std::max<std::size_t>(in.size() * 8, 1 << 16));
-  strm.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  strm.avail_in = static_cast<uInt>(in.size());
-  int ret = Z_OK;
-  while (true) {
-    if (strm.total_out == out.size()) out.resize(out.size() * 2);
-    strm.next_out = reinterpret_cast<Bytef*>(out.data()) + strm.total_out;
-    strm.avail_out = static_cast<uInt>(out.size() - strm.total_out);
-    ret = inflate(&strm, Z_NO_FLUSH);
-    if (ret == Z_STREAM_END && strm.avail_in > 0) {
-      // Concatenated gzip members: keep going.
-      if (inflateReset(&strm) != Z_OK) break;
-      continue;
-    }
-    if (ret != Z_OK) break;
-  }
-  std::size_t produced = strm.total_out;
-  std::size_t consumed = in.size() - strm.avail_in;
-  inflateEnd(&strm);
-  if (ret != Z_STREAM_END) {
-    const char* why = ret == Z_BUF_ERROR ? "truncated" : "corrupt";
-    return absl::DataLossError(
-        absl::StrCat(name, ": gzip stream is ", why, " at compressed byte ", consumed));
-  }
-  out.resize(produced);
-  return out;
-}
-
-absl::StatusOr<std::string> Unzstd(const std::string& in, const std::string& name) {
-  ZSTD_DCtx* ctx = ZSTD_createDCtx();
-  std::string out;
-  ZSTD_inBuffer input{in.data(), in.size(), 0};
-  std::size_t last = 1;
-  std::string chunk(ZSTD_DStreamOutSize(), '\0');
-  while (input.pos < input.size) {
-    ZSTD_outBuffer output{chunk.data(), chunk.size(), 0};
-    last = ZSTD_decompressStream(ctx, &output, &input);
-    if (ZSTD_isError(last)) {
-      ZSTD_freeDCtx(ctx);
-      return absl::DataLossError(absl::StrCat(name, ": zstd stream is corrupt at compressed byte ",
-                                              input.pos, ": ", ZSTD_getErrorName(last)));
-    }
-    out.append(chunk.data(), output.pos);
-  }
-  ZSTD_freeDCtx(ctx);
-  if (last != 0) {
-    return absl::DataLossError(absl::StrCat(name, ": zstd stream is truncated at compressed byte ",
-                                            input.pos));
-  }
-  return out;
-}
+// Big enough that the per-call overhead vanishes, small enough to stay in cache-ish sizes.
+constexpr std::size_t kInputPiece = 1 << 20;
+constexpr std::size_t kOutputPiece = 1 << 20;
 
 }  // namespace
 
-absl::StatusOr<std::string> Decompress(std::string data, const std::string& name) {
-  if (StartsWith(data, "\xFD" "7zXZ\x00", 6)) return Unxz(data, name);
-  if (StartsWith(data, "\x1F\x8B", 2)) return Ungzip(data, name);
-  if (StartsWith(data, "\x28\xB5\x2F\xFD", 4)) return Unzstd(data, name);
-  return data;
+struct DecompressingReader::State {
+  lzma_stream xz = LZMA_STREAM_INIT;
+  z_stream gz{};
+  ZSTD_DCtx* zstd = nullptr;
+  std::size_t zstd_last = 1;  // ZSTD_decompressStream's last hint: 0 = a frame just ended
+  Codec codec = Codec::kNone;
+
+  ~State() {
+    if (codec == Codec::kXz) lzma_end(&xz);
+    if (codec == Codec::kGzip) inflateEnd(&gz);
+    if (zstd != nullptr) ZSTD_freeDCtx(zstd);
+  }
+};
+
+DecompressingReader::DecompressingReader(std::string name, std::FILE* file, std::string data)
+    : name_(std::move(name)), file_(file), memory_(std::move(data)) {}
+
+DecompressingReader::~DecompressingReader() {
+  if (file_ != nullptr) std::fclose(file_);
 }
 
-absl::StatusOr<std::string> ReadFileDecompressed(const std::string& path) {
+absl::StatusOr<std::unique_ptr<DecompressingReader>> DecompressingReader::OpenFile(
+    const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
-  // One read into a buffer of the file's size: traces run to gigabytes.
-  std::string bytes;
-  char chunk[1 << 16];
-  if (std::fseek(file, 0, SEEK_END) == 0) {
-    long size = std::ftell(file);
-    if (size > 0) bytes.reserve(static_cast<std::size_t>(size));
-    std::rewind(file);
+  std::unique_ptr<DecompressingReader> reader(new DecompressingReader(path, file, ""));
+  struct stat st{};
+  if (fstat(fileno(file), &st) == 0 && S_ISREG(st.st_mode)) {
+    reader->total_ = static_cast<std::uint64_t>(st.st_size);
   }
-  std::size_t n;
-  while ((n = std::fread(chunk, 1, sizeof chunk, file)) > 0) bytes.append(chunk, n);
-  bool failed = std::ferror(file) != 0;
-  std::fclose(file);
-  if (failed) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  return Decompress(std::move(bytes), path);
+  reader->in_.resize(kInputPiece);
+  if (absl::Status s = reader->Start(); !s.ok()) return s;
+  return reader;
+}
+
+std::unique_ptr<DecompressingReader> DecompressingReader::FromBytes(std::string data,
+                                                                    const std::string& name) {
+  std::unique_ptr<DecompressingReader> reader(
+      new DecompressingReader(name, nullptr, std::move(data)));
+  reader->total_ = reader->memory_.size();
+  reader->pending_ = reader->memory_;
+  reader->input_done_ = true;
+  // Start() only fails on a read error, which memory cannot have.
+  (void)reader->Start();
+  return reader;
+}
+
+absl::StatusOr<bool> DecompressingReader::Fill() {
+  if (!pending_.empty()) return true;
+  if (input_done_ || file_ == nullptr) {
+    input_done_ = true;
+    return false;
+  }
+  const std::size_t n = std::fread(in_.data(), 1, in_.size(), file_);
+  if (n == 0) {
+    if (std::ferror(file_)) return absl::DataLossError(absl::StrCat(name_, ": read error"));
+    input_done_ = true;
+    return false;
+  }
+  pending_ = absl::string_view(in_.data(), n);
+  return true;
+}
+
+absl::Status DecompressingReader::Start() {
+  absl::StatusOr<bool> any = Fill();
+  if (!any.ok()) return any.status();
+  state_ = std::make_unique<State>();
+  if (absl::StartsWith(pending_, absl::string_view("\xFD" "7zXZ\x00", 6))) {
+    codec_ = Codec::kXz;
+    if (lzma_stream_decoder(&state_->xz, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK) {
+      return absl::InternalError(absl::StrCat(name_, ": cannot start the xz decoder"));
+    }
+  } else if (absl::StartsWith(pending_, "\x1F\x8B")) {
+    codec_ = Codec::kGzip;
+    if (inflateInit2(&state_->gz, 15 + 32) != Z_OK) {
+      return absl::InternalError(absl::StrCat(name_, ": cannot start the gzip decoder"));
+    }
+  } else if (absl::StartsWith(pending_, "\x28\xB5\x2F\xFD")) {
+    codec_ = Codec::kZstd;
+    state_->zstd = ZSTD_createDCtx();
+  }
+  state_->codec = codec_;
+  if (codec_ != Codec::kNone) out_.resize(kOutputPiece);
+  return absl::OkStatus();
+}
+
+const char* DecompressingReader::codec_name() const {
+  switch (codec_) {
+    case Codec::kXz: return "xz";
+    case Codec::kGzip: return "gzip";
+    case Codec::kZstd: return "zstd";
+    case Codec::kNone: break;
+  }
+  return "none";
+}
+
+absl::Status DecompressingReader::StreamError(const char* why) const {
+  return absl::DataLossError(absl::StrCat(name_, ": ", codec_name(), " stream is ", why,
+                                          " at compressed byte ", consumed_));
+}
+
+absl::StatusOr<absl::string_view> DecompressingReader::Peek() {
+  if (!peeked_) peeked_ = Read();
+  return *peeked_;
+}
+
+absl::StatusOr<absl::string_view> DecompressingReader::Next() {
+  if (!peeked_) return Read();
+  absl::StatusOr<absl::string_view> piece = std::move(*peeked_);
+  peeked_.reset();
+  return piece;
+}
+
+absl::StatusOr<absl::string_view> DecompressingReader::Read() {
+  if (codec_ != Codec::kNone) return DecodeSome();
+  absl::StatusOr<bool> any = Fill();
+  if (!any.ok()) return any.status();
+  absl::string_view piece = pending_;
+  consumed_ += piece.size();
+  pending_ = {};
+  return piece;
+}
+
+absl::StatusOr<absl::string_view> DecompressingReader::DecodeSome() {
+  while (!finished_) {
+    absl::StatusOr<bool> any = Fill();
+    if (!any.ok()) return any.status();
+    const bool at_end = !*any;
+    // zlib counts in 32 bits: hand it at most 1 GiB of a large in-memory input at a time.
+    const std::size_t given = std::min<std::size_t>(pending_.size(), 1u << 30);
+    const auto* in = reinterpret_cast<const std::uint8_t*>(pending_.data());
+    auto* out = reinterpret_cast<std::uint8_t*>(out_.data());
+    std::size_t used = 0;
+    std::size_t produced = 0;
+    if (codec_ == Codec::kXz) {
+      lzma_stream& s = state_->xz;
+      s.next_in = in;
+      s.avail_in = given;
+      s.next_out = out;
+      s.avail_out = out_.size();
+      const lzma_ret ret = lzma_code(&s, at_end ? LZMA_FINISH : LZMA_RUN);
+      used = given - s.avail_in;
+      produced = out_.size() - s.avail_out;
+      if (ret == LZMA_STREAM_END) {
+        finished_ = true;
+      } else if (ret == LZMA_BUF_ERROR) {
+        consumed_ += used;
+        return StreamError("truncated");
+      } else if (ret != LZMA_OK) {
+        consumed_ += used;
+        return StreamError("corrupt");
+      }
+    } else if (codec_ == Codec::kGzip) {
+      z_stream& s = state_->gz;
+      s.next_in = const_cast<Bytef*>(in);
+      s.avail_in = static_cast<uInt>(given);
+      s.next_out = out;
+      s.avail_out = static_cast<uInt>(out_.size());
+      const int ret = inflate(&s, Z_NO_FLUSH);
+      used = given - s.avail_in;
+      produced = out_.size() - s.avail_out;
+      pending_.remove_prefix(used);
+      consumed_ += used;
+      used = 0;  // already accounted
+      if (ret == Z_STREAM_END) {
+        // Concatenated gzip members: another may follow.
+        absl::StatusOr<bool> more = Fill();
+        if (!more.ok()) return more.status();
+        if (!*more) {
+          finished_ = true;
+        } else if (inflateReset(&s) != Z_OK) {
+          return StreamError("corrupt");
+        }
+      } else if (ret == Z_BUF_ERROR) {
+        if (at_end) return StreamError("truncated");
+      } else if (ret != Z_OK) {
+        return StreamError("corrupt");
+      }
+      if (produced > 0) return absl::string_view(out_.data(), produced);
+      if (!finished_ && at_end) return StreamError("truncated");
+      continue;
+    } else {
+      ZSTD_inBuffer input{in, given, 0};
+      ZSTD_outBuffer output{out, out_.size(), 0};
+      if (given > 0 || !at_end) {
+        const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
+        if (ZSTD_isError(ret)) {
+          consumed_ += input.pos;
+          return absl::DataLossError(absl::StrCat(StreamError("corrupt").message(), ": ",
+                                                  ZSTD_getErrorName(ret)));
+        }
+        state_->zstd_last = ret;
+      } else if (state_->zstd_last == 0) {
+        finished_ = true;
+      } else {
+        // Output the decoder still holds comes out with no input; none left means cut off.
+        const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
+        if (ZSTD_isError(ret) || output.pos == 0) return StreamError("truncated");
+        state_->zstd_last = ret;
+      }
+      used = input.pos;
+      produced = output.pos;
+    }
+    pending_.remove_prefix(used);
+    consumed_ += used;
+    if (produced > 0) return absl::string_view(out_.data(), produced);
+    if (!finished_ && at_end && used == 0) return StreamError("truncated");
+  }
+  return absl::string_view();
+}
+
+absl::StatusOr<std::string> ReadAll(DecompressingReader& reader) {
+  std::string out;
+  if (absl::string_view(reader.codec_name()) == "none") out.reserve(reader.total());
+  while (true) {
+    absl::StatusOr<absl::string_view> piece = reader.Next();
+    if (!piece.ok()) return piece.status();
+    if (piece->empty()) return out;
+    out.append(piece->data(), piece->size());
+  }
+}
+
+absl::StatusOr<std::string> Decompress(std::string data, const std::string& name) {
+  std::unique_ptr<DecompressingReader> reader =
+      DecompressingReader::FromBytes(std::move(data), name);
+  return ReadAll(*reader);
+}
+
+absl::StatusOr<std::string> ReadFileDecompressed(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<DecompressingReader>> reader =
+      DecompressingReader::OpenFile(path);
+  if (!reader.ok()) return reader.status();
+  return ReadAll(**reader);
 }
 
 }  // namespace gpumem::trace

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "profiler/trace_format.h"
 #include "tools/trace/autograd_links.h"
+#include "tools/trace/event_buffer.h"
 #include "tools/trace/frame_table.h"
 
 namespace gpumem::trace {
@@ -63,9 +64,10 @@ class Reader {
   const std::string& name_;
   GpumemFileInfo* info_;
   Trace trace_;
-  // Read straight into the trace's events (10M events must fit): until Build(), time_us
-  // holds nanoseconds and stack_id the file's own id.
-  std::vector<Event>& events_ = trace_.events;
+  // Read into blocks, moved into the trace's events at the end (10M events must fit
+  // without a doubling vector's two copies): until Build(), time_us holds nanoseconds
+  // and stack_id the file's own id.
+  EventBuffer events_;
   absl::flat_hash_map<std::uint32_t, Frame> frames_;
   std::map<std::uint32_t, std::vector<std::uint32_t>> stacks_;  // ordered: stable ids
   // Autograd links with the file's frame ids (node_frame 0: forward).
@@ -322,11 +324,13 @@ absl::StatusOr<Trace> Reader::Read() {
     trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
                                            " events but ", events_.size(), " were read"));
   }
+  events_.MoveTo(&trace_.events);
   return Build();
 }
 
 Trace Reader::Build() {
-  std::int64_t origin = events_.empty() ? 0 : events_.front().time_us;  // ns here
+  std::vector<Event>& events = trace_.events;
+  std::int64_t origin = events.empty() ? 0 : events.front().time_us;  // ns here
   auto it = info_->header.find("clock_origin_ns");
   if (it != info_->header.end()) (void)absl::SimpleAtoi(it->second, &origin);
   it = info_->header.find("device_capacity");
@@ -356,7 +360,7 @@ Trace Reader::Build() {
                                            " stack frames were defined in damaged chunks"));
   }
   std::uint64_t unknown_stacks = 0;
-  for (Event& e : events_) {
+  for (Event& e : events) {
     if (e.stack_id != 0) {
       auto sit = stack_ids.find(e.stack_id);
       if (sit == stack_ids.end()) {
@@ -379,7 +383,7 @@ Trace Reader::Build() {
       auto fit = frames_.find(l.node_frame);
       if (fit == frames_.end()) {
         ++lost_nodes;
-        l.event = events_.size();  // nothing to name it by: leave the event as it is
+        l.event = events.size();  // nothing to name it by: leave the event as it is
       } else {
         l.node_frame = table.Intern(fit->second);
       }
@@ -391,10 +395,15 @@ Trace Reader::Build() {
     }
     AttributeBackward(links_, &table, &trace_);
   }
-  // Times are still nanoseconds: sort on them, then rebase to microseconds.
-  std::stable_sort(events_.begin(), events_.end(),
-                   [](const Event& a, const Event& b) { return a.time_us < b.time_us; });
-  for (Event& e : events_) e.time_us = SinceOrigin(e.time_us, origin);
+  // Times are still nanoseconds: sort on them (after the links, which index the events in
+  // file order), then rebase to microseconds. Chunks are written in time order, so this
+  // is usually sorted already: the check is far cheaper than stable_sort's buffer of half
+  // the events.
+  auto by_time = [](const Event& a, const Event& b) { return a.time_us < b.time_us; };
+  if (!std::is_sorted(events.begin(), events.end(), by_time)) {
+    std::stable_sort(events.begin(), events.end(), by_time);
+  }
+  for (Event& e : events) e.time_us = SinceOrigin(e.time_us, origin);
   for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
   std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
                    [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });

@@ -1,22 +1,30 @@
 #include "tools/trace/load.h"
 
+#include <memory>
+
 #include "absl/strings/str_cat.h"
 #include "tools/trace/decompress.h"
 #include "tools/trace/gpumem_reader.h"
 #include "tools/trace/snapshot_reader.h"
-#include "tools/trace/tsv_reader.h"
 
 namespace gpumem::trace {
 
-absl::StatusOr<Trace> LoadTrace(const std::string& path) {
-  absl::StatusOr<std::string> data = ReadFileDecompressed(path);
-  if (!data.ok()) return data.status();
-  if (data->empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty file"));
+absl::StatusOr<Trace> LoadTrace(const std::string& path, const ReadProgress& progress) {
+  absl::StatusOr<std::unique_ptr<DecompressingReader>> reader =
+      DecompressingReader::OpenFile(path);
+  if (!reader.ok()) return reader.status();
+  absl::StatusOr<absl::string_view> head = (*reader)->Peek();
+  if (!head.ok()) return head.status();
+  if (head->empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": empty file"));
   absl::StatusOr<Trace> trace = [&]() -> absl::StatusOr<Trace> {
-    if (IsGpumemTrace(*data)) return ParseGpumemTrace(*data, path);
-    // Pickles of protocol 2 and above open with PROTO (0x80).
-    if (static_cast<unsigned char>((*data)[0]) == 0x80) return ParseSnapshotPickle(*data, path);
-    return ParseTsvTrace(*data, path);
+    // Pickles of protocol 2 and above open with PROTO (0x80); they and gpumem traces are
+    // parsed from one buffer. The text form streams.
+    const bool pickle = static_cast<unsigned char>(head->front()) == 0x80;
+    if (!IsGpumemTrace(*head) && !pickle) return ReadTsvTrace(**reader, progress);
+    absl::StatusOr<std::string> data = ReadAll(**reader);
+    if (!data.ok()) return data.status();
+    if (pickle) return ParseSnapshotPickle(*data, path);
+    return ParseGpumemTrace(*data, path);
   }();
   if (trace.ok() && trace->events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the trace has no events"));

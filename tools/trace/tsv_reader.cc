@@ -1,5 +1,6 @@
 #include "tools/trace/tsv_reader.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tools/trace/event_buffer.h"
 #include "tools/trace/frame_table.h"
 
 namespace gpumem::trace {
@@ -52,23 +54,71 @@ bool ParseInt(absl::string_view text, T* out) {
   return ec == std::errc() && ptr == end && !text.empty();
 }
 
-}  // namespace
+// One line at a time, in file order, from whichever source.
+class TsvParser {
+ public:
+  explicit TsvParser(const std::string& name) : name_(name), frames_(&trace_) {
+    trace_.source = name;
+    trace_.format = "tsv";
+  }
 
-absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& name) {
-  Trace trace;
-  trace.source = name;
-  trace.format = "tsv";
-  FrameTable frames(&trace);
-  // Stack ids in the file are the file's own; map them to ours once all S lines are read.
-  std::vector<std::uint32_t> file_stack_of_event;
-  absl::flat_hash_map<std::uint64_t, std::uint32_t> stack_ids;
-  std::size_t line_no = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
+  // Splits `piece` into lines; a line cut at the end is kept until the next piece.
+  absl::Status Feed(absl::string_view piece) {
+    if (!carry_.empty()) {
+      const std::size_t nl = piece.find('\n');
+      if (nl == absl::string_view::npos) {
+        carry_.append(piece.data(), piece.size());
+        return absl::OkStatus();
+      }
+      carry_.append(piece.data(), nl);
+      piece.remove_prefix(nl + 1);
+      absl::Status s = Line(carry_);
+      carry_.clear();
+      if (!s.ok()) return s;
+    }
+    while (!piece.empty()) {
+      const std::size_t nl = piece.find('\n');
+      if (nl == absl::string_view::npos) {
+        carry_.assign(piece.data(), piece.size());
+        break;
+      }
+      if (absl::Status s = Line(piece.substr(0, nl)); !s.ok()) return s;
+      piece.remove_prefix(nl + 1);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Trace> Finish() {
+    if (!carry_.empty()) {
+      if (absl::Status s = Line(carry_); !s.ok()) return s;
+      carry_.clear();
+    }
+    events_.MoveTo(&trace_.events);
+    // Until now stack_id held the file's own id: map it to ours.
+    std::size_t missing = 0;
+    for (Event& e : trace_.events) {
+      auto it = stack_ids_.find(e.stack_id);
+      if (it == stack_ids_.end()) {
+        ++missing;
+        e.stack_id = 0;
+      } else {
+        e.stack_id = it->second;
+      }
+    }
+    if (missing) {
+      trace_.warnings.push_back(
+          absl::StrCat(missing, " events name a stack the file does not define"));
+    }
+    return std::move(trace_);
+  }
+
+ private:
+  absl::Status Line(absl::string_view line) {
+    ++line_no_;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || line[0] == '#') continue;
+    if (line.empty() || line[0] == '#') return absl::OkStatus();
     auto error = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": line ", line_no, ": ", what));
+      return absl::InvalidArgumentError(absl::StrCat(name_, ": line ", line_no_, ": ", what));
     };
     std::array<absl::string_view, 8> f;
     std::size_t count = SplitTabs(line, f);
@@ -80,11 +130,11 @@ absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& n
         for (absl::string_view part : absl::StrSplit(f[2], " | ")) {
           Frame frame;
           if (!ParseFrame(part, &frame)) return error(absl::StrCat("bad frame '", part, "'"));
-          ids.push_back(frames.Intern(frame));
+          ids.push_back(frames_.Intern(frame));
         }
       }
-      stack_ids[id] = frames.InternStack(ids);
-      continue;
+      stack_ids_[static_cast<std::uint32_t>(id)] = frames_.InternStack(ids);
+      return absl::OkStatus();
     }
     if (count != 7) return error(absl::StrCat("expected 7 tab-separated fields, found ", count));
     Event e;
@@ -97,22 +147,44 @@ absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& n
       return error("a numeric field is not a number");
     }
     if (e.action == Action::kOom) e.device_free = e.addr;
-    file_stack_of_event.push_back(static_cast<std::uint32_t>(stack));
-    trace.events.push_back(e);
+    e.stack_id = static_cast<std::uint32_t>(stack);  // the file's id until Finish()
+    events_.push_back(e);
+    return absl::OkStatus();
   }
-  std::size_t missing = 0;
-  for (std::size_t i = 0; i < trace.events.size(); ++i) {
-    auto it = stack_ids.find(file_stack_of_event[i]);
-    if (it == stack_ids.end()) {
-      ++missing;
-    } else {
-      trace.events[i].stack_id = it->second;
+
+  const std::string& name_;
+  Trace trace_;
+  FrameTable frames_;
+  EventBuffer events_;
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_ids_;  // the file's -> ours
+  std::string carry_;
+  std::size_t line_no_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<Trace> ParseTsvTrace(absl::string_view text, const std::string& name) {
+  TsvParser parser(name);
+  if (absl::Status s = parser.Feed(text); !s.ok()) return s;
+  return parser.Finish();
+}
+
+absl::StatusOr<Trace> ReadTsvTrace(DecompressingReader& reader, const ReadProgress& progress) {
+  TsvParser parser(reader.name());
+  // Report every ~1% of the input: the callback redraws a terminal line.
+  const std::uint64_t step = std::max<std::uint64_t>(reader.total() / 100, 1);
+  std::uint64_t next_report = step;
+  while (true) {
+    absl::StatusOr<absl::string_view> piece = reader.Next();
+    if (!piece.ok()) return piece.status();
+    if (piece->empty()) break;
+    if (absl::Status s = parser.Feed(*piece); !s.ok()) return s;
+    if (progress && reader.total() > 0 && reader.consumed() >= next_report) {
+      progress(static_cast<double>(reader.consumed()) / static_cast<double>(reader.total()));
+      next_report = reader.consumed() + step;
     }
   }
-  if (missing) {
-    trace.warnings.push_back(absl::StrCat(missing, " events name a stack the file does not define"));
-  }
-  return trace;
+  return parser.Finish();
 }
 
 }  // namespace gpumem::trace
