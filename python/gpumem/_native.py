@@ -65,6 +65,10 @@ def lib():
             fn.restype = ctypes.c_size_t
             fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         l.gpumem_step.restype = ctypes.c_uint64
+        l.gpumem_trace_events.restype = ctypes.c_uint64
+        l.gpumem_trace_events.argtypes = []
+        l.gpumem_note_cuda_in_forked_child.restype = None
+        l.gpumem_note_cuda_in_forked_child.argtypes = [ctypes.c_char_p]
         l.gpumem_backend_name.restype = ctypes.c_char_p
         l.gpumem_backend_name.argtypes = [ctypes.c_int]
         _lib = l

@@ -2,7 +2,9 @@
 # Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
-# usage: tests/gpu/run.sh [tests] [bench] [train] [mincap WORKLOAD...]   (default: tests bench train)
+# usage: tests/gpu/run.sh [tests] [bench] [train] [profiler] [mincap WORKLOAD...]
+#        (default: tests bench train). profiler: the profiler's proofs (issue 5), see
+#        tests/gpu/profiler/run_profiler_proofs.sh; its torchrun part needs 2 GPUs.
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
 #        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
@@ -66,6 +68,12 @@ if want train; then
     done
   done
   $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl"
+fi
+
+if want profiler; then
+  echo "== profiler proofs"
+  "$repo/tests/gpu/profiler/run_profiler_proofs.sh" "$build" "$OUT/profiler" 2>&1 \
+    | tee "$OUT/profiler.log"
 fi
 
 if want mincap; then
