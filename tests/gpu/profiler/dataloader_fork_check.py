@@ -20,7 +20,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PROBLEM = re.compile(r"forked (child|subprocess)", re.I)
+# gpumem says "a child forked from a process that had already initialized CUDA", PyTorch
+# "Cannot re-initialize CUDA in forked subprocess", the annotation "cuda-in-forked-child".
+PROBLEM = re.compile(r"forked (child|subprocess)|child forked from|forked-child", re.I)
 FIX = re.compile(r"spawn")
 
 
@@ -32,15 +34,22 @@ def run_mode(args, mode):
     env = dict(os.environ, CUDA_INJECTION64_PATH=args.cupti)
     cmd = [args.gpumem, "run", "--trace", os.path.join(work, "fork-%p.gpumem"), "--",
            sys.executable, os.path.join(HERE, "dataloader_fork_workload.py"), mode]
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    except subprocess.TimeoutExpired:
+        return [(False, f"fork-{mode}: the run did not end within 600 s")]
     with open(os.path.join(work, "stderr.txt"), "w") as f:
         f.write(r.stderr)
     results = []
+    said = [who for who, text in (("gpumem", "gpumem: CUDA was called"),
+                                  ("PyTorch", "Cannot re-initialize CUDA in forked"))
+            if text in r.stderr]
     problem, fix = PROBLEM.search(r.stderr), FIX.search(r.stderr)
     results.append((problem is not None and fix is not None,
                     f"fork-{mode} stderr: exit {r.returncode}; problem "
                     f"{'named' if problem else 'NOT named'}, fix "
-                    f"{'named' if fix else 'NOT named'}"
+                    f"{'named' if fix else 'NOT named'}; messages from: "
+                    f"{', '.join(said) or 'neither gpumem nor PyTorch'}"
                     + (f" ({problem.group(0)!r} ... {fix.group(0)!r})" if problem and fix else
                        f"; see {work}/stderr.txt")))
     traces = sorted(glob.glob(os.path.join(work, "*.gpumem*")))
@@ -50,7 +59,7 @@ def run_mode(args, mode):
         for line in d.stdout.splitlines():
             if "\tannotate\t" in line and "cuda-in-forked-child" in line:
                 found.append((os.path.basename(t), line.split("\t")[-1]))
-    ok = any(PROBLEM.search(text) or "forked-child" in text for _, text in found) and \
+    ok = any(PROBLEM.search(text) for _, text in found) and \
         any(FIX.search(text) for _, text in found)
     names = ", ".join(os.path.basename(t) for t in traces) or "none"
     results.append((ok, f"fork-{mode} trace: {len(traces)} trace files ({names}); "

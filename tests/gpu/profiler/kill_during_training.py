@@ -8,7 +8,8 @@ the trace must then read back at least the last count printed, and `gpumem repor
 still diagnose the file. Prints one PASS or FAIL line with the figures; exit 0 on PASS.
 
 usage: kill_during_training.py --gpumem CLI --out DIR [--workload leaky_mlp]
-                               [--steps 100000] [--after 2.0] [--seed 1]
+                               [--steps 100000] [--after 2.0 | --kill-step N]
+                               [--jitter 2.0] [--seed 1]
                                [--trainer SCRIPT]   (instead of capture.py: the CPU test's
                                                      sim-backend trainer, same output)
 """
@@ -34,7 +35,12 @@ def main():
     p.add_argument("--workload", default="leaky_mlp")
     p.add_argument("--steps", type=int, default=100000, help="more than can run before the kill")
     p.add_argument("--after", type=float, default=2.0,
-                   help="seconds of training (after the first step) before the kill, +0..2 s")
+                   help="seconds of training (after the first step) before the kill, "
+                        "+0..jitter s")
+    p.add_argument("--kill-step", type=int, default=0,
+                   help="instead of --after: kill once this step was counted, +0..jitter s "
+                        "(for fast workloads whose leak would run out of memory first)")
+    p.add_argument("--jitter", type=float, default=2.0, help="random extra wait, seconds")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--start-timeout", type=float, default=600)
     p.add_argument("--trainer", default="", help="a script printing the same count lines")
@@ -88,11 +94,21 @@ def main():
             reader.join()
             print(f"FAIL {name}: no step within {args.start_timeout:.0f} s; see {log_path}")
             return 1
-    delay = args.after + random.Random(args.seed).uniform(0, 2)
-    time.sleep(delay)
+    if args.kill_step > 0:
+        while child.poll() is None:
+            with lock:
+                if state["step"] >= args.kill_step:
+                    break
+            time.sleep(0.001)
+    else:
+        time.sleep(args.after)
+    time.sleep(random.Random(args.seed).uniform(0, args.jitter))  # lands anywhere in a step
+    with lock:
+        delay = time.monotonic() - state["first"]
     with lock:
         step_before_kill = state["step"]
-    os.kill(child.pid, signal.SIGKILL)  # `gpumem run` exec'd python: this is the trainer
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGKILL)  # `gpumem run` exec'd python: the trainer itself
     child.wait()
     reader.join()
     if child.returncode != -signal.SIGKILL:
@@ -116,7 +132,7 @@ def main():
     report = subprocess.run([args.gpumem, "report", trace], capture_output=True, text=True)
     with open(os.path.join(args.out, name + ".report.txt"), "w") as f:
         f.write(report.stdout + report.stderr)
-    figures = (f"killed {delay:.1f} s into training at step {step} "
+    figures = (f"killed {delay:.2f} s into training at step {step} "
                f"(step {step_before_kill} when the kill was decided); the process had counted "
                f"{counted} events; the trace reads back {recovered} ({split}); "
                f"trace {os.path.getsize(trace)} bytes; gpumem report exit {report.returncode}")

@@ -21,10 +21,16 @@ cupti="$build/lib/libgpumem_cupti.so"
 fail=0
 
 echo "-- a) kill -9 during training"
+# leaky_mlp steps take about a millisecond and leak ~10 MiB each: kill by step, not time.
 "$py" "$here/kill_during_training.py" --gpumem "$gpumem" --out "$out" --workload leaky_mlp \
-  --steps 200000 --after 1.0 --seed 1 || fail=1
+  --steps 200000 --kill-step 400 --jitter 0.05 --seed 1 || fail=1
+# The same with a 5 s flush interval: compression runs only when a ring is half full, so
+# the kill finds up to a half ring per thread in the raw journal.
+GPUMEM_TRACE_FLUSH_MS=5000 "$py" "$here/kill_during_training.py" --gpumem "$gpumem" \
+  --out "$out/slow-flush" --workload leaky_mlp --steps 200000 --kill-step 300 --jitter 0.05 \
+  --seed 3 || fail=1
 "$py" "$here/kill_during_training.py" --gpumem "$gpumem" --out "$out" --workload resnet50 \
-  --steps 5000 --after 4.0 --seed 2 || fail=1
+  --steps 5000 --after 4.0 --jitter 2.0 --seed 2 || fail=1
 
 echo "-- b) DataLoader workers touching CUDA under fork"
 "$py" "$here/dataloader_fork_check.py" --gpumem "$gpumem" --cupti "$cupti" --out "$out" || fail=1
