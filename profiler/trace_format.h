@@ -28,6 +28,8 @@ namespace gpumem::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'G', 'P', 'U', 'M', 'E', 'M', '\n'};
 inline constexpr std::uint32_t kVersion = 2;
+// Version 1 is version 2 without journal chunks and marks: readers still read it.
+inline constexpr std::uint32_t kOldestReadableVersion = 1;
 inline constexpr std::size_t kPrefixSize = 16;
 inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
 inline constexpr std::size_t kChunkHeaderSize = 24;

@@ -296,5 +296,20 @@ TEST(JournalCloseTest, AFinishedRunReadsOnlyItsChunks) {
   std::remove(path.c_str());
 }
 
+// Version 1 (before the journal) is version 2 without journal chunks: still read, e.g.
+// the H100 trace kept in tests/data.
+TEST(JournalCloseTest, AVersion1FileStillReads) {
+  const std::string path = std::string(GPUMEM_TEST_DATA) + "/leaky_mlp_pair.gpumem";
+  const std::string bytes = ReadBytes(path);
+  ASSERT_GT(bytes.size(), format::kPrefixSize);
+  ASSERT_EQ(format::GetU32(reinterpret_cast<const unsigned char*>(bytes.data()) + 8), 1u);
+  trace::GpumemFileInfo info;
+  auto t = trace::ParseGpumemTrace(bytes, path, &info);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(info.complete);
+  EXPECT_GT(t->events.size(), 1000u);
+  EXPECT_TRUE(t->warnings.empty());
+}
+
 }  // namespace
 }  // namespace gpumem

@@ -341,10 +341,10 @@ absl::StatusOr<Trace> Reader::Read() {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": not a gpumem trace (bad magic)"));
   }
   const std::uint32_t version = format::GetU32(data_ + 8);
-  if (version != format::kVersion) {
+  if (version < format::kOldestReadableVersion || version > format::kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": gpumem trace version ", version, " is not supported (this reader reads ",
-        format::kVersion, ")"));
+        format::kOldestReadableVersion, " to ", format::kVersion, ")"));
   }
   info_->bytes_used = format::kPrefixSize;
   std::size_t pos = format::kPrefixSize;
