@@ -57,7 +57,7 @@ struct TraceWriter::Ring {
 namespace {
 
 // Each thread's rings, one per writer it has recorded into. On thread exit the rings are
-// marked so the writer drops them once drained.
+// marked, so the writer hands them to new threads once they are drained.
 struct ThreadRings {
   struct Entry {
     std::uint64_t writer_id;
