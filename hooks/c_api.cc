@@ -317,6 +317,13 @@ uint64_t gpumem_step(void) {
   return step;
 }
 
+void gpumem_note_cuda_in_forked_child(const char* what) { h::NoteCudaInForkedChild(what); }
+
+uint64_t gpumem_trace_events(void) {
+  gpumem::Recorder* recorder = h::TraceRecorder();
+  return recorder == nullptr ? 0 : recorder->writer().recorded();
+}
+
 const char* gpumem_backend_name(int device) {
   DeviceState* s = h::StartedDevice(device);
   return s == nullptr ? "" : s->backend.name.c_str();

@@ -69,6 +69,16 @@ GPUMEM_API size_t gpumem_snapshot_json(int device, char* buf, size_t len);
 GPUMEM_API size_t gpumem_last_oom(int device, char* buf, size_t len);
 /* Marks the end of a training step; returns the number of steps so far. */
 GPUMEM_API uint64_t gpumem_step(void);
+/* Events recorded into the trace (GPUMEM_TRACE) so far; 0 without a trace. Each is in
+ * the file once its recording call returned: a reader of this process's file, even
+ * after a SIGKILL, finds at least as many events as a call made before the kill saw. */
+GPUMEM_API uint64_t gpumem_trace_events(void);
+/* CUDA is about to be used in a child forked from a process that had CUDA (DataLoader
+ * workers under fork): prints the problem and the fix to stderr and, with GPUMEM_TRACE
+ * set, records them in a trace of the child's own (the name with this pid for %p, else
+ * with `.child-PID` appended). Once per process. The Python package calls it from
+ * torch.cuda's lazy init in such a child, where PyTorch refuses before any driver call. */
+GPUMEM_API void gpumem_note_cuda_in_forked_child(const char* what);
 /* The backend a device runs on ("vmm", "cudamalloc", "sim"); "" if not started. */
 GPUMEM_API const char* gpumem_backend_name(int device);
 /* Checks the GPUMEM_* configuration: 0 if usable, else the length of the message

@@ -1,5 +1,7 @@
 #include "hooks/trace_hook.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,7 +10,9 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
+#include "profiler/trace_path.h"
 
 namespace gpumem::hooks {
 namespace {
@@ -63,6 +67,28 @@ absl::StatusOr<Recorder*> StartProfileRecorder(const Config& config) {
 }
 
 Recorder* TraceRecorder() { return g_recorder.load(std::memory_order_acquire); }
+
+void NoteCudaInForkedChild(const char* what) {
+  static std::atomic<bool> noted{false};
+  if (noted.exchange(true)) return;
+  const std::string call = what != nullptr && *what != '\0' ? what : "?";
+  std::fputs(ForkedChildCudaMessage(call, static_cast<long>(getpid())).c_str(), stderr);
+  if (std::getenv("GPUMEM_TRACE") == nullptr) return;
+  absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
+  if (!options.ok()) return;
+  // The parent's trace belongs to the parent (its writer thread is not in this process):
+  // the child gets a file of its own.
+  const bool per_pid = options->path.find("%p") != std::string::npos;
+  options->path = ExpandTracePath(options->path, getpid(), RankFromEnvironment());
+  if (!per_pid) options->path += ".child-" + std::to_string(getpid());
+  options->writer.header["source"] = "gpumem (forked child)";
+  absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
+  if (!recorder.ok()) return;
+  (*recorder)->Annotate(-1, ForkedChildCudaAnnotation(call), true);
+  if ((*recorder)->Close().ok()) {
+    std::fprintf(stderr, "gpumem: recorded in %s\n", (*recorder)->writer().path().c_str());
+  }
+}
 
 void TraceStep(std::uint64_t) {
   if (Recorder* recorder = TraceRecorder()) recorder->Step();

@@ -22,6 +22,9 @@ absl::StatusOr<Recorder*> StartProfileRecorder(const Config& config);
 // The recorder once started, else nullptr: the C ABI opens a Recorder::CallScope with it
 // so allocations get the caller's Python stack (taken before the allocator's lock).
 Recorder* TraceRecorder();
+// CUDA is about to be used in a child forked from a process that had CUDA: says so, with
+// the fix, on stderr and (with GPUMEM_TRACE set) in a trace of the child's own. Once.
+void NoteCudaInForkedChild(const char* what);
 // Tells the recorder a training step ended.
 void TraceStep(std::uint64_t step);
 // Tests: everything recorded so far is in the file.

@@ -62,6 +62,12 @@ void ChunkEncoder::AddEvent(const RawRecord& r) {
   ++events_;
 }
 
+void ChunkEncoder::AddJournalMark(std::uint32_t region, std::uint64_t next_index) {
+  payload_.push_back(static_cast<char>(format::RecordType::kJournalMark));
+  PutVarint(&payload_, region);
+  PutVarint(&payload_, next_index);
+}
+
 void ChunkEncoder::Reset() {
   payload_.clear();
   events_ = 0;

@@ -32,6 +32,9 @@ class ChunkEncoder {
   void AddAnnotation(std::int64_t time_ns, std::int32_t device, bool start,
                      const std::string& name);
   void AddEvent(const RawRecord& record);
+  // Journal region `region`: its records before `next_index` are in this chunk or an
+  // earlier one (the reader ignores them in the raw journal).
+  void AddJournalMark(std::uint32_t region, std::uint64_t next_index);
 
   const std::string& payload() const { return payload_; }
   std::size_t events() const { return events_; }

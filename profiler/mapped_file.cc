@@ -84,6 +84,17 @@ absl::Status MappedFile::Append(const void* data, std::size_t n) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::size_t> MappedFile::AppendZeros(std::size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": closed"));
+  if (size_ + n > capacity_) {
+    absl::Status grown = Grow(size_ + n);
+    if (!grown.ok()) return grown;
+  }
+  const std::size_t at = size_;
+  size_ += n;
+  return at;
+}
+
 absl::Status MappedFile::Finish() {
   if (fd_ < 0) return absl::OkStatus();
   Unmap();

@@ -2,7 +2,7 @@
 // mapping belong to the kernel's page cache at once, so they survive the process being
 // killed (SIGKILL, OOM killer) without any write() or msync(). Space is reserved ahead
 // with posix_fallocate so a full disk shows up as an error here, not as SIGBUS later.
-// Only one thread may use an instance.
+// Only one thread at a time may use an instance.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +25,9 @@ class MappedFile {
   ~MappedFile();
 
   absl::Status Append(const void* data, std::size_t n);
+  // Appends n zero bytes (space posix_fallocate already zeroed) and returns where they
+  // start: room that others write in place (journal regions, mapped on their own).
+  absl::StatusOr<std::size_t> AppendZeros(std::size_t n);
   // Cuts the preallocated tail off and closes the file.
   absl::Status Finish();
   // Unmaps without truncating or touching the file: for a forked child, whose parent
@@ -32,6 +35,7 @@ class MappedFile {
   void Abandon();
 
   std::size_t size() const { return size_; }
+  int fd() const { return fd_; }
   const std::string& path() const { return path_; }
 
  private:

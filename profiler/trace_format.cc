@@ -3,6 +3,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "profiler/journal_format.h"
+
 namespace gpumem::format {
 
 std::uint32_t Crc32(std::uint32_t crc, const void* data, std::size_t n) {
@@ -28,6 +30,66 @@ bool HasMagic(absl::string_view data) {
   return data.size() >= sizeof(kMagic) && std::memcmp(data.data(), kMagic, sizeof(kMagic)) == 0;
 }
 
+std::uint32_t CheckedPayloadBytes(ChunkKind kind, std::uint32_t stored_len) {
+  return kind == ChunkKind::kJournal ? static_cast<std::uint32_t>(kJournalHeaderBytes)
+                                     : stored_len;
+}
+
+namespace {
+
+std::string ChunkHeaderBytes(ChunkKind kind, Codec codec, std::uint32_t seq,
+                             std::uint32_t stored_len, std::uint32_t raw_len,
+                             absl::string_view checked_payload) {
+  std::string header;
+  PutU32(&header, kChunkSync);
+  PutU32(&header, 0);  // crc, filled below
+  PutU32(&header, stored_len);
+  PutU32(&header, raw_len);
+  header.push_back(static_cast<char>(kind));
+  header.push_back(static_cast<char>(codec));
+  header.push_back(0);
+  header.push_back(0);
+  PutU32(&header, seq);
+  std::uint32_t crc = Crc32(0, header.data() + 8, kChunkHeaderSize - 8);
+  crc = Crc32(crc, checked_payload.data(), checked_payload.size());
+  std::string crc_bytes;
+  PutU32(&crc_bytes, crc);
+  header.replace(4, 4, crc_bytes);
+  return header;
+}
+
+}  // namespace
+
+void AppendJournalChunkHead(std::string* out, std::uint32_t seq, std::uint32_t region,
+                            std::uint32_t capacity, std::uint32_t lead) {
+  std::string journal_header;
+  PutU32(&journal_header, region);
+  PutU32(&journal_header, static_cast<std::uint32_t>(kJournalRecordBytes));
+  PutU32(&journal_header, capacity);
+  PutU32(&journal_header, lead);
+  const auto len = static_cast<std::uint32_t>(kJournalHeaderBytes + lead +
+                                              std::size_t{capacity} * kJournalRecordBytes);
+  out->append(ChunkHeaderBytes(ChunkKind::kJournal, Codec::kNone, seq, len, len,
+                               journal_header));
+  out->append(journal_header);
+  out->append(lead, '\0');
+}
+
+std::optional<JournalHeader> ParseJournalHeader(const unsigned char* payload,
+                                                std::uint32_t stored_len) {
+  JournalHeader h;
+  h.region = GetU32(payload);
+  h.capacity = GetU32(payload + 8);
+  h.lead = GetU32(payload + 12);
+  if (GetU32(payload + 4) != kJournalRecordBytes || h.lead >= kJournalRecordBytes ||
+      h.capacity == 0 || h.capacity > kMaxJournalRecords ||
+      std::uint64_t{stored_len} != kJournalHeaderBytes + h.lead +
+                                       std::uint64_t{h.capacity} * kJournalRecordBytes) {
+    return std::nullopt;
+  }
+  return h;
+}
+
 void AppendChunk(std::string* out, ChunkKind kind, std::uint32_t seq,
                  absl::string_view raw_payload, int zstd_level) {
   std::string compressed;
@@ -42,22 +104,8 @@ void AppendChunk(std::string* out, ChunkKind kind, std::uint32_t seq,
     }
   }
   absl::string_view stored = codec == Codec::kZstd ? absl::string_view(compressed) : raw_payload;
-  std::string header;
-  PutU32(&header, kChunkSync);
-  PutU32(&header, 0);  // crc, filled below
-  PutU32(&header, static_cast<std::uint32_t>(stored.size()));
-  PutU32(&header, static_cast<std::uint32_t>(raw_payload.size()));
-  header.push_back(static_cast<char>(kind));
-  header.push_back(static_cast<char>(codec));
-  header.push_back(0);
-  header.push_back(0);
-  PutU32(&header, seq);
-  std::uint32_t crc = Crc32(0, header.data() + 8, kChunkHeaderSize - 8);
-  crc = Crc32(crc, stored.data(), stored.size());
-  std::string crc_bytes;
-  PutU32(&crc_bytes, crc);
-  header.replace(4, 4, crc_bytes);
-  out->append(header);
+  out->append(ChunkHeaderBytes(kind, codec, seq, static_cast<std::uint32_t>(stored.size()),
+                               static_cast<std::uint32_t>(raw_payload.size()), stored));
   out->append(stored.data(), stored.size());
 }
 
@@ -70,19 +118,24 @@ std::optional<ChunkHeader> ParseChunkHeader(const unsigned char* data) {
   std::uint8_t kind = data[16];
   std::uint8_t codec = data[17];
   h.seq = GetU32(data + 20);
-  if (kind > static_cast<std::uint8_t>(ChunkKind::kEnd)) return std::nullopt;
+  if (kind > static_cast<std::uint8_t>(ChunkKind::kJournal)) return std::nullopt;
   if (codec > static_cast<std::uint8_t>(Codec::kZstd)) return std::nullopt;
   if (data[18] != 0 || data[19] != 0) return std::nullopt;
   h.kind = static_cast<ChunkKind>(kind);
   h.codec = static_cast<Codec>(codec);
   if (h.stored_len > kMaxStoredLen || h.raw_len > kMaxRawLen) return std::nullopt;
   if (h.codec == Codec::kNone && h.stored_len != h.raw_len) return std::nullopt;
+  if (h.kind == ChunkKind::kJournal &&
+      (h.codec != Codec::kNone || h.stored_len < kJournalHeaderBytes)) {
+    return std::nullopt;
+  }
   return h;
 }
 
 bool ChunkChecksumOk(const unsigned char* chunk, const ChunkHeader& header) {
   std::uint32_t crc = Crc32(0, chunk + 8, kChunkHeaderSize - 8);
-  crc = Crc32(crc, chunk + kChunkHeaderSize, header.stored_len);
+  crc = Crc32(crc, chunk + kChunkHeaderSize,
+              CheckedPayloadBytes(header.kind, header.stored_len));
   return crc == header.crc;
 }
 

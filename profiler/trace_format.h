@@ -8,6 +8,10 @@
 //   header = u32 sync "GMCK", u32 crc32(header[8..24) + payload), u32 stored_len,
 //            u32 raw_len, u8 kind, u8 codec, u16 reserved, u32 seq
 //
+// A journal chunk (kind 3, version 2) is a region that recording threads keep writing
+// raw records into (profiler/journal_format.h): its checksum covers only the header and
+// the region's own 16-byte header, which never change.
+//
 // A chunk decodes on its own (deltas restart in every chunk), so a reader can skip a
 // corrupt chunk and resynchronise on the next "GMCK" whose checksum holds.
 #pragma once
@@ -23,7 +27,9 @@
 namespace gpumem::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'G', 'P', 'U', 'M', 'E', 'M', '\n'};
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2;
+// Version 1 is version 2 without journal chunks and marks: readers still read it.
+inline constexpr std::uint32_t kOldestReadableVersion = 1;
 inline constexpr std::size_t kPrefixSize = 16;
 inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
 inline constexpr std::size_t kChunkHeaderSize = 24;
@@ -36,6 +42,7 @@ enum class ChunkKind : std::uint8_t {
   kHeader = 0,   // key/value strings: pid, rank, host, clock origin, ...
   kRecords = 1,  // records (below)
   kEnd = 2,      // written by a clean close: totals, so a reader can tell a finished run
+  kJournal = 3,  // a raw journal region, written in place by recording threads
 };
 
 enum class Codec : std::uint8_t { kNone = 0, kZstd = 1 };
@@ -64,8 +71,9 @@ enum class RecordType : std::uint8_t {
   kStack = 10,        // a stack definition
   kAnnotation = 11,   // a named mark (e.g. CUDA used in a forked child)
   kAutograd = 12,     // autograd link of the event record that follows it
+  kJournalMark = 13,  // journal region r: its records before index n are in chunks
 };
-inline constexpr std::uint8_t kMaxRecordType = 12;
+inline constexpr std::uint8_t kMaxRecordType = 13;
 
 // Flags: the high 4 bits of an event record's first byte. "Same as the previous event of
 // this chunk" flags let the common case cost one byte per field.
@@ -153,6 +161,10 @@ std::string FilePrefix();
 // True if `data` starts with the gpumem magic (the version is checked by the reader).
 bool HasMagic(absl::string_view data);
 
+// Bytes of a chunk's payload that its checksum covers: all of it, but only the region's
+// fixed header for a journal chunk.
+std::uint32_t CheckedPayloadBytes(ChunkKind kind, std::uint32_t stored_len);
+
 // Appends header + payload, compressing the payload with zstd when that makes it smaller.
 void AppendChunk(std::string* out, ChunkKind kind, std::uint32_t seq,
                  absl::string_view raw_payload, int zstd_level = 1);
@@ -161,6 +173,18 @@ void AppendChunk(std::string* out, ChunkKind kind, std::uint32_t seq,
 // nullopt when the sync word or the bounds are wrong. The checksum is checked separately
 // once the payload is known to be in the file.
 std::optional<ChunkHeader> ParseChunkHeader(const unsigned char* data);
+// Appends the header of a journal chunk, the region's own header and `lead` zeros; the
+// caller appends `capacity` x 64 zero bytes (the records) after them.
+void AppendJournalChunkHead(std::string* out, std::uint32_t seq, std::uint32_t region,
+                            std::uint32_t capacity, std::uint32_t lead);
+// The journal header's fields; nullopt if they disagree with the chunk's length.
+struct JournalHeader {
+  std::uint32_t region = 0;
+  std::uint32_t capacity = 0;
+  std::uint32_t lead = 0;
+};
+std::optional<JournalHeader> ParseJournalHeader(const unsigned char* payload,
+                                                std::uint32_t stored_len);
 bool ChunkChecksumOk(const unsigned char* chunk, const ChunkHeader& header);
 
 // The chunk's payload, decompressed; nullopt if it does not decode to raw_len bytes.

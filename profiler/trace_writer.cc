@@ -7,8 +7,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
+
+#include <utility>
 
 #include "profiler/chunk_encoder.h"
+#include "profiler/journal_region.h"
 
 namespace gpumem {
 namespace {
@@ -28,10 +32,9 @@ std::uint64_t ForkEpoch() {
   return g_fork_epoch.load(std::memory_order_relaxed);
 }
 
-std::size_t RoundUpPow2(std::size_t n) {
-  std::size_t p = 16;
-  while (p < n) p <<= 1;
-  return p;
+std::uint32_t RingCapacity(std::size_t n) {
+  return static_cast<std::uint32_t>(
+      std::clamp<std::size_t>(n, 16, format::kMaxJournalRecords));
 }
 
 std::string EnvOr(const char* name, const char* fallback) {
@@ -41,21 +44,22 @@ std::string EnvOr(const char* name, const char* fallback) {
 
 }  // namespace
 
-// A single-producer (its thread) single-consumer (the writer thread) ring.
+// A single-producer (its owning thread) single-consumer (the writer thread) ring whose
+// slots are a journal region of the file. Record i of the region goes to slot i %
+// capacity; i counts on across owners, so the reader can tell old slots from new.
 struct TraceWriter::Ring {
-  explicit Ring(std::size_t capacity)
-      : slots(new RawRecord[capacity]), mask(capacity - 1) {}
-  std::unique_ptr<RawRecord[]> slots;
-  const std::size_t mask;
+  explicit Ring(std::unique_ptr<JournalRegion> r) : region(std::move(r)) {}
+  std::unique_ptr<JournalRegion> region;
   alignas(64) std::atomic<std::uint64_t> head{0};  // next to read (writer thread)
   alignas(64) std::atomic<std::uint64_t> tail{0};  // next to write (owning thread)
+  std::atomic<std::uint64_t> links{0};  // autograd link slots: records, not events
   std::atomic<bool> thread_exited{false};
 };
 
 namespace {
 
 // Each thread's rings, one per writer it has recorded into. On thread exit the rings are
-// marked so the writer drops them once drained.
+// marked, so the writer hands them to new threads once they are drained.
 struct ThreadRings {
   struct Entry {
     std::uint64_t writer_id;
@@ -64,13 +68,21 @@ struct ThreadRings {
     std::atomic<bool>* exited;
   };
   std::vector<Entry> entries;
-  ~ThreadRings() {
-    for (Entry& e : entries) e.exited->store(true, std::memory_order_release);
-  }
+  ~ThreadRings();
 };
 thread_local ThreadRings t_rings;
 thread_local std::uint64_t t_last_writer = 0;
 thread_local void* t_last_ring = nullptr;
+// Set while the thread's rings are handed back: a ring may go to another thread then, so
+// this thread must not write into it again (its records are dropped from here on).
+thread_local bool t_exiting = false;
+
+ThreadRings::~ThreadRings() {
+  t_exiting = true;
+  t_last_writer = 0;
+  t_last_ring = nullptr;
+  for (Entry& e : entries) e.exited->store(true, std::memory_order_release);
+}
 
 }  // namespace
 
@@ -136,6 +148,7 @@ TraceWriter::~TraceWriter() {
 
 TraceWriter::Ring* TraceWriter::ThreadRing() {
   if (t_last_writer == id_) return static_cast<Ring*>(t_last_ring);
+  if (t_exiting) return nullptr;
   for (const ThreadRings::Entry& e : t_rings.entries) {
     if (e.writer_id == id_) {
       t_last_writer = id_;
@@ -143,8 +156,19 @@ TraceWriter::Ring* TraceWriter::ThreadRing() {
       return static_cast<Ring*>(e.ring);
     }
   }
-  auto ring = std::make_shared<Ring>(RoundUpPow2(options_.ring_records));
+  std::shared_ptr<Ring> ring;
   {
+    std::lock_guard<std::mutex> lock(rings_mu_);
+    if (!free_rings_.empty()) {
+      ring = std::move(free_rings_.back());
+      free_rings_.pop_back();
+      ring->thread_exited.store(false, std::memory_order_relaxed);
+      rings_.push_back(ring);
+    }
+  }
+  if (ring == nullptr) {
+    ring = NewRing();
+    if (ring == nullptr) return nullptr;
     std::lock_guard<std::mutex> lock(rings_mu_);
     rings_.push_back(ring);
   }
@@ -154,15 +178,64 @@ TraceWriter::Ring* TraceWriter::ThreadRing() {
   return ring.get();
 }
 
+// A new journal region at the end of the file: a journal chunk whose records are 64-byte
+// aligned in the file, mapped on its own. Once per thread alive at once, not per record.
+std::shared_ptr<TraceWriter::Ring> TraceWriter::NewRing() {
+  const std::uint32_t capacity = RingCapacity(options_.ring_records);
+  std::lock_guard<std::mutex> lock(file_mu_);
+  // closed_ is set before the last drain and Finish(): a region made now would never be
+  // drained, and the file may be gone.
+  if (closed_.load()) return nullptr;
+  const std::size_t records_at = file_.size() + format::kChunkHeaderSize +
+                                 format::kJournalHeaderBytes;
+  const auto lead = static_cast<std::uint32_t>(
+      (format::kJournalRecordBytes - records_at % format::kJournalRecordBytes) %
+      format::kJournalRecordBytes);
+  std::string head;
+  format::AppendJournalChunkHead(&head, seq_, next_region_, capacity, lead);
+  absl::Status s = file_.Append(head.data(), head.size());
+  if (!s.ok()) {
+    SetError(s);
+    return nullptr;
+  }
+  ++seq_;
+  const std::uint32_t id = next_region_++;
+  absl::StatusOr<std::size_t> at =
+      file_.AppendZeros(std::size_t{capacity} * format::kJournalRecordBytes);
+  absl::StatusOr<std::unique_ptr<JournalRegion>> region =
+      at.ok() ? JournalRegion::Map(file_.fd(), *at, id, capacity)
+              : absl::StatusOr<std::unique_ptr<JournalRegion>>(at.status());
+  if (!region.ok()) {
+    SetError(region.status());
+    return nullptr;
+  }
+  return std::make_shared<Ring>(std::move(*region));
+}
+
+void TraceWriter::SetError(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_.ok()) status_ = status;
+}
+
 void TraceWriter::Record(const RawRecord& record) {
   if (closed_.load(std::memory_order_relaxed) ||
       g_fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) {
     return;
   }
   Ring* ring = ThreadRing();
+  if (ring == nullptr) return;
+  if (record.has_autograd) {
+    // Counted before the slot is published: recorded() never counts a link as an event.
+    ring->links.store(ring->links.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    Append(ring, format::JournalLinkOf(record));
+  }
+  Append(ring, record);
+}
+
+void TraceWriter::Append(Ring* ring, const RawRecord& record) {
   const std::uint64_t tail = ring->tail.load(std::memory_order_relaxed);
   std::uint64_t head = ring->head.load(std::memory_order_acquire);
-  const std::uint64_t capacity = ring->mask + 1;
+  const std::uint64_t capacity = ring->region->capacity();
   while (tail - head >= capacity) {
     // Full: the writer is behind. Wake it and wait; never drop a record.
     {
@@ -173,7 +246,11 @@ void TraceWriter::Record(const RawRecord& record) {
     std::this_thread::yield();
     head = ring->head.load(std::memory_order_acquire);
   }
-  ring->slots[tail & ring->mask] = record;
+  // Fields first, the commit word last: a record cut short by a kill keeps the slot's
+  // old commit word, which a reader does not take for this record.
+  format::JournalRecord* slot = ring->region->slot(tail);
+  format::FillJournalRecord(record, tail, slot);
+  std::atomic_ref<std::uint64_t>(slot->commit).store(tail + 1, std::memory_order_release);
   ring->tail.store(tail + 1, std::memory_order_release);
   if (tail + 1 - head == capacity / 2) {
     {
@@ -217,8 +294,16 @@ absl::Status TraceWriter::Close() {
 
 std::uint64_t TraceWriter::recorded() const {
   std::lock_guard<std::mutex> lock(rings_mu_);
-  std::uint64_t n = retired_records_;
-  for (const auto& ring : rings_) n += ring->tail.load(std::memory_order_acquire);
+  // A ring's tail counts every record of its region's life, whichever thread made it,
+  // and rings are kept (busy or free) until the writer goes.
+  // The tail first: a link it counts is then counted in `links` too.
+  auto events = [](const Ring& ring) {
+    const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
+    return tail - ring.links.load(std::memory_order_acquire);
+  };
+  std::uint64_t n = 0;
+  for (const auto& ring : rings_) n += events(*ring);
+  for (const auto& ring : free_rings_) n += events(*ring);
   return n;
 }
 
@@ -245,11 +330,25 @@ void TraceWriter::Run() {
       // drain once more for records that raced with it.
       closed_.store(true);
       DrainOnce();
+      std::uint32_t chunks;
+      {
+        std::lock_guard<std::mutex> lock(file_mu_);
+        chunks = seq_ + 1;  // including the end chunk
+      }
       std::string payload;
       format::PutVarint(&payload, written_events_);
-      format::PutVarint(&payload, seq_ + 1);  // chunks including this one
+      format::PutVarint(&payload, chunks);
       WriteChunk(format::ChunkKind::kEnd, payload);
-      absl::Status finished = file_.Finish();
+      absl::Status finished;
+      {
+        std::lock_guard<std::mutex> rings_lock(rings_mu_);
+        std::lock_guard<std::mutex> lock(file_mu_);
+        // Every record is in the chunks now, and readers ignore the journal of a finished
+        // file: give its regions' disk space back.
+        for (const auto& ring : rings_) ring->region->Release(file_.fd());
+        for (const auto& ring : free_rings_) ring->region->Release(file_.fd());
+        finished = file_.Finish();
+      }
       std::lock_guard<std::mutex> lock(mu_);
       if (status_.ok()) status_ = finished;
       flush_done_ = flush_requested_;
@@ -269,17 +368,43 @@ void TraceWriter::DrainOnce() {
     std::lock_guard<std::mutex> lock(rings_mu_);
     rings = rings_;
   }
+  struct Drained {
+    Ring* ring;
+    std::uint64_t tail;
+    bool exited;
+  };
+  std::vector<Drained> drained;
+  drained.reserve(rings.size());
   for (const std::shared_ptr<Ring>& ring : rings) {
+    // Exited first: then every record its thread made is below the tail read after it.
     const bool exited = ring->thread_exited.load(std::memory_order_acquire);
     const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
     const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
-    for (std::uint64_t i = head; i < tail; ++i) batch_.push_back(ring->slots[i & ring->mask]);
-    ring->head.store(tail, std::memory_order_release);
-    if (exited) {
-      std::lock_guard<std::mutex> lock(rings_mu_);
-      retired_records_ += tail;
-      rings_.erase(std::find(rings_.begin(), rings_.end(), ring));
+    const JournalRegion& region = *ring->region;
+    std::optional<RawRecord> link;  // an autograd link slot, for the allocation after it
+    for (std::uint64_t i = head; i < tail; ++i) {
+      RawRecord r;
+      const format::JournalRecord& slot = *region.slot(i);
+      r.time_ns = slot.time_ns;
+      r.addr = slot.addr;
+      r.size = slot.size;
+      r.stream = slot.stream;
+      r.extra = slot.extra;
+      r.stack_id = slot.stack_id;
+      r.thread = slot.thread;
+      r.device = slot.device;
+      r.type = static_cast<format::RecordType>(slot.type);
+      r.has_extra = (slot.flags & format::kJournalFlagExtra) != 0;
+      if (r.type == format::RecordType::kAutograd) {
+        link = r;
+        continue;
+      }
+      if (link && r.type == format::RecordType::kAlloc) format::AttachJournalLink(*link, &r);
+      link.reset();
+      batch_.push_back({r, region.id(), i});
     }
+    // A link whose allocation is not published yet is read again with it next time.
+    drained.push_back({ring.get(), link ? tail - 1 : tail, exited});
   }
   // Definitions are taken after the rings: a stack is queued before any record that uses
   // it is published, so every id in this batch is defined here or earlier.
@@ -291,27 +416,43 @@ void TraceWriter::DrainOnce() {
     std::lock_guard<std::mutex> lock(mu_);
     annotations.swap(annotations_);
   }
-  if (batch_.empty() && frames.empty() && stacks.empty() && annotations.empty()) return;
-  std::stable_sort(batch_.begin(), batch_.end(), [](const RawRecord& a, const RawRecord& b) {
-    return a.time_ns < b.time_ns;
-  });
-  ChunkEncoder encoder;
-  for (const FrameDef& f : frames) encoder.AddFrame(f);
-  for (const StackDef& s : stacks) encoder.AddStack(s);
-  for (const PendingAnnotation& a : annotations) {
-    encoder.AddAnnotation(a.time_ns, a.device, a.start, a.name);
-  }
-  for (const RawRecord& r : batch_) {
-    encoder.AddEvent(r);
-    if (encoder.events() >= options_.records_per_chunk) {
+  if (!batch_.empty() || !frames.empty() || !stacks.empty() || !annotations.empty()) {
+    // Stable: a region's records keep their order (one thread at a time, its clock never
+    // goes back), so each chunk holds a contiguous run of every region it touches and
+    // its journal marks say exactly which records it holds.
+    std::stable_sort(batch_.begin(), batch_.end(), [](const Pending& a, const Pending& b) {
+      return a.record.time_ns < b.record.time_ns;
+    });
+    ChunkEncoder encoder;
+    for (const FrameDef& f : frames) encoder.AddFrame(f);
+    for (const StackDef& s : stacks) encoder.AddStack(s);
+    for (const PendingAnnotation& a : annotations) {
+      encoder.AddAnnotation(a.time_ns, a.device, a.start, a.name);
+    }
+    std::map<std::uint32_t, std::uint64_t> marks;  // region -> next index, this chunk
+    auto write = [&] {
+      for (const auto& [region, next] : marks) encoder.AddJournalMark(region, next);
       WriteChunk(format::ChunkKind::kRecords, encoder.payload());
       written_events_ += encoder.events();
       encoder.Reset();
+      marks.clear();
+    };
+    for (const Pending& p : batch_) {
+      encoder.AddEvent(p.record);
+      marks[p.region] = p.index + 1;
+      if (encoder.events() >= options_.records_per_chunk) write();
     }
+    if (!encoder.payload().empty()) write();
   }
-  if (!encoder.payload().empty()) {
-    WriteChunk(format::ChunkKind::kRecords, encoder.payload());
-    written_events_ += encoder.events();
+  // The chunks are in the file: the slots they hold may be written again.
+  for (const Drained& d : drained) d.ring->head.store(d.tail, std::memory_order_release);
+  std::lock_guard<std::mutex> lock(rings_mu_);
+  for (const Drained& d : drained) {
+    if (!d.exited) continue;
+    auto it = std::find_if(rings_.begin(), rings_.end(),
+                           [&](const std::shared_ptr<Ring>& r) { return r.get() == d.ring; });
+    free_rings_.push_back(std::move(*it));
+    rings_.erase(it);
   }
 }
 
@@ -321,12 +462,10 @@ void TraceWriter::WriteChunk(format::ChunkKind kind, const std::string& payload)
     if (!status_.ok()) return;
   }
   std::string chunk;
+  std::lock_guard<std::mutex> lock(file_mu_);
   format::AppendChunk(&chunk, kind, seq_++, payload, options_.zstd_level);
   absl::Status s = file_.Append(chunk.data(), chunk.size());
-  if (!s.ok()) {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = s;
-  }
+  if (!s.ok()) SetError(s);
 }
 
 }  // namespace gpumem

@@ -1,9 +1,12 @@
-// Writes a gpumem trace (docs/trace-format.md). Record() is the hot path: it copies a
-// fixed-size record into the calling thread's own ring buffer, with no lock and no
-// system call. A background thread drains every ring at least every flush interval (and
-// whenever a ring is half full), sorts the batch by time, encodes and zstd-compresses it
-// into one checksummed chunk and copies that into the mmap'd file, where a SIGKILL can
-// no longer lose it. Flush() waits for that; Close() also writes the end chunk.
+// Writes a gpumem trace (docs/trace-format.md). Record() is the hot path: it writes a
+// fixed-size record into the calling thread's own journal region, a ring that lives in
+// the mmap'd trace file itself (profiler/journal_region.h), with no lock and no system
+// call: when Record() returns, the record is in the kernel's page cache and a SIGKILL
+// cannot lose it. A background thread drains every ring at least every flush interval
+// (and whenever a ring is half full), sorts the batch by time, encodes and
+// zstd-compresses it into checksummed chunks that say how far each region was consumed,
+// and only then lets the ring's slots be reused. Flush() waits for that; Close() also
+// writes the end chunk.
 #pragma once
 
 #include <atomic>
@@ -29,7 +32,8 @@ struct TraceWriterOptions {
   // host and the clock origin are added by the writer.
   std::map<std::string, std::string> header;
   int flush_interval_ms = 20;
-  std::size_t ring_records = 4096;       // per thread; rounded up to a power of two
+  // Per thread, in the file (64 bytes each): a region per thread alive at once.
+  std::size_t ring_records = 2048;
   std::size_t records_per_chunk = 16384;
   int zstd_level = 1;
 };
@@ -42,7 +46,8 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   // Any thread. Blocks only when this thread's ring is full (the writer is behind).
-  // Records made in a forked child are dropped: the parent owns the file.
+  // Records made in a forked child are dropped: the parent owns the file. So are those
+  // of a thread whose region cannot be created (status() says why).
   void Record(const RawRecord& record);
   void Annotate(std::int32_t device, const std::string& name, bool start);
   StackTable& stacks() { return stacks_; }
@@ -52,7 +57,8 @@ class TraceWriter {
   // Flushes, writes the end chunk, trims the file. Records made after it are dropped.
   absl::Status Close();
 
-  // Records accepted so far (a count, not a promise that they are in the file).
+  // Records accepted so far: each is in the file (journal or chunk) once its Record()
+  // returned, so a reader of a killed run's file finds at least this many.
   std::uint64_t recorded() const;
   const std::string& path() const { return file_.path(); }
   // The first write error, if any (the recording stops there).
@@ -65,9 +71,13 @@ class TraceWriter {
   struct Ring;
   TraceWriter(TraceWriterOptions options, MappedFile file);
   Ring* ThreadRing();
+  // Writes one journal slot of the calling thread's ring (waits while it is full).
+  void Append(Ring* ring, const RawRecord& record);
+  std::shared_ptr<Ring> NewRing();
   void Run();
   void DrainOnce();
   void WriteChunk(format::ChunkKind kind, const std::string& payload);
+  void SetError(const absl::Status& status);
 
   const TraceWriterOptions options_;
   const std::uint64_t id_;
@@ -76,8 +86,8 @@ class TraceWriter {
   std::atomic<bool> closed_{false};
 
   mutable std::mutex rings_mu_;
-  std::vector<std::shared_ptr<Ring>> rings_;
-  std::uint64_t retired_records_ = 0;  // records of rings whose threads exited
+  std::vector<std::shared_ptr<Ring>> rings_;       // owned by a thread, or draining
+  std::vector<std::shared_ptr<Ring>> free_rings_;  // drained; for the next new thread
 
   mutable std::mutex mu_;  // guards what follows
   std::condition_variable wake_cv_;
@@ -95,11 +105,21 @@ class TraceWriter {
   std::vector<PendingAnnotation> annotations_;
   absl::Status status_;
 
-  // Writer thread only.
+  // The file: the writer thread appends chunks, a thread's first record appends its
+  // journal region.
+  std::mutex file_mu_;
   MappedFile file_;
   std::uint32_t seq_ = 0;
+  std::uint32_t next_region_ = 0;
+
+  // Writer thread only.
   std::uint64_t written_events_ = 0;
-  std::vector<RawRecord> batch_;
+  struct Pending {
+    RawRecord record;
+    std::uint32_t region;
+    std::uint64_t index;
+  };
+  std::vector<Pending> batch_;
   std::unique_ptr<std::thread> thread_;  // leaked, not joined, in a forked child
 };
 

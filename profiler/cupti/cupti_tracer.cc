@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "profiler/cupti/memory_call.h"
 #include "profiler/cupti/trace_name.h"
+#include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
 
@@ -51,15 +52,9 @@ void AfterForkInChild() { g_forked_child.store(true); }
 
 void ReportForkedChild(const char* function) {
   if (g_fork_reported.exchange(true)) return;
-  std::fprintf(stderr,
-               "gpumem: CUDA was called (%s) in process %d, a child forked from a process that "
-               "had already initialized CUDA. CUDA does not survive fork(): this is what "
-               "happens when PyTorch DataLoader workers (num_workers > 0, fork start method) "
-               "touch CUDA. Fix: do not use CUDA in DataLoader workers (return CPU tensors and "
-               "move them to the GPU in the main process), or use the 'spawn' start method: "
-               "DataLoader(..., multiprocessing_context='spawn') or "
-               "torch.multiprocessing.set_start_method('spawn').\n",
-               function != nullptr ? function : "?", static_cast<int>(getpid()));
+  const std::string message =
+      ForkedChildCudaMessage(function != nullptr ? function : "?", static_cast<long>(getpid()));
+  std::fputs(message.c_str(), stderr);
   // The parent's trace belongs to the parent; the child gets its own.
   RecorderOptions options = g_tracer->options;
   std::string path = ExpandTracePath(options.path, getpid(), RankFromEnvironment());
@@ -68,11 +63,10 @@ void ReportForkedChild(const char* function) {
   options.writer.header["source"] = "cupti (forked child)";
   auto recorder = Recorder::Open(options);
   if (!recorder.ok()) return;
-  (*recorder)->Annotate(-1,
-                        std::string("cuda-in-forked-child: ") + (function ? function : "?") +
-                            "; DataLoader workers must not touch CUDA; use the 'spawn' "
-                            "start method",
+  (*recorder)->Annotate(-1, ForkedChildCudaAnnotation(function != nullptr ? function : "?"),
                         true);
+  // Annotations are not journaled: make this one durable now, the worker may die soon.
+  (*recorder)->Flush();
   g_tracer->recorder = recorder->release();
   g_forked_child.store(false);  // from now on this process records into its own trace
 }

@@ -19,7 +19,8 @@ import warnings
 from . import _native
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
-           "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "InstallError"]
+           "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "trace_events",
+           "InstallError"]
 
 _installed = False
 _profile_queued = False
@@ -114,7 +115,28 @@ def install():
                 f"gpumem must be installed before PyTorch's CUDA allocator is first used ({e}). "
                 "Fix: call gpumem.install() right after `import torch`, or start the program "
                 "with `gpumem run -- python ...` / GPUMEM=1.") from e
+    _watch_cuda_in_forked_children(torch)
     _installed = True
+
+
+def _watch_cuda_in_forked_children(torch):
+    """DataLoader workers (fork) that touch CUDA: PyTorch refuses in torch.cuda's lazy init,
+    before any driver call the CUPTI tracer could see. Wrap that init so that gpumem says
+    what happened and how to fix it, on stderr and in a trace of the child's own; PyTorch's
+    own error follows unchanged."""
+    cuda = torch.cuda
+    if getattr(cuda, "_gpumem_fork_watch", False) or not hasattr(cuda, "_is_in_bad_fork"):
+        return
+    original = cuda._lazy_init
+
+    def _lazy_init():
+        if cuda._is_in_bad_fork():
+            _native.lib().gpumem_note_cuda_in_forked_child(
+                b"torch.cuda lazy init, e.g. a tensor created on the GPU in a DataLoader worker")
+        return original()
+
+    cuda._lazy_init = _lazy_init
+    cuda._gpumem_fork_watch = True
 
 
 def installed():
@@ -145,6 +167,13 @@ def last_oom(device=0):
 def step():
     """Marks the end of a training step; returns the step count."""
     return _native.lib().gpumem_step()
+
+
+def trace_events():
+    """Events recorded into the trace (GPUMEM_TRACE) so far, 0 without one. Each is in
+    the file when its allocation returns: even a kill -9 right after this call leaves
+    a trace that reads back with at least this many events."""
+    return _native.lib().gpumem_trace_events()
 
 
 def empty_cache(device=-1):

@@ -24,6 +24,9 @@ p.add_argument("--allocator", required=True,
 p.add_argument("--cap", type=int, default=0, help="device memory cap in bytes (0: none)")
 p.add_argument("--warmup", type=int, default=3, help="steps left out of the median time")
 p.add_argument("--steps", type=int, default=0, help="steps to train (0: the workload's own)")
+p.add_argument("--report-trace-events", action="store_true",
+               help="gpumem: after each step print 'gpumem-trace-events N step K' to stderr "
+                    "(N: events in the trace so far; the kill -9 proof compares against it)")
 p.add_argument("--snapshot", default="",
                help="native allocator: pickle PyTorch's memory snapshot (python stacks) here")
 p.add_argument("--torch-history", choices=["python", "all"], default="",
@@ -181,6 +184,10 @@ try:
                                        else torch.cuda.memory_reserved())
         if use_gpumem or use_profile:
             gpumem.step()
+            if args.report_trace_events:
+                # Read after the step's records returned: the trace holds at least this many.
+                print(f"gpumem-trace-events {gpumem.trace_events()} step {len(losses)}",
+                      file=sys.stderr, flush=True)
 except torch.OutOfMemoryError as e:
     completed, error = False, str(e).splitlines()[0][:300]
 torch.cuda.synchronize()

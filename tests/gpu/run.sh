@@ -2,8 +2,10 @@
 # Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
-# usage: tests/gpu/run.sh [tests] [bench] [train] [overhead] [mincap WORKLOAD...]
-#        (default: tests bench train; overhead: tests/gpu/overhead.sh, recording cost)
+# usage: tests/gpu/run.sh [tests] [bench] [train] [overhead] [profiler] [mincap WORKLOAD...]
+#        (default: tests bench train). overhead: tests/gpu/overhead.sh, recording cost;
+#        profiler: the profiler's proofs (issue 5), see
+#        tests/gpu/profiler/run_profiler_proofs.sh; its torchrun part needs 2 GPUs.
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
 #        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
@@ -72,6 +74,12 @@ fi
 if want overhead; then
   echo "== recording overhead (tests/gpu/overhead.sh)"
   "$repo/tests/gpu/overhead.sh"
+fi
+
+if want profiler; then
+  echo "== profiler proofs"
+  "$repo/tests/gpu/profiler/run_profiler_proofs.sh" "$build" "$OUT/profiler" 2>&1 \
+    | tee "$OUT/profiler.log"
 fi
 
 if want mincap; then

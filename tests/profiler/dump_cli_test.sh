@@ -16,13 +16,22 @@ grep -q '    at Linear.forward (model.py:42)' "$dir/out" || fail "--stacks frame
 grep -q '^# pid=' "$dir/out" || fail "header missing"
 [ -s "$dir/err" ] && fail "unexpected stderr: $(cat "$dir/err")"
 
-# Cut in the middle: complete chunks still print, the warning goes to stderr.
-size=$(stat -c %s "$dir/t.gpumem")
-head -c $((size / 2)) "$dir/t.gpumem" > "$dir/cut.gpumem"
+# Cut inside the fourth chunk from the end (the records are in several chunks after the
+# journal region): complete chunks still print, the warning goes to stderr.
+cut=$(grep -obUa GMCK "$dir/t.gpumem" | cut -d: -f1 | tail -n 4 | head -n 1)
+head -c $((cut + 10)) "$dir/t.gpumem" > "$dir/cut.gpumem"
 "$gpumem" dump "$dir/cut.gpumem" > "$dir/out" 2> "$dir/err" || fail "dump of a cut file exit $?"
 grep -q 'warning: .*did not finish' "$dir/err" || fail "no recovery warning: $(cat "$dir/err")"
 n=$(grep -c $'\talloc\t' "$dir/out")
 { [ "$n" -gt 0 ] && [ "$n" -lt 100 ]; } || fail "cut file printed $n allocs"
+
+# Killed by SIGKILL with records not yet compressed: all 100 allocs print, and the
+# warning says how many came from the raw journal.
+"$sample" "$dir/killed.gpumem" killed 2>/dev/null
+"$gpumem" dump "$dir/killed.gpumem" > "$dir/out" 2> "$dir/err" || fail "dump of a killed run exit $?"
+grep -q 'warning: .*did not finish.* from the raw journal' "$dir/err" || fail "no journal recovery: $(cat "$dir/err")"
+n=$(grep -c $'\talloc\t' "$dir/out")
+[ "$n" = 100 ] || fail "killed run printed $n allocs, expected 100"
 
 # Not a trace: one line, exit 2.
 printf '\x89GPUMEM\n\x07\x00\x00\x00\x00\x00\x00\x00' > "$dir/bad.gpumem"

@@ -20,12 +20,16 @@ using testing::ChunkSpan;
 using testing::ReadBytes;
 using testing::TempPath;
 using testing::WalkChunks;
+using testing::WalkDataChunks;
+using testing::WipeJournals;
 
 constexpr int kChunks = 10;
 constexpr int kPerChunk = 100;
 
 // A file whose records chunk k holds exactly the events with addr 100k .. 100k+99: the
-// drain interval is long, so only the Flush() after every 100 events writes a chunk.
+// drain interval is long, so only the Flush() after every 100 events writes a chunk. Its
+// journal region is wiped, so these tests are about chunks alone (the journal has its
+// own tests in journal_recovery_test.cc).
 std::string MakeChunkedFile() {
   TraceWriterOptions options;
   options.path = TempPath("chunked.gpumem");
@@ -53,6 +57,7 @@ std::string MakeChunkedFile() {
   EXPECT_TRUE((*writer)->Close().ok());
   std::string bytes = ReadBytes(options.path);
   std::remove(options.path.c_str());
+  WipeJournals(&bytes);
   return bytes;
 }
 
@@ -75,7 +80,7 @@ class RecoveryTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     bytes_ = new std::string(MakeChunkedFile());
-    spans_ = new std::vector<ChunkSpan>(WalkChunks(*bytes_));
+    spans_ = new std::vector<ChunkSpan>(WalkDataChunks(*bytes_));
   }
   static void TearDownTestSuite() {
     delete bytes_;
@@ -88,8 +93,9 @@ std::string* RecoveryTest::bytes_ = nullptr;
 std::vector<ChunkSpan>* RecoveryTest::spans_ = nullptr;
 
 TEST_F(RecoveryTest, FileHasTheExpectedChunks) {
-  // header, kChunks records chunks, end.
+  // header, kChunks records chunks, end; and one journal region (one thread recorded).
   ASSERT_EQ(spans_->size(), kChunks + 2u);
+  EXPECT_EQ(WalkChunks(*bytes_).size(), kChunks + 3u);
   EXPECT_EQ(spans_->front().kind, format::ChunkKind::kHeader);
   EXPECT_EQ(spans_->back().kind, format::ChunkKind::kEnd);
   EXPECT_EQ(spans_->back().offset + spans_->back().size, bytes_->size());

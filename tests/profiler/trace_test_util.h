@@ -53,4 +53,26 @@ inline std::vector<ChunkSpan> WalkChunks(const std::string& bytes) {
   return spans;
 }
 
+// Zeroes the record slots of every journal chunk (kind 3), as if every record had been
+// compressed long ago and its slot never written again: what is left to read is in the
+// records chunks alone.
+inline void WipeJournals(std::string* bytes) {
+  for (const ChunkSpan& span : WalkChunks(*bytes)) {
+    if (span.kind != format::ChunkKind::kJournal) continue;
+    const std::size_t records = format::kChunkHeaderSize + 16 +
+                                format::GetU32(reinterpret_cast<const unsigned char*>(
+                                                   bytes->data()) + span.offset + 24 + 12);
+    bytes->replace(span.offset + records, span.size - records, span.size - records, '\0');
+  }
+}
+
+// The chunks other than journal regions.
+inline std::vector<ChunkSpan> WalkDataChunks(const std::string& bytes) {
+  std::vector<ChunkSpan> spans;
+  for (const ChunkSpan& span : WalkChunks(bytes)) {
+    if (span.kind != format::ChunkKind::kJournal) spans.push_back(span);
+  }
+  return spans;
+}
+
 }  // namespace gpumem::testing

@@ -4,6 +4,7 @@
 // same kind of file back event by event.)
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -60,6 +61,63 @@ TEST(TraceWriterRaceTest, ConcurrentRecordInternAndFlush) {
   std::uint64_t events = 0;
   ASSERT_TRUE(format::ByteReader(*payload).GetVarint(&events));
   EXPECT_EQ(events, std::uint64_t{kThreads} * kPerThread);
+  std::remove(options.path.c_str());
+}
+
+// Journal regions change hands: waves of short-lived threads record while the writer
+// drains every millisecond and another thread reads recorded(); a region freed by an
+// exited thread goes to a new one only after its records are compressed.
+TEST(TraceWriterRaceTest, ShortLivedThreadsReuseJournalRegions) {
+  TraceWriterOptions options;
+  options.path = testing::TempPath("race-reuse.gpumem");
+  options.ring_records = 16;
+  options.flush_interval_ms = 1;
+  options.records_per_chunk = 50;
+  auto writer = TraceWriter::Open(options);
+  ASSERT_TRUE(writer.ok());
+  std::atomic<bool> done{false};
+  std::thread poller([&] {
+    std::uint64_t last = 0;
+    while (!done.load()) {
+      const std::uint64_t n = (*writer)->recorded();
+      EXPECT_GE(n, last);
+      last = n;
+      std::this_thread::yield();
+    }
+  });
+  constexpr int kWaves = 40, kThreads = 3, kPerThread = 100;
+  for (int wave = 0; wave < kWaves; ++wave) {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        for (int i = 0; i < kPerThread; ++i) {
+          RawRecord r;
+          r.time_ns = TraceWriter::NowNs();
+          r.addr = i;
+          (*writer)->Record(r);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  done.store(true);
+  poller.join();
+  ASSERT_TRUE((*writer)->Close().ok());
+  EXPECT_EQ((*writer)->recorded(), std::uint64_t{kWaves} * kThreads * kPerThread);
+  const std::string bytes = testing::ReadBytes(options.path);
+  const auto spans = testing::WalkChunks(bytes);
+  std::size_t journals = 0;
+  for (const auto& s : spans) journals += s.kind == format::ChunkKind::kJournal ? 1 : 0;
+  EXPECT_LT(journals, std::size_t{kWaves} * kThreads) << "regions were not reused";
+  ASSERT_EQ(spans.back().kind, format::ChunkKind::kEnd);
+  const auto* end = reinterpret_cast<const unsigned char*>(bytes.data()) + spans.back().offset;
+  auto header = format::ParseChunkHeader(end);
+  ASSERT_TRUE(header && format::ChunkChecksumOk(end, *header));
+  auto payload = format::DecodePayload(end + format::kChunkHeaderSize, *header);
+  ASSERT_TRUE(payload.has_value());
+  std::uint64_t events = 0;
+  ASSERT_TRUE(format::ByteReader(*payload).GetVarint(&events));
+  EXPECT_EQ(events, std::uint64_t{kWaves} * kThreads * kPerThread);
   std::remove(options.path.c_str());
 }
 

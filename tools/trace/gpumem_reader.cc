@@ -1,6 +1,8 @@
 #include "tools/trace/gpumem_reader.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "profiler/journal_format.h"
 #include "profiler/trace_format.h"
 #include "tools/trace/autograd_links.h"
 #include "tools/trace/event_buffer.h"
@@ -57,6 +60,8 @@ class Reader {
   void ReadChunk(std::size_t pos, const format::ChunkHeader& h);
   bool ReadRecords(const std::string& payload, std::size_t* bad_at);
   void ReadHeader(const std::string& payload, std::size_t pos);
+  void ReadJournalChunk(std::size_t pos, const format::ChunkHeader& h);
+  void RecoverJournal();
   Trace Build();
 
   const unsigned char* data_;
@@ -74,6 +79,12 @@ class Reader {
   std::vector<AutogradLink> links_;
   std::optional<std::uint64_t> end_events_;
   std::optional<std::uint32_t> last_seq_;
+  struct JournalSpan {
+    std::size_t records_at;  // file offset of slot 0
+    std::uint32_t capacity;
+  };
+  std::map<std::uint32_t, JournalSpan> journals_;     // by region id
+  std::map<std::uint32_t, std::uint64_t> journal_marks_;  // region -> next index
 };
 
 std::optional<format::ChunkHeader> Reader::ValidChunkAt(std::size_t pos) const {
@@ -161,6 +172,13 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
                           static_cast<std::uint32_t>(node)};
       continue;
     }
+    if (rtype == RecordType::kJournalMark) {
+      std::uint64_t region, next;
+      if (!r.GetVarint(&region) || !r.GetVarint(&next) || region > UINT32_MAX) return fail();
+      std::uint64_t& mark = journal_marks_[static_cast<std::uint32_t>(region)];
+      mark = std::max(mark, next);
+      continue;
+    }
     if (rtype == RecordType::kAnnotation) {
       std::uint64_t t, device;
       Annotation a;
@@ -227,6 +245,10 @@ void Reader::ReadChunk(std::size_t pos, const format::ChunkHeader& h) {
                                            ": chunks are missing before it"));
   }
   last_seq_ = h.seq;
+  if (h.kind == format::ChunkKind::kJournal) {
+    ReadJournalChunk(pos, h);
+    return;
+  }
   std::optional<std::string> payload =
       format::DecodePayload(data_ + pos + format::kChunkHeaderSize, h);
   if (!payload) {
@@ -241,6 +263,8 @@ void Reader::ReadChunk(std::size_t pos, const format::ChunkHeader& h) {
     case format::ChunkKind::kHeader:
       ReadHeader(*payload, pos);
       break;
+    case format::ChunkKind::kJournal:
+      break;  // handled above
     case format::ChunkKind::kEnd: {
       ByteReader r(*payload);
       std::uint64_t events;
@@ -262,6 +286,93 @@ void Reader::ReadChunk(std::size_t pos, const format::ChunkHeader& h) {
   }
 }
 
+void Reader::ReadJournalChunk(std::size_t pos, const format::ChunkHeader& h) {
+  const unsigned char* payload = data_ + pos + format::kChunkHeaderSize;
+  std::optional<format::JournalHeader> j = format::ParseJournalHeader(payload, h.stored_len);
+  if (!j || journals_.count(j->region) != 0) {
+    ++info_->corrupt_chunks;
+    trace_.warnings.push_back(absl::StrCat(name_, ": journal chunk at offset ", pos,
+                                           j ? " repeats a region id" : " is malformed",
+                                           "; skipped"));
+    return;
+  }
+  ++info_->chunks;
+  info_->bytes_used += format::kChunkHeaderSize + h.stored_len;
+  journals_[j->region] = {pos + format::kChunkHeaderSize + format::kJournalHeaderBytes + j->lead,
+                          j->capacity};
+}
+
+// A killed writer's last records: in each region, those past the last journal mark (the
+// chunks hold the ones before it). Record i sits in slot i % capacity with commit i + 1;
+// a slot whose record was being written at the kill still carries an older index.
+void Reader::RecoverJournal() {
+  for (const auto& [region, span] : journals_) {
+    auto mark_it = journal_marks_.find(region);
+    const std::uint64_t mark = mark_it == journal_marks_.end() ? 0 : mark_it->second;
+    std::vector<std::pair<std::uint64_t, RawRecord>> found;
+    for (std::uint32_t p = 0; p < span.capacity; ++p) {
+      const unsigned char* slot = data_ + span.records_at +
+                                  std::size_t{p} * format::kJournalRecordBytes;
+      std::uint64_t commit;
+      std::memcpy(&commit, slot + offsetof(format::JournalRecord, commit), sizeof(commit));
+      if (commit == 0) continue;
+      const std::uint64_t index = commit - 1;
+      if (index % span.capacity != p || index < mark || index - mark >= span.capacity) {
+        continue;  // consumed already, or an older lap's record
+      }
+      std::optional<RawRecord> r = format::ReadJournalRecord(slot, index);
+      if (!r) {
+        ++info_->journal_damaged;
+        continue;
+      }
+      found.emplace_back(index, *r);
+    }
+    std::sort(found.begin(), found.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (std::size_t i = 0; i < found.size(); ++i) {
+      if (found[i].first != mark + i) {
+        trace_.warnings.push_back(absl::StrCat(
+            name_, ": journal region ", region, " lacks record ", mark + i,
+            "; kept the records around the gap"));
+        break;
+      }
+    }
+    std::optional<std::pair<std::uint64_t, RawRecord>> link;  // the slot before an alloc
+    std::size_t events = 0;
+    for (const auto& [index, r] : found) {
+      if (r.type == RecordType::kAutograd) {
+        link.emplace(index, r);
+        continue;
+      }
+      if (link && link->first + 1 == index && r.type == RecordType::kAlloc) {
+        RawRecord linked = r;
+        format::AttachJournalLink(link->second, &linked);
+        links_.push_back(AutogradLink{events_.size(), linked.autograd_seq,
+                                      linked.autograd_thread, linked.autograd_node_frame != 0,
+                                      linked.autograd_node_frame});
+      }
+      link.reset();
+      Event e{};
+      e.action = *ActionOf(r.type);
+      e.time_us = r.time_ns;  // nanoseconds until Build()
+      e.thread = r.thread;
+      e.device = r.device;
+      e.stream = r.stream;
+      e.addr = r.addr;
+      e.size = r.size;
+      e.stack_id = r.stack_id;
+      if (r.type == RecordType::kOom && r.has_extra) e.device_free = r.extra;
+      events_.push_back(e);
+      ++events;
+    }
+    info_->journal_events += events;
+  }
+  if (info_->journal_damaged > 0) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": ", info_->journal_damaged,
+                                           " damaged journal records were left out"));
+  }
+}
+
 absl::StatusOr<Trace> Reader::Read() {
   info_->file_bytes = size_;
   trace_.source = name_;
@@ -271,10 +382,10 @@ absl::StatusOr<Trace> Reader::Read() {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": not a gpumem trace (bad magic)"));
   }
   const std::uint32_t version = format::GetU32(data_ + 8);
-  if (version != format::kVersion) {
+  if (version < format::kOldestReadableVersion || version > format::kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": gpumem trace version ", version, " is not supported (this reader reads ",
-        format::kVersion, ")"));
+        format::kOldestReadableVersion, " to ", format::kVersion, ")"));
   }
   info_->bytes_used = format::kPrefixSize;
   std::size_t pos = format::kPrefixSize;
@@ -315,11 +426,15 @@ absl::StatusOr<Trace> Reader::Read() {
                                                                      : stop_reason));
   }
   if (!info_->complete) {
+    // A finished run compressed every journal record; only a killed one leaves some.
+    const std::size_t in_chunks = events_.size();
+    RecoverJournal();
     trace_.warnings.push_back(absl::StrCat(
         name_, ": the recording did not finish (no end chunk); recovered ", events_.size(),
-        " events in ", info_->chunks, " chunks (", info_->bytes_used, " of ", size_,
-        " bytes); the data stops at offset ", pos,
-        stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
+        " events: ", in_chunks, " in ", info_->chunks, " chunks (", info_->bytes_used,
+        " of ", size_, " bytes) and ", info_->journal_events,
+        " from the raw journal (recorded, not yet compressed); the data stops at offset ",
+        pos, stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
   } else if (end_events_ && *end_events_ != events_.size()) {
     trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
                                            " events but ", events_.size(), " were read"));
@@ -373,7 +488,8 @@ Trace Reader::Build() {
   }
   if (unknown_stacks > 0) {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", unknown_stacks,
-                                           " events use stacks defined in damaged chunks; "
+                                           " events use stacks defined in damaged chunks or "
+                                           "not yet written when the run was killed; "
                                            "they are shown without a stack"));
   }
   if (!links_.empty()) {

@@ -1,6 +1,7 @@
 // Reads gpumem's own trace files (docs/trace-format.md), including those of a process
 // that was killed while recording: every chunk whose checksum holds is kept, a corrupt
-// chunk is skipped (the reader resynchronises on the next valid one), and
+// chunk is skipped (the reader resynchronises on the next valid one), the records the
+// killed writer had not compressed yet are taken from the raw journal, and
 // Trace::warnings says what was recovered and where the data stopped.
 #pragma once
 
@@ -21,6 +22,9 @@ struct GpumemFileInfo {
   std::uint64_t bytes_used = 0;     // bytes of the file in valid chunks (prefix included)
   std::uint64_t file_bytes = 0;
   std::uint64_t corrupt_chunks = 0; // damaged places skipped or stopped at
+  // Events of a killed run taken from the raw journal (recorded, not yet compressed).
+  std::uint64_t journal_events = 0;
+  std::uint64_t journal_damaged = 0; // journal records whose check failed (not kept)
 };
 
 bool IsGpumemTrace(absl::string_view data);

@@ -1,0 +1,148 @@
+// The raw journal of a gpumem trace (format version 2, docs/trace-format.md): regions of
+// fixed-size records inside the mmap'd trace file, into which recording threads write
+// each event as it happens, so a SIGKILL cannot lose an event whose recording call
+// returned. The writer thread compresses them into records chunks later and marks how
+// far it got with journal-mark records; a reader takes from a region only the records
+// past that mark. Shared by the writer (profiler/) and the reader (tools/trace/).
+//
+//   journal chunk payload = journal header (16) + lead x 0 + capacity x record (64)
+//   journal header        = u32 region id, u32 record bytes (64), u32 capacity, u32 lead
+//   (lead < 64 puts the records at a file offset that is a multiple of 64: one record
+//   per cache line)
+//   record                = i64 time_ns, u64 addr, u64 size, u64 stream, u64 extra,
+//                           u32 stack, u32 thread, i32 device, u8 type, u8 flags,
+//                           u16 check, u64 commit (= index + 1, stored last)
+//
+// Record `index` of a region (0, 1, 2, ... over the region's whole life, whichever thread
+// owns it) lives at slot index % capacity.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+
+#include "profiler/raw_record.h"
+#include "profiler/trace_format.h"
+
+namespace gpumem::format {
+
+inline constexpr std::size_t kJournalHeaderBytes = 16;
+inline constexpr std::size_t kJournalRecordBytes = 64;
+// Bounds a reader enforces on a journal chunk (the writer uses far fewer).
+inline constexpr std::uint32_t kMaxJournalRecords = (kMaxStoredLen - kJournalHeaderBytes) /
+                                                    kJournalRecordBytes - 1;
+inline constexpr std::uint8_t kJournalFlagExtra = 0x01;
+
+// The 64 bytes of one journal record, as laid out in the file (little-endian hosts only:
+// the writer stores these words as they are in memory; x86-64 and aarch64 Linux are).
+struct alignas(64) JournalRecord {
+  std::int64_t time_ns;
+  std::uint64_t addr;
+  std::uint64_t size;
+  std::uint64_t stream;
+  std::uint64_t extra;
+  std::uint32_t stack_id;
+  std::uint32_t thread;
+  std::int32_t device;
+  std::uint8_t type;
+  std::uint8_t flags;
+  std::uint16_t check;
+  std::uint64_t commit;  // index + 1; 0 = never written
+};
+static_assert(sizeof(JournalRecord) == kJournalRecordBytes);
+
+// A 16-bit check over the record's fields and its index: a damaged record (or garbage
+// where a record should be) fails it with odds 65535 in 65536. The products are
+// independent of each other, so the hot path computes them in parallel.
+inline std::uint16_t JournalCheck(const std::uint64_t (&w)[7], std::uint64_t index) {
+  std::uint64_t h = (index + 1) * 0x9E3779B97F4A7C15ull + w[0] * 0xC2B2AE3D27D4EB4Full +
+                    w[1] * 0x165667B19E3779F9ull + w[2] * 0xD6E8FEB86659FD93ull +
+                    w[3] * 0xFF51AFD7ED558CCDull + w[4] * 0xC4CEB9FE1A85EC53ull +
+                    w[5] * 0x94D049BB133111EBull + w[6] * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  h *= 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  return static_cast<std::uint16_t>(h ^ (h >> 16) ^ (h >> 32) ^ (h >> 48));
+}
+
+// The seven words the check covers: the u64 at offsets 0..40 and device | type << 32 |
+// flags << 40.
+inline void JournalCheckWords(const JournalRecord& r, std::uint64_t (&w)[7]) {
+  std::memcpy(w, &r, 48);
+  w[6] = std::uint64_t{static_cast<std::uint32_t>(r.device)} | (std::uint64_t{r.type} << 32) |
+         (std::uint64_t{r.flags} << 40);
+}
+
+// Writes record `index` into its slot but for the commit word, which the caller stores
+// last (with release order). Built on the stack first, then copied: one pass of stores.
+inline void FillJournalRecord(const RawRecord& in, std::uint64_t index, JournalRecord* out) {
+  JournalRecord r;
+  r.time_ns = in.time_ns;
+  r.addr = in.addr;
+  r.size = in.size;
+  r.stream = in.stream;
+  r.extra = in.extra;
+  r.stack_id = in.stack_id;
+  r.thread = in.thread;
+  r.device = in.device;
+  r.type = static_cast<std::uint8_t>(in.type);
+  r.flags = in.has_extra ? kJournalFlagExtra : 0;
+  std::uint64_t w[7];
+  JournalCheckWords(r, w);
+  r.check = JournalCheck(w, index);
+  std::memcpy(static_cast<void*>(out), &r, offsetof(JournalRecord, commit));
+}
+
+// An allocation with an autograd link takes two slots: the link first (type kAutograd:
+// addr = sequence number, size = forward thread, stack_id = node frame), then the event.
+inline RawRecord JournalLinkOf(const RawRecord& alloc) {
+  RawRecord link;
+  link.type = RecordType::kAutograd;
+  link.time_ns = alloc.time_ns;
+  link.thread = alloc.thread;
+  link.device = alloc.device;
+  link.addr = alloc.autograd_seq;
+  link.size = alloc.autograd_thread;
+  link.stack_id = alloc.autograd_node_frame;
+  return link;
+}
+
+// Puts a link slot's fields back on the allocation that follows it.
+inline void AttachJournalLink(const RawRecord& link, RawRecord* alloc) {
+  alloc->has_autograd = true;
+  alloc->autograd_seq = link.addr;
+  alloc->autograd_thread = static_cast<std::uint32_t>(link.size);
+  alloc->autograd_node_frame = link.stack_id;
+}
+
+// The record in a slot if it is record `index`, whole and an event or an autograd link;
+// else nullopt.
+inline std::optional<RawRecord> ReadJournalRecord(const unsigned char* slot,
+                                                  std::uint64_t index) {
+  JournalRecord r;
+  std::memcpy(&r, slot, sizeof(r));
+  std::uint64_t w[7];
+  JournalCheckWords(r, w);
+  if (r.commit != index + 1 || r.check != JournalCheck(w, index)) return std::nullopt;
+  const bool event = r.type >= static_cast<std::uint8_t>(RecordType::kAlloc) &&
+                     r.type <= static_cast<std::uint8_t>(RecordType::kSegmentFree);
+  if ((!event && r.type != static_cast<std::uint8_t>(RecordType::kAutograd)) ||
+      (r.flags & ~kJournalFlagExtra) != 0) {
+    return std::nullopt;
+  }
+  RawRecord out;
+  out.time_ns = r.time_ns;
+  out.addr = r.addr;
+  out.size = r.size;
+  out.stream = r.stream;
+  out.extra = r.extra;
+  out.stack_id = r.stack_id;
+  out.thread = r.thread;
+  out.device = r.device;
+  out.type = static_cast<RecordType>(r.type);
+  out.has_extra = (r.flags & kJournalFlagExtra) != 0;
+  return out;
+}
+
+}  // namespace gpumem::format
