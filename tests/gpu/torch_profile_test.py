@@ -22,7 +22,9 @@ PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
 CAPTURE = os.path.join(HERE, "capture.py")
 CASES = {}
 CLI = None
-TMP = tempfile.mkdtemp(prefix="gpumem-profile-test-")
+# GPUMEM_TEST_KEEP=DIR keeps the scripts, traces and reports there (to look into a failure).
+TMP = os.environ.get("GPUMEM_TEST_KEEP") or tempfile.mkdtemp(prefix="gpumem-profile-test-")
+os.makedirs(TMP, exist_ok=True)
 
 
 def case(fn):
@@ -46,6 +48,8 @@ def run(argv, extra=None, timeout=600):
 def report(trace):
     r = run([CLI, "report", "--json", trace])
     assert r.returncode == 0, f"report failed ({r.returncode}): {r.stderr[-2000:]}"
+    with open(trace + ".report.json", "w") as f:
+        f.write(r.stdout)
     return json.loads(r.stdout)
 
 

@@ -38,6 +38,14 @@ TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
     marker.time_us = ++time;
     t.events.push_back(marker);
   }
+  // The process exits: everything is freed after the last step end, as in a real trace.
+  const std::vector<trace::Event> before_exit = t.events;
+  for (const trace::Event& e : before_exit) {
+    if (e.action == trace::Action::kAlloc && e.stack_id == kept) {
+      push(trace::Action::kFreeRequested, e.addr, kept);
+      push(trace::Action::kFreeCompleted, e.addr, kept);
+    }
+  }
   Report r = BuildReport(t, ReportOptions{});
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
   const LeakSuspect& s = r.leaks.suspects[0];

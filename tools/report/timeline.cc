@@ -30,7 +30,25 @@ Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const 
   std::size_t next_end = 0;  // index into steps.ends
   std::size_t step = 0;
   SeriesPoint point;
+  // Each site's stack holding most of its live bytes at the last step end (what the
+  // leak analysis measures; by the trace's end a process may have freed everything).
+  bool noted_leaked = false;
+  auto note_leaked_stacks = [&] {
+    noted_leaked = true;
+    absl::flat_hash_map<std::uint32_t, std::uint64_t> by_stack;
+    for (const auto& [key, block] : state.blocks()) by_stack[block.stack] += block.size;
+    std::vector<std::uint64_t> best_bytes(t.sites.size(), 0);
+    for (const auto& [stack, bytes] : by_stack) {
+      const std::uint32_t s = sites.site_of_stack(stack);
+      std::uint32_t& best = t.sites[s].leaked_stack;
+      if (bytes > best_bytes[s] || (bytes == best_bytes[s] && stack < best)) {
+        best = stack;
+        best_bytes[s] = bytes;
+      }
+    }
+  };
   auto take_sample = [&] {
+    if (next_end + 1 == steps.ends.size()) note_leaked_stacks();
     if (next_end % sample_stride != 0 && next_end + 1 != steps.ends.size()) return;
     t.sample_step.push_back(step);
     t.sample_allocated.push_back(state.allocated());
@@ -94,21 +112,11 @@ Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const 
     ++next_end;
     ++step;
   }
-  absl::flat_hash_map<std::uint32_t, std::uint64_t> leaked_by_stack;
   for (const auto& [key, block] : state.blocks()) {
     t.sites[block.site].live_blocks_at_end++;
     t.sites[block.site].live_bytes_at_end += block.size;
-    leaked_by_stack[block.stack] += block.size;
   }
-  std::vector<std::uint64_t> leaked_stack_bytes(t.sites.size(), 0);
-  for (const auto& [stack, bytes] : leaked_by_stack) {
-    const std::uint32_t s = sites.site_of_stack(stack);
-    std::uint32_t& best = t.sites[s].leaked_stack;
-    if (bytes > leaked_stack_bytes[s] || (bytes == leaked_stack_bytes[s] && stack < best)) {
-      best = stack;
-      leaked_stack_bytes[s] = bytes;
-    }
-  }
+  if (!noted_leaked) note_leaked_stacks();
   t.has_segments = state.saw_segments();
   t.unmatched_frees = state.unmatched_frees();
   if (progress) progress(1.0);

@@ -41,8 +41,8 @@ struct SiteTotals {
   std::size_t first_event = 0;
   std::uint64_t live_blocks_at_end = 0;  // never freed within the trace
   std::uint64_t live_bytes_at_end = 0;
-  // The stack that holds most of those bytes: a leak is shown with the stack of what
-  // leaked, not of the site's first allocation (a site can mix freed and kept blocks,
+  // The stack that holds most of the site's live bytes at the last step end: a leak is
+  // shown with the stack of what leaked, not of the site's first allocation (a site can mix freed and kept blocks,
   // e.g. a forward op's outputs and, attributed to it, its backward's gradients).
   std::uint32_t leaked_stack = 0;
   std::uint64_t peak_live = 0;
