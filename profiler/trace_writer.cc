@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 
 #include <utility>
 
@@ -381,7 +380,8 @@ void TraceWriter::DrainOnce() {
     const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
     const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
     const JournalRegion& region = *ring->region;
-    std::optional<RawRecord> link;  // an autograd link slot, for the allocation after it
+    RawRecord link;  // an autograd link slot, for the allocation after it
+    bool linked = false;
     for (std::uint64_t i = head; i < tail; ++i) {
       RawRecord r;
       const format::JournalRecord& slot = *region.slot(i);
@@ -397,14 +397,15 @@ void TraceWriter::DrainOnce() {
       r.has_extra = (slot.flags & format::kJournalFlagExtra) != 0;
       if (r.type == format::RecordType::kAutograd) {
         link = r;
+        linked = true;
         continue;
       }
-      if (link && r.type == format::RecordType::kAlloc) format::AttachJournalLink(*link, &r);
-      link.reset();
+      if (linked && r.type == format::RecordType::kAlloc) format::AttachJournalLink(link, &r);
+      linked = false;
       batch_.push_back({r, region.id(), i});
     }
     // A link whose allocation is not published yet is read again with it next time.
-    drained.push_back({ring.get(), link ? tail - 1 : tail, exited});
+    drained.push_back({ring.get(), linked ? tail - 1 : tail, exited});
   }
   // Definitions are taken after the rings: a stack is queued before any record that uses
   // it is published, so every id in this batch is defined here or earlier.
