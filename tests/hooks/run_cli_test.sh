@@ -17,4 +17,18 @@ case $err in
   *) fail "bad GPUMEM_MODE message: $err" ;;
 esac
 case $err in *ran*) fail "the program ran despite the bad GPUMEM_MODE" ;; esac
+# A traced run loads the CUPTI tracer from GPUMEM_LIB_DIR, unless --no-cupti or the user
+# already set CUDA_INJECTION64_PATH; an untraced run does not.
+libs=$(mktemp -d)
+trap 'rm -rf "$libs"' EXIT
+: >"$libs/libgpumem_cupti.so"
+inj() { env -u CUDA_INJECTION64_PATH GPUMEM_LIB_DIR="$libs" "$cli" run "$@" -- sh -c 'echo "${CUDA_INJECTION64_PATH:-unset}"'; }
+got=$(inj --trace "$libs/t.gpumem") || fail "traced run exited $?"
+[ "$got" = "$libs/libgpumem_cupti.so" ] || fail "traced run: CUDA_INJECTION64_PATH='$got'"
+got=$(inj --trace "$libs/t.gpumem" --no-cupti) || fail "--no-cupti run exited $?"
+[ "$got" = unset ] || fail "--no-cupti set CUDA_INJECTION64_PATH='$got'"
+got=$(GPUMEM_TRACE= inj) || fail "untraced run exited $?"
+[ "$got" = unset ] || fail "untraced run set CUDA_INJECTION64_PATH='$got'"
+got=$(CUDA_INJECTION64_PATH=/mine.so GPUMEM_LIB_DIR="$libs" "$cli" run --trace "$libs/t.gpumem" -- sh -c 'echo "$CUDA_INJECTION64_PATH"')
+[ "$got" = /mine.so ] || fail "a user's CUDA_INJECTION64_PATH was replaced by '$got'"
 echo PASS

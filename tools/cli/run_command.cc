@@ -34,6 +34,7 @@ struct RunArgs {
   std::string trace;
   bool verbose = false;
   bool profile_only = false;
+  bool no_cupti = false;
 };
 
 std::string FromEnvOr(const char* name, const char* fallback) {
@@ -62,6 +63,20 @@ int Run(const RunArgs& args) {
   }
   setenv("PYTHONPATH", path.c_str(), 1);
   setenv("GPUMEM_LIB_DIR", lib_dir.c_str(), 1);
+  // A traced run also records everyone else's device memory (cuBLAS workspaces, NCCL
+  // buffers, a forked DataLoader worker touching CUDA) through the CUPTI tracer, which the
+  // driver loads from CUDA_INJECTION64_PATH. A path the user set is kept.
+  const char* trace = std::getenv("GPUMEM_TRACE");
+  if (trace != nullptr && *trace != '\0' && !args.no_cupti &&
+      std::getenv("CUDA_INJECTION64_PATH") == nullptr) {
+    const std::string cupti = lib_dir + "/libgpumem_cupti.so";
+    if (access(cupti.c_str(), R_OK) == 0) {
+      setenv("CUDA_INJECTION64_PATH", cupti.c_str(), 1);
+    } else if (args.verbose) {
+      std::fprintf(stderr, "gpumem run: %s not built (no CUPTI): driver calls not traced\n",
+                   cupti.c_str());
+    }
+  }
 
   std::vector<char*> argv;
   for (const std::string& a : args.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -88,6 +103,9 @@ void AddRunCommand(CLI::App& app, int* status) {
   sub->add_flag("--profile-only", args->profile_only,
                 "keep PyTorch's own allocator and only record it into the trace "
                 "(GPUMEM_MODE=profile; --trace or GPUMEM_TRACE names the file)");
+  sub->add_flag("--no-cupti", args->no_cupti,
+                "with a trace, do not load the CUPTI tracer (libgpumem_cupti.so through "
+                "CUDA_INJECTION64_PATH) that records other libraries' CUDA memory calls");
   sub->add_option("command", args->command, "the program and its arguments")
       ->required()
       ->expected(-1);
