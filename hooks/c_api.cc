@@ -13,6 +13,7 @@
 #include "hooks/gpumem.h"
 #include "hooks/trace_hook.h"
 #include "nlohmann/json.hpp"
+#include "profiler/native_stack.h"
 #include "profiler/recorder.h"
 
 namespace gpumem::hooks {
@@ -353,6 +354,10 @@ int gpumem_profile_start(void) {
 }
 
 int gpumem_tracing(void) { return h::TraceRecorder() != nullptr ? 1 : 0; }
+
+void gpumem_set_native_unwinder(gpumem_unwinder_t unwinder) {
+  gpumem::SetNativeUnwinder(unwinder);
+}
 
 uint32_t gpumem_capture_stack(void) {
   gpumem::Recorder* recorder = h::TraceRecorder();

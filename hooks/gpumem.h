@@ -104,6 +104,12 @@ enum {
 GPUMEM_API int gpumem_profile_start(void);
 /* 1 once a trace is open in this process (GPUMEM_TRACE, or profile-only mode), else 0. */
 GPUMEM_API int gpumem_tracing(void);
+/* Native stacks (GPUMEM_STACKS=native|all) come from `unwinder` instead of glibc's
+ * backtrace(): it fills `pcs` with up to `max` return addresses of the calling thread,
+ * innermost first, and returns how many. NULL restores backtrace(). libgpumem_torch
+ * installs PyTorch's cached unwinder (torch::unwind). */
+typedef size_t (*gpumem_unwinder_t)(void** pcs, size_t max);
+GPUMEM_API void gpumem_set_native_unwinder(gpumem_unwinder_t unwinder);
 /* The calling thread's stack id in GPUMEM_STACKS mode (0: none, or no trace open). A
  * Python thread that released the GIL takes it back to read its frames: never call this
  * while holding a lock that a thread holding the GIL may wait for. */

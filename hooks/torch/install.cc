@@ -14,6 +14,7 @@
 
 #include "hooks/gpumem.h"
 #include "hooks/torch/autograd_link.h"
+#include "hooks/torch/torch_unwinder.h"
 #include "hooks/torch/profile.h"
 
 namespace gpumem::torch {
@@ -71,6 +72,7 @@ void install() {
               "program (call gpumem.install() right after `import torch`, before any "
               "tensor goes to the GPU), or start it with `gpumem run -- python ...` / "
               "GPUMEM=1, which install it before the script runs.");
+  UsePytorchUnwinder();
   std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator> base =
       pluggable::createCustomAllocator(&Alloc, &Free);
   auto allocator = std::dynamic_pointer_cast<pluggable::CUDAPluggableAllocator>(base);

@@ -14,6 +14,7 @@
 
 #include "hooks/gpumem.h"
 #include "hooks/torch/autograd_link.h"
+#include "hooks/torch/torch_unwinder.h"
 
 namespace gpumem::torch {
 namespace {
@@ -126,6 +127,7 @@ void profile() {
     err.resize(err.size() - 1);
     TORCH_CHECK(false, err);
   }
+  UsePytorchUnwinder();
   // Trackers are called whether or not history is recorded; the context recorder only
   // runs with history on, so it is turned on with the smallest ring PyTorch allows.
   EnableContextRecorder(std::make_index_sequence<std::tuple_size_v<HistoryParams>>{});
