@@ -353,7 +353,14 @@ int gpumem_profile_start(void) {
   return 0;
 }
 
-int gpumem_tracing(void) { return h::TraceRecorder() != nullptr ? 1 : 0; }
+int gpumem_tracing(void) {
+  const gpumem::Recorder* recorder = h::TraceRecorder();
+  return recorder != nullptr && !recorder->paused() ? 1 : 0;
+}
+
+void gpumem_trace_pause(int paused) {
+  if (gpumem::Recorder* recorder = h::TraceRecorder()) recorder->SetPaused(paused != 0);
+}
 
 void gpumem_set_native_unwinder(gpumem_unwinder_t unwinder) {
   gpumem::SetNativeUnwinder(unwinder);
@@ -362,13 +369,14 @@ void gpumem_set_native_unwinder(gpumem_unwinder_t unwinder) {
 uint32_t gpumem_capture_stack(void) {
   gpumem::Recorder* recorder = h::TraceRecorder();
   // Skip this entry point: the stack starts at its caller.
-  return recorder == nullptr ? 0 : recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
+  if (recorder == nullptr || recorder->paused()) return 0;
+  return recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
 }
 
 void gpumem_record_event(int type, int device, uint64_t addr, uint64_t size, uint64_t stream,
                          uint32_t stack_id, uint64_t extra) {
   gpumem::Recorder* recorder = h::TraceRecorder();
-  if (recorder == nullptr) return;
+  if (recorder == nullptr || (type == GPUMEM_EVENT_ALLOC && recorder->paused())) return;
   using gpumem::format::RecordType;
   switch (type) {
     case GPUMEM_EVENT_ALLOC:

@@ -102,8 +102,12 @@ enum {
 /* Opens the trace (GPUMEM_TRACE, else gpumem-%p.gpumem) if it is not open: 0, or -1
  * with the reason in gpumem_last_error (a bad GPUMEM_* variable, an unwritable file). */
 GPUMEM_API int gpumem_profile_start(void);
-/* 1 once a trace is open in this process (GPUMEM_TRACE, or profile-only mode), else 0. */
+/* 1 once a trace is open in this process (GPUMEM_TRACE, or profile-only mode) and not
+ * paused, else 0. */
 GPUMEM_API int gpumem_tracing(void);
+/* Pauses (1) or resumes (0) recording allocations and their stacks; frees, maps and steps
+ * are still recorded. For measuring the recording's cost within one process. */
+GPUMEM_API void gpumem_trace_pause(int paused);
 /* Native stacks (GPUMEM_STACKS=native|all) come from `unwinder` instead of glibc's
  * backtrace(): it fills `pcs` with up to `max` return addresses of the calling thread,
  * innermost first, and returns how many. NULL restores backtrace(). libgpumem_torch

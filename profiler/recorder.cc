@@ -131,7 +131,9 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
 }
 
 Recorder::CallScope::CallScope(Recorder* recorder) {
-  if (recorder == nullptr || t_call_stack.recorder != nullptr) return;  // outer scope wins
+  if (recorder == nullptr || recorder->paused() || t_call_stack.recorder != nullptr) {
+    return;  // no trace, paused, or an outer scope took the stack already
+  }
   // Skip this constructor: the stack starts at the caller (the C ABI's entry point).
   t_call_stack.stack_id = recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
   t_call_stack.recorder = recorder;
@@ -190,6 +192,7 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
 }
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
+  if (event.kind == AllocatorEventKind::kAlloc && paused()) return;
   format::RecordType type = format::RecordType::kAlloc;
   switch (event.kind) {
     case AllocatorEventKind::kAlloc: type = format::RecordType::kAlloc; break;

@@ -45,6 +45,12 @@ class Recorder final : public AllocatorObserver {
   // A training-step boundary; returns the number of the step that begins.
   std::uint64_t Step();
 
+  // Paused: allocations are not recorded and no stack is taken (frees, maps and steps
+  // still are, so a report sees frees of blocks it never saw allocated, which it skips).
+  // For measuring the recording's cost in one process (tests/gpu/overhead_inprocess.py).
+  void SetPaused(bool paused) { paused_.store(paused, std::memory_order_relaxed); }
+  bool paused() const { return paused_.load(std::memory_order_relaxed); }
+
   // Records one event of any type with the calling thread's stack (in the configured
   // mode), `api_frame` (a named frame id, e.g. "cudaMalloc") innermost if non-zero, and
   // `skip` more of the caller's own native frames left out.
@@ -96,6 +102,7 @@ class Recorder final : public AllocatorObserver {
   StackMode stack_mode() const { return options_.stacks; }
 
  private:
+  std::atomic<bool> paused_{false};
   Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer);
 
   const RecorderOptions options_;

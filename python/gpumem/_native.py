@@ -69,6 +69,8 @@ def lib():
         l.gpumem_profile_start.restype = ctypes.c_int
         l.gpumem_trace_events.restype = ctypes.c_uint64
         l.gpumem_trace_events.argtypes = []
+        l.gpumem_trace_pause.restype = None
+        l.gpumem_trace_pause.argtypes = [ctypes.c_int]
         l.gpumem_note_cuda_in_forked_child.restype = None
         l.gpumem_note_cuda_in_forked_child.argtypes = [ctypes.c_char_p]
         l.gpumem_backend_name.restype = ctypes.c_char_p

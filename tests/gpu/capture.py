@@ -29,6 +29,10 @@ p.add_argument("--report-trace-events", action="store_true",
                     "(N: events in the trace so far; the kill -9 proof compares against it)")
 p.add_argument("--snapshot", default="",
                help="native allocator: pickle PyTorch's memory snapshot (python stacks) here")
+p.add_argument("--toggle", type=int, default=0, metavar="N",
+               help="alternate every N steps between recording and not, in this one process "
+                    "(gpumem with GPUMEM_TRACE: gpumem.pause_trace; --torch-history: "
+                    "PyTorch's recorder on and off); each step's state goes to `recording`")
 p.add_argument("--torch-history", choices=["python", "all"], default="",
                help="native allocator: record PyTorch's own memory history with these stacks")
 p.add_argument("--label", default="", help="name the run in the output (default: --allocator)")
@@ -145,8 +149,23 @@ else:
 
 if args.snapshot and not use_gpumem:
     torch.cuda.memory._record_memory_history(stacks="python", max_entries=1000000)
-elif args.torch_history and not use_gpumem:
+elif args.torch_history and not use_gpumem and not args.toggle:
     torch.cuda.memory._record_memory_history(stacks=args.torch_history)
+
+
+def set_recording(on):
+    if args.torch_history and not use_gpumem:
+        if on:
+            torch.cuda.memory._record_memory_history(stacks=args.torch_history)
+        else:
+            torch.cuda.memory._record_memory_history(enabled=None)
+    elif use_gpumem or use_profile:
+        gpumem.pause_trace(not on)
+
+
+recording = []
+if args.toggle:
+    set_recording(False)
 
 losses, times = [], []
 # gpumem only: the backend's maps, unmaps and synchronizes in each step (issue 4: a warm
@@ -171,7 +190,12 @@ try:
         losses.append(loss.item())  # syncs: the step's work is done
         now = time.perf_counter()
         times.append(now - t_prev)
-        t_prev = now
+        if args.toggle:
+            recording.append((len(losses) - 1) // args.toggle % 2 == 1)
+            on_next = len(losses) // args.toggle % 2 == 1
+            if on_next != recording[-1]:
+                set_recording(on_next)
+        t_prev = time.perf_counter()  # the switch itself is not part of a step
         if use_gpumem:
             calls_now = backend_calls()
             device_calls.append([a - b for a, b in zip(calls_now, calls_before)])
@@ -216,6 +240,7 @@ out = {
     "workload": args.workload, "allocator": args.label or args.allocator, "cap": args.cap,
     "completed": completed, "error": error, "steps": len(losses),
     "losses": losses, "step_seconds": [round(t, 6) for t in times],
+    **({"recording": recording} if args.toggle else {}),
     "median_step_seconds": steady[len(steady) // 2] if steady else None,
     "peak_allocated": peak_alloc, "peak_reserved": peak_res,
     "ratio": round(peak_res / max(1, peak_alloc), 4),
