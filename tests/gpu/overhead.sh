@@ -14,15 +14,7 @@
 #        OVERHEAD_STEPS (default 25), OVERHEAD_ROUNDS (default 1), OVERHEAD_CONFIGS (subset
 #        of the names below)
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$repo/gpu-results}
-mkdir -p "$OUT"
-prebuilt=${GPUMEM_PREBUILT:-$repo/third_party/prebuilt}/usr
-build=$repo/build-gpu-device
-py=$(command -v python3)
-export LD_LIBRARY_PATH=$prebuilt/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export GPUMEM_LIB_DIR=$build/lib PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/env.sh"
 [ -f "$build/lib/libgpumem.so" ] || { echo "overhead: $build/lib/libgpumem.so missing: run tests/gpu/run.sh overhead"; exit 2; }
 [ -f "$build/lib/libgpumem_torch.so" ] || echo "overhead: libgpumem_torch.so missing: profile-only rows will fail"
 scratch=$(mktemp -d)  # the traces of the timed runs

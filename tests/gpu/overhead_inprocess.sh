@@ -12,15 +12,7 @@
 #   env: OUT, GPUMEM_PREBUILT as in run.sh; INPROC_WORKLOADS (default "resnet50 gpt2"),
 #        INPROC_STEPS (default 60), INPROC_TOGGLE (default 5), INPROC_WARMUP (default 10)
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$repo/gpu-results}
-mkdir -p "$OUT"
-prebuilt=${GPUMEM_PREBUILT:-$repo/third_party/prebuilt}/usr
-build=$repo/build-gpu-device
-py=$(command -v python3)
-export LD_LIBRARY_PATH=$prebuilt/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export GPUMEM_LIB_DIR=$build/lib PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
+source "$(dirname "$0")/env.sh"
 [ -f "$build/lib/libgpumem.so" ] || { echo "overhead_inprocess: build first (tests/gpu/run.sh)"; exit 2; }
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT

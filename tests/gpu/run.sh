@@ -11,20 +11,11 @@
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
 #        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from).
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$repo/gpu-results}
-mkdir -p "$OUT"
-prebuilt=${GPUMEM_PREBUILT:-$repo/third_party/prebuilt}/usr
-build=$repo/build-gpu-device
-py=$(command -v python3)
+source "$(dirname "$0")/env.sh"
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(tests bench train)
 want() { local s; for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 
-export LD_LIBRARY_PATH=$prebuilt/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export GPUMEM_LIB_DIR=$build/lib
-export PYTHONPATH=$repo/python${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONUNBUFFERED=1
 
 torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/build.log"
