@@ -66,6 +66,19 @@ class Backend {
   virtual absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                            std::size_t offset) = 0;
   virtual void Unmap(DevicePtr va, std::size_t bytes) = 0;
+  // Maps handles[i] (each `page_bytes`, from offset 0) at va + i * page_bytes: all or
+  // nothing. The default maps one by one; a device may grant access to the whole run at
+  // once (one cuMemSetAccess instead of one per page: the costly part of a map).
+  virtual absl::Status MapPages(DevicePtr va, std::size_t page_bytes,
+                                const PhysicalHandle* handles, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (absl::Status s = Map(va + i * page_bytes, page_bytes, handles[i], 0); !s.ok()) {
+        for (std::size_t j = 0; j < i; ++j) Unmap(va + j * page_bytes, page_bytes);
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
 
   // --- plain segments (cudaMalloc / cudaFree), for policies without VMM.
   // ResourceExhausted past capacity.

@@ -138,7 +138,7 @@ class CachingAllocator final : public DeviceAllocator {
  private:
   struct StreamHeap {
     StreamHeap(PageHeap& pages, std::size_t range_va, StreamId s)
-        : large(pages, range_va), stream(s) {}
+        : large(pages, range_va, s), stream(s) {}
     LargePool large;  // declared first: slabs live in its blocks, so it goes last
     SmallPool small;
     StreamId stream;
@@ -173,6 +173,13 @@ class CachingAllocator final : public DeviceAllocator {
     guard_.Collect([this](DevicePtr ptr) { Release(live_.find(ptr)); });
   }
 
+  // Unmaps the old addresses of lent pages whose work is done (all, once quiet).
+  void RetireLent() {
+    for (auto& [stream, h] : heaps_) {
+      if (h->large.lent_pages() > 0) h->large.RetireLent(/*all=*/pages_.quiet());
+    }
+  }
+
   std::size_t EmptySlabBytes() const {
     std::size_t n = 0;
     for (const auto& [stream, h] : heaps_) n += h->small.empty_bytes();
@@ -202,6 +209,7 @@ class CachingAllocator final : public DeviceAllocator {
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
       CollectPending();
+      RetireLent();
       if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
       if (Block* b = h.large.BestFit(bytes)) return b;
       absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
@@ -221,10 +229,14 @@ class CachingAllocator final : public DeviceAllocator {
     const LargePool::Plan plan = h.large.PlanGrowth(bytes);
     const std::size_t need = plan.pages();
     std::size_t reused = pages_.cached_pages();
+    bool lent = false;
     if (options_.stitch && need > pages_.cached_pages() &&
         !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
       const std::size_t want = need - pages_.cached_pages();
-      std::size_t taken = h.large.TakeIdlePages(want, plan.extent);
+      // This stream's own idle pages are lent: the new block's work follows theirs in
+      // stream order, so nothing waits. Other streams' pages need the device idle.
+      std::size_t taken = h.large.TakeIdlePages(want, plan.extent, /*lend=*/true);
+      lent = taken > 0;
       for (auto& [stream, other] : heaps_) {
         if (taken == want) break;
         if (other.get() != &h) taken += other->large.TakeIdlePages(want - taken, nullptr);
@@ -234,6 +246,8 @@ class CachingAllocator final : public DeviceAllocator {
     }
     absl::StatusOr<Block*> b = h.large.Grow(plan, bytes);
     if (b.ok() && reused > 0) ++stats_.stitch_count;
+    // Lent pages left in the cache could go to another stream's growth: make them safe.
+    if (lent && !b.ok()) pages_.Quiesce();
     return b;
   }
 
@@ -257,6 +271,7 @@ class CachingAllocator final : public DeviceAllocator {
   void ReleaseAllCached() {
     pages_.Quiesce();
     CollectPending();
+    for (auto& [stream, h] : heaps_) h->large.RetireLent(/*all=*/true);
     ReleaseEmptySlabs();
     for (auto& [stream, h] : heaps_) {
       h->large.TakeIdlePages(std::numeric_limits<std::size_t>::max(), nullptr);

@@ -26,8 +26,8 @@ struct CachingAllocatorOptions {
   // Before creating pages, remap idle pages (whole free pages) from elsewhere. Off: new
   // pages are created and idle ones are reclaimed only when the device is full.
   bool stitch = true;
-  // Stitching unmaps pages, and that waits for the device: a full synchronize, which stalls
-  // the host's run-ahead, and cuMemUnmap itself. So growth creates new pages instead while
+  // Stitching costs a map and a later unmap per page (and, for another stream's pages, a
+  // full synchronize, which stalls the host's run-ahead). So growth creates new pages while
   // reserved stays within a budget: (1 + new_page_headroom) x the peak allocated so far,
   // plus every byte stitched so far (a layout that needed stitching in one step needs it in
   // the next: the budget learns that), at most (1 + max_new_page_headroom) x the peak and

@@ -136,6 +136,35 @@ absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle
   return absl::OkStatus();
 }
 
+absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
+                                      const PhysicalHandle* handles, std::size_t n) {
+  if (n == 0) return absl::OkStatus();
+  ScopedContext scope(api_, context_);
+  const CUdeviceptr base = static_cast<CUdeviceptr>(va);
+  auto undo = [&](std::size_t mapped) {
+    for (std::size_t j = 0; j < mapped; ++j) api_.cuMemUnmap(base + j * page_bytes, page_bytes);
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    CUresult r = api_.cuMemMap(base + i * page_bytes, page_bytes, 0,
+                               static_cast<CUmemGenericAllocationHandle>(handles[i]), 0);
+    if (r != CUDA_SUCCESS) {
+      undo(i);
+      return ToStatus(r, "cuMemMap");
+    }
+  }
+  // Access is granted per address range, whatever the mappings under it: one call for
+  // the run (as CUDA's vectorAddMMAP sample does), where the page table work happens.
+  CUresult r = api_.cuMemSetAccess(base, n * page_bytes, &access_, 1);
+  if (r != CUDA_SUCCESS) {
+    undo(n);
+    return ToStatus(r, "cuMemSetAccess");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.mapped_bytes += n * page_bytes;
+  counters_.maps += n;
+  return absl::OkStatus();
+}
+
 void CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
   CUresult r;
   {

@@ -30,6 +30,8 @@ class CudaVmmBackend final : public CudaMallocBackend {
   absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                    std::size_t offset) override;
   void Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::Status MapPages(DevicePtr va, std::size_t page_bytes, const PhysicalHandle* handles,
+                        std::size_t n) override;
 
  private:
   explicit CudaVmmBackend(const OpenDevice& open) : CudaMallocBackend(open) {}

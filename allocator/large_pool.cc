@@ -7,10 +7,17 @@
 
 namespace gpumem {
 
-LargePool::LargePool(PageHeap& pages, std::size_t range_va_bytes)
-    : pages_(pages), page_(pages.page_bytes()), range_va_bytes_(RoundUp(range_va_bytes, page_)) {}
+LargePool::LargePool(PageHeap& pages, std::size_t range_va_bytes, StreamId stream)
+    : pages_(pages),
+      page_(pages.page_bytes()),
+      stream_(stream),
+      range_va_bytes_(RoundUp(range_va_bytes, page_)) {}
 
 LargePool::~LargePool() {
+  if (!lent_.empty()) {
+    pages_.Quiesce();
+    RetireLent(/*all=*/true);
+  }
   // Everything goes back, used or not: the allocator is being destroyed.
   for (auto& r : ranges_) {
     if (r->segment) {
@@ -219,7 +226,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
   return Carve(e, bytes);
 }
 
-std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
+std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool lend) {
   if (!pages_.vmm() || max == 0) return 0;
   std::vector<Block*> candidates;
   for (Block* f : free_.Sorted()) {
@@ -233,18 +240,36 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
     DevicePtr last = f->end() / page_ * page_;  // end of the last whole page
     std::size_t n = std::min((last - first) / page_, max - taken);
     DevicePtr cut = last - n * page_;
-    for (DevicePtr va = cut; va < last; va += page_) pages_.UnmapPage(va);
+    for (DevicePtr va = cut; va < last; va += page_) {
+      if (lend) {
+        pages_.LendPage(va);
+      } else {
+        pages_.UnmapPage(va);
+      }
+    }
     taken += n;
     Range* r = f->range;
-    r->mapped_bytes -= n * page_;
     EraseFree(f);
-    // What remains: [f->addr, cut) and [last, end), with a hole between.
+    // What remains: [f->addr, cut) and [last, end), with a hole (or, lent, a placeholder
+    // that keeps growth out until the old addresses are unmapped) between.
     if (f->end() > last) {
       Block* tail = NewNode();
       tail->addr = last;
       tail->size = f->end() - last;
       LinkAfter(f, tail);
       InsertFree(tail);
+    }
+    if (lend) {
+      Block* hole = NewNode();
+      hole->addr = cut;
+      hole->size = last - cut;
+      hole->lent = true;
+      LinkAfter(f, hole);
+      if (lent_.empty() || lent_.back().done != 0) lent_.emplace_back();
+      lent_.back().holes.push_back(hole);
+      lent_pages_ += n;
+    } else {
+      r->mapped_bytes -= n * page_;
     }
     f->size = cut - f->addr;
     if (f->size == 0) {
@@ -255,7 +280,32 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep) {
     }
     if (r->mapped_bytes == 0) ReleaseRange(r);  // no page left, so no block either
   }
+  if (lend && taken > 0) {
+    // Work queued on the stream so far is what may still use the old addresses.
+    lent_.back().done = pages_.backend().RecordEvent(stream_);
+  }
   return taken;
+}
+
+std::size_t LargePool::RetireLent(bool all) {
+  std::size_t retired = 0;
+  Backend& backend = pages_.backend();
+  // One stream: its events complete in order, so the first pending one ends the search.
+  while (!lent_.empty() && (all || backend.EventCompleted(lent_.front().done))) {
+    for (Block* hole : lent_.front().holes) {
+      for (DevicePtr va = hole->addr; va < hole->end(); va += page_) pages_.RetireLent(va);
+      retired += hole->size / page_;
+      Range* r = hole->range;
+      r->mapped_bytes -= hole->size;
+      Unlink(hole);
+      Recycle(hole);
+      if (r->mapped_bytes == 0) ReleaseRange(r);  // its last pages: no block is left
+    }
+    backend.ReleaseEvent(lent_.front().done);
+    lent_.pop_front();
+  }
+  lent_pages_ -= retired;
+  return retired;
 }
 
 void LargePool::ReleaseRange(Range* r) {

@@ -8,6 +8,10 @@
 // that needs the fewest new pages (using its partly used page), or into a fresh range;
 // whole pages inside free blocks are idle and can be unmapped and mapped wherever a
 // request needs them (stitching: that is how this allocator defragments).
+// A stitch for this pool's own stream need not wait for the device: its idle pages are
+// lent (mapped at the new address while the old one stays mapped, see PageHeap::LendPage)
+// and the old addresses, held by placeholder blocks, are unmapped once an event recorded
+// on the stream says the work that used them is done.
 // Without VMM a range is a plain segment; growth allocates a new one.
 // Not thread-safe: the CachingAllocator calls it under its lock.
 #pragma once
@@ -43,6 +47,7 @@ struct Block {
   Block* free_prev = nullptr;  // in the FreeIndex list of its size, while free
   Block* free_next = nullptr;
   bool free = false;
+  bool lent = false;  // a placeholder: pages lent by a stitch, waiting to be unmapped
   DevicePtr end() const { return addr + size; }
 };
 
@@ -57,7 +62,7 @@ class LargePool {
   };
 
   // `range_va_bytes`: virtual bytes reserved per range (room to grow in place).
-  LargePool(PageHeap& pages, std::size_t range_va_bytes);
+  LargePool(PageHeap& pages, std::size_t range_va_bytes, StreamId stream = kDefaultStream);
   ~LargePool();
   LargePool(const LargePool&) = delete;
   LargePool& operator=(const LargePool&) = delete;
@@ -75,8 +80,14 @@ class LargePool {
   absl::StatusOr<Block*> Grow(const Plan& plan, std::size_t bytes);
 
   // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
-  // the page cache, smallest free blocks first. Returns how many.
-  std::size_t TakeIdlePages(std::size_t max, const Block* keep);
+  // the page cache, smallest free blocks first. Returns how many. With `lend`, the pages
+  // are lent instead (no synchronization): only a Grow of this pool, called next, may
+  // map them.
+  std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false);
+  // Unmaps the old addresses of lent pages whose stream work is done (all of them with
+  // `all`: the caller waited for the device). Returns how many pages.
+  std::size_t RetireLent(bool all);
+  std::size_t lent_pages() const { return lent_pages_; }
   // Whole pages inside free blocks.
   std::size_t IdlePages() const;
   // Without VMM: returns segments that are entirely free. Returns bytes released.
@@ -110,8 +121,18 @@ class LargePool {
   std::size_t RoomAfter(const Block* b) const;
   std::size_t RoomBefore(const Block* b) const;
 
+  // The old addresses of one stitch's lent pages (placeholder blocks), and an event
+  // recorded on the stream after the work that may still use them.
+  struct Lent {
+    std::vector<Block*> holes;
+    EventHandle done = 0;
+  };
+
   PageHeap& pages_;
   const std::size_t page_;
+  const StreamId stream_;
+  std::deque<Lent> lent_;  // oldest first
+  std::size_t lent_pages_ = 0;
   const std::size_t range_va_bytes_;
   FreeIndex free_;  // best fit
   std::size_t free_bytes_ = 0;

@@ -1,5 +1,7 @@
 #include "allocator/page_heap.h"
 
+#include <algorithm>
+
 namespace gpumem {
 
 PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer)
@@ -52,21 +54,15 @@ absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
     fresh.push_back(*h);
   }
   for (PhysicalHandle f : fresh) cached_.push_back(f);
+  // The most recently cached pages first: pages lent by the caller's stitch are among them.
+  std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n),
+                                    cached_.end());
+  std::reverse(pages.begin(), pages.end());
+  if (absl::Status s = backend_.MapPages(va, page_, pages.data(), n); !s.ok()) return s;
+  cached_.resize(cached_.size() - n);
   for (std::size_t i = 0; i < n; ++i) {
-    PhysicalHandle h = cached_.back();
     DevicePtr at = va + i * page_;
-    if (absl::Status s = backend_.Map(at, page_, h, 0); !s.ok()) {
-      // Undo this call's mappings; the pages are unused, so no synchronization is needed.
-      for (std::size_t j = 0; j < i; ++j) {
-        DevicePtr back = va + j * page_;
-        backend_.Unmap(back, page_);
-        cached_.push_back(mapped_[back]);
-        mapped_.erase(back);
-      }
-      return s;
-    }
-    cached_.pop_back();
-    mapped_.emplace(at, h);
+    mapped_.emplace(at, pages[i]);
     Notify(AllocatorEventKind::kMap, at, page_);
   }
   return absl::OkStatus();
@@ -82,8 +78,21 @@ void PageHeap::UnmapPage(DevicePtr va) {
   Quiesce();
   auto it = mapped_.find(va);
   backend_.Unmap(va, page_);
-  cached_.push_back(it->second);
+  // A lent page's handle is already in the cache or mapped elsewhere.
+  if (lent_.erase(va) == 0) cached_.push_back(it->second);
   mapped_.erase(it);
+  Notify(AllocatorEventKind::kUnmap, va, page_);
+}
+
+void PageHeap::LendPage(DevicePtr va) {
+  cached_.push_back(mapped_.at(va));
+  lent_.insert(va);
+}
+
+void PageHeap::RetireLent(DevicePtr va) {
+  if (lent_.erase(va) == 0) return;
+  backend_.Unmap(va, page_);
+  mapped_.erase(va);
   Notify(AllocatorEventKind::kUnmap, va, page_);
 }
 
@@ -111,6 +120,11 @@ void PageHeap::UnmapRange(DevicePtr base, std::size_t bytes) {
 }
 
 void PageHeap::ReleaseCached() {
+  if (!lent_.empty()) {
+    Quiesce();
+    std::vector<DevicePtr> vas(lent_.begin(), lent_.end());
+    for (DevicePtr va : vas) RetireLent(va);
+  }
   for (PhysicalHandle h : cached_) {
     backend_.ReleasePhysical(h);
     reserved_ -= page_;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "allocator/backend.h"
@@ -38,6 +39,17 @@ class PageHeap {
   // already happened since the last BeginSlowPath(): pending work may use the page.
   void UnmapPage(DevicePtr va);
 
+  // Stitching without waiting for the device. Puts the page mapped at `va` in the cache at
+  // once, to be mapped elsewhere, while it stays mapped at `va` too (a page may be mapped
+  // at two addresses). Safe only when the page's next user runs in stream order after the
+  // work that may still touch it at `va` (the same stream), and only if the next MapPages
+  // takes it. The caller keeps `va` unused and calls RetireLent(va) once that work is done.
+  void LendPage(DevicePtr va);
+  // Unmaps a lent page's old address (no synchronization: the caller knows the work that
+  // used it is done). Nothing to do if ReleaseCached already did it.
+  void RetireLent(DevicePtr va);
+  std::size_t lent_pages() const { return lent_.size(); }
+
   // Called at the start of every slow path: work may have been queued since the last
   // synchronization.
   void BeginSlowPath() { quiet_ = false; }
@@ -50,7 +62,8 @@ class PageHeap {
   void FreeSegment(DevicePtr base, std::size_t bytes);
 
   std::size_t cached_pages() const { return cached_.size(); }
-  // Returns every cached page to the device.
+  // Returns every cached page to the device (first waiting for the device and unmapping
+  // lent addresses, so no page is released while still mapped).
   void ReleaseCached();
   // Unmaps every page inside [base, base + bytes) (teardown).
   void UnmapRange(DevicePtr base, std::size_t bytes);
@@ -68,6 +81,7 @@ class PageHeap {
   bool quiet_ = false;
   std::vector<PhysicalHandle> cached_;                      // unmapped, ready to map
   absl::flat_hash_map<DevicePtr, PhysicalHandle> mapped_;   // page va -> its page
+  absl::flat_hash_set<DevicePtr> lent_;                     // mapped, page lent elsewhere
   std::uint64_t reserved_ = 0;                              // pages + segments held
 };
 

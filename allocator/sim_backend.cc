@@ -223,6 +223,26 @@ bool SimBackend::IsAccessible(DevicePtr ptr, std::size_t bytes) const {
   return bytes == 0;
 }
 
+std::vector<SimBackend::Piece> SimBackend::Backing(DevicePtr ptr, std::size_t bytes) const {
+  std::lock_guard lock(mu_);
+  std::vector<Piece> pieces;
+  const DevicePtr end = ptr + bytes;
+  auto s = segments_.upper_bound(ptr);
+  if (s != segments_.begin() && std::prev(s)->first + std::prev(s)->second > ptr) {
+    pieces.push_back({0, ptr, bytes});
+    return pieces;
+  }
+  auto m = mappings_.upper_bound(ptr);
+  if (m != mappings_.begin()) --m;
+  for (; m != mappings_.end() && m->first < end; ++m) {
+    const DevicePtr lo = std::max(ptr, m->first);
+    const DevicePtr hi = std::min(end, m->first + m->second.bytes);
+    if (lo >= hi) continue;
+    pieces.push_back({m->second.handle, m->second.offset + (lo - m->first), hi - lo});
+  }
+  return pieces;
+}
+
 std::size_t SimBackend::live_events() const {
   std::lock_guard lock(mu_);
   return events_.size();

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "allocator/backend.h"
 
@@ -52,6 +53,14 @@ class SimBackend final : public Backend {
   // True if every byte of [ptr, ptr+bytes) is usable memory: inside a live segment or
   // backed by mappings.
   bool IsAccessible(DevicePtr ptr, std::size_t bytes) const;
+  // The physical memory behind [ptr, ptr+bytes): pieces of physical allocations (a page
+  // may be mapped at two addresses), or of a segment (handle 0, offset = address).
+  struct Piece {
+    PhysicalHandle handle;
+    std::size_t offset;
+    std::size_t bytes;
+  };
+  std::vector<Piece> Backing(DevicePtr ptr, std::size_t bytes) const;
   std::size_t live_events() const;
   void set_capacity(std::uint64_t capacity);
 

@@ -2,7 +2,8 @@
 // sequences of allocations, frees, record_stream, stream progress and cache emptying on
 // several streams, with events that complete only when the test says so. After every
 // step: live blocks never overlap and are accessible; a block never reuses memory that
-// work queued on another stream may still touch; pages are never unmapped under live
+// work queued on another stream may still touch, at its address or through the physical
+// page mapped elsewhere (a stitch lends pages); pages are never unmapped under live
 // blocks or queued work; the accounting is exact. At the end everything is freed and the
 // cache emptied: nothing is held.
 #include <cstdint>
@@ -28,17 +29,28 @@ struct LiveBlock {
   std::set<StreamId> used_on;  // RecordStream
 };
 
+bool Overlaps(DevicePtr a, std::size_t as, DevicePtr b, std::size_t bs) {
+  as = std::max<std::size_t>(as, 1);
+  bs = std::max<std::size_t>(bs, 1);
+  return a < b + bs && b < a + as;
+}
+
 // Memory freed while work queued on these streams may still touch it.
 struct Dirty {
   DevicePtr ptr;
   std::size_t size;
   std::set<StreamId> streams;
+  std::vector<SimBackend::Piece> physical;  // what backed it when freed
 };
 
-bool Overlaps(DevicePtr a, std::size_t as, DevicePtr b, std::size_t bs) {
-  as = std::max<std::size_t>(as, 1);
-  bs = std::max<std::size_t>(bs, 1);
-  return a < b + bs && b < a + as;
+bool SharePhysical(const std::vector<SimBackend::Piece>& a,
+                   const std::vector<SimBackend::Piece>& b) {
+  for (const auto& x : a) {
+    for (const auto& y : b) {
+      if (x.handle == y.handle && Overlaps(x.offset, x.bytes, y.offset, y.bytes)) return true;
+    }
+  }
+  return false;
 }
 
 class ModelCheck {
@@ -53,6 +65,7 @@ class ModelCheck {
         ASSERT_FALSE(Overlaps(va, bytes, p, b.size)) << "unmapped under a live block";
       }
       for (const Dirty& d : dirty_) {
+        if (d.streams.empty()) continue;  // its work all ran
         ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
       }
     };
@@ -111,11 +124,14 @@ class ModelCheck {
       auto prev = std::prev(next);
       ASSERT_FALSE(Overlaps(*p, size, prev->first, prev->second.size));
     }
+    const auto physical = sim_.Backing(*p, std::max<std::size_t>(size, 1));
     for (const Dirty& d : dirty_) {
       bool others = false;
       for (StreamId q : d.streams) others |= q != s;
       if (others) {
         ASSERT_FALSE(Overlaps(*p, size, d.ptr, d.size)) << "reused before other streams ran";
+        ASSERT_FALSE(SharePhysical(physical, d.physical))
+            << "physical memory reused before other streams ran";
       }
     }
     live_.emplace(*p, LiveBlock{size, s, {}});
@@ -130,7 +146,8 @@ class ModelCheck {
   void Free() {
     auto it = Pick();
     alloc_->Free(it->first);
-    Dirty d{it->first, std::max<std::size_t>(it->second.size, 1), it->second.used_on};
+    const std::size_t size = std::max<std::size_t>(it->second.size, 1);
+    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size)};
     d.streams.insert(it->second.stream);
     dirty_.push_back(std::move(d));
     allocated_ -= it->second.size;
