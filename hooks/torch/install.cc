@@ -13,6 +13,7 @@
 #include <string>
 
 #include "hooks/gpumem.h"
+#include "hooks/torch/c_error.h"
 #include "hooks/torch/autograd_link.h"
 #include "hooks/torch/torch_unwinder.h"
 #include "hooks/torch/profile.h"
@@ -101,16 +102,7 @@ bool installed() { return g_installed.load(); }
 }  // namespace gpumem::torch
 
 extern "C" int gpumem_torch_install(char* err, std::size_t len) {
-  try {
-    gpumem::torch::install();
-    if (err != nullptr && len > 0) err[0] = '\0';
-    return 0;
-  } catch (const c10::Error& e) {
-    if (err != nullptr && len > 0) std::snprintf(err, len, "%s", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    if (err != nullptr && len > 0) std::snprintf(err, len, "%s", e.what());
-  }
-  return -1;
+  return gpumem::torch::CatchToCError([] { gpumem::torch::install(); }, err, len);
 }
 
 extern "C" int gpumem_torch_installed(void) { return gpumem::torch::installed() ? 1 : 0; }

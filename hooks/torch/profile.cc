@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "hooks/gpumem.h"
+#include "hooks/torch/c_error.h"
 #include "hooks/torch/autograd_link.h"
 #include "hooks/torch/torch_unwinder.h"
 
@@ -140,14 +141,5 @@ bool profiling() { return g_profiling.load(); }
 }  // namespace gpumem::torch
 
 extern "C" int gpumem_torch_profile(char* err, std::size_t len) {
-  try {
-    gpumem::torch::profile();
-    if (err != nullptr && len > 0) err[0] = '\0';
-    return 0;
-  } catch (const c10::Error& e) {
-    if (err != nullptr && len > 0) std::snprintf(err, len, "%s", e.what_without_backtrace());
-  } catch (const std::exception& e) {
-    if (err != nullptr && len > 0) std::snprintf(err, len, "%s", e.what());
-  }
-  return -1;
+  return gpumem::torch::CatchToCError([] { gpumem::torch::profile(); }, err, len);
 }

@@ -17,26 +17,16 @@ import sys
 import tempfile
 import textwrap
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+from gpu_cases import HERE, Cases, env_with, pop_option
+from gpu_cases import run as run_cases
+
 CAPTURE = os.path.join(HERE, "capture.py")
-CASES = {}
+CASES = Cases()
+case = CASES.add
 CLI = None
 # GPUMEM_TEST_KEEP=DIR keeps the scripts, traces and reports there (to look into a failure).
 TMP = os.environ.get("GPUMEM_TEST_KEEP") or tempfile.mkdtemp(prefix="gpumem-profile-test-")
 os.makedirs(TMP, exist_ok=True)
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
-
-
-def env_with(extra):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
 
 
 def run(argv, extra=None, timeout=600):
@@ -140,36 +130,11 @@ def bad_mode_is_a_clear_error():
 def main():
     global CLI
     args = sys.argv[1:]
-    if "--cli" in args:
-        i = args.index("--cli")
-        CLI = args[i + 1]
-        del args[i:i + 2]
+    CLI = pop_option(args, "--cli")
     if CLI is None:
         print("usage: torch_profile_test.py --cli path/to/gpumem [case ...]")
         return 2
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return 77
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
-    sys.path.insert(0, PYTHON_DIR)
-    from gpumem import _native  # noqa: PLC0415
-    if _native.find_library("libgpumem_torch.so") is None:
-        print("SKIP: libgpumem_torch.so not built (CMake did not find Torch)")
-        return 77
-    failed = 0
-    for name in args or CASES:
-        try:
-            CASES[name]()
-            print(f"PASS {name}", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every case
-            failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-    print(f"{len(args or CASES) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases(CASES, args, need_torch_lib=True)
 
 
 if __name__ == "__main__":

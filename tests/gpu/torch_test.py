@@ -8,8 +8,8 @@ import subprocess
 import sys
 import textwrap
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+from gpu_cases import PYTHON_DIR, Cases, env_with, pop_option, run
+
 PRELOAD_DIR = os.path.join(PYTHON_DIR, "gpumem", "_preload")
 
 PRELUDE = """
@@ -18,18 +18,12 @@ import torch
 import gpumem
 """
 
-CASES = {}
-
-
-def case(fn):
-    CASES[fn.__name__] = fn
-    return fn
+CASES = Cases()
+case = CASES.add
 
 
 def run_python(code, env_extra=None, argv_prefix=None):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(env_extra or {})
+    env = env_with(env_extra)
     argv = (argv_prefix or []) + [sys.executable, "-c", textwrap.dedent(code)]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
 
@@ -227,28 +221,8 @@ ARGS_CLI = None
 def main():
     global ARGS_CLI
     args = sys.argv[1:]
-    if "--cli" in args:
-        i = args.index("--cli")
-        ARGS_CLI = args[i + 1]
-        del args[i:i + 2]
-    try:
-        import torch
-    except ImportError:
-        print("SKIP: torch is not installed")
-        return 77
-    if not torch.cuda.is_available():
-        print("SKIP: no CUDA device")
-        return 77
-    failed = 0
-    for name in args or CASES:
-        try:
-            CASES[name]()
-            print(f"PASS {name}", flush=True)
-        except Exception as e:  # noqa: BLE001 - report every case
-            failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-    print(f"{len(args or CASES) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    ARGS_CLI = pop_option(args, "--cli")
+    return run(CASES, args)
 
 
 if __name__ == "__main__":
