@@ -1,6 +1,7 @@
 // The fragmentation targets of issue 3, on the real traces in tests/data: the "gpumem"
 // policy holds at most 2 % more than the trace's peak of live bytes, and fits in a device
-// of exactly 1.02 x that peak. And issue 4's: once a steady training loop is warm, no step
+// of exactly 1.02 x that peak. And issue 4's: the smallest device that completes the
+// trace is gpumem's of all the policies, and once a steady training loop is warm, no step
 // unmaps a page or synchronizes the device (each costs step time on a GPU).
 #include <cstdint>
 #include <optional>
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tools/replay/min_cap.h"
 #include "tools/replay/replayer.h"
 #include "tools/report/steps.h"
 #include "tools/trace/load.h"
@@ -47,6 +49,24 @@ TEST_P(GpumemReplayTest, ReservesAtMostTwoPercentOverPeakAndFitsTheCap) {
       << ", reserved " << cap_run->oom->reserved_bytes << ", largest free "
       << cap_run->oom->largest_free_bytes;
   EXPECT_LE(cap_run->peak_reserved, *capped.capacity);
+}
+
+// Issue 4's smallest cap at which training completes, in simulation: gpumem's must be the
+// lowest of the policies (PyTorch native and with expandable segments).
+TEST_P(GpumemReplayTest, NeedsTheSmallestDeviceOfAnyPolicy) {
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(TracePath(GetParam()));
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<replay::MinCapResult> ours = replay::FindMinCap(*t, "gpumem", {});
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  for (const char* peer : {"pytorch", "pytorch-expandable"}) {
+    absl::StatusOr<replay::MinCapResult> theirs = replay::FindMinCap(*t, peer, {});
+    ASSERT_TRUE(theirs.ok()) << theirs.status();
+    std::printf("%s: smallest cap gpumem %llu (%.4f x peak), %s %llu (%.4f x peak)\n",
+                GetParam().c_str(), static_cast<unsigned long long>(ours->min_cap),
+                ours->ratio(), peer, static_cast<unsigned long long>(theirs->min_cap),
+                theirs->ratio());
+    EXPECT_LE(ours->min_cap, theirs->min_cap) << peer;
+  }
 }
 
 // Steady traces (the same work every step; leaky_mlp only adds 6 MiB per step): in the

@@ -2,10 +2,12 @@
 // its one-line errors on bad input (files made here: truncated, corrupt, malformed).
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -64,7 +66,8 @@ void ExpectBadInput(const CliRun& r, const std::string& must_contain) {
 TEST(ReplayCliTest, HelpDescribesTheOptions) {
   const CliRun r = Gpumem("replay --help");
   EXPECT_EQ(r.status, 0);
-  for (const char* word : {"--policy", "--cap", "--json", "17.3GB", "16GiB", "pytorch-expandable"}) {
+  for (const char* word :
+       {"--policy", "--cap", "--min-cap", "--json", "17.3GB", "16GiB", "pytorch-expandable"}) {
     EXPECT_NE(r.out.find(word), std::string::npos) << word;
   }
 }
@@ -216,6 +219,30 @@ TEST(ReplayCliTest, BadCap) {
   ExpectBadInput(Gpumem("replay --cap 0x " + kLeaky), "--cap");
   ExpectBadInput(Gpumem("replay --cap -1.5x " + kLeaky), "--cap");
   ExpectBadInput(Gpumem("replay --cap abcx " + kLeaky), "--cap");
+}
+
+TEST(ReplayCliTest, MinCapPerPolicy) {
+  const CliRun r = Gpumem("replay --min-cap --json " + kLeaky);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::map<std::string, std::uint64_t> min_cap;
+  while (std::getline(lines, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["trace"], kLeaky);
+    const auto peak = j["peak_allocated"].get<std::uint64_t>();
+    const auto cap = j["min_cap"].get<std::uint64_t>();
+    EXPECT_GE(cap, peak);
+    EXPECT_LE(cap, std::max(peak, j["uncapped_reserved"].get<std::uint64_t>()));
+    EXPECT_GT(j["replays"].get<int>(), 1);
+    min_cap[j["policy"].get<std::string>()] = cap;
+  }
+  ASSERT_EQ(min_cap.size(), PolicyNames().size());
+  EXPECT_LT(min_cap["gpumem"], min_cap["pytorch"]);
+  const CliRun table = Gpumem("replay --min-cap --policy gpumem " + kLeaky);
+  ASSERT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find("smallest cap"), std::string::npos) << table.out;
+  ExpectBadInput(Gpumem("replay --min-cap --cap 1G " + kLeaky), "--min-cap");
 }
 
 TEST(ReplayCliTest, UnknownPolicy) {

@@ -15,6 +15,7 @@
 #include "allocator/policies.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/replay/min_cap.h"
 #include "tools/replay/replayer.h"
 #include "tools/replay/size_parser.h"
 #include "tools/report/steps.h"
@@ -29,6 +30,7 @@ struct ReplayArgs {
   std::vector<std::string> traces;
   std::string policy = "all";
   std::string cap;
+  bool min_cap = false;
   bool json = false;
 };
 
@@ -152,9 +154,43 @@ absl::StatusOr<Cap> ParseCap(const std::string& text) {
   return cap;
 }
 
+// --min-cap: per policy, the smallest device that still replays the whole trace.
+int PrintMinCap(const std::string& path, const trace::Trace& trace,
+                const std::vector<std::string>& policies, const replay::ReplayOptions& options,
+                bool json) {
+  if (!json) {
+    std::printf("%s\n  %-20s %16s %10s %16s %16s\n", path.c_str(), "policy", "smallest cap",
+                "x peak", "OOM at", "uncapped");
+  }
+  for (const std::string& policy : policies) {
+    absl::StatusOr<replay::MinCapResult> r = replay::FindMinCap(trace, policy, options);
+    if (!r.ok()) return BadInput(std::string(r.status().message()));
+    if (json) {
+      nlohmann::json j = {{"trace", path},
+                          {"policy", policy},
+                          {"min_cap", r->min_cap},
+                          {"failed_cap", r->failed_cap},
+                          {"min_cap_ratio", r->ratio()},
+                          {"peak_allocated", r->peak_allocated},
+                          {"uncapped_reserved", r->uncapped_reserved},
+                          {"replays", r->replays}};
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      std::printf("  %-20s %16s %10.4f %16s %16s\n", policy.c_str(), Gib(r->min_cap).c_str(),
+                  r->ratio(), r->failed_cap > 0 ? Gib(r->failed_cap).c_str() : "-",
+                  Gib(r->uncapped_reserved).c_str());
+    }
+    std::fflush(stdout);
+  }
+  return kExitOk;
+}
+
 int RunReplay(const ReplayArgs& args) {
   absl::StatusOr<Cap> cap = ParseCap(args.cap);
   if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
+  if (args.min_cap && !args.cap.empty()) {
+    return BadInput("--min-cap searches the cap itself: leave out --cap");
+  }
   std::vector<std::string> policies;
   if (args.policy == "all") {
     policies = PolicyNames();
@@ -181,6 +217,13 @@ int RunReplay(const ReplayArgs& args) {
       options.capacity = static_cast<std::uint64_t>(
           *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
       if (*options.capacity == 0) return BadInput(absl::StrCat(path, ": --cap ", args.cap, " is 0 bytes"));
+    }
+    if (args.min_cap) {
+      if (int status = PrintMinCap(path, *trace, policies, options, args.json);
+          status != kExitOk) {
+        return status;
+      }
+      continue;
     }
     std::vector<replay::ReplayResult> results;
     for (const std::string& policy : policies) {
@@ -221,6 +264,13 @@ void AddReplayCommand(CLI::App& app, int* status) {
                   "(decimal), 16GiB (binary), 512MiB, 1.5TB; or a factor of each trace's peak\n"
                   "allocated: 1.02x. A policy that needs more reports an OOM at the event\n"
                   "where it failed (default: unlimited)");
+  cmd->add_flag("--min-cap", args->min_cap,
+                "find, per policy, the smallest device that still replays the whole trace\n"
+                "(bisection to 2 MiB between the peak allocated and the uncapped reserve;\n"
+                "about ten replays per policy). Prints the cap, its ratio to the peak\n"
+                "allocated, and the largest cap tried that ran out of memory. With --json:\n"
+                "keys trace, policy, min_cap, failed_cap, min_cap_ratio, peak_allocated,\n"
+                "uncapped_reserved, replays");
   cmd->add_flag("--json", args->json,
                 "print one JSON object per trace and policy per line (keys: trace, policy,\n"
                 "events, peak_allocated, peak_reserved, ratio, seconds, capacity, oom; steps,\n"
