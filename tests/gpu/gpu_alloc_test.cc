@@ -9,6 +9,7 @@
 
 #include "allocator/cuda_driver.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
 
@@ -218,6 +219,76 @@ TEST_P(GpuAllocTest, EmptyCacheGivesEveryByteBackToTheDriver) {
   const std::uint64_t free_after = DriverFree();
   EXPECT_LE(free_before - std::min(free_before, free_after), 2 * kMiB)
       << "before " << free_before << " after " << free_after;
+}
+
+// Idle pages stitched within one stream are lent: mapped at the new block's address while
+// their old address stays mapped until the stream's queued work is done, with no device
+// synchronize. Here the freed blocks still have a fill queued when the stitch happens; the
+// new block's fill runs after it in stream order, so every block reads back right.
+TEST_P(GpuAllocTest, StitchingWithinAStreamWaitsForNothingAndKeepsBlocksIntact) {
+  if (std::string(GetParam()) != "vmm") GTEST_SKIP() << "only VMM stitches pages";
+  constexpr std::size_t kPage = 2 * kMiB;
+  constexpr int kBlocks = 32;
+  CUstream stream = nullptr;
+  CU_OK(api_->cuStreamCreate(&stream, 0));
+  CU_OK(api_->cuCtxSynchronize());
+  gpumem_empty_cache(0);
+  ASSERT_EQ(gpumem_set_capacity(kBlocks * kPage, 0), 0);
+  auto counters = [&] {
+    std::string json(1 << 16, '\0');
+    json.resize(gpumem_snapshot_json(0, json.data(), json.size()));
+    return nlohmann::json::parse(json)["devices"][0]["backend_counters"];
+  };
+  std::vector<void*> blocks;
+  for (int i = 0; i < kBlocks; ++i) {
+    void* p = gpumem_alloc(kPage, 0, stream);
+    ASSERT_NE(p, nullptr) << LastError();
+    Fill(p, kPage, 100 + static_cast<std::uint32_t>(i), stream);
+    blocks.push_back(p);
+  }
+  // Every other block freed with its fill still queued: 16 idle pages in 16 places.
+  for (int i = 0; i < kBlocks; i += 2) gpumem_free(blocks[i], kPage, 0, stream);
+  const auto before = counters();
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  const std::uint64_t stitches_before = st.stitch_count;
+  void* big = gpumem_alloc(kBlocks / 2 * kPage, 0, stream);
+  ASSERT_NE(big, nullptr) << LastError();
+  Fill(big, kBlocks / 2 * kPage, 7, stream);
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_GT(st.stitch_count, stitches_before);
+  EXPECT_EQ(counters()["synchronizes"], before["synchronizes"]) << "the stitch waited";
+  EXPECT_EQ(counters()["unmaps"], before["unmaps"]) << "old addresses unmapped at once";
+  CU_OK(api_->cuStreamSynchronize(stream));
+  Check(big, kBlocks / 2 * kPage, 7);
+  for (int i = 1; i < kBlocks; i += 2) {
+    Check(blocks[static_cast<std::size_t>(i)], kPage, 100 + static_cast<std::uint32_t>(i));
+  }
+  // The stream ran: the next slow path (another stitch, two pages from two freed blocks)
+  // unmaps the old addresses, still without waiting.
+  gpumem_free(blocks[1], kPage, 0, stream);
+  gpumem_free(blocks[3], kPage, 0, stream);
+  void* again = gpumem_alloc(2 * kPage, 0, stream);
+  ASSERT_NE(again, nullptr) << LastError();
+  EXPECT_GT(counters()["unmaps"].get<std::uint64_t>(), before["unmaps"].get<std::uint64_t>());
+  EXPECT_EQ(counters()["synchronizes"], before["synchronizes"]);
+  Fill(again, 2 * kPage, 9, stream);
+  CU_OK(api_->cuStreamSynchronize(stream));
+  Check(again, 2 * kPage, 9);
+  Check(big, kBlocks / 2 * kPage, 7);
+  for (int i = 5; i < kBlocks; i += 2) {
+    Check(blocks[static_cast<std::size_t>(i)], kPage, 100 + static_cast<std::uint32_t>(i));
+  }
+  gpumem_free(again, 2 * kPage, 0, stream);
+  gpumem_free(big, kBlocks / 2 * kPage, 0, stream);
+  for (int i = 5; i < kBlocks; i += 2) {
+    gpumem_free(blocks[static_cast<std::size_t>(i)], kPage, 0, stream);
+  }
+  CU_OK(api_->cuStreamSynchronize(stream));
+  gpumem_empty_cache(0);
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.reserved_bytes, 0u);
+  CU_OK(api_->cuStreamDestroy(stream));
 }
 
 std::string BackendName(const ::testing::TestParamInfo<const char*>& param_info) {
