@@ -2,14 +2,17 @@
 # Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
-# usage: tests/gpu/run.sh [tests] [bench] [train] [overhead] [profiler] [mincap WORKLOAD...]
+# usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [overhead] [profiler]
+#                         [mincap WORKLOAD...]
 #        (default: tests bench train). overhead: tests/gpu/overhead.sh, recording cost;
 #        profiler: the profiler's proofs (issue 5), see
 #        tests/gpu/profiler/run_profiler_proofs.sh; its torchrun part needs 2 GPUs.
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
 #        scripts/make-device-prebuilt.sh, default third_party/prebuilt), TRAIN_WORKLOADS,
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
-#        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from).
+#        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from),
+#        STEPTIME_WORKLOADS (default gpt2 resnet50), STEPTIME_ROUNDS (native/gpumem pairs,
+#        interleaved, default 6), STEPTIME_STEPS (default 40).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 steps=("$@")
@@ -60,6 +63,23 @@ if want train; then
     done
   done
   $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl"
+fi
+
+if want steptime; then
+  # Step time within 1% of native (issue 4): separate processes, interleaved so drift hits
+  # both, judged over runs with a bootstrap interval (tests/gpu/step_time_ab.py).
+  echo "== step time, interleaved runs"
+  : >"$OUT/steptime.jsonl"
+  for round in $(seq "${STEPTIME_ROUNDS:-6}"); do
+    for w in ${STEPTIME_WORKLOADS:-gpt2 resnet50}; do
+      for a in native gpumem; do
+        $py "$repo/tests/gpu/capture.py" "$w" --allocator $a --steps "${STEPTIME_STEPS:-40}" \
+          --warmup 10 >>"$OUT/steptime.jsonl" 2>>"$OUT/steptime.err" \
+          || echo "capture $w $a (round $round) failed (see steptime.err)"
+      done
+    done
+  done
+  $py "$repo/tests/gpu/step_time_ab.py" "$OUT/steptime.jsonl" | tee "$OUT/steptime.md"
 fi
 
 if want overhead; then

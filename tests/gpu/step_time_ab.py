@@ -1,0 +1,90 @@
+"""Step time of gpumem against native PyTorch from interleaved separate runs (the allocator
+cannot be switched inside one process). One run's steps share its process-level luck
+(clocks, placement, neighbours), so the unit is the run: each run gives its median step
+time after warm-up; the verdict compares the median over gpumem runs with the median over
+native runs, with a 95% bootstrap interval over runs (seeded, so repeatable).
+
+  within X%   the whole interval is <= 1 + X/100
+  slower      the whole interval is above 1 + X/100
+  undecided   the interval straddles it: more runs, or a quieter machine, are needed
+
+usage: step_time_ab.py [--within PERCENT] [--baseline native] results.jsonl
+       (capture.py's JSON lines, several runs per workload and allocator, e.g. from
+        `STEPTIME_ROUNDS=6 tests/gpu/run.sh steptime`)
+"""
+import argparse
+import json
+import random
+import statistics
+import sys
+
+
+def run_medians(lines, baseline):
+    """{workload: {allocator: [median step seconds of each completed run]}}"""
+    out = {}
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if r.get("cap") or not r.get("completed") or not r.get("median_step_seconds"):
+            continue
+        out.setdefault(r["workload"], {}).setdefault(r["allocator"], []).append(
+            r["median_step_seconds"])
+    return {w: runs for w, runs in out.items() if baseline in runs}
+
+
+def ratio_interval(ours, theirs, resamples=2000, seed=1):
+    """Median-of-runs ratio and its 95% bootstrap interval (runs resampled)."""
+    rng = random.Random(seed)
+    point = statistics.median(ours) / statistics.median(theirs)
+    ratios = sorted(
+        statistics.median(rng.choices(ours, k=len(ours))) /
+        statistics.median(rng.choices(theirs, k=len(theirs)))
+        for _ in range(resamples))
+    return point, ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def verdict(low, high, within):
+    limit = 1 + within / 100
+    if high <= limit:
+        return f"within {within:g}%"
+    if low > limit:
+        return "slower"
+    return "undecided"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results")
+    p.add_argument("--within", type=float, default=1.0, help="allowed slowdown, percent")
+    p.add_argument("--baseline", default="native")
+    args = p.parse_args(argv)
+    try:
+        with open(args.results) as f:
+            table = run_medians(f, args.baseline)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"step_time_ab.py: {args.results}: {e}", file=sys.stderr)
+        return 2
+    if not table:
+        print(f"step_time_ab.py: no completed {args.baseline} runs in {args.results}",
+              file=sys.stderr)
+        return 2
+    print("| workload | allocator | runs | median step ms | vs "
+          f"{args.baseline} | 95% interval | verdict |")
+    print("|---|---|---|---|---|---|---|")
+    for w, runs in sorted(table.items()):
+        base = runs[args.baseline]
+        for a, times in sorted(runs.items()):
+            ms = statistics.median(times) * 1e3
+            if a == args.baseline:
+                print(f"| {w} | {a} | {len(times)} | {ms:.2f} | 1 | - | - |")
+                continue
+            point, low, high = ratio_interval(times, base)
+            print(f"| {w} | {a} | {len(times)} | {ms:.2f} | {point:.4f} | "
+                  f"{low:.4f}-{high:.4f} | {verdict(low, high, args.within)} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
