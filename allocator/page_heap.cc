@@ -77,23 +77,28 @@ void PageHeap::Quiesce() {
 void PageHeap::UnmapPage(DevicePtr va) {
   Quiesce();
   auto it = mapped_.find(va);
+  const PhysicalHandle handle = it->second;
   backend_.Unmap(va, page_);
-  // A lent page's handle is already in the cache or mapped elsewhere.
-  if (lent_.erase(va) == 0) cached_.push_back(it->second);
   mapped_.erase(it);
+  // A lent page's handle is already in the cache or mapped elsewhere, and observers were
+  // told it left this address when it was lent.
+  if (lent_.erase(va) != 0) return;
+  cached_.push_back(handle);
   Notify(AllocatorEventKind::kUnmap, va, page_);
 }
 
 void PageHeap::LendPage(DevicePtr va) {
   cached_.push_back(mapped_.at(va));
   lent_.insert(va);
+  // For observers (traces, reports) the page leaves this address now: it is mapped once
+  // more where it is needed, and counting it twice would show memory that is not there.
+  Notify(AllocatorEventKind::kUnmap, va, page_);
 }
 
 void PageHeap::RetireLent(DevicePtr va) {
   if (lent_.erase(va) == 0) return;
   backend_.Unmap(va, page_);
   mapped_.erase(va);
-  Notify(AllocatorEventKind::kUnmap, va, page_);
 }
 
 absl::StatusOr<DevicePtr> PageHeap::AllocateSegment(std::size_t bytes) {

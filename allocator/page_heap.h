@@ -44,6 +44,7 @@ class PageHeap {
   // at two addresses). Safe only when the page's next user runs in stream order after the
   // work that may still touch it at `va` (the same stream), and only if the next MapPages
   // takes it. The caller keeps `va` unused and calls RetireLent(va) once that work is done.
+  // Observers get kUnmap for `va` here, not at RetireLent: a page is never counted twice.
   void LendPage(DevicePtr va);
   // Unmaps a lent page's old address (no synchronization: the caller knows the work that
   // used it is done). Nothing to do if ReleaseCached already did it.

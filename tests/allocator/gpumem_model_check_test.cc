@@ -53,6 +53,15 @@ bool SharePhysical(const std::vector<SimBackend::Piece>& a,
   return false;
 }
 
+// What observers (a trace, a report) take to be mapped: pages mapped minus unmapped.
+struct ObservedMapping final : AllocatorObserver {
+  void OnEvent(const AllocatorEvent& e) override {
+    if (e.kind == AllocatorEventKind::kMap) bytes += e.bytes;
+    if (e.kind == AllocatorEventKind::kUnmap) bytes -= e.bytes;
+  }
+  std::int64_t bytes = 0;
+};
+
 class ModelCheck {
  public:
   ModelCheck(std::uint32_t seed, bool vmm, std::uint64_t capacity)
@@ -69,7 +78,7 @@ class ModelCheck {
         ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
       }
     };
-    alloc_ = MakeCachingAllocator(checked_);
+    alloc_ = MakeCachingAllocator(checked_, {.observer = &mapped_});
   }
 
   std::size_t RandomSize() {
@@ -162,6 +171,9 @@ class ModelCheck {
     ASSERT_EQ(s.active_blocks, live_.size());
     ASSERT_EQ(s.reserved_bytes, sim_.counters().physical_bytes);
     ASSERT_LE(s.reserved_bytes, sim_.capacity());
+    // A page mapped at two addresses (lent by a stitch) is counted once by observers.
+    ASSERT_GE(mapped_.bytes, 0);
+    ASSERT_LE(static_cast<std::uint64_t>(mapped_.bytes), sim_.counters().physical_bytes);
   }
 
   void FinishAndCheckEmpty() {
@@ -176,6 +188,7 @@ class ModelCheck {
     EXPECT_EQ(sim_.counters().mapped_bytes, 0u);
     EXPECT_EQ(sim_.counters().reserved_va_bytes, 0u);
     EXPECT_EQ(sim_.live_events(), 0u);
+    EXPECT_EQ(mapped_.bytes, 0);
   }
 
   int ooms() const { return ooms_; }
@@ -184,6 +197,7 @@ class ModelCheck {
   std::mt19937 rng_;
   SimBackend sim_;
   testing::CheckedBackend checked_;
+  ObservedMapping mapped_;  // outlives the allocator, which reports its teardown
   std::unique_ptr<DeviceAllocator> alloc_;
   std::map<DevicePtr, LiveBlock> live_;
   std::vector<Dirty> dirty_;
