@@ -1,5 +1,6 @@
-"""step_time_ab.py's statistics on made-up runs (no GPU needed): a clear slowdown, a clear
-tie, and noise too large to decide; bad input exits 2."""
+"""The GPU A/B verdicts' statistics on made-up data (no GPU needed): step_time_ab.py over
+runs (a clear slowdown, a clear tie, noise too large to decide; bad input exits 2) and
+overhead_ab.py over toggle blocks of one run."""
 import io
 import json
 import os
@@ -8,6 +9,7 @@ import tempfile
 from contextlib import redirect_stdout
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import overhead_ab  # noqa: E402
 import step_time_ab  # noqa: E402
 
 
@@ -51,7 +53,46 @@ def main():
     assert status == 2
     assert step_time_ab.main(["/nonexistent.jsonl"]) == 2
     print("step_time_ab: 4 cases pass")
+    check_overhead_blocks()
     return 0
+
+
+def blocks_of(cost):
+    """80 steps in blocks of 4 alternating off/on, recording costing `cost`; a block's
+    first step (after the switch) is slow and must be left out."""
+    steps, recording = [], []
+    for i in range(4 * 20):
+        on = i // 4 % 2 == 1
+        t = 0.100 * (1 + cost if on else 1.0)
+        steps.append(t * (3 if i % 4 == 0 else 1) * (1 + 0.001 * (i % 3)))
+        recording.append(on)
+    return steps, recording
+
+
+def verdict_line(steps, recording):
+    rows = [{"workload": "w", "allocator": "gpumem-python", "completed": True,
+             "step_seconds": steps, "recording": recording}]
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = io.StringIO()
+    with redirect_stdout(out):
+        status = overhead_ab.main([f.name, "--warmup", "2", "--toggle", "4"])
+    os.unlink(f.name)
+    assert status == 0, out.getvalue()
+    return next(line for line in out.getvalue().splitlines() if "goal" in line)
+
+
+def check_overhead_blocks():
+    steps, recording = blocks_of(0.05)
+    on, off = overhead_ab.block_medians(steps, recording, warmup=2, toggle=4)
+    assert len(on) == 10 and len(off) == 10, (len(on), len(off))
+    point, low, high = step_time_ab.ratio_interval(on, off)
+    assert abs(point - 1.05) < 0.003 and low > 1.03, (point, low, high)
+    assert step_time_ab.verdict(low, high, 3.0) == "slower"
+    assert verdict_line(steps, recording).endswith("-> NOT MET")
+    assert verdict_line(*blocks_of(0.005)).endswith("-> MET")
+    assert overhead_ab.main(["/nonexistent.jsonl"]) == 2
+    print("overhead_ab: blocks and verdict pass")
 
 
 if __name__ == "__main__":
