@@ -11,8 +11,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "profiler/recorder.h"
+#include "profiler/stack_table.h"
 
 namespace gpumem {
 namespace {
@@ -83,6 +85,23 @@ BENCHMARK_CAPTURE(BM_Recorder, python_stacks_without_python, StackMode::kPython)
 // so fewer TLB misses than the 4 MiB ring above, but more drains.
 BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring, StackMode::kNone,
                   TraceWriterOptions{}.ring_records);
+
+// The stack table's cost for a stack it knows already (every event but a site's first):
+// `range(0)` Python frames (code object, bytecode offset), as a deep model makes them.
+void BM_InternKnownPythonStack(benchmark::State& state) {
+  StackTable table;
+  std::vector<RawFrame> frames;
+  for (std::int64_t i = 0; i < state.range(0); ++i) {
+    frames.push_back(RawFrame{0x7f0000100000u + 0x1000u * static_cast<std::uint64_t>(i),
+                              static_cast<std::uint32_t>(40 + 2 * i), RawFrame::kPythonLastiTag});
+  }
+  table.Intern(frames.data(), frames.size());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(table.Intern(frames.data(), frames.size()));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_InternKnownPythonStack)->Arg(10)->Arg(30);
 
 // Keeps each benchmark's time per iteration for the ratios printed at the end.
 class RatioReporter : public benchmark::ConsoleReporter {

@@ -42,8 +42,8 @@ class PythonStacks {
   // Up to `max` frames of the calling thread, innermost first, as (code object, bytecode
   // offset) where the interpreter offers PyFrame_GetLasti (3.11+): the line is then
   // computed once per new frame instead of on every event. Else (code object, line).
-  // 0 when there is no interpreter or this thread does not hold the GIL (see Gil).
-  std::size_t Capture(RawFrame* out, std::size_t max) const;
+  // 0 unless `gil` (this thread's) is held().
+  std::size_t Capture(const Gil& gil, RawFrame* out, std::size_t max) const;
 
   // A code object's file and function name; keeps the code object alive so its address
   // names it for the life of the process. Call only while holding the GIL (the stack

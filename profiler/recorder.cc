@@ -165,7 +165,7 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
   std::optional<PythonStacks::Gil> gil;
   if (python && py.available()) {
     gil.emplace(py, may_take_gil);
-    if (gil->held()) n += py.Capture(frames + n, std::min(options_.max_python_frames, kMax - n));
+    n += py.Capture(*gil, frames + n, std::min(options_.max_python_frames, kMax - n));
   }
   if (n == 0) return 0;
   return writer_->stacks().Intern(frames, n, &NamePythonCode);
