@@ -92,6 +92,23 @@ struct AutogradLink {
 };
 thread_local AutogradLink t_autograd;
 
+RawRecord MakeRecord(format::RecordType type, std::int32_t device, std::uint64_t addr,
+                     std::uint64_t size, std::uint64_t stream, std::uint32_t stack_id,
+                     std::optional<std::uint64_t> extra) {
+  RawRecord r;
+  r.stack_id = stack_id;
+  r.time_ns = TraceWriter::NowNs();
+  r.type = type;
+  r.device = device;
+  r.addr = addr;
+  r.size = size;
+  r.stream = stream;
+  r.thread = TraceWriter::ThreadId();
+  r.has_extra = extra.has_value();
+  r.extra = extra.value_or(0);
+  return r;
+}
+
 // Moves this thread's pending autograd link, if any, into an allocation's record.
 void TakeAutogradLink(RawRecord* r) {
   if (!t_autograd.set || r->type != format::RecordType::kAlloc) return;
@@ -115,17 +132,7 @@ std::uint32_t Recorder::AutogradNodeFrame(const std::string& name) {
 void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
                                std::uint64_t addr, std::uint64_t size, std::uint64_t stream,
                                std::uint32_t stack_id, std::optional<std::uint64_t> extra) {
-  RawRecord r;
-  r.stack_id = stack_id;
-  r.time_ns = TraceWriter::NowNs();
-  r.type = type;
-  r.device = device;
-  r.addr = addr;
-  r.size = size;
-  r.stream = stream;
-  r.thread = TraceWriter::ThreadId();
-  r.has_extra = extra.has_value();
-  r.extra = extra.value_or(0);
+  RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id, extra);
   TakeAutogradLink(&r);
   writer_->Record(r);
 }
@@ -177,18 +184,8 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
                                                      std::uint32_t api_frame,
                                                      std::optional<std::uint64_t> extra,
                                                      std::size_t skip) {
-  RawRecord r;
-  r.stack_id = CaptureStack(api_frame, skip);
-  r.time_ns = TraceWriter::NowNs();
-  r.type = type;
-  r.device = device;
-  r.addr = addr;
-  r.size = size;
-  r.stream = stream;
-  r.thread = TraceWriter::ThreadId();
-  r.has_extra = extra.has_value();
-  r.extra = extra.value_or(0);
-  writer_->Record(r);
+  const std::uint32_t stack_id = CaptureStack(api_frame, skip);  // here: kOwnFrames
+  writer_->Record(MakeRecord(type, device, addr, size, stream, stack_id, extra));
 }
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
@@ -201,24 +198,16 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
     case AllocatorEventKind::kUnmap: type = format::RecordType::kUnmap; break;
     case AllocatorEventKind::kOom: type = format::RecordType::kOom; break;
   }
-  RawRecord r;
   // A free is attributed to its block's allocation site by readers; its own stack is
   // not worth the unwinding.
   // Under the allocator's lock: use the stack its caller's CallScope took, else take
   // what can be read without taking the GIL.
+  std::uint32_t stack_id = 0;
   if (event.kind != AllocatorEventKind::kFree) {
-    r.stack_id = t_call_stack.recorder == this ? t_call_stack.stack_id
-                                               : CaptureStack(0, 0, /*may_take_gil=*/false);
+    stack_id = t_call_stack.recorder == this ? t_call_stack.stack_id
+                                             : CaptureStack(0, 0, /*may_take_gil=*/false);
   }
-  r.time_ns = TraceWriter::NowNs();
-  r.type = type;
-  r.device = event.device;
-  r.addr = event.ptr;
-  r.size = event.bytes;
-  r.stream = event.stream;
-  r.thread = TraceWriter::ThreadId();
-  TakeAutogradLink(&r);
-  writer_->Record(r);
+  RecordWithStack(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
 }
 
 std::uint64_t Recorder::Step() {
