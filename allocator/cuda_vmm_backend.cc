@@ -153,8 +153,19 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
     }
   }
   // Access is granted per address range, whatever the mappings under it: one call for
-  // the run (as CUDA's vectorAddMMAP sample does), where the page table work happens.
-  CUresult r = api_.cuMemSetAccess(base, n * page_bytes, &access_, 1);
+  // the run (as CUDA's vectorAddMMAP sample does), where the page table work happens. A
+  // driver that refuses a range of several mappings gets one call per page from then on.
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (n == 1 || range_access_.load(std::memory_order_relaxed)) {
+    r = api_.cuMemSetAccess(base, n * page_bytes, &access_, 1);
+  }
+  if (r != CUDA_SUCCESS && n > 1) {
+    range_access_.store(false, std::memory_order_relaxed);
+    r = CUDA_SUCCESS;
+    for (std::size_t i = 0; i < n && r == CUDA_SUCCESS; ++i) {
+      r = api_.cuMemSetAccess(base + i * page_bytes, page_bytes, &access_, 1);
+    }
+  }
   if (r != CUDA_SUCCESS) {
     undo(n);
     return ToStatus(r, "cuMemSetAccess");

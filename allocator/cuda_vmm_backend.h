@@ -5,6 +5,7 @@
 // context and the cap come from CudaMallocBackend.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <unordered_map>
 
@@ -38,6 +39,8 @@ class CudaVmmBackend final : public CudaMallocBackend {
 
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
+  // Access granted to a run of pages in one call until the driver refuses one (MapPages).
+  std::atomic<bool> range_access_{true};
   std::unordered_map<PhysicalHandle, std::size_t> physical_sizes_;  // guarded by mu_
 };
 
