@@ -1,0 +1,162 @@
+// The CUDA VMM backend and the caching allocator on it, against a stand-in libcuda.so.1
+// (fake_cuda.cc, put first on LD_LIBRARY_PATH by ctest): the driver calls gpumem makes
+// and what it must never do, checked on machines without a GPU. Real kernels on real
+// memory are tests/gpu/gpu_alloc_test.cc's job.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/cuda_vmm_backend.h"
+#include "gtest/gtest.h"
+#include "tests/cuda_fake/fake_cuda.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kPage = std::size_t{2} << 20;
+const StreamId kStream = 0x5000;
+
+FakeCudaCounters Fake() {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto fn = lib ? reinterpret_cast<FakeCudaCountersFn>(dlsym(lib, "fake_cuda_counters")) : nullptr;
+  if (fn == nullptr) {
+    ADD_FAILURE() << "not the stand-in libcuda.so.1: run through ctest (LD_LIBRARY_PATH)";
+    return {};
+  }
+  return fn();
+}
+
+class CudaBackendFakeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("FAKE_CUDA_RANGE_ACCESS");
+    unsetenv("FAKE_CUDA_EVENTS_PENDING");
+    absl::StatusOr<std::unique_ptr<CudaVmmBackend>> b = CudaVmmBackend::Create({});
+    ASSERT_TRUE(b.ok()) << b.status();
+    backend_ = *std::move(b);
+    ASSERT_EQ(backend_->granularity(), kPage);
+  }
+  std::vector<PhysicalHandle> Create(int n) {
+    std::vector<PhysicalHandle> handles;
+    for (int i = 0; i < n; ++i) handles.push_back(*backend_->CreatePhysical(kPage));
+    return handles;
+  }
+  std::unique_ptr<CudaVmmBackend> backend_;
+};
+
+TEST_F(CudaBackendFakeTest, MapsARunOfPagesWithOneAccessGrant) {
+  const FakeCudaCounters before = Fake();
+  DevicePtr va = *backend_->ReserveAddressRange(8 * kPage);
+  std::vector<PhysicalHandle> h = Create(4);
+  ASSERT_TRUE(backend_->MapPages(va, kPage, h.data(), h.size()).ok());
+  FakeCudaCounters after = Fake();
+  EXPECT_EQ(after.maps - before.maps, 4u);
+  EXPECT_EQ(after.set_access_calls - before.set_access_calls, 1u);
+  EXPECT_EQ(after.set_access_pages - before.set_access_pages, 4u);
+  EXPECT_EQ(backend_->counters().maps, 4u);
+  for (int i = 0; i < 4; ++i) backend_->Unmap(va + i * kPage, kPage);
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 8 * kPage);
+  EXPECT_EQ(Fake().released_while_mapped, 0u);
+}
+
+// A driver that refuses one grant over several mappings: the run is granted page by page,
+// and every later run too.
+TEST_F(CudaBackendFakeTest, FallsBackToAGrantPerPage) {
+  setenv("FAKE_CUDA_RANGE_ACCESS", "0", 1);
+  DevicePtr va = *backend_->ReserveAddressRange(8 * kPage);
+  std::vector<PhysicalHandle> h = Create(6);
+  FakeCudaCounters before = Fake();
+  ASSERT_TRUE(backend_->MapPages(va, kPage, h.data(), 3).ok());
+  FakeCudaCounters after = Fake();
+  EXPECT_EQ(after.set_access_calls - before.set_access_calls, 3u);
+  unsetenv("FAKE_CUDA_RANGE_ACCESS");
+  before = after;
+  ASSERT_TRUE(backend_->MapPages(va + 3 * kPage, kPage, h.data() + 3, 3).ok());
+  EXPECT_EQ(Fake().set_access_calls - before.set_access_calls, 3u);  // it stays per page
+  for (int i = 0; i < 6; ++i) backend_->Unmap(va + i * kPage, kPage);
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 8 * kPage);
+}
+
+TEST_F(CudaBackendFakeTest, AFailedMapLeavesNothingMapped) {
+  DevicePtr va = *backend_->ReserveAddressRange(2 * kPage);
+  std::vector<PhysicalHandle> h = Create(3);
+  const FakeCudaCounters before = Fake();
+  // Three pages do not fit a two-page reservation: the third map fails, two are undone.
+  EXPECT_FALSE(backend_->MapPages(va, kPage, h.data(), 3).ok());
+  EXPECT_EQ(Fake().live_mappings, before.live_mappings);
+  EXPECT_EQ(backend_->counters().mapped_bytes, 0u);
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 2 * kPage);
+}
+
+// Eight pages, every other block freed, then four pages' worth: a stitch within one
+// stream. It lends the idle pages (a handle mapped at two addresses), synchronizes
+// nothing, and unmaps the old addresses once the stream's event completed.
+TEST_F(CudaBackendFakeTest, StitchLendsPagesUntilTheStreamRan) {
+  setenv("FAKE_CUDA_EVENTS_PENDING", "1", 1);
+  const FakeCudaCounters start = Fake();
+  {
+    auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
+                                                  .max_new_page_headroom = 0});
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
+    for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+    const DevicePtr big = *alloc->Allocate(4 * kPage, kStream);
+    FakeCudaCounters now = Fake();
+    EXPECT_EQ(now.synchronizes, start.synchronizes);
+    EXPECT_EQ(now.handles_mapped_twice, 3u);
+    EXPECT_EQ(now.unmaps, start.unmaps);
+    EXPECT_EQ(alloc->stats().stitch_count, 1u);
+    // Another slow path while the stream's work is pending: the old addresses stay.
+    const DevicePtr more = *alloc->Allocate(16 * kPage, kStream);
+    EXPECT_EQ(Fake().handles_mapped_twice, 3u);
+    // The stream ran (a synchronize completes the fake's events): the next slow path
+    // unmaps them, without a synchronize of its own.
+    const cuda::DriverApi* api = *cuda::Driver();
+    ASSERT_EQ(api->cuCtxSynchronize(), CUDA_SUCCESS);
+    const std::uint64_t syncs = Fake().synchronizes;
+    const DevicePtr third = *alloc->Allocate(16 * kPage, kStream);
+    now = Fake();
+    EXPECT_EQ(now.handles_mapped_twice, 0u);
+    EXPECT_EQ(now.unmaps - start.unmaps, 3u);
+    EXPECT_EQ(now.synchronizes, syncs);
+    alloc->Free(big);
+    alloc->Free(more);
+    alloc->Free(third);
+    for (int i = 1; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+  }
+  const FakeCudaCounters end = Fake();
+  EXPECT_EQ(end.released_while_mapped, 0u);
+  EXPECT_EQ(end.live_mappings, 0u);
+  EXPECT_EQ(end.live_handles, 0u);
+}
+
+// EmptyCache with lent pages still waiting: it synchronizes, unmaps them and returns
+// every page, never releasing one that is still mapped.
+TEST_F(CudaBackendFakeTest, EmptyCacheRetiresLentPagesFirst) {
+  setenv("FAKE_CUDA_EVENTS_PENDING", "1", 1);
+  auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
+                                                .max_new_page_headroom = 0});
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
+  for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+  const DevicePtr big = *alloc->Allocate(4 * kPage, kStream);
+  ASSERT_EQ(Fake().handles_mapped_twice, 3u);
+  alloc->Free(big);
+  for (int i = 1; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+  alloc->EmptyCache();
+  const FakeCudaCounters end = Fake();
+  EXPECT_EQ(end.handles_mapped_twice, 0u);
+  EXPECT_EQ(end.released_while_mapped, 0u);
+  EXPECT_EQ(end.live_mappings, 0u);
+  EXPECT_EQ(end.live_handles, 0u);
+  EXPECT_EQ(alloc->stats().reserved_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace gpumem
