@@ -94,6 +94,14 @@ TEST_F(CudaBackendFakeTest, AFailedMapLeavesNothingMapped) {
   backend_->ReleaseAddressRange(va, 2 * kPage);
 }
 
+// Eight one-page blocks on one stream, every other one freed, then four pages' worth: with
+// no growth budget, a stitch within the stream. `blocks` keeps all eight (the odd ones live).
+DevicePtr StitchOverScatteredPages(DeviceAllocator& alloc, std::vector<DevicePtr>* blocks) {
+  for (int i = 0; i < 8; ++i) blocks->push_back(*alloc.Allocate(kPage, kStream));
+  for (int i = 0; i < 8; i += 2) alloc.Free((*blocks)[static_cast<std::size_t>(i)]);
+  return *alloc.Allocate(4 * kPage, kStream);
+}
+
 // Eight pages, every other block freed, then four pages' worth: a stitch within one
 // stream. It lends the idle pages (a handle mapped at two addresses), synchronizes
 // nothing, and unmaps the old addresses once the stream's event completed.
@@ -104,9 +112,7 @@ TEST_F(CudaBackendFakeTest, StitchLendsPagesUntilTheStreamRan) {
     auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
                                                   .max_new_page_headroom = 0});
     std::vector<DevicePtr> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
-    for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
-    const DevicePtr big = *alloc->Allocate(4 * kPage, kStream);
+    const DevicePtr big = StitchOverScatteredPages(*alloc, &blocks);
     FakeCudaCounters now = Fake();
     EXPECT_EQ(now.synchronizes, start.synchronizes);
     EXPECT_EQ(now.handles_mapped_twice, 3u);
@@ -143,9 +149,7 @@ TEST_F(CudaBackendFakeTest, EmptyCacheRetiresLentPagesFirst) {
   auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
                                                 .max_new_page_headroom = 0});
   std::vector<DevicePtr> blocks;
-  for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
-  for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
-  const DevicePtr big = *alloc->Allocate(4 * kPage, kStream);
+  const DevicePtr big = StitchOverScatteredPages(*alloc, &blocks);
   ASSERT_EQ(Fake().handles_mapped_twice, 3u);
   alloc->Free(big);
   for (int i = 1; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);

@@ -38,16 +38,16 @@ TEST(SiteTable, AbsoluteSitesAreShownRelativeToTheirCommonFolder) {
   trace::FrameTable frames(&t);
   const std::uint32_t lib =
       frames.Intern({"/venv/lib/python3.11/site-packages/torch/nn/modules/linear.py", 125, "forward"});
-  const std::uint32_t model = frames.Intern({"/home/user/project/model/mlp.py", 12, "forward"});
-  const std::uint32_t train = frames.Intern({"/home/user/project/train.py", 42, "step"});
+  const std::uint32_t model = frames.Intern({"/data/project/model/mlp.py", 12, "forward"});
+  const std::uint32_t train = frames.Intern({"/data/project/train.py", 42, "step"});
   const std::uint32_t a = frames.InternStack({lib, model, train});
   const std::uint32_t b = frames.InternStack({lib, train});
   SiteTable sites(t);
-  EXPECT_EQ(sites.common_dir(), "/home/user/project/");
+  EXPECT_EQ(sites.common_dir(), "/data/project/");
   EXPECT_EQ(sites.name(sites.site_of_stack(a)), "model/mlp.py:12 forward");
   EXPECT_EQ(sites.name(sites.site_of_stack(b)), "train.py:42 step");
   // The frames themselves keep their full paths (stacks are shown whole).
-  EXPECT_EQ(t.frames[train].filename, "/home/user/project/train.py");
+  EXPECT_EQ(t.frames[train].filename, "/data/project/train.py");
 }
 
 TEST(DisplayPath, PackagesFromThePackageOnOthersRelativeToTheFolder) {
@@ -58,8 +58,8 @@ TEST(DisplayPath, PackagesFromThePackageOnOthersRelativeToTheFolder) {
 }
 
 TEST(CommonDir, DeepestSharedFolderNeverTheRoot) {
-  EXPECT_EQ(CommonDir({"/home/user/repo/tests/gpu/capture.py"}), "/home/user/repo/tests/gpu/");
-  EXPECT_EQ(CommonDir({"/home/user/repo/tests/gpu/capture.py", "/home/user/repo/tools/x.py"}), "/home/user/repo/");
+  EXPECT_EQ(CommonDir({"/data/repo/tests/gpu/capture.py"}), "/data/repo/tests/gpu/");
+  EXPECT_EQ(CommonDir({"/data/repo/tests/gpu/capture.py", "/data/repo/tools/x.py"}), "/data/repo/");
   EXPECT_EQ(CommonDir({"/work/a.py", "/home/b.py"}), "");  // only "/" in common
   EXPECT_EQ(CommonDir({"rel.py", "/x/y/site-packages/torch/a.py"}), "");
   EXPECT_EQ(CommonDir({"/ab/c.py", "/abc/d.py"}), "");  // "/ab" is not a folder of both
