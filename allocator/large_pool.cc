@@ -263,7 +263,6 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool le
       Block* hole = NewNode();
       hole->addr = cut;
       hole->size = last - cut;
-      hole->lent = true;
       LinkAfter(f, hole);
       if (lent_.empty() || lent_.back().done != 0) lent_.emplace_back();
       lent_.back().holes.push_back(hole);

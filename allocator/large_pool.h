@@ -47,7 +47,6 @@ struct Block {
   Block* free_prev = nullptr;  // in the FreeIndex list of its size, while free
   Block* free_next = nullptr;
   bool free = false;
-  bool lent = false;  // a placeholder: pages lent by a stitch, waiting to be unmapped
   DevicePtr end() const { return addr + size; }
 };
 
