@@ -1,6 +1,7 @@
 """The GPU A/B verdicts' statistics on made-up data (no GPU needed): step_time_ab.py over
-runs (a clear slowdown, a clear tie, noise too large to decide; bad input exits 2) and
-overhead_ab.py over toggle blocks of one run."""
+runs paired by round (a clear slowdown, a clear tie, a tie under drift, noise too large to
+decide; unpaired runs; bad input exits 2) and overhead_ab.py over toggle blocks of one run
+(each recording block against its neighbours, so drift cancels)."""
 import io
 import json
 import os
@@ -39,12 +40,24 @@ def main():
              runs("slow", "native", native) +
              runs("slow", "gpumem", [t * 1.08 for t in native]) +
              runs("noisy", "native", [0.050, 0.070, 0.055, 0.068, 0.052, 0.066]) +
-             runs("noisy", "gpumem", [0.051, 0.071, 0.056, 0.069, 0.053, 0.067]))
+             runs("noisy", "gpumem", [0.066, 0.052, 0.068, 0.055, 0.070, 0.050]) +
+             # The machine slows 20% over the series; each gpumem run is 0.2% slower
+             # than the native run of its round: only pairing by round sees a tie.
+             runs("drift", "native", [0.060 * (1 + 0.04 * i) for i in range(6)]) +
+             runs("drift", "gpumem", [0.060 * (1 + 0.04 * i) * 1.002 for i in range(6)]) +
+             runs("unpaired", "native", native) +
+             runs("unpaired", "gpumem", native[:4]))
     status, text = table(lines)
     assert status == 0, text
     assert "within 1%" in row(text, "tie"), text
     assert "slower" in row(text, "slow"), text
     assert "undecided" in row(text, "noisy"), text
+    assert "within 1%" in row(text, "drift") and "paired" in row(text, "drift"), text
+    assert "unpaired" in row(text, "unpaired"), text
+    assert "undecided" in step_time_ab.verdict(
+        *step_time_ab.ratio_interval(
+            [0.060 * (1 + 0.04 * i) * 1.002 for i in range(6)],
+            [0.060 * (1 + 0.04 * i) for i in range(6)])[1:], 1.0)
     assert "1.0800" in row(text, "slow"), text
     status, text = table(lines, "--within", "10")
     assert "within 10%" in row(text, "slow"), text
@@ -52,18 +65,19 @@ def main():
     status, _ = table(runs("x", "gpumem", [0.05]))
     assert status == 2
     assert step_time_ab.main(["/nonexistent.jsonl"]) == 2
-    print("step_time_ab: 4 cases pass")
+    print("step_time_ab: 6 cases pass")
     check_overhead_blocks()
     return 0
 
 
-def blocks_of(cost):
-    """80 steps in blocks of 4 alternating off/on, recording costing `cost`; a block's
-    first step (after the switch) is slow and must be left out."""
+def blocks_of(cost, drift=0.0):
+    """80 steps in blocks of 4 alternating off/on, recording costing `cost`, the machine
+    slowing by `drift` over the run; a block's first step (after the switch) is slow and
+    must be left out."""
     steps, recording = [], []
     for i in range(4 * 20):
         on = i // 4 % 2 == 1
-        t = 0.100 * (1 + cost if on else 1.0)
+        t = 0.100 * (1 + cost if on else 1.0) * (1 + drift * i / 80)
         steps.append(t * (3 if i % 4 == 0 else 1) * (1 + 0.001 * (i % 3)))
         recording.append(on)
     return steps, recording
@@ -91,6 +105,13 @@ def check_overhead_blocks():
     assert step_time_ab.verdict(low, high, 3.0) == "slower"
     assert verdict_line(steps, recording).endswith("-> NOT MET")
     assert verdict_line(*blocks_of(0.005)).endswith("-> MET")
+    # 30% drift over the run: medians over all blocks could not tell; neighbours can.
+    assert verdict_line(*blocks_of(0.005, drift=0.3)).endswith("-> MET")
+    on, off = overhead_ab.block_medians(*blocks_of(0.005, drift=0.3), warmup=2, toggle=4)
+    assert step_time_ab.verdict(*step_time_ab.ratio_interval(on, off)[1:], 3.0) == "undecided"
+    assert verdict_line(*blocks_of(0.05, drift=0.3)).endswith("-> NOT MET")
+    pairs = overhead_ab.paired_ratios(*blocks_of(0.02, drift=0.3), warmup=2, toggle=4)
+    assert len(pairs) == 10 and all(abs(r - 1.02) < 0.01 for r in pairs), pairs
     assert overhead_ab.main(["/nonexistent.jsonl"]) == 2
     print("overhead_ab: blocks and verdict pass")
 

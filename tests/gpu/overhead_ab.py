@@ -1,8 +1,10 @@
 """Recording overhead from one process (capture.py --toggle N): steps alternate in blocks
 of N between recording and not. Neighbouring steps share the machine's state, so the unit
 is the block: each block gives its median step (its first step, which pays for the switch,
-left out); the ratio compares the median of recording blocks with the median of the
-others, with a 95% bootstrap interval over blocks (step_time_ab.ratio_interval).
+left out), and each recording block is compared with the mean of the blocks either side of
+it, which cancels the drift of step time over the run (10-15% over a minute on the lent
+H100s). The ratio is the geometric mean of those paired ratios, with a 95% bootstrap
+interval over blocks (step_time_ab.paired_interval).
 
 Goals (issue 5): gpumem + Python stacks within 3% (MET when the whole interval is <= 1.03,
 NOT MET when it is all above, else UNDECIDED: more steps are needed), and each gpumem ratio
@@ -15,19 +17,34 @@ import json
 import statistics
 import sys
 
-from step_time_ab import ratio_interval, verdict
+from step_time_ab import paired_interval, verdict
 
 
-def block_medians(step_seconds, recording, warmup, toggle):
-    """(medians of recording blocks, medians of the other blocks)"""
+def blocks_of(step_seconds, recording, warmup, toggle):
+    """{block number: (recording, median step)}"""
     blocks = {}
     for i, (t, rec) in enumerate(zip(step_seconds, recording)):
         if i < warmup or i % toggle == 0:  # warm-up, and the first step after each switch
             continue
         blocks.setdefault(i // toggle, (rec, []))[1].append(t)
-    on = [statistics.median(ts) for rec, ts in blocks.values() if rec]
-    off = [statistics.median(ts) for rec, ts in blocks.values() if not rec]
-    return on, off
+    return {b: (rec, statistics.median(ts)) for b, (rec, ts) in blocks.items()}
+
+
+def block_medians(step_seconds, recording, warmup, toggle):
+    """(medians of recording blocks, medians of the other blocks)"""
+    blocks = blocks_of(step_seconds, recording, warmup, toggle).values()
+    return [m for rec, m in blocks if rec], [m for rec, m in blocks if not rec]
+
+
+def paired_ratios(step_seconds, recording, warmup, toggle):
+    """Each recording block's median over the mean of its non-recording neighbours'."""
+    blocks = blocks_of(step_seconds, recording, warmup, toggle)
+    ratios = []
+    for b, (rec, m) in sorted(blocks.items()):
+        near = [blocks[n][1] for n in (b - 1, b + 1) if n in blocks and not blocks[n][0]]
+        if rec and near:
+            ratios.append(m / statistics.fmean(near))
+    return ratios
 
 
 def main(argv):
@@ -46,12 +63,13 @@ def main(argv):
     ratio = {}
     for r in rows:
         label = r.get("allocator", "?")  # capture.py writes --label there
-        on, off = block_medians(r.get("step_seconds", []), r.get("recording", []),
-                                args.warmup, args.toggle)
-        if not r.get("completed") or len(on) < 2 or len(off) < 2:
+        steps, rec = r.get("step_seconds", []), r.get("recording", [])
+        on, off = block_medians(steps, rec, args.warmup, args.toggle)
+        pairs = paired_ratios(steps, rec, args.warmup, args.toggle)
+        if not r.get("completed") or len(pairs) < 2:
             print(f"{r.get('workload', '?'):<9} {label:<14} failed or too few blocks")
             continue
-        point, low, high = ratio_interval(on, off)
+        point, low, high = paired_interval(pairs)
         ratio[(r["workload"], label)] = (point, low, high)
         print(f"{r['workload']:<9} {label:<14} recording {statistics.median(on) * 1e3:8.2f} ms "
               f"({len(on)} blocks)  not {statistics.median(off) * 1e3:8.2f} ms ({len(off)} "

@@ -1,8 +1,11 @@
 """Step time of gpumem against native PyTorch from interleaved separate runs (the allocator
 cannot be switched inside one process). One run's steps share its process-level luck
 (clocks, placement, neighbours), so the unit is the run: each run gives its median step
-time after warm-up; the verdict compares the median over gpumem runs with the median over
-native runs, with a 95% bootstrap interval over runs (seeded, so repeatable).
+time after warm-up. The machine drifts over minutes (the lent H100s' native runs slowed
+17% over one half-hour series), so runs are compared in the rounds they ran in: the i-th
+gpumem run of a workload against its i-th native run, and the verdict is the geometric
+mean of those paired ratios with a 95% bootstrap interval over rounds (seeded, so
+repeatable). Unequal run counts fall back to medians over unpaired runs.
 
   within X%   the whole interval is <= 1 + X/100
   slower      the whole interval is above 1 + X/100
@@ -14,6 +17,7 @@ usage: step_time_ab.py [--within PERCENT] [--baseline native] results.jsonl
 """
 import argparse
 import json
+import math
 import random
 import statistics
 import sys
@@ -43,6 +47,17 @@ def ratio_interval(ours, theirs, resamples=2000, seed=1):
         statistics.median(rng.choices(theirs, k=len(theirs)))
         for _ in range(resamples))
     return point, ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+
+
+def paired_interval(ratios, resamples=2000, seed=1):
+    """Geometric mean of paired ratios (each measured against its own neighbour, so slow
+    drift cancels) and its 95% bootstrap interval over the pairs."""
+    rng = random.Random(seed)
+    logs = [math.log(r) for r in ratios]
+    point = math.exp(statistics.fmean(logs))
+    means = sorted(math.exp(statistics.fmean(rng.choices(logs, k=len(logs))))
+                   for _ in range(resamples))
+    return point, means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def verdict(low, high, within):
@@ -80,9 +95,14 @@ def main(argv):
             if a == args.baseline:
                 print(f"| {w} | {a} | {len(times)} | {ms:.2f} | 1 | - | - |")
                 continue
-            point, low, high = ratio_interval(times, base)
+            if len(times) == len(base) and len(times) >= 2:
+                point, low, high = paired_interval([t / b for t, b in zip(times, base)])
+                how = "paired by round"
+            else:
+                point, low, high = ratio_interval(times, base)
+                how = "unpaired"
             print(f"| {w} | {a} | {len(times)} | {ms:.2f} | {point:.4f} | "
-                  f"{low:.4f}-{high:.4f} | {verdict(low, high, args.within)} |")
+                  f"{low:.4f}-{high:.4f} ({how}) | {verdict(low, high, args.within)} |")
     return 0
 
 
