@@ -39,6 +39,7 @@ absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
   // GPUMEM_TRACE, GPUMEM_STACKS and GPUMEM_TRACE_FLUSH_MS are the recorder's own.
   absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
   if (!options.ok()) return options.status();
+  options->measure_cost = config.verbose;
   const std::string path = options->path;
   absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
   if (!recorder.ok()) {

@@ -32,6 +32,7 @@ class PythonStacks {
     Gil(const Gil&) = delete;
     Gil& operator=(const Gil&) = delete;
     bool held() const { return held_; }
+    bool took() const { return api_ != nullptr; }  // taken here, not already held
 
    private:
     const Api* api_ = nullptr;  // set when we took the GIL and must give it back

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
@@ -63,7 +65,32 @@ absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options
 }
 
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
-    : options_(std::move(options)), writer_(std::move(writer)) {}
+    : options_(std::move(options)), writer_(std::move(writer)), opened_ns_(TraceWriter::NowNs()) {}
+
+absl::Status Recorder::Close() {
+  if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
+  return writer_->Close();
+}
+
+std::string Recorder::CostSummary() const {
+  const auto get = [](const std::atomic<std::uint64_t>& v) {
+    return v.load(std::memory_order_relaxed);
+  };
+  const auto mean_ns = [](std::uint64_t total, std::uint64_t n) {
+    return n == 0 ? 0.0 : static_cast<double>(total) / static_cast<double>(n);
+  };
+  const std::uint64_t captures = get(cost_.captures), records = get(cost_.records);
+  const std::uint64_t capture_ns = get(cost_.capture_ns), record_ns = get(cost_.record_ns);
+  const double wall_s = static_cast<double>(TraceWriter::NowNs() - opened_ns_) * 1e-9;
+  return absl::StrFormat(
+      "recording cost on the allocating threads over %.1f s: %d stack captures, %.3f s "
+      "(%.0f ns each; %d took the GIL back, %d found no Python frame); %d records, %.3f s "
+      "(%.0f ns each); together %.2f%% of the wall time",
+      wall_s, captures, static_cast<double>(capture_ns) * 1e-9, mean_ns(capture_ns, captures),
+      get(cost_.gil_taken), get(cost_.no_python), records,
+      static_cast<double>(record_ns) * 1e-9, mean_ns(record_ns, records),
+      wall_s > 0 ? 100.0 * static_cast<double>(capture_ns + record_ns) * 1e-9 / wall_s : 0.0);
+}
 
 namespace {
 void NamePythonCode(const RawFrame& frame, FrameDef* def) {
@@ -142,7 +169,12 @@ Recorder::CallScope::CallScope(Recorder* recorder) {
     return;  // no trace, paused, or an outer scope took the stack already
   }
   // Skip this constructor: the stack starts at the caller (the C ABI's entry point).
+  const std::int64_t start = recorder->options_.measure_cost ? TraceWriter::NowNs() : 0;
   t_call_stack.stack_id = recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
+  if (start != 0) {
+    recorder->cost_.captures.fetch_add(1, std::memory_order_relaxed);
+    recorder->cost_.capture_ns.fetch_add(TraceWriter::NowNs() - start, std::memory_order_relaxed);
+  }
   t_call_stack.recorder = recorder;
   active_ = true;
 }
@@ -170,9 +202,15 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
   // Held through Intern too: naming a new code object calls into Python. Taken before
   // the stack table's lock, never inside it, so a GIL holder waiting there cannot block us.
   std::optional<PythonStacks::Gil> gil;
+  std::size_t found = 0;
   if (python && py.available()) {
     gil.emplace(py, may_take_gil);
-    n += py.Capture(*gil, frames + n, std::min(options_.max_python_frames, kMax - n));
+    found = py.Capture(*gil, frames + n, std::min(options_.max_python_frames, kMax - n));
+    n += found;
+  }
+  if (python && options_.measure_cost) {
+    if (gil.has_value() && gil->took()) cost_.gil_taken.fetch_add(1, std::memory_order_relaxed);
+    if (found == 0) cost_.no_python.fetch_add(1, std::memory_order_relaxed);
   }
   if (n == 0) return 0;
   return writer_->stacks().Intern(frames, n, &NamePythonCode);
@@ -190,6 +228,7 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   if (event.kind == AllocatorEventKind::kAlloc && paused()) return;
+  const std::int64_t start = options_.measure_cost ? TraceWriter::NowNs() : 0;
   format::RecordType type = format::RecordType::kAlloc;
   switch (event.kind) {
     case AllocatorEventKind::kAlloc: type = format::RecordType::kAlloc; break;
@@ -208,6 +247,10 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
                                              : CaptureStack(0, 0, /*may_take_gil=*/false);
   }
   RecordWithStack(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
+  if (start != 0) {
+    cost_.records.fetch_add(1, std::memory_order_relaxed);
+    cost_.record_ns.fetch_add(TraceWriter::NowNs() - start, std::memory_order_relaxed);
+  }
 }
 
 std::uint64_t Recorder::Step() {

@@ -29,6 +29,10 @@ struct RecorderOptions {
   std::size_t max_native_frames = 48;
   std::size_t max_python_frames = 64;
   TraceWriterOptions writer;  // its path is set from `path`
+  // Time the recorder's own work on the allocating threads (stack capture with the GIL,
+  // appending records) and print it when the trace closes (GPUMEM_VERBOSE=1): the share
+  // of a run that recording costs, measured where it is paid. Two clock reads per call.
+  bool measure_cost = false;
 
   // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
   // Errors name the variable and its value.
@@ -96,7 +100,12 @@ class Recorder final : public AllocatorObserver {
 
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
   void Flush() { writer_->Flush(); }
-  absl::Status Close() { return writer_->Close(); }
+  // Ends the trace; with measure_cost, prints CostSummary() to stderr first.
+  absl::Status Close();
+
+  // What recording has cost the allocating threads so far (measure_cost only):
+  // "recording cost: ... stack captures ..., ... records ..." with counts, totals and means.
+  std::string CostSummary() const;
 
   TraceWriter& writer() { return *writer_; }
   StackMode stack_mode() const { return options_.stacks; }
@@ -105,9 +114,17 @@ class Recorder final : public AllocatorObserver {
   std::atomic<bool> paused_{false};
   Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer);
 
+  // measure_cost's counters, summed over threads (relaxed: read at close).
+  struct Cost {
+    std::atomic<std::uint64_t> captures{0}, capture_ns{0}, gil_taken{0}, no_python{0};
+    std::atomic<std::uint64_t> records{0}, record_ns{0};
+  };
+
   const RecorderOptions options_;
   std::unique_ptr<TraceWriter> writer_;
   std::atomic<std::uint64_t> step_{0};
+  Cost cost_;
+  const std::int64_t opened_ns_;
 };
 
 }  // namespace gpumem

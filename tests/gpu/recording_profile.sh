@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Where recording time goes in real training (issue 5's overhead): runs gpt2 and resnet50
-# under gpumem with the trace and Python stacks, under `perf record` where the machine has
-# perf, and keeps the traces, whose stacks and threads say how deep the stacks are and
-# which threads pay for a stack (tools: gpumem dump). Builds libgpumem.so only.
+# under gpumem with the trace and Python stacks and GPUMEM_VERBOSE=1, so the recorder
+# prints the time it took on the allocating threads (stack captures, GIL taken back,
+# records) against the run's wall time.
+# Keeps the traces, whose stacks and threads say how deep the stacks are and which
+# threads pay for a stack (gpumem dump --stacks). Builds libgpumem.so only.
 #
 # usage: tests/gpu/recording_profile.sh   env: OUT, PROFILE_WORKLOADS (default "gpt2
 #        resnet50"), PROFILE_STEPS (default 30), GPUMEM_PREBUILT as in run.sh
@@ -17,20 +19,11 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF 
   -DZLIB_INCLUDE_DIR="$prebuilt/include" >"$OUT/profile-build.log" 2>&1 \
   && cmake --build "$build" -j"$(nproc)" --target gpumem_shared >>"$OUT/profile-build.log" 2>&1 \
   || { echo "build failed"; tail -30 "$OUT/profile-build.log"; exit 1; }
-perf=$(command -v perf || true)
-echo "perf: ${perf:-not on this machine}"
 for w in ${PROFILE_WORKLOADS:-gpt2 resnet50}; do
-  run=("$py" "$repo/tests/gpu/capture.py" "$w" --allocator gpumem --steps "${PROFILE_STEPS:-30}")
-  if [ -n "$perf" ]; then
-    GPUMEM_TRACE=$OUT/$w-python.gpumem GPUMEM_STACKS=python \
-      "$perf" record -F 4000 -g -o "$OUT/$w.perf" -- "${run[@]}" >/dev/null 2>>"$OUT/profile.err"
-    "$perf" report -i "$OUT/$w.perf" --no-children --sort dso,symbol 2>/dev/null \
-      | grep -E '^ +[0-9]' | head -60 >"$OUT/$w-perf-top.txt"
-    rm -f "$OUT/$w.perf"
-    echo "== $w: top symbols with the trace (python stacks)"; head -40 "$OUT/$w-perf-top.txt"
-  else
-    GPUMEM_TRACE=$OUT/$w-python.gpumem GPUMEM_STACKS=python "${run[@]}" \
-      >/dev/null 2>>"$OUT/profile.err" || echo "$w failed (see profile.err)"
-  fi
+  GPUMEM_TRACE=$OUT/$w-python.gpumem GPUMEM_STACKS=python GPUMEM_VERBOSE=1 \
+    $py "$repo/tests/gpu/capture.py" "$w" --allocator gpumem --steps "${PROFILE_STEPS:-30}" \
+    >"$OUT/$w-capture.json" 2>"$OUT/$w.err" || echo "$w failed (see $w.err)"
+  echo "== $w: $(grep -h 'recording cost' "$OUT/$w.err")"
+  $py -c 'import json,sys; r=json.load(open(sys.argv[1])); print("median step ms", round(r["median_step_seconds"]*1e3, 2), "steps", r["steps"])' "$OUT/$w-capture.json"
 done
 ls -la "$OUT"

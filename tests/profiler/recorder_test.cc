@@ -132,5 +132,33 @@ TEST(RecorderTest, PythonModeWithoutPythonRecordsEmptyStacks) {
   std::remove(options.path.c_str());
 }
 
+TEST(RecorderTest, MeasuresItsOwnCostOnlyWhenAsked) {
+  for (const bool measure : {false, true}) {
+    RecorderOptions options;
+    options.path = TempPath(measure ? "cost.gpumem" : "nocost.gpumem");
+    options.stacks = StackMode::kPython;  // no interpreter here: captures find no frame
+    options.measure_cost = measure;
+    auto recorder = Recorder::Open(options);
+    ASSERT_TRUE(recorder.ok());
+    for (int i = 0; i < 3; ++i) {
+      Recorder::CallScope scope(recorder->get());
+      GpumemTestAllocationSite(recorder->get(), 0x1000 * (i + 1));
+    }
+    (*recorder)->OnEvent({AllocatorEventKind::kFree, 1, 0x1000, 4096, 7});
+    const std::string summary = (*recorder)->CostSummary();
+    if (measure) {
+      EXPECT_NE(summary.find(": 3 stack captures"), std::string::npos) << summary;
+      EXPECT_NE(summary.find("0 took the GIL back, 3 found no Python frame"), std::string::npos)
+          << summary;
+      EXPECT_NE(summary.find("; 4 records"), std::string::npos) << summary;
+    } else {
+      EXPECT_NE(summary.find(": 0 stack captures"), std::string::npos) << summary;
+      EXPECT_NE(summary.find("; 0 records"), std::string::npos) << summary;
+    }
+    ASSERT_TRUE((*recorder)->Close().ok());
+    std::remove(options.path.c_str());
+  }
+}
+
 }  // namespace
 }  // namespace gpumem
