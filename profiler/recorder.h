@@ -96,7 +96,9 @@ class Recorder final : public AllocatorObserver {
   static void SetAutogradLink(std::uint64_t seq, std::uint32_t thread,
                               std::uint32_t node_frame);
   // The frame id naming a backward node ("MmBackward0"); intern once per node type.
+  // kPythonNodeName names a Python-defined Function's node, whose backward runs Python.
   std::uint32_t AutogradNodeFrame(const std::string& name);
+  static constexpr const char* kPythonNodeName = "PyNode";
 
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
   void Flush() { writer_->Flush(); }
@@ -120,8 +122,12 @@ class Recorder final : public AllocatorObserver {
     std::atomic<std::uint64_t> records{0}, record_ns{0};
   };
 
+  // Whether this thread's pending autograd link is a C++ backward node (no Python frames).
+  bool RunningCppBackwardNode() const;
+
   const RecorderOptions options_;
   std::unique_ptr<TraceWriter> writer_;
+  std::atomic<std::uint32_t> python_node_frame_{0};
   std::atomic<std::uint64_t> step_{0};
   Cost cost_;
   const std::int64_t opened_ns_;

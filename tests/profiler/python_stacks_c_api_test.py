@@ -48,6 +48,17 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
+
+# As libgpumem_torch does on an autograd engine thread: the running backward node is
+# linked before the allocation. A C++ node's allocation takes no Python frame (the GIL is
+# not taken back for it); a Python-defined Function's (PyNode) does.
+released.gpumem_autograd_node_frame.restype = ctypes.c_uint32
+released.gpumem_autograd_node_frame.argtypes = [ctypes.c_char_p]
+released.gpumem_set_autograd_link.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32]
+# (Sequence numbers no forward op had, so the reader adds no forward stack to them.)
+for seq, name, size in ((10**6, b"MmBackward0", 8192 * 3), (10**6 + 1, b"PyNode", 8192 * 5)):
+    released.gpumem_set_autograd_link(seq, 1, released.gpumem_autograd_node_frame(name))
+    kept.append(released.gpumem_alloc(size, 0, None))  # BACKWARD_LINE
 '''
 
 
@@ -91,6 +102,25 @@ def main():
         want1 = f"at train_step ({script}:{step_line})"
         if frames[:2] != [want0, want1]:
             failures.append(f"first allocation's frames {frames}, expected {want0}, {want1}")
+        def frames_of(size):
+            at = next((i for i, l in enumerate(lines)
+                       if re.search(rf"\talloc\t.*\tsize={size}\t", l)), None)
+            if at is None:
+                return None
+            frames = []
+            for l in lines[at + 1:]:
+                if not l.startswith("    at "):
+                    break
+                frames.append(l.strip())
+            return frames
+        cpp_node, py_node = frames_of(8192 * 3), frames_of(8192 * 5)
+        if cpp_node is None or py_node is None:
+            failures.append("the backward-node allocations are missing from the trace")
+        else:
+            if any(f.startswith("at <module>") for f in cpp_node):
+                failures.append(f"a C++ backward node's allocation has Python frames {cpp_node}")
+            if not any(f.startswith("at <module>") for f in py_node):
+                failures.append(f"a PyNode's allocation lacks its Python frames {py_node}")
         churn = sum(1 for l in lines if l.strip().startswith("at churn ("))
         if churn < 6000:
             failures.append(f"{churn} churn frames, expected >= 6000 (both threads' allocs)")
