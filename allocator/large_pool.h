@@ -79,7 +79,8 @@ class LargePool {
   absl::StatusOr<Block*> Grow(const Plan& plan, std::size_t bytes);
 
   // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
-  // the page cache, smallest free blocks first. Returns how many. With `lend`, the pages
+  // the page cache, from the free blocks with the fewest StrandedBytes first, then the
+  // smallest. Returns how many. With `lend`, the pages
   // are lent instead (no synchronization): only a Grow of this pool, called next, may
   // map them.
   std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false);
@@ -89,6 +90,9 @@ class LargePool {
   std::size_t lent_pages() const { return lent_pages_; }
   // Whole pages inside free blocks.
   std::size_t IdlePages() const;
+  // The bytes of free block `f` in pages it shares with its neighbours: what taking all
+  // of its whole pages leaves behind, cut off from the rest by the new hole.
+  std::size_t StrandedBytes(const Block* f) const;
   // Without VMM: returns segments that are entirely free. Returns bytes released.
   std::size_t ReleaseFreeSegments();
 

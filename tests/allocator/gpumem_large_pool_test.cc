@@ -114,6 +114,37 @@ TEST(LargePoolTest, IdlePagesAreUnmappedAndRemappedWhereNeeded) {
   ExpectConsistent(pool, sim);
 }
 
+// Taking a page out of a free block cuts off the bytes it shares with used neighbours'
+// pages; a block that shares none gives its pages first, even when it is larger.
+TEST(LargePoolTest, IdlePagesComeFirstFromBlocksThatStrandNothing) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  Block* whole = *pool.Grow(pool.PlanGrowth(12 * kMiB), 12 * kMiB);
+  const DevicePtr base = whole->addr;
+  pool.Free(whole);
+  // [1 MiB used][3 MiB free: 1 MiB of page 0 + page 1][2 MiB used][4 MiB free: pages 3-4]
+  // [2 MiB used]
+  std::vector<Block*> blocks;
+  for (std::size_t size : {1 * kMiB, 3 * kMiB, 2 * kMiB, 4 * kMiB, 2 * kMiB}) {
+    blocks.push_back(pool.BestFit(size));
+    ASSERT_NE(blocks.back(), nullptr);
+  }
+  ASSERT_EQ(blocks[1]->addr, base + kMiB);
+  ASSERT_EQ(blocks[3]->addr, base + 3 * kPage);
+  pool.Free(blocks[1]);
+  pool.Free(blocks[3]);
+  EXPECT_EQ(pool.StrandedBytes(blocks[1]), kMiB);
+  EXPECT_EQ(pool.StrandedBytes(blocks[3]), 0u);
+  heap.BeginSlowPath();
+  EXPECT_EQ(pool.TakeIdlePages(1, nullptr), 1u);
+  // Page 1 stays, so the 3 MiB free block stays whole; one of pages 3-4 went.
+  EXPECT_TRUE(sim.IsAccessible(base + kPage, kPage));
+  EXPECT_FALSE(sim.IsAccessible(base + 3 * kPage, 2 * kPage));
+  EXPECT_EQ(pool.largest_free(), 3 * kMiB);
+  ExpectConsistent(pool, sim);
+}
+
 TEST(LargePoolTest, SegmentsWithoutVmm) {
   SimBackend sim({.vmm = false});
   PageHeap heap(sim, 0, nullptr);

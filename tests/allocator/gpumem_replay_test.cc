@@ -69,6 +69,24 @@ TEST_P(GpumemReplayTest, NeedsTheSmallestDeviceOfAnyPolicy) {
   }
 }
 
+// Issue 4 on hardware: on an H100, PyTorch with expandable segments completed resnet50 at
+// a 3068 MiB cap, 1.0078 x its peak allocated, where gpumem then needed 1.0124 x (and the
+// simulation agreed exactly for gpumem). The simulated expandable emulation is more
+// pessimistic (1.0153), so the bound comes from the measurement: gpumem's smallest device
+// must stay below it. Taking idle pages from the free blocks that strand the fewest bytes
+// (LargePool::TakeIdlePages) is what brings it there.
+constexpr double kResnet50ExpandableMeasured = 1.0078;
+
+TEST(GpumemMinCapTest, Resnet50BelowMeasuredExpandableSegments) {
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(TracePath("resnet50"));
+  ASSERT_TRUE(t.ok()) << t.status();
+  absl::StatusOr<replay::MinCapResult> ours = replay::FindMinCap(*t, "gpumem", {});
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  std::printf("resnet50: smallest cap gpumem %.4f x peak (measured expandable %.4f)\n",
+              ours->ratio(), kResnet50ExpandableMeasured);
+  EXPECT_LT(ours->ratio(), kResnet50ExpandableMeasured);
+}
+
 // Steady traces (the same work every step; leaky_mlp only adds 6 MiB per step): in the
 // second half of the steps, where every run has passed its peak, no page is unmapped and
 // the device is never synchronized, with and without a cap of 1.02 x peak allocated.
