@@ -12,7 +12,9 @@
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
 #        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from),
 #        STEPTIME_WORKLOADS (default gpt2 resnet50), STEPTIME_ROUNDS (native/gpumem pairs,
-#        interleaved, default 6), STEPTIME_STEPS (default 40).
+#        interleaved, default 6), STEPTIME_STEPS (default 40), GPU_TARGETS (what to build),
+#        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
+#        also skips the torch.empty loops).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 steps=("$@")
@@ -31,7 +33,7 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF 
   -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
   -DZLIB_INCLUDE_DIR="$prebuilt/include" >>"$OUT/build.log" 2>&1 \
   || { echo "configure failed"; tail -40 "$OUT/build.log"; exit 1; }
-for t in gpumem_shared gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem; do
+for t in ${GPU_TARGETS:-gpumem_shared gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem}; do
   cmake --build "$build" -j"$(nproc)" --target "$t" >>"$OUT/build.log" 2>&1 \
     || { echo "build of $t failed:"; grep -E "error|Error" "$OUT/build.log" | tail -15; }
 done
@@ -44,11 +46,14 @@ fi
 if want bench; then
   echo "== microbenchmarks"
   "$build/bin/gpu_alloc_bench" --benchmark_out="$OUT/gpu_alloc_bench.json" \
-    --benchmark_out_format=json >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
+    --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} \
+    >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
   : >"$OUT/torch_empty.jsonl"
-  for a in native gpumem; do
-    $py "$repo/tests/gpu/torch_empty_bench.py" $a >>"$OUT/torch_empty.jsonl" 2>>"$OUT/bench.log"
-  done
+  if [ -z "${BENCH_FILTER:-}" ]; then
+    for a in native gpumem; do
+      $py "$repo/tests/gpu/torch_empty_bench.py" $a >>"$OUT/torch_empty.jsonl" 2>>"$OUT/bench.log"
+    done
+  fi
   $py "$repo/tests/gpu/bench_table.py" "$OUT/gpu_alloc_bench.json" "$OUT/torch_empty.jsonl"
 fi
 
