@@ -61,11 +61,22 @@ def main():
     assert "1.0800" in row(text, "slow"), text
     status, text = table(lines, "--within", "10")
     assert "within 10%" in row(text, "slow"), text
+    # --warmup judges the steps from that one on: a gpumem run slow only while it
+    # settles (its first 12 of 20 steps) is within 1% from step 12.
+    settling = [json.dumps({"workload": "settle", "allocator": a, "cap": 0, "completed": True,
+                            "median_step_seconds": 0.06,
+                            "step_seconds": [0.06 * (1.5 if a == "gpumem" and i < 12 else 1)
+                                             * (1 + 0.001 * (i % 3)) for i in range(20)]})
+                for _ in range(4) for a in ("native", "gpumem")]
+    status, text = table(settling, "--warmup", "0")
+    assert "slower" in row(text, "settle"), text
+    status, text = table(settling, "--warmup", "12")
+    assert "within 1%" in row(text, "settle"), text
     # Runs that ran out of memory or were capped do not count; no baseline is an error.
     status, _ = table(runs("x", "gpumem", [0.05]))
     assert status == 2
     assert step_time_ab.main(["/nonexistent.jsonl"]) == 2
-    print("step_time_ab: 6 cases pass")
+    print("step_time_ab: 7 cases pass")
     check_overhead_blocks()
     return 0
 

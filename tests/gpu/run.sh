@@ -12,7 +12,9 @@
 #        TRAIN_ALLOCATORS (native gpumem expandable gpumem-nostitch gpumem-cudamalloc
 #        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from),
 #        STEPTIME_WORKLOADS (default gpt2 resnet50), STEPTIME_ROUNDS (native/gpumem pairs,
-#        interleaved, default 6), STEPTIME_STEPS (default 40), GPU_TARGETS (what to build),
+#        interleaved, default 6), STEPTIME_STEPS (default 40), STEPTIME_WARMUP (steps left
+#        out, default 10; gpt2 on gpumem still stitches until step ~23 on an H100, so judge
+#        it with 60 steps and 25), GPU_TARGETS (what to build),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
 #        also skips the torch.empty loops).
 set -uo pipefail
@@ -79,7 +81,7 @@ if want steptime; then
     for w in ${STEPTIME_WORKLOADS:-gpt2 resnet50}; do
       for a in native gpumem; do
         $py "$repo/tests/gpu/capture.py" "$w" --allocator $a --steps "${STEPTIME_STEPS:-40}" \
-          --warmup 10 >>"$OUT/steptime.jsonl" 2>>"$OUT/steptime.err" \
+          --warmup "${STEPTIME_WARMUP:-10}" >>"$OUT/steptime.jsonl" 2>>"$OUT/steptime.err" \
           || echo "capture $w $a (round $round) failed (see steptime.err)"
       done
     done

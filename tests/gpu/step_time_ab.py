@@ -11,7 +11,7 @@ repeatable). Unequal run counts fall back to medians over unpaired runs.
   slower      the whole interval is above 1 + X/100
   undecided   the interval straddles it: more runs, or a quieter machine, are needed
 
-usage: step_time_ab.py [--within PERCENT] [--baseline native] results.jsonl
+usage: step_time_ab.py [--within PERCENT] [--baseline native] [--warmup STEP] results.jsonl
        (capture.py's JSON lines, several runs per workload and allocator, e.g. from
         `STEPTIME_ROUNDS=6 tests/gpu/run.sh steptime`)
 """
@@ -23,8 +23,9 @@ import statistics
 import sys
 
 
-def run_medians(lines, baseline):
-    """{workload: {allocator: [median step seconds of each completed run]}}"""
+def run_medians(lines, baseline, warmup=None):
+    """{workload: {allocator: [median step seconds of each completed run]}}: the run's own
+    median, or with `warmup` the median of its step_seconds from that step on."""
     out = {}
     for line in lines:
         line = line.strip()
@@ -33,8 +34,13 @@ def run_medians(lines, baseline):
         r = json.loads(line)
         if r.get("cap") or not r.get("completed") or not r.get("median_step_seconds"):
             continue
-        out.setdefault(r["workload"], {}).setdefault(r["allocator"], []).append(
-            r["median_step_seconds"])
+        median = r["median_step_seconds"]
+        if warmup is not None:
+            steps = r.get("step_seconds", [])[warmup:]
+            if not steps:
+                continue
+            median = statistics.median(steps)
+        out.setdefault(r["workload"], {}).setdefault(r["allocator"], []).append(median)
     return {w: runs for w, runs in out.items() if baseline in runs}
 
 
@@ -74,10 +80,13 @@ def main(argv):
     p.add_argument("results")
     p.add_argument("--within", type=float, default=1.0, help="allowed slowdown, percent")
     p.add_argument("--baseline", default="native")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="judge steps from this one on (default: each run's own median, "
+                   "after capture.py's --warmup)")
     args = p.parse_args(argv)
     try:
         with open(args.results) as f:
-            table = run_medians(f, args.baseline)
+            table = run_medians(f, args.baseline, args.warmup)
     except (OSError, ValueError, KeyError) as e:
         print(f"step_time_ab.py: {args.results}: {e}", file=sys.stderr)
         return 2
