@@ -84,10 +84,21 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         DevicePtr ptr;
         const bool small = bytes <= options_.small_limit;
         const int size_class = small ? SizeClasses::ClassOf(bytes) : -1;
-        std::lock_guard cl(c->mu());
-        if (c->Pop(stream, size_class, small ? 0 : RoundUp(bytes, kBlockAlign), bytes, &ptr)) {
-          ++c->alloc_count;
-          AddAllocated(bytes);
+        bool hit;
+        std::uint64_t rest = 0;
+        {
+          std::lock_guard cl(c->mu());
+          hit = c->Pop(stream, size_class, small ? 0 : RoundUp(bytes, kBlockAlign), bytes, &ptr);
+          if (hit) {
+            ++c->alloc_count;
+            rest = AddFast(c, bytes);
+          }
+        }
+        if (hit) {
+          if (rest != 0) {
+            std::lock_guard lock(mu_);
+            AddSlow(rest);
+          }
           return ptr;
         }
       }
@@ -105,7 +116,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
           // A block used on other streams waits for their events: the locked path.
           if (mine != nullptr && !mine->recorded) {
             ++c->free_count;
-            allocated_.fetch_sub(mine->requested, std::memory_order_relaxed);
+            c->credit += mine->requested;  // no shared write: see AddFast
             if (c->Free(ptr, mine, &live)) return;
           }
         }
@@ -155,6 +166,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         s.thread_cached_bytes += c->cached_bytes();
       }
       s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
+      for (const std::shared_ptr<ThreadCache>& c : caches_) s.allocated_bytes -= c->credit;
       s.peak_allocated_bytes = peak_allocated_.load(std::memory_order_relaxed);
     }
     s.active_blocks = s.alloc_count - s.free_count;
@@ -168,7 +180,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     std::lock_guard lock(mu_);
     {
       LockedCaches caches(caches_);
-      peak_allocated_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      peak_allocated_.store(FoldCredits(), std::memory_order_relaxed);
     }
     stats_.peak_reserved_bytes = pages_.reserved_bytes();
   }
@@ -209,36 +221,78 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       return false;
     }
     if (first == me) return false;
-    std::lock_guard lock(mu_);  // see AddAllocatedLocked
+    std::lock_guard lock(mu_);  // see AddAlone
     caching_.store(true, std::memory_order_relaxed);
     return true;
   }
 
-  // Under mu_. Until caching_, no call changes the totals without mu_ (caching_ is set
-  // under it), so plain stores do: a locked add costs ~10 ns of a ~50 ns pair.
-  void AddAllocatedLocked(std::size_t bytes) {
-    if (caching_.load(std::memory_order_relaxed)) return AddAllocated(bytes);
+  // Accounting, exact without a shared write per cached pair. allocated_ (G) is the
+  // shared total minus nothing: a block freed through a cache adds its bytes to that
+  // cache's credit instead of subtracting them from G, so the true total is
+  // A = G - (every cache's credit), and G >= A. Invariant: peak_allocated_ (P) >= G, and
+  // P is only ever set to a true total. An allocation first spends its cache's credit (A
+  // rises, G does not, so A <= G <= P: no new peak missed); the rest is added to G only
+  // while G stays <= P (compare-and-swap); otherwise AddSlow folds every credit into G
+  // (G = A) under every lock, adds, and raises P to the exact total. A thread reusing what
+  // it freed thus touches nothing shared.
+
+  // Adds `bytes` for cache `c` (its lock held; null: no cache, mu_ held). Returns what
+  // could not be added without passing the peak: the caller gives it to AddSlow.
+  std::uint64_t AddFast(ThreadCache* c, std::uint64_t bytes) {
+    if (c != nullptr) {
+      const std::uint64_t spent = std::min(c->credit, bytes);
+      c->credit -= spent;
+      bytes -= spent;
+      if (bytes == 0) return 0;
+    }
+    std::uint64_t g = allocated_.load(std::memory_order_relaxed);
+    do {
+      if (g + bytes > peak_allocated_.load(std::memory_order_relaxed)) return bytes;
+    } while (!allocated_.compare_exchange_weak(g, g + bytes, std::memory_order_relaxed));
+    return 0;
+  }
+  // mu_ held, no cache's lock.
+  void AddSlow(std::uint64_t bytes) {
+    LockedCaches caches(caches_);
+    const std::uint64_t g = FoldCredits() + bytes;
+    allocated_.store(g, std::memory_order_relaxed);
+    if (g > peak_allocated_.load(std::memory_order_relaxed)) {
+      peak_allocated_.store(g, std::memory_order_relaxed);
+    }
+  }
+  // mu_ and every cache's lock held: G = A, no credit left; returns G.
+  std::uint64_t FoldCredits() {
+    std::uint64_t g = allocated_.load(std::memory_order_relaxed);
+    for (const std::shared_ptr<ThreadCache>& c : caches_) {
+      g -= c->credit;
+      c->credit = 0;
+    }
+    allocated_.store(g, std::memory_order_relaxed);
+    return g;
+  }
+  // The exact total: mu_ held, no cache's lock.
+  std::uint64_t ExactAllocated() const {
+    LockedCaches caches(caches_);
+    std::uint64_t a = allocated_.load(std::memory_order_relaxed);
+    for (const std::shared_ptr<ThreadCache>& c : caches_) a -= c->credit;
+    return a;
+  }
+  // One thread alone (before caching_, which is set under mu_): nothing changes the totals
+  // without mu_, so plain stores do (a locked add costs ~10 ns of a ~50 ns pair).
+  void AddAlone(std::uint64_t bytes) {
     const std::uint64_t now = allocated_.load(std::memory_order_relaxed) + bytes;
     allocated_.store(now, std::memory_order_relaxed);
     if (now > peak_allocated_.load(std::memory_order_relaxed)) {
       peak_allocated_.store(now, std::memory_order_relaxed);
     }
   }
-  void SubAllocatedLocked(std::size_t bytes) {
+  // mu_ held. G only falls: P >= G holds.
+  void SubAllocatedLocked(std::uint64_t bytes) {
     if (caching_.load(std::memory_order_relaxed)) {
       allocated_.fetch_sub(bytes, std::memory_order_relaxed);
     } else {
       allocated_.store(allocated_.load(std::memory_order_relaxed) - bytes,
                        std::memory_order_relaxed);
-    }
-  }
-
-  // Exact: the peak is the highest value the running total ever took.
-  void AddAllocated(std::size_t bytes) {
-    const std::uint64_t now = allocated_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    std::uint64_t peak = peak_allocated_.load(std::memory_order_relaxed);
-    while (now > peak &&
-           !peak_allocated_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
     }
   }
 
@@ -265,6 +319,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     c->TakeAllLive([this](DevicePtr p, const LiveBlock& live) { live_.emplace(p, live); });
     stats_.alloc_count += c->alloc_count;
     stats_.free_count += c->free_count;
+    allocated_.fetch_sub(c->credit, std::memory_order_relaxed);
+    c->credit = 0;
     c->alloc_count = c->free_count = 0;
     c->Detach();
     std::erase_if(caches_, [c](const std::shared_ptr<ThreadCache>& p) { return p.get() == c; });
@@ -329,16 +385,22 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       live.bin = b->size;
       ptr = b->addr;
     }
+    std::uint64_t rest = 0;
     if (c != nullptr) {
       std::lock_guard cl(c->mu());
       c->Record(ptr, live);
       ++c->alloc_count;
-      AddAllocated(bytes);
+      rest = AddFast(c, bytes);
     } else {
       live_.emplace(ptr, live);
       ++stats_.alloc_count;
-      AddAllocatedLocked(bytes);
+      if (caching_.load(std::memory_order_relaxed)) {
+        rest = AddFast(nullptr, bytes);
+      } else {
+        AddAlone(bytes);
+      }
     }
+    if (rest != 0) AddSlow(rest);
     Notify(AllocatorEventKind::kAlloc, ptr, bytes, stream);
     return ptr;
   }
@@ -484,7 +546,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   bool NewPagesFit(std::size_t pages, std::size_t bytes) const {
     const double peak = static_cast<double>(
         std::max<std::uint64_t>(peak_allocated_.load(std::memory_order_relaxed),
-                                allocated_.load(std::memory_order_relaxed) + bytes));
+                                ExactAllocated() + bytes));
     const double after =
         static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
     const double learned = peak * (1.0 + options_.new_page_headroom) +
@@ -525,7 +587,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     FlushCaches();  // cached blocks are free memory in the report
     ++stats_.oom_count;
     last_oom_.requested_bytes = bytes;
-    last_oom_.allocated_bytes = allocated_.load(std::memory_order_relaxed);
+    last_oom_.allocated_bytes = ExactAllocated();
     last_oom_.reserved_bytes = pages_.reserved_bytes();
     last_oom_.largest_free_bytes = LargestFree();
     last_oom_.capacity_bytes = backend_.capacity();

@@ -198,6 +198,8 @@ class ThreadCache {
 
   std::uint64_t alloc_count = 0;  // allocations recorded here
   std::uint64_t free_count = 0;   // frees of blocks recorded here, on this thread
+  // Bytes freed here not yet taken off the allocator's shared total (its accounting).
+  std::uint64_t credit = 0;
 
   // Guarded by RegistryMutex(): null once detached (thread exit or allocator gone).
   ThreadCacheOwner* owner() const { return owner_; }

@@ -255,6 +255,39 @@ TEST(ThreadCacheTest, ExactStatsAndPeakUnderEightThreads) {
   EXPECT_EQ(s.thread_cached_bytes, 0u);  // the threads exited
 }
 
+// Bytes freed into one thread's cache are not yet off the shared total (that thread's
+// credit); another thread's allocation must not count them into the peak.
+TEST(ThreadCacheTest, PeakIsExactWhileAnotherThreadHoldsFreedBytes) {
+  SimBackend sim;
+  auto a = MakeCachingAllocator(sim, Cached());
+  std::barrier step(2);
+  std::thread t([&] {
+    a->Free(MustAllocate(*a, 8 * kMiB));
+    step.arrive_and_wait();  // freed: the true total is 0
+    step.arrive_and_wait();
+  });
+  step.arrive_and_wait();
+  const DevicePtr p = MustAllocate(*a, 6 * kMiB);
+  AllocatorStats s = a->stats();
+  EXPECT_EQ(s.allocated_bytes, 6 * kMiB);
+  EXPECT_EQ(s.peak_allocated_bytes, 8 * kMiB);
+  a->Free(p);
+  const DevicePtr q = MustAllocate(*a, 7 * kMiB);  // reuses none of the 6 MiB: 7 is the total
+  s = a->stats();
+  EXPECT_EQ(s.allocated_bytes, 7 * kMiB);
+  EXPECT_EQ(s.peak_allocated_bytes, 8 * kMiB);
+  const DevicePtr r = MustAllocate(*a, 2 * kMiB);  // 9 MiB: a new peak
+  EXPECT_EQ(a->stats().peak_allocated_bytes, 9 * kMiB);
+  a->ResetPeaks();
+  EXPECT_EQ(a->stats().peak_allocated_bytes, 9 * kMiB);
+  a->Free(q);
+  a->Free(r);
+  a->ResetPeaks();
+  EXPECT_EQ(a->stats().peak_allocated_bytes, 0u);
+  step.arrive_and_wait();
+  t.join();
+}
+
 // A block cached by a live thread must serve another thread's request when the device
 // has no room for a second one.
 TEST(ThreadCacheTest, CachedBlocksAreDrainedBeforeGrowth) {
