@@ -117,7 +117,10 @@ class ThreadCache {
     b->pop_back();
     LiveBlock& live = records_.find(*ptr)->second;
     live.cached = false;
-    if (size_class < 0) ++large_hits_;
+    if (size_class < 0) {
+      ++large_hits_;
+      large_bytes_ -= live.bin;
+    }
     live.requested = requested;
     bytes_ -= live.bin;
     return true;
@@ -132,14 +135,22 @@ class ThreadCache {
   // Takes a live block's record out (a free): kept as a cached block when its bin and the
   // byte bound have room (true), else erased and copied to `out` (false).
   bool Free(DevicePtr ptr, LiveBlock* live, LiveBlock* out) {
-    if (bytes_ == 0 || bytes_ + live->bin <= limit_) {
+    const bool large = live->size_class < 0;
+    // The byte bound counts every block; the adaptive limit only large ones (small blocks
+    // sit in slab slots, bounded per class, and rarely hold room a large request needs).
+    // Either way one block is always kept.
+    if ((bytes_ == 0 || bytes_ + live->bin <= limits_.bytes) &&
+        (!large || large_bytes_ == 0 || large_bytes_ + live->bin <= limit_)) {
       StreamBins& sb = Bins(live->stream);
       Bin& b = live->size_class >= 0 ? sb.small[live->size_class] : sb.large[live->bin];
       if (b.size() < limits_.bin_entries) {
         b.push_back(ptr);
         live->cached = true;
         bytes_ += live->bin;
-        if (live->size_class < 0) ++large_cached_;
+        if (large) {
+          ++large_cached_;
+          large_bytes_ += live->bin;
+        }
         return true;
       }
     }
@@ -168,13 +179,14 @@ class ThreadCache {
   }
   // Hands the cached large blocks to `release` (the allocator needs room for a large block,
   // which cached small ones rarely make). A cache drained this way before its large blocks
-  // were reused much was holding memory others needed: its byte limit halves. One that
-  // was reused doubles it again, up to ThreadCacheLimits::bytes.
+  // were reused much was holding memory others needed: its limit for large blocks halves
+  // (one is still kept). One that was reused doubles it again, up to the byte bound.
   template <typename F>
   bool DrainLargeUnderPressure(F&& release) {
-    if (large_cached_ == 0) return false;
+    if (large_bytes_ == 0) return false;
     limit_ = large_hits_ * 2 < large_cached_ ? limit_ / 2
                                              : std::min(limits_.bytes, std::max(limit_, kMinLimit) * 2);
+    large_cached_ = 0;
     large_hits_ = 0;
     DrainLarge(release);
     return true;
@@ -189,6 +201,7 @@ class ThreadCache {
   }
   void Clear() {
     large_cached_ = 0;
+    large_bytes_ = 0;
     streams_.clear();
     last_ = nullptr;
     records_.clear();
@@ -233,6 +246,7 @@ class ThreadCache {
     for (DevicePtr p : b) {
       auto it = records_.find(p);
       bytes_ -= it->second.bin;
+      if (it->second.size_class < 0) large_bytes_ -= it->second.bin;
       release(p, it->second);
       records_.erase(it);
     }
@@ -252,6 +266,7 @@ class ThreadCache {
   ThreadCacheLimits limits_;
   std::size_t limit_;      // bytes it may cache now (DrainLargeUnderPressure)
   std::size_t bytes_ = 0;  // cached
+  std::size_t large_bytes_ = 0;   // of which large blocks
   std::size_t large_cached_ = 0;  // large blocks cached since the last drain
   std::size_t large_hits_ = 0;    // ... and reused
   std::vector<std::unique_ptr<StreamBins>> streams_;
