@@ -216,8 +216,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     static thread_local char tag;  // its address names this thread while it lives
     const auto me = reinterpret_cast<std::uintptr_t>(&tag);
     std::uintptr_t first = first_thread_.load(std::memory_order_relaxed);
-    if (first == me ||
-        (first == 0 && first_thread_.compare_exchange_strong(first, me, std::memory_order_relaxed))) {
+    if (first == 0 && first_thread_.compare_exchange_strong(first, me, std::memory_order_relaxed)) {
       return false;
     }
     if (first == me) return false;

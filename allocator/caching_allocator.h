@@ -3,9 +3,10 @@
 //   LargePool   best fit, split / coalesce, growth and stitching  (> 1 MiB), per stream
 //   PageHeap    physical pages, virtual ranges, segments
 //   StreamGuard cross-stream frees wait for their events
-// behind one lock, with per-thread caches (ThreadCache) in front of it. Reserved memory grows only when no held page can serve a request:
-// free blocks first, then idle pages remapped where they are needed, then new pages;
-// under pressure every cached byte is released before an OOM is reported.
+// behind one lock, with per-thread caches (ThreadCache) in front of it. Reserved memory
+// grows only when no held page can serve a request: free blocks first, then idle pages
+// remapped where they are needed, then new pages; under pressure every cached byte is
+// released before an OOM is reported.
 #pragma once
 
 #include <cstddef>

@@ -184,8 +184,8 @@ class ThreadCache {
   template <typename F>
   bool DrainLargeUnderPressure(F&& release) {
     if (large_bytes_ == 0) return false;
-    limit_ = large_hits_ * 2 < large_cached_ ? limit_ / 2
-                                             : std::min(limits_.bytes, std::max(limit_, kMinLimit) * 2);
+    const bool reused = large_hits_ * 2 >= large_cached_;
+    limit_ = reused ? std::min(limits_.bytes, std::max(limit_, kMinLimit) * 2) : limit_ / 2;
     large_cached_ = 0;
     large_hits_ = 0;
     DrainLarge(release);

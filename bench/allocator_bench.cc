@@ -156,7 +156,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("goal: small x1 <= 50 ns, large x1 <= 200 ns\n");
-  if (thread_cache.has_value()) std::printf("gpumem thread caches: %s\n", *thread_cache ? "on" : "off");
+  if (thread_cache.has_value()) {
+    std::printf("gpumem thread caches: %s\n", *thread_cache ? "on" : "off");
+  }
   Subjects().clear();
   benchmark::Shutdown();
   return 0;

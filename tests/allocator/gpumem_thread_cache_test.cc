@@ -151,7 +151,9 @@ TEST(ThreadCacheTest, ThreadExitReturnsItsCache) {
   SimBackend sim;
   auto a = MakeCachingAllocator(sim, Cached());
   std::thread t([&] {
-    for (std::size_t size : {std::size_t{512}, 64 * kKiB, 3 * kMiB}) a->Free(MustAllocate(*a, size));
+    for (std::size_t size : {std::size_t{512}, 64 * kKiB, 3 * kMiB}) {
+      a->Free(MustAllocate(*a, size));
+    }
     EXPECT_GT(a->stats().thread_cached_bytes, 0u);
   });
   t.join();
