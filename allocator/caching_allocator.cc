@@ -378,6 +378,13 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         ptr = h->small.Allocate(k, &live.slab);
       }
     } else {
+      // This thread's cached large blocks go back before best fit: it would have picked
+      // among them without the cache, and a smaller free block than the fit it needs split
+      // for it fragments the layout (replays with caches on: more maps in steady steps).
+      if (c != nullptr) {
+        std::lock_guard cl(c->mu());
+        c->DrainLargeBlocks([this](DevicePtr p, const LiveBlock& l) { ReleaseBlock(p, l); });
+      }
       Block* b = AllocateLarge(*h, RoundUp(bytes, kBlockAlign));
       if (b == nullptr) return Oom(bytes, stream);
       live.block = b;

@@ -191,6 +191,13 @@ class ThreadCache {
     DrainLarge(release);
     return true;
   }
+  // Hands the cached large blocks to `release`, limits unchanged; whether there were any.
+  template <typename F>
+  bool DrainLargeBlocks(F&& release) {
+    if (large_bytes_ == 0) return false;
+    DrainLarge(release);
+    return true;
+  }
   // Hands every live record to `take(ptr, live)` and forgets it (the thread is exiting).
   template <typename F>
   void TakeAllLive(F&& take) {
