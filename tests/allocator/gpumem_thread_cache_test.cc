@@ -78,6 +78,33 @@ TEST(ThreadCacheTest, StartsWithTheSecondThread) {
   EXPECT_EQ(s.free_count, 4u);
 }
 
+// A large miss gives the thread's cached large blocks back before best fit (the layout
+// without caches); its small ones stay.
+TEST(ThreadCacheTest, ALargeMissReturnsTheThreadsCachedLargeBlocks) {
+  SimBackend sim;
+  CachingAllocatorOptions o = Cached();
+  o.thread_cache_bytes = 5 * kMiB;
+  auto a = MakeCachingAllocator(sim, o);
+  const DevicePtr big = MustAllocate(*a, 8 * kMiB);
+  const DevicePtr spacer = MustAllocate(*a, 2 * kMiB);  // big and first never coalesce
+  const DevicePtr first = MustAllocate(*a, 4 * kMiB);
+  a->Free(MustAllocate(*a, 4000));
+  a->Free(first);
+  a->Free(big);  // over the byte bound: to the pool
+  const std::size_t small = SizeClasses::ClassSize(SizeClasses::ClassOf(4000));
+  EXPECT_EQ(a->stats().thread_cached_bytes, small + 4 * kMiB);
+  const std::uint64_t reserved = a->stats().reserved_bytes;
+  // No 3 MiB bin: the 4 MiB block goes back to the pool, and best fit carves the 3 MiB
+  // from it rather than from the 8 MiB block.
+  const DevicePtr p = MustAllocate(*a, 3 * kMiB);
+  EXPECT_EQ(a->stats().thread_cached_bytes, small);
+  EXPECT_EQ(a->stats().reserved_bytes, reserved);
+  EXPECT_GE(p, first);
+  EXPECT_LE(p + 3 * kMiB, first + 4 * kMiB);
+  a->Free(p);
+  a->Free(spacer);
+}
+
 TEST(ThreadCacheTest, OffOrObservedNothingIsCached) {
   struct Quiet : AllocatorObserver {
     void OnEvent(const AllocatorEvent&) override {}
