@@ -208,21 +208,26 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     const std::vector<std::shared_ptr<ThreadCache>>& caches_;
   };
 
-  // Whether calls go through thread caches: once a second thread has used the allocator
-  // (or from the first call, with thread_cache_single_thread).
-  bool Caching() {
-    if (caching_.load(std::memory_order_relaxed)) return true;
-    if (!cache_on_) return false;
-    static thread_local char tag;  // its address names this thread while it lives
-    const auto me = reinterpret_cast<std::uintptr_t>(&tag);
-    std::uintptr_t first = first_thread_.load(std::memory_order_relaxed);
-    if (first == 0 && first_thread_.compare_exchange_strong(first, me, std::memory_order_relaxed)) {
-      return false;
+  // Whether calls go through thread caches (set under mu_: see AddAlone).
+  bool Caching() const { return caching_.load(std::memory_order_relaxed); }
+
+  // The lock of the locked paths, noting contention: caches start once threads keep
+  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread). Cheap: an
+  // uncontended try_lock costs what lock does.
+  std::unique_lock<std::mutex> LockNotingContention() {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      lock.lock();
+      ++contended_calls_;
     }
-    if (first == me) return false;
-    std::lock_guard lock(mu_);  // see AddAlone
-    caching_.store(true, std::memory_order_relaxed);
-    return true;
+    if (cache_on_ && ++locked_calls_ >= options_.thread_cache_lock_window) {
+      if (contended_calls_ >= options_.thread_cache_contended_calls) {
+        caching_.store(true, std::memory_order_relaxed);
+      }
+      locked_calls_ = 0;
+      contended_calls_ = 0;
+    }
+    return lock;
   }
 
   // Accounting, exact without a shared write per cached pair. allocated_ (G) is the
@@ -360,7 +365,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   }
 
   absl::StatusOr<DevicePtr> AllocateLocked(std::size_t bytes, StreamId stream, ThreadCache* c) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock = LockNotingContention();
     if (bytes > kMaxRequest) return Oom(bytes, stream);
     if (!guard_.empty()) CollectPending();
     StreamHeap* h = Heap(stream);
@@ -412,7 +417,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   }
 
   void FreeLocked(DevicePtr ptr) {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock = LockNotingContention();
     LiveBlock live;
     if (auto it = live_.find(ptr); it != live_.end()) {
       if (it->second.pending) return;  // freed already
@@ -624,8 +629,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   const bool cache_on_;
   const ThreadCacheLimits limits_;
   std::vector<std::shared_ptr<ThreadCache>> caches_;  // every thread's cache
-  std::atomic<bool> caching_;                 // Caching()
-  std::atomic<std::uintptr_t> first_thread_{0};  // the first caller, until caching_
+  std::atomic<bool> caching_;        // Caching()
+  std::uint32_t locked_calls_ = 0;     // LockNotingContention's window (mu_)
+  std::uint32_t contended_calls_ = 0;  // of which found the lock held
   // Changed without mu_ by cached calls; alone on their line, away from mu_.
   alignas(64) std::atomic<std::uint64_t> allocated_{0};
   std::atomic<std::uint64_t> peak_allocated_{0};

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "allocator/backend.h"
@@ -53,10 +54,14 @@ struct CachingAllocatorOptions {
   // threads. Cached blocks are drained back before any growth, trim or OOM report, so they
   // never cause one. Off, or with an observer set, every call takes the lock.
   bool thread_cache = true;
-  // Caches start when a second thread uses the allocator: one thread alone never waits for
-  // the lock, which is then cheaper than a cache (allocator_bench small x1: ~45 ns locked,
-  // more cached), and its layouts stay those of the replays. True: from the first call.
+  // Caches start when threads keep contending for the lock: at least
+  // thread_cache_contended_calls of a window of thread_cache_lock_window locked calls found
+  // it held. A thread that does not wait is cheaper locked than cached (allocator_bench
+  // small x1: ~45 ns locked, more cached), and PyTorch's forward and autograd threads,
+  // which take turns, keep the replays' layouts. True: from the first call.
   bool thread_cache_single_thread = false;
+  std::uint32_t thread_cache_lock_window = 1024;
+  std::uint32_t thread_cache_contended_calls = 16;
   // Blocks kept per (stream, block size) bin: a thread that frees a few same-sized blocks
   // and allocates them again (a layer's activations) reuses them all.
   std::size_t thread_cache_bin_entries = 4;

@@ -3,6 +3,7 @@
 // draining before growth, and blocks that must bypass the cache. The _tsan variant
 // reports any data race between the cached and the locked paths.
 #include <barrier>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -60,22 +61,73 @@ TEST(ThreadCacheTest, AFreedBlockIsReusedByItsThread) {
   EXPECT_EQ(s.peak_allocated_bytes, 5 * kMiB + 3 * kMiB + 7);
 }
 
-// By default one thread alone takes the lock (cheaper uncontended); a second thread's
-// first call turns the caches on for every thread.
-TEST(ThreadCacheTest, StartsWithTheSecondThread) {
+// By default the lock is taken while threads do not contend for it: a second thread
+// alone does not start the caches (forward and autograd threads taking turns), threads
+// that keep meeting at the lock do, for every thread.
+TEST(ThreadCacheTest, StartsWhenThreadsContend) {
   SimBackend sim;
   auto a = MakeCachingAllocator(sim);
   const DevicePtr kept = MustAllocate(*a, 4000);
   a->Free(MustAllocate(*a, 4000));
-  EXPECT_EQ(a->stats().thread_cached_bytes, 0u);
-  std::thread([&] { a->Free(MustAllocate(*a, 3 * kMiB)); }).join();
+  for (int turn = 0; turn < 3; ++turn) {
+    std::thread([&] {
+      for (int i = 0; i < 2000; ++i) a->Free(MustAllocate(*a, 3 * kMiB));
+    }).join();
+  }
   a->Free(MustAllocate(*a, 8000));
+  EXPECT_EQ(a->stats().thread_cached_bytes, 0u) << "threads taking turns never contend";
+  a->Free(kept);
+  EXPECT_EQ(a->stats().allocated_bytes, 0u);
+}
+
+// Holds the allocator's lock (observers are called under it) on its first page map until
+// released: a thread allocating meanwhile finds the lock held, deterministically.
+class HoldLockOnMap final : public AllocatorObserver {
+ public:
+  bool wants_block_events() const override { return false; }  // caches stay possible
+  void OnEvent(const AllocatorEvent& e) override {
+    if (e.kind != AllocatorEventKind::kMap || held_.exchange(true)) return;
+    std::unique_lock lock(mu_);
+    holding_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(5), [&] { return released_; });
+  }
+  void WaitHolding() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return holding_; });
+  }
+  void Release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::atomic<bool> held_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool holding_ = false, released_ = false;
+};
+
+TEST(ThreadCacheTest, StartsOnceTheLockIsContended) {
+  SimBackend sim;
+  HoldLockOnMap observer;
+  CachingAllocatorOptions options;
+  options.observer = &observer;
+  options.thread_cache_lock_window = 1;  // judge every locked call
+  options.thread_cache_contended_calls = 1;
+  auto a = MakeCachingAllocator(sim, options);
+  std::thread grower([&] { a->Free(MustAllocate(*a, 3 * kMiB)); });  // maps: holds the lock
+  observer.WaitHolding();
+  std::thread waiter([&] { a->Free(MustAllocate(*a, 8000)); });  // finds it held
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  observer.Release();
+  grower.join();
+  waiter.join();
+  a->Free(MustAllocate(*a, 8000));  // cached from now on: allocated through this cache
   EXPECT_EQ(a->stats().thread_cached_bytes, SizeClasses::ClassSize(SizeClasses::ClassOf(8000)));
-  a->Free(kept);  // allocated before the caches: its record is the allocator's
-  const AllocatorStats s = a->stats();
-  EXPECT_EQ(s.allocated_bytes, 0u);
-  EXPECT_EQ(s.active_blocks, 0u);
-  EXPECT_EQ(s.free_count, 4u);
+  EXPECT_EQ(a->stats().allocated_bytes, 0u);
+  EXPECT_EQ(a->stats().active_blocks, 0u);
 }
 
 // A large miss gives the thread's cached large blocks back before best fit (the layout
