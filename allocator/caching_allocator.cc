@@ -1,7 +1,9 @@
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -11,8 +13,18 @@
 #include "allocator/size_classes.h"
 #include "allocator/small_pool.h"
 #include "allocator/stream_guard.h"
+#include "allocator/thread_cache.h"
 
 namespace gpumem {
+
+struct StreamHeap {
+  StreamHeap(PageHeap& pages, std::size_t range_va, StreamId s)
+      : large(pages, range_va, s), stream(s) {}
+  LargePool large;  // declared first: slabs live in its blocks, so it goes last
+  SmallPool small;
+  StreamId stream;
+};
+
 namespace {
 
 // Growth room per range. Ranges in the real traces never outgrow 1 GiB (replays are the
@@ -22,13 +34,20 @@ constexpr std::size_t kMaxRangeVa = std::size_t{4} << 30;
 // Requests beyond this cannot be rounded without overflow; no device has that much.
 constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
 
-class CachingAllocator final : public DeviceAllocator {
+class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner {
  public:
   CachingAllocator(Backend& backend, CachingAllocatorOptions options)
       : backend_(backend),
         options_(options),
         pages_(backend, options.device, options.observer),
-        guard_(backend) {
+        guard_(backend),
+        id_(ThreadCaches::NewOwnerId()),
+        block_events_(options.observer != nullptr && options.observer->wants_block_events()),
+        // An observer of blocks is told of every alloc and free in the order they happen,
+        // under the lock (the trace is replayed in that order): then every call takes it.
+        cache_on_(options.thread_cache && !block_events_),
+        limits_{options.thread_cache_bin_entries, options.thread_cache_bytes},
+        caching_(cache_on_ && options.thread_cache_single_thread) {
     options_.small_limit = std::min(options_.small_limit, kSmallLimit);
     if (options_.range_va_bytes == 0) {
       options_.range_va_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(
@@ -38,6 +57,18 @@ class CachingAllocator final : public DeviceAllocator {
   }
 
   ~CachingAllocator() override {
+    // Threads that used this allocator may live on: their caches are cut loose here, under
+    // the registry lock that their exit takes too.
+    if (cache_on_) {
+      std::lock_guard reg(RegistryMutex());
+      std::lock_guard lock(mu_);
+      for (const std::shared_ptr<ThreadCache>& c : caches_) {
+        std::lock_guard cl(c->mu());
+        c->Clear();
+        c->Detach();
+      }
+      caches_.clear();
+    }
     // Waits for queued work, so pages can be unmapped; the heaps return everything.
     pages_.BeginSlowPath();
     pages_.Quiesce();
@@ -46,62 +77,69 @@ class CachingAllocator final : public DeviceAllocator {
   std::string_view name() const override { return "gpumem"; }
 
   absl::StatusOr<DevicePtr> Allocate(std::size_t bytes, StreamId stream) override {
-    std::lock_guard lock(mu_);
-    if (bytes > kMaxRequest) return Oom(bytes, stream);
-    if (!guard_.empty()) CollectPending();
-    StreamHeap* h = Heap(stream);
-    Live live{nullptr, nullptr, h, bytes, false};
-    DevicePtr ptr;
-    if (bytes <= options_.small_limit) {
-      const int c = SizeClasses::ClassOf(bytes);
-      ptr = h->small.Allocate(c, &live.slab);
-      if (ptr == 0) {
-        Block* b = AllocateLarge(*h, SizeClasses::SlabBytes(c));
-        if (b == nullptr) return Oom(bytes, stream);
-        h->small.AddSlab(c, b);
-        ptr = h->small.Allocate(c, &live.slab);
+    ThreadCache* c = nullptr;
+    if (Caching() && bytes <= kMaxRequest) {
+      c = MyCache(/*create=*/true);
+      if (c != nullptr) {
+        DevicePtr ptr;
+        const bool small = bytes <= options_.small_limit;
+        const int size_class = small ? SizeClasses::ClassOf(bytes) : -1;
+        bool hit;
+        std::uint64_t rest = 0;
+        {
+          std::lock_guard cl(c->mu());
+          hit = c->Pop(stream, size_class, small ? 0 : RoundUp(bytes, kBlockAlign), bytes, &ptr);
+          if (hit) {
+            ++c->alloc_count;
+            rest = AddFast(c, bytes);
+          }
+        }
+        if (hit) {
+          if (rest != 0) {
+            std::lock_guard lock(mu_);
+            AddSlow(rest);
+          }
+          return ptr;
+        }
       }
-    } else {
-      Block* b = AllocateLarge(*h, RoundUp(bytes, kBlockAlign));
-      if (b == nullptr) return Oom(bytes, stream);
-      live.block = b;
-      ptr = b->addr;
     }
-    live_.emplace(ptr, live);
-    stats_.allocated_bytes += bytes;
-    stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-    ++stats_.active_blocks;
-    ++stats_.alloc_count;
-    Notify(AllocatorEventKind::kAlloc, ptr, bytes, stream);
-    return ptr;
+    return AllocateLocked(bytes, stream, c);
   }
 
   void Free(DevicePtr ptr) override {
-    std::lock_guard lock(mu_);
-    auto it = live_.find(ptr);
-    if (it == live_.end() || it->second.pending) return;  // not ours, or freed already
-    Live& live = it->second;
-    stats_.allocated_bytes -= live.requested;
-    --stats_.active_blocks;
-    ++stats_.free_count;
-    Notify(AllocatorEventKind::kFree, ptr, live.requested, live.heap->stream);
-    if (!used_on_.empty()) {
-      auto u = used_on_.find(ptr);
-      if (u != used_on_.end()) {
-        live.pending = true;
-        guard_.Defer(ptr, u->second);
-        used_on_.erase(u);
-        return;
+    if (caching_.load(std::memory_order_relaxed)) {
+      if (ThreadCache* c = ThreadCaches::Find(id_)) {
+        LiveBlock live;
+        {
+          std::lock_guard cl(c->mu());
+          LiveBlock* mine = c->FindLive(ptr);
+          // A block used on other streams waits for their events: the locked path.
+          if (mine != nullptr && !mine->recorded) {
+            ++c->free_count;
+            c->credit += mine->requested;  // no shared write: see AddFast
+            if (c->Free(ptr, mine, &live)) return;
+          }
+        }
+        if (live.heap != nullptr) {  // freed, but the cache is full: back to the pool
+          std::lock_guard lock(mu_);
+          ReleaseBlock(ptr, live);
+          return;
+        }
       }
     }
-    Release(it);
+    FreeLocked(ptr);
   }
 
   bool RecordStream(DevicePtr ptr, StreamId stream) override {
     std::lock_guard lock(mu_);
-    auto it = live_.find(ptr);
-    if (it == live_.end() || it->second.pending) return false;
-    if (it->second.heap->stream == stream) return true;
+    StreamId own;
+    if (auto it = live_.find(ptr); it != live_.end()) {
+      if (it->second.pending) return false;
+      own = it->second.stream;
+    } else if (!RecordInCaches(ptr, stream, &own)) {
+      return false;
+    }
+    if (own == stream) return true;
     std::vector<StreamId>& streams = used_on_[ptr];
     if (std::find(streams.begin(), streams.end(), stream) == streams.end()) {
       streams.push_back(stream);
@@ -111,6 +149,7 @@ class CachingAllocator final : public DeviceAllocator {
 
   void EmptyCache() override {
     std::lock_guard lock(mu_);
+    FlushCaches();
     pages_.BeginSlowPath();
     ReleaseAllCached();
   }
@@ -118,6 +157,19 @@ class CachingAllocator final : public DeviceAllocator {
   AllocatorStats stats() const override {
     std::lock_guard lock(mu_);
     AllocatorStats s = stats_;
+    {
+      // Every cache held at once: the counts and bytes are one consistent snapshot.
+      LockedCaches caches(caches_);
+      for (const std::shared_ptr<ThreadCache>& c : caches_) {
+        s.alloc_count += c->alloc_count;
+        s.free_count += c->free_count;
+        s.thread_cached_bytes += c->cached_bytes();
+      }
+      s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
+      for (const std::shared_ptr<ThreadCache>& c : caches_) s.allocated_bytes -= c->credit;
+      s.peak_allocated_bytes = peak_allocated_.load(std::memory_order_relaxed);
+    }
+    s.active_blocks = s.alloc_count - s.free_count;
     s.reserved_bytes = pages_.reserved_bytes();
     s.peak_reserved_bytes = std::max(s.peak_reserved_bytes, s.reserved_bytes);
     s.largest_free_bytes = LargestFree();
@@ -126,7 +178,10 @@ class CachingAllocator final : public DeviceAllocator {
 
   void ResetPeaks() override {
     std::lock_guard lock(mu_);
-    stats_.peak_allocated_bytes = stats_.allocated_bytes;
+    {
+      LockedCaches caches(caches_);
+      peak_allocated_.store(FoldCredits(), std::memory_order_relaxed);
+    }
     stats_.peak_reserved_bytes = pages_.reserved_bytes();
   }
 
@@ -136,20 +191,256 @@ class CachingAllocator final : public DeviceAllocator {
   }
 
  private:
-  struct StreamHeap {
-    StreamHeap(PageHeap& pages, std::size_t range_va, StreamId s)
-        : large(pages, range_va, s), stream(s) {}
-    LargePool large;  // declared first: slabs live in its blocks, so it goes last
-    SmallPool small;
-    StreamId stream;
+  // Holds every cache's lock (after mu_): their counters stand still.
+  class LockedCaches {
+   public:
+    explicit LockedCaches(const std::vector<std::shared_ptr<ThreadCache>>& caches)
+        : caches_(caches) {
+      for (const auto& c : caches_) c->mu().lock();
+    }
+    ~LockedCaches() {
+      for (const auto& c : caches_) c->mu().unlock();
+    }
+    LockedCaches(const LockedCaches&) = delete;
+    LockedCaches& operator=(const LockedCaches&) = delete;
+
+   private:
+    const std::vector<std::shared_ptr<ThreadCache>>& caches_;
   };
-  struct Live {
-    Block* block;      // large blocks
-    Slab* slab;        // small blocks
-    StreamHeap* heap;  // the stream it was allocated on
-    std::size_t requested;
-    bool pending;      // freed, waiting for other streams' events
-  };
+
+  // Whether calls go through thread caches (set under mu_: see AddAlone).
+  bool Caching() const { return caching_.load(std::memory_order_relaxed); }
+
+  // The lock of the locked paths, noting contention: caches start once threads keep
+  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread). Cheap: an
+  // uncontended try_lock costs what lock does.
+  std::unique_lock<std::mutex> LockNotingContention() {
+    std::unique_lock lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      lock.lock();
+      ++contended_calls_;
+    }
+    if (cache_on_ && ++locked_calls_ >= options_.thread_cache_lock_window) {
+      if (contended_calls_ >= options_.thread_cache_contended_calls) {
+        caching_.store(true, std::memory_order_relaxed);
+      }
+      locked_calls_ = 0;
+      contended_calls_ = 0;
+    }
+    return lock;
+  }
+
+  // Accounting, exact without a shared write per cached pair. allocated_ (G) is the
+  // shared total minus nothing: a block freed through a cache adds its bytes to that
+  // cache's credit instead of subtracting them from G, so the true total is
+  // A = G - (every cache's credit), and G >= A. Invariant: peak_allocated_ (P) >= G, and
+  // P is only ever set to a true total. An allocation first spends its cache's credit (A
+  // rises, G does not, so A <= G <= P: no new peak missed); the rest is added to G only
+  // while G stays <= P (compare-and-swap); otherwise AddSlow folds every credit into G
+  // (G = A) under every lock, adds, and raises P to the exact total. A thread reusing what
+  // it freed thus touches nothing shared.
+
+  // Adds `bytes` for cache `c` (its lock held; null: no cache, mu_ held). Returns what
+  // could not be added without passing the peak: the caller gives it to AddSlow.
+  std::uint64_t AddFast(ThreadCache* c, std::uint64_t bytes) {
+    if (c != nullptr) {
+      const std::uint64_t spent = std::min(c->credit, bytes);
+      c->credit -= spent;
+      bytes -= spent;
+      if (bytes == 0) return 0;
+    }
+    std::uint64_t g = allocated_.load(std::memory_order_relaxed);
+    do {
+      if (g + bytes > peak_allocated_.load(std::memory_order_relaxed)) return bytes;
+    } while (!allocated_.compare_exchange_weak(g, g + bytes, std::memory_order_relaxed));
+    return 0;
+  }
+  // mu_ held, no cache's lock.
+  void AddSlow(std::uint64_t bytes) {
+    LockedCaches caches(caches_);
+    const std::uint64_t g = FoldCredits() + bytes;
+    allocated_.store(g, std::memory_order_relaxed);
+    if (g > peak_allocated_.load(std::memory_order_relaxed)) {
+      peak_allocated_.store(g, std::memory_order_relaxed);
+    }
+  }
+  // mu_ and every cache's lock held: G = A, no credit left; returns G.
+  std::uint64_t FoldCredits() {
+    std::uint64_t g = allocated_.load(std::memory_order_relaxed);
+    for (const std::shared_ptr<ThreadCache>& c : caches_) {
+      g -= c->credit;
+      c->credit = 0;
+    }
+    allocated_.store(g, std::memory_order_relaxed);
+    return g;
+  }
+  // The exact total: mu_ held, no cache's lock.
+  std::uint64_t ExactAllocated() const {
+    LockedCaches caches(caches_);
+    std::uint64_t a = allocated_.load(std::memory_order_relaxed);
+    for (const std::shared_ptr<ThreadCache>& c : caches_) a -= c->credit;
+    return a;
+  }
+  // One thread alone (before caching_, which is set under mu_): nothing changes the totals
+  // without mu_, so plain stores do (a locked add costs ~10 ns of a ~50 ns pair).
+  void AddAlone(std::uint64_t bytes) {
+    const std::uint64_t now = allocated_.load(std::memory_order_relaxed) + bytes;
+    allocated_.store(now, std::memory_order_relaxed);
+    if (now > peak_allocated_.load(std::memory_order_relaxed)) {
+      peak_allocated_.store(now, std::memory_order_relaxed);
+    }
+  }
+  // mu_ held. G only falls: P >= G holds.
+  void SubAllocatedLocked(std::uint64_t bytes) {
+    if (caching_.load(std::memory_order_relaxed)) {
+      allocated_.fetch_sub(bytes, std::memory_order_relaxed);
+    } else {
+      allocated_.store(allocated_.load(std::memory_order_relaxed) - bytes,
+                       std::memory_order_relaxed);
+    }
+  }
+
+  // This thread's cache; with `create`, made and registered on first use.
+  ThreadCache* MyCache(bool create) {
+    ThreadCache* c = ThreadCaches::Find(id_);
+    if (c != nullptr || !create || ThreadCaches::Exiting()) return c;
+    auto cache = std::make_shared<ThreadCache>(static_cast<ThreadCacheOwner*>(this), limits_);
+    {
+      std::lock_guard reg(RegistryMutex());
+      std::lock_guard lock(mu_);
+      caches_.push_back(cache);
+    }
+    c = cache.get();
+    ThreadCaches::Add(id_, std::move(cache));
+    return c;
+  }
+
+  // Thread exit: the cache's blocks go back to the pools, its records to live_.
+  void DetachThreadCache(ThreadCache* c) override {
+    std::lock_guard lock(mu_);
+    std::lock_guard cl(c->mu());
+    c->Drain([this](DevicePtr p, const LiveBlock& live) { ReleaseBlock(p, live); });
+    c->TakeAllLive([this](DevicePtr p, const LiveBlock& live) { live_.emplace(p, live); });
+    stats_.alloc_count += c->alloc_count;
+    stats_.free_count += c->free_count;
+    allocated_.fetch_sub(c->credit, std::memory_order_relaxed);
+    c->credit = 0;
+    c->alloc_count = c->free_count = 0;
+    c->Detach();
+    std::erase_if(caches_, [c](const std::shared_ptr<ThreadCache>& p) { return p.get() == c; });
+  }
+
+  // Every thread's cached blocks back to the pools; whether there were any. mu_ held.
+  // `large_only`: the large ones, for a large block that did not fit (see AllocateSlow).
+  bool FlushCaches(bool large_only = false) {
+    bool any = false;
+    auto release = [this](DevicePtr p, const LiveBlock& live) { ReleaseBlock(p, live); };
+    for (const std::shared_ptr<ThreadCache>& c : caches_) {
+      std::lock_guard cl(c->mu());
+      any |= large_only ? c->DrainLargeUnderPressure(release) : c->Drain(release);
+    }
+    return any;
+  }
+
+  // A live block recorded in some thread's cache, taken out of it; mu_ held.
+  bool TakeFromCaches(DevicePtr ptr, LiveBlock* out) {
+    for (const std::shared_ptr<ThreadCache>& c : caches_) {
+      std::lock_guard cl(c->mu());
+      if (c->Take(ptr, out)) return true;
+    }
+    return false;
+  }
+
+  // RecordStream of a block recorded in a cache: its free must take the lock.
+  bool RecordInCaches(DevicePtr ptr, StreamId stream, StreamId* own) {
+    for (const std::shared_ptr<ThreadCache>& c : caches_) {
+      std::lock_guard cl(c->mu());
+      if (LiveBlock* live = c->FindLive(ptr)) {
+        *own = live->stream;
+        if (*own != stream) live->recorded = true;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  absl::StatusOr<DevicePtr> AllocateLocked(std::size_t bytes, StreamId stream, ThreadCache* c) {
+    std::unique_lock lock = LockNotingContention();
+    if (bytes > kMaxRequest) return Oom(bytes, stream);
+    if (!guard_.empty()) CollectPending();
+    StreamHeap* h = Heap(stream);
+    LiveBlock live{.heap = h, .stream = stream, .requested = bytes};
+    DevicePtr ptr;
+    if (bytes <= options_.small_limit) {
+      const int k = SizeClasses::ClassOf(bytes);
+      live.bin = SizeClasses::ClassSize(k);
+      live.size_class = k;
+      ptr = h->small.Allocate(k, &live.slab);
+      if (ptr == 0) {
+        Block* b = AllocateLarge(*h, SizeClasses::SlabBytes(k));
+        if (b == nullptr) return Oom(bytes, stream);
+        h->small.AddSlab(k, b);
+        ptr = h->small.Allocate(k, &live.slab);
+      }
+    } else {
+      // This thread's cached large blocks go back before best fit: it would have picked
+      // among them without the cache, and a smaller free block than the fit it needs split
+      // for it fragments the layout (replays with caches on: more maps in steady steps).
+      if (c != nullptr) {
+        std::lock_guard cl(c->mu());
+        c->DrainLargeBlocks([this](DevicePtr p, const LiveBlock& l) { ReleaseBlock(p, l); });
+      }
+      Block* b = AllocateLarge(*h, RoundUp(bytes, kBlockAlign));
+      if (b == nullptr) return Oom(bytes, stream);
+      live.block = b;
+      live.bin = b->size;
+      ptr = b->addr;
+    }
+    std::uint64_t rest = 0;
+    if (c != nullptr) {
+      std::lock_guard cl(c->mu());
+      c->Record(ptr, live);
+      ++c->alloc_count;
+      rest = AddFast(c, bytes);
+    } else {
+      live_.emplace(ptr, live);
+      ++stats_.alloc_count;
+      if (caching_.load(std::memory_order_relaxed)) {
+        rest = AddFast(nullptr, bytes);
+      } else {
+        AddAlone(bytes);
+      }
+    }
+    if (rest != 0) AddSlow(rest);
+    Notify(AllocatorEventKind::kAlloc, ptr, bytes, stream);
+    return ptr;
+  }
+
+  void FreeLocked(DevicePtr ptr) {
+    std::unique_lock lock = LockNotingContention();
+    LiveBlock live;
+    if (auto it = live_.find(ptr); it != live_.end()) {
+      if (it->second.pending) return;  // freed already
+      live = it->second;
+      live_.erase(it);
+    } else if (!TakeFromCaches(ptr, &live)) {
+      return;  // not ours, or freed already
+    }
+    SubAllocatedLocked(live.requested);
+    ++stats_.free_count;
+    Notify(AllocatorEventKind::kFree, ptr, live.requested, live.stream);
+    if (!used_on_.empty()) {
+      auto u = used_on_.find(ptr);
+      if (u != used_on_.end()) {
+        live.pending = true;
+        live_.emplace(ptr, live);
+        guard_.Defer(ptr, u->second);
+        used_on_.erase(u);
+        return;
+      }
+    }
+    ReleaseBlock(ptr, live);
+  }
 
   StreamHeap* Heap(StreamId stream) {
     if (last_heap_ != nullptr && last_heap_->stream == stream) return last_heap_;
@@ -159,18 +450,20 @@ class CachingAllocator final : public DeviceAllocator {
     return last_heap_;
   }
 
-  void Release(absl::flat_hash_map<DevicePtr, Live>::iterator it) {
-    Live& live = it->second;
+  void ReleaseBlock(DevicePtr ptr, const LiveBlock& live) {
     if (live.slab != nullptr) {
-      live.heap->small.Free(live.slab, it->first);
+      live.heap->small.Free(live.slab, ptr);
     } else {
       live.heap->large.Free(live.block);
     }
-    live_.erase(it);
   }
 
   void CollectPending() {
-    guard_.Collect([this](DevicePtr ptr) { Release(live_.find(ptr)); });
+    guard_.Collect([this](DevicePtr ptr) {
+      auto it = live_.find(ptr);
+      ReleaseBlock(ptr, it->second);
+      live_.erase(it);
+    });
   }
 
   // Unmaps the old addresses of lent pages whose work is done (all, once quiet).
@@ -206,6 +499,13 @@ class CachingAllocator final : public DeviceAllocator {
   // then release every cached byte and retry once more.
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes) {
     pages_.BeginSlowPath();
+    // Blocks in thread caches first, so growth sees all the free memory it would without
+    // them: the large ones (cached small blocks hold slab slots, which rarely make room),
+    // then, before anything grows, every one.
+    if (FlushCaches(/*large_only=*/true)) {
+      if (Block* b = h.large.BestFit(bytes)) return b;
+    }
+    FlushCaches();
     for (int attempt = 0; attempt < 3; ++attempt) {
       if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
       CollectPending();
@@ -256,7 +556,8 @@ class CachingAllocator final : public DeviceAllocator {
   // `bytes` being served in the peak.
   bool NewPagesFit(std::size_t pages, std::size_t bytes) const {
     const double peak = static_cast<double>(
-        std::max<std::uint64_t>(stats_.peak_allocated_bytes, stats_.allocated_bytes + bytes));
+        std::max<std::uint64_t>(peak_allocated_.load(std::memory_order_relaxed),
+                                ExactAllocated() + bytes));
     const double after =
         static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
     const double learned = peak * (1.0 + options_.new_page_headroom) +
@@ -269,6 +570,7 @@ class CachingAllocator final : public DeviceAllocator {
 
   // Every idle page unmapped and released, empty slabs and free segments returned.
   void ReleaseAllCached() {
+    FlushCaches();
     pages_.Quiesce();
     CollectPending();
     for (auto& [stream, h] : heaps_) h->large.RetireLent(/*all=*/true);
@@ -293,9 +595,10 @@ class CachingAllocator final : public DeviceAllocator {
   }
 
   absl::Status Oom(std::size_t bytes, StreamId stream) {
+    FlushCaches();  // cached blocks are free memory in the report
     ++stats_.oom_count;
     last_oom_.requested_bytes = bytes;
-    last_oom_.allocated_bytes = stats_.allocated_bytes;
+    last_oom_.allocated_bytes = ExactAllocated();
     last_oom_.reserved_bytes = pages_.reserved_bytes();
     last_oom_.largest_free_bytes = LargestFree();
     last_oom_.capacity_bytes = backend_.capacity();
@@ -304,7 +607,8 @@ class CachingAllocator final : public DeviceAllocator {
   }
 
   void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes, StreamId stream) {
-    if (options_.observer != nullptr) {
+    const bool block = kind == AllocatorEventKind::kAlloc || kind == AllocatorEventKind::kFree;
+    if (options_.observer != nullptr && (block_events_ || !block)) {
       options_.observer->OnEvent({kind, options_.device, ptr, bytes, stream});
     }
   }
@@ -316,9 +620,21 @@ class CachingAllocator final : public DeviceAllocator {
   StreamGuard guard_;
   absl::flat_hash_map<StreamId, std::unique_ptr<StreamHeap>> heaps_;
   StreamHeap* last_heap_ = nullptr;
-  absl::flat_hash_map<DevicePtr, Live> live_;
+  // Live blocks not recorded in a thread cache (cache off, pending, or their thread gone).
+  absl::flat_hash_map<DevicePtr, LiveBlock> live_;
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
-  AllocatorStats stats_;
+  AllocatorStats stats_;  // counts of the locked paths; the caches keep their own
+  const std::uint64_t id_;  // this allocator, to the threads' caches
+  const bool block_events_;  // the observer wants kAlloc and kFree
+  const bool cache_on_;
+  const ThreadCacheLimits limits_;
+  std::vector<std::shared_ptr<ThreadCache>> caches_;  // every thread's cache
+  std::atomic<bool> caching_;        // Caching()
+  std::uint32_t locked_calls_ = 0;     // LockNotingContention's window (mu_)
+  std::uint32_t contended_calls_ = 0;  // of which found the lock held
+  // Changed without mu_ by cached calls; alone on their line, away from mu_.
+  alignas(64) std::atomic<std::uint64_t> allocated_{0};
+  std::atomic<std::uint64_t> peak_allocated_{0};
   OomReport last_oom_;
   std::uint64_t stitched_bytes_ = 0;  // bytes of idle pages ever remapped: raises the budget
 };

@@ -25,6 +25,7 @@ struct AllocatorStats {
   std::uint64_t trim_count = 0;            // times cached memory was released under pressure
   std::uint64_t largest_free_bytes = 0;    // the largest request that could be served now
                                            // without new device memory
+  std::uint64_t thread_cached_bytes = 0;   // free blocks held in per-thread caches (gpumem)
   // 1 - allocated/reserved: the share of held memory that live blocks do not use.
   double fragmentation() const {
     return reserved_bytes == 0 ? 0.0

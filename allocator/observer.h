@@ -30,6 +30,10 @@ class AllocatorObserver {
  public:
   virtual ~AllocatorObserver() = default;
   virtual void OnEvent(const AllocatorEvent& event) = 0;
+  // Whether it is told of kAlloc and kFree. gpumem reports those in order under its lock,
+  // so an observer that wants them turns off the per-thread caches (docs/allocator.md);
+  // one that follows pages and OOMs only (false) leaves them on and never sees a block.
+  virtual bool wants_block_events() const { return true; }
 };
 
 }  // namespace gpumem

@@ -2,16 +2,20 @@
 // large (2 - 256 MiB) sizes, on 1 and 8 threads sharing one allocator, for "gpumem" and
 // the "pytorch" emulation side by side. Prints ns per pair and gpumem/pytorch ratios.
 // Goal (issue 3): small pairs <= 50 ns, large <= 200 ns single-threaded.
+// GPUMEM_THREAD_CACHE=0 measures gpumem without its per-thread caches (as the C ABI does).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "allocator/policies.h"
 #include "allocator/sim_backend.h"
 
@@ -92,6 +96,14 @@ class RatioReporter : public benchmark::ConsoleReporter {
 int main(int argc, char** argv) {
   using namespace gpumem;
   benchmark::Initialize(&argc, argv);
+  std::optional<bool> thread_cache;
+  if (const char* v = std::getenv("GPUMEM_THREAD_CACHE"); v != nullptr && *v != '\0') {
+    if (std::string(v) != "0" && std::string(v) != "1") {
+      std::fprintf(stderr, "GPUMEM_THREAD_CACHE='%s': expected 0 or 1\n", v);
+      return 2;
+    }
+    thread_cache = std::string(v) == "1";
+  }
   static const std::vector<std::size_t> small = Sizes(512, kMiB);
   static const std::vector<std::size_t> large = Sizes(2 * kMiB, 256 * kMiB);
   const std::vector<std::string> policies = {"gpumem", "pytorch"};
@@ -102,6 +114,11 @@ int main(int argc, char** argv) {
       Subject subject;
       subject.backend = std::make_unique<SimBackend>(SimBackendOptions{});
       absl::StatusOr<std::unique_ptr<DeviceAllocator>> a = MakePolicy(policy, *subject.backend);
+      if (policy == "gpumem" && thread_cache.has_value()) {
+        CachingAllocatorOptions options;
+        options.thread_cache = *thread_cache;
+        a = MakeCachingAllocator(*subject.backend, options);
+      }
       if (!a.ok()) {
         std::printf("skipping policy %s: %s\n", policy.c_str(), std::string(a.status().message()).c_str());
         known = false;
@@ -139,6 +156,9 @@ int main(int argc, char** argv) {
     }
   }
   std::printf("goal: small x1 <= 50 ns, large x1 <= 200 ns\n");
+  if (thread_cache.has_value()) {
+    std::printf("gpumem thread caches: %s\n", *thread_cache ? "on" : "off");
+  }
   Subjects().clear();
   benchmark::Shutdown();
   return 0;

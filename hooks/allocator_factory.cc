@@ -10,12 +10,14 @@
 namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer, bool stitch) {
+    Backend& backend, int device, AllocatorObserver* observer, bool stitch,
+    bool thread_cache) {
 #ifdef GPUMEM_HAVE_CACHING_ALLOCATOR
   CachingAllocatorOptions options;
   options.device = device;
   options.observer = observer;
   options.stitch = stitch;
+  options.thread_cache = thread_cache;
   return MakeCachingAllocator(backend, options);
 #else
   // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if
@@ -23,6 +25,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
   (void)device;
   (void)observer;
   (void)stitch;
+  (void)thread_cache;
   return MakePolicy("gpumem", backend);
 #endif
 }

@@ -11,6 +11,7 @@
 namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer, bool stitch = true);
+    Backend& backend, int device, AllocatorObserver* observer, bool stitch = true,
+    bool thread_cache = true);
 
 }  // namespace gpumem::hooks

@@ -29,6 +29,10 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
+    {"GPUMEM_THREAD_CACHE", "0, 1",
+     "1 (default): once a second thread allocates, each thread reuses blocks it freed "
+     "without taking the allocator's lock (off while GPUMEM_TRACE records); 0: every call "
+     "takes the lock"},
     {"GPUMEM_LOG_OOM", "0, 1", "1 (default): print the out-of-memory report to stderr"},
     {"GPUMEM_VERBOSE", "0, 1", "1: print each device's backend and cap when it starts"},
 };
@@ -114,6 +118,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_STITCH", v);
     if (!b.ok()) return b.status();
     config.stitch = *b;
+  }
+  if (const char* v = env("GPUMEM_THREAD_CACHE"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM_THREAD_CACHE", v);
+    if (!b.ok()) return b.status();
+    config.thread_cache = *b;
   }
   if (const char* v = env("GPUMEM_VERBOSE"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_VERBOSE", v);

@@ -37,6 +37,7 @@ struct Config {
   // Where the profiler writes its trace (GPUMEM_TRACE); empty: no trace.
   std::string trace_path;
   bool stitch = true;      // GPUMEM_STITCH: remap idle pages into new ranges (defrag)
+  bool thread_cache = true;  // GPUMEM_THREAD_CACHE: per-thread caches in front of the lock
   bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr
   bool verbose = false;    // GPUMEM_VERBOSE: print each device's backend at start
 };

@@ -51,7 +51,8 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   if (r.pending_capacity[device]) state->capacity = *r.pending_capacity[device];
   state->backend.set_capacity(state->capacity);
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
-      MakeDeviceAllocator(*state->backend.backend, device, **r.observer, config->stitch);
+      MakeDeviceAllocator(*state->backend.backend, device, **r.observer, config->stitch,
+                          config->thread_cache);
   if (!allocator.ok()) return allocator.status();
   state->allocator = *std::move(allocator);
   if (config->verbose) {

@@ -16,12 +16,15 @@
 
 #include "allocator/caching_allocator.h"
 #include "allocator/sim_backend.h"
+#include "allocator/size_classes.h"
 #include "tests/allocator/gpumem_checked_backend.h"
 
 namespace gpumem {
 namespace {
 
 constexpr int kStreams = 3;
+// Small, so the bound is reached and checked (the default would hold most of a sequence).
+constexpr std::size_t kCacheBytes = std::size_t{8} << 20;
 
 struct LiveBlock {
   std::size_t size;
@@ -59,6 +62,8 @@ struct ObservedMapping final : AllocatorObserver {
     if (e.kind == AllocatorEventKind::kMap) bytes += e.bytes;
     if (e.kind == AllocatorEventKind::kUnmap) bytes -= e.bytes;
   }
+  // Pages only: the per-thread caches stay on, as without an observer.
+  bool wants_block_events() const override { return false; }
   std::int64_t bytes = 0;
 };
 
@@ -78,7 +83,11 @@ class ModelCheck {
         ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
       }
     };
-    alloc_ = MakeCachingAllocator(checked_, {.observer = &mapped_});
+    alloc_ = MakeCachingAllocator(
+        checked_, {.observer = &mapped_,
+                   .thread_cache = true,
+                   .thread_cache_single_thread = true,
+                   .thread_cache_bytes = kCacheBytes});
   }
 
   std::size_t RandomSize() {
@@ -145,6 +154,7 @@ class ModelCheck {
     }
     live_.emplace(*p, LiveBlock{size, s, {}});
     allocated_ += size;
+    largest_ = std::max<std::uint64_t>(largest_, RoundUp(size, kBlockAlign));
   }
 
   std::map<DevicePtr, LiveBlock>::iterator Pick() {
@@ -171,6 +181,9 @@ class ModelCheck {
     ASSERT_EQ(s.active_blocks, live_.size());
     ASSERT_EQ(s.reserved_bytes, sim_.counters().physical_bytes);
     ASSERT_LE(s.reserved_bytes, sim_.capacity());
+    // The thread cache holds at most its byte bound, or one block of any size.
+    ASSERT_LE(s.thread_cached_bytes, std::max<std::uint64_t>(kCacheBytes, largest_));
+    cached_seen_ |= s.thread_cached_bytes > 0;
     // A page mapped at two addresses (lent by a stitch) is counted once by observers.
     ASSERT_GE(mapped_.bytes, 0);
     ASSERT_LE(static_cast<std::uint64_t>(mapped_.bytes), sim_.counters().physical_bytes);
@@ -184,6 +197,7 @@ class ModelCheck {
     EXPECT_EQ(s.allocated_bytes, 0u);
     EXPECT_EQ(s.active_blocks, 0u);
     EXPECT_EQ(s.reserved_bytes, 0u);
+    EXPECT_EQ(s.thread_cached_bytes, 0u);
     EXPECT_EQ(sim_.counters().physical_bytes, 0u);
     EXPECT_EQ(sim_.counters().mapped_bytes, 0u);
     EXPECT_EQ(sim_.counters().reserved_va_bytes, 0u);
@@ -192,6 +206,7 @@ class ModelCheck {
   }
 
   int ooms() const { return ooms_; }
+  bool cached_seen() const { return cached_seen_; }
 
  private:
   std::mt19937 rng_;
@@ -202,6 +217,8 @@ class ModelCheck {
   std::map<DevicePtr, LiveBlock> live_;
   std::vector<Dirty> dirty_;
   std::uint64_t allocated_ = 0;
+  std::uint64_t largest_ = 0;  // the largest block handed out
+  bool cached_seen_ = false;   // the thread cache held blocks at some step
   int ooms_ = 0;
 };
 
@@ -216,6 +233,7 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
   constexpr int kSequences = 500;
   constexpr int kSteps = 200;
   int ooms = 0;
+  int cached = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
     ModelCheck m(1000 + seq, GetParam().vmm, GetParam().capacity);
     for (int i = 0; i < kSteps; ++i) {
@@ -226,7 +244,9 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
     }
     m.FinishAndCheckEmpty();
     ooms += m.ooms();
+    cached += m.cached_seen();
   }
+  EXPECT_GT(cached, 0) << "the thread cache was never used";
   // Under the small cap the check must also have exercised the OOM path.
   if (GetParam().capacity < (std::uint64_t{1} << 30)) {
     EXPECT_GT(ooms, 0);
