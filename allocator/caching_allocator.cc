@@ -211,15 +211,25 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // Whether calls go through thread caches (set under mu_: see AddAlone).
   bool Caching() const { return caching_.load(std::memory_order_relaxed); }
 
+  // Whether mu_ is held by someone right now: a look at glibc's lock word, one load of the
+  // line the lock is about to take anyway. try_lock would tell the same at ~4 ns more per
+  // call (a glibc function call; allocator_bench's single-threaded small pair 53 -> 50 ns).
+  bool LockLooksHeld() {
+#if defined(__GLIBC__)
+    return __atomic_load_n(&mu_.native_handle()->__data.__lock, __ATOMIC_RELAXED) != 0;
+#else
+    if (!mu_.try_lock()) return true;
+    mu_.unlock();
+    return false;
+#endif
+  }
+
   // The lock of the locked paths, noting contention: caches start once threads keep
-  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread). Cheap: an
-  // uncontended try_lock costs what lock does.
+  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread).
   std::unique_lock<std::mutex> LockNotingContention() {
-    std::unique_lock lock(mu_, std::try_to_lock);
-    if (!lock.owns_lock()) {
-      lock.lock();
-      ++contended_calls_;
-    }
+    const bool held = LockLooksHeld();
+    std::unique_lock lock(mu_);
+    if (held) ++contended_calls_;
     if (cache_on_ && ++locked_calls_ >= options_.thread_cache_lock_window) {
       if (contended_calls_ >= options_.thread_cache_contended_calls) {
         caching_.store(true, std::memory_order_relaxed);
