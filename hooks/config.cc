@@ -30,11 +30,13 @@ const ConfigVariable kConfigVariables[] = {
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
     {"GPUMEM_THREAD_CACHE", "0, 1",
-     "1 (default): once a second thread allocates, each thread reuses blocks it freed "
-     "without taking the allocator's lock (off while GPUMEM_TRACE records); 0: every call "
-     "takes the lock"},
+     "1 (default): once threads keep contending for the allocator's lock, each thread "
+     "reuses blocks it freed without taking it (off while GPUMEM_TRACE records); 0: every "
+     "call takes the lock"},
     {"GPUMEM_LOG_OOM", "0, 1", "1 (default): print the out-of-memory report to stderr"},
-    {"GPUMEM_VERBOSE", "0, 1", "1: print each device's backend and cap when it starts"},
+    {"GPUMEM_VERBOSE", "0, 1",
+     "1: print each device's backend and cap when it starts, and the recorder's own time "
+     "when a trace closes"},
 };
 const int kConfigVariableCount = sizeof(kConfigVariables) / sizeof(kConfigVariables[0]);
 
