@@ -4,7 +4,8 @@
 # prints the time it took on the allocating threads (stack captures, GIL taken back,
 # records) against the run's wall time.
 # Keeps the traces, whose stacks and threads say how deep the stacks are and which
-# threads pay for a stack (gpumem dump --stacks). Builds libgpumem.so only.
+# threads pay for a stack (gpumem dump --stacks). Builds libgpumem.so and libgpumem_torch.so
+# (which links allocations to autograd; without it backward threads still take the GIL).
 #
 # usage: tests/gpu/recording_profile.sh   env: OUT, PROFILE_WORKLOADS (default "gpt2
 #        resnet50"), PROFILE_STEPS (default 30), GPUMEM_PREBUILT as in run.sh
@@ -17,7 +18,7 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF 
   -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu -DLIBLZMA_LIBRARY="$arch/liblzma.so" \
   -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
   -DZLIB_INCLUDE_DIR="$prebuilt/include" >"$OUT/profile-build.log" 2>&1 \
-  && cmake --build "$build" -j"$(nproc)" --target gpumem_shared >>"$OUT/profile-build.log" 2>&1 \
+  && cmake --build "$build" -j"$(nproc)" --target gpumem_shared gpumem_torch >>"$OUT/profile-build.log" 2>&1 \
   || { echo "build failed"; tail -30 "$OUT/profile-build.log"; exit 1; }
 for w in ${PROFILE_WORKLOADS:-gpt2 resnet50}; do
   GPUMEM_TRACE=$OUT/$w-python.gpumem GPUMEM_STACKS=python GPUMEM_VERBOSE=1 \
