@@ -165,8 +165,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         s.free_count += c->free_count;
         s.thread_cached_bytes += c->cached_bytes();
       }
-      s.allocated_bytes = allocated_.load(std::memory_order_relaxed);
-      for (const std::shared_ptr<ThreadCache>& c : caches_) s.allocated_bytes -= c->credit;
+      s.allocated_bytes = AllocatedCachesHeld();
       s.peak_allocated_bytes = peak_allocated_.load(std::memory_order_relaxed);
     }
     s.active_blocks = s.alloc_count - s.free_count;
@@ -287,6 +286,10 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // The exact total: mu_ held, no cache's lock.
   std::uint64_t ExactAllocated() const {
     LockedCaches caches(caches_);
+    return AllocatedCachesHeld();
+  }
+  // The same with mu_ and every cache's lock held.
+  std::uint64_t AllocatedCachesHeld() const {
     std::uint64_t a = allocated_.load(std::memory_order_relaxed);
     for (const std::shared_ptr<ThreadCache>& c : caches_) a -= c->credit;
     return a;

@@ -188,8 +188,7 @@ class ThreadCache {
     limit_ = reused ? std::min(limits_.bytes, std::max(limit_, kMinLimit) * 2) : limit_ / 2;
     large_cached_ = 0;
     large_hits_ = 0;
-    DrainLarge(release);
-    return true;
+    return DrainLargeBlocks(release);
   }
   // Hands the cached large blocks to `release`, limits unchanged; whether there were any.
   template <typename F>
