@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -93,6 +94,25 @@ std::string Recorder::CostSummary() const {
 }
 
 namespace {
+// measure_cost: adds one call and its duration to a pair of counters when it ends.
+class CostTimer {
+ public:
+  CostTimer(bool measure, std::atomic<std::uint64_t>& calls, std::atomic<std::uint64_t>& ns)
+      : start_(measure ? TraceWriter::NowNs() : 0), calls_(calls), ns_(ns) {}
+  ~CostTimer() {
+    if (start_ == 0) return;
+    calls_.fetch_add(1, std::memory_order_relaxed);
+    ns_.fetch_add(TraceWriter::NowNs() - start_, std::memory_order_relaxed);
+  }
+  CostTimer(const CostTimer&) = delete;
+  CostTimer& operator=(const CostTimer&) = delete;
+
+ private:
+  const std::int64_t start_;
+  std::atomic<std::uint64_t>& calls_;
+  std::atomic<std::uint64_t>& ns_;
+};
+
 void NamePythonCode(const RawFrame& frame, FrameDef* def) {
   PythonStacks::Get().Name(frame, def);
 }
@@ -177,11 +197,10 @@ Recorder::CallScope::CallScope(Recorder* recorder) {
     return;  // no trace, paused, or an outer scope took the stack already
   }
   // Skip this constructor: the stack starts at the caller (the C ABI's entry point).
-  const std::int64_t start = recorder->options_.measure_cost ? TraceWriter::NowNs() : 0;
-  t_call_stack.stack_id = recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
-  if (start != 0) {
-    recorder->cost_.captures.fetch_add(1, std::memory_order_relaxed);
-    recorder->cost_.capture_ns.fetch_add(TraceWriter::NowNs() - start, std::memory_order_relaxed);
+  {
+    CostTimer timer(recorder->options_.measure_cost, recorder->cost_.captures,
+                    recorder->cost_.capture_ns);
+    t_call_stack.stack_id = recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
   }
   t_call_stack.recorder = recorder;
   active_ = true;
@@ -240,7 +259,7 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   if (event.kind == AllocatorEventKind::kAlloc && paused()) return;
-  const std::int64_t start = options_.measure_cost ? TraceWriter::NowNs() : 0;
+  CostTimer timer(options_.measure_cost, cost_.records, cost_.record_ns);
   format::RecordType type = format::RecordType::kAlloc;
   switch (event.kind) {
     case AllocatorEventKind::kAlloc: type = format::RecordType::kAlloc; break;
@@ -259,10 +278,6 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
                                              : CaptureStack(0, 0, /*may_take_gil=*/false);
   }
   RecordWithStack(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
-  if (start != 0) {
-    cost_.records.fetch_add(1, std::memory_order_relaxed);
-    cost_.record_ns.fetch_add(TraceWriter::NowNs() - start, std::memory_order_relaxed);
-  }
 }
 
 std::uint64_t Recorder::Step() {
