@@ -67,6 +67,12 @@ PythonStacks::PythonStacks() {
     api->PyFrame_GetLasti = nullptr;
   }
   api_ = api;
+  // Py_Version (3.11+) is the running interpreter's PY_VERSION_HEX, whatever headers
+  // anything was built with.
+  const auto* version = static_cast<const unsigned long*>(dlsym(RTLD_DEFAULT, "Py_Version"));
+  if (api_ok_ && version != nullptr && api->PyFrame_GetLasti != nullptr) {
+    layout_ = PythonFrameLayoutFor(*version);
+  }
 }
 
 PythonStacks::Gil::Gil(const PythonStacks& py, bool may_take) {
@@ -116,7 +122,59 @@ std::size_t PythonStacks::Capture(const Gil& gil, RawFrame* out, std::size_t max
     frame = back;
   }
   if (frame != nullptr) api_->Py_DecRef(frame);
+  if (layout_.has_value() && !own_off_.load(std::memory_order_relaxed)) {
+    CheckOwnFrames(out, n, frame != nullptr);
+  }
   return n;
+}
+
+std::optional<std::size_t> PythonStacks::CaptureOwn(RawFrame* out, std::size_t max) const {
+  if (!own_trusted_.load(std::memory_order_acquire) || !api_->Py_IsInitialized()) {
+    return std::nullopt;
+  }
+  const void* tstate = api_->PyGILState_GetThisThreadState();
+  if (tstate == nullptr) return 0;  // a thread Python never ran on: no frames
+  return ToApiOffsets(out, ReadPythonFrames(*layout_, tstate, out, max));
+}
+
+std::size_t PythonStacks::ToApiOffsets(RawFrame* frames, std::size_t n) const {
+  for (std::size_t i = 0; i < n; ++i) {
+    // Before the bytecode: a negative offset, which the C API path records as 0.
+    frames[i].b = frames[i].b >= code_offset_ ? frames[i].b - code_offset_ : 0;
+  }
+  return n;
+}
+
+void PythonStacks::CheckOwnFrames(const RawFrame* api_frames, std::size_t n,
+                                  bool truncated) const {
+  if (n == 0) return;
+  const void* tstate = api_->PyGILState_GetThisThreadState();
+  if (tstate == nullptr) return;
+  constexpr std::size_t kMax = 256;
+  RawFrame own[kMax];
+  const std::size_t max = truncated ? n : kMax;
+  if (max > kMax) return;
+  const std::size_t own_n = ReadPythonFrames(*layout_, tstate, own, max);
+  bool agree = own_n == n;
+  if (agree && code_offset_ == 0) {
+    // Learn offsetof(PyCodeObject, co_code_adaptive) from a frame past its first
+    // instruction; the other frames then check it.
+    for (std::size_t i = 0; i < n && code_offset_ == 0; ++i) {
+      if (api_frames[i].b > 0 && own[i].b > api_frames[i].b) {
+        code_offset_ = own[i].b - api_frames[i].b;
+      }
+    }
+    if (code_offset_ == 0) return;  // nothing to learn it from yet
+  }
+  ToApiOffsets(own, own_n);
+  for (std::size_t i = 0; agree && i < n; ++i) agree = own[i] == api_frames[i];
+  if (!agree) {
+    // Not the layout we think: never read it again.
+    own_off_.store(true, std::memory_order_relaxed);
+    own_trusted_.store(false, std::memory_order_release);
+    return;
+  }
+  if (++agreements_ == kAgreementsToTrust) own_trusted_.store(true, std::memory_order_release);
 }
 
 void PythonStacks::Name(const RawFrame& frame, FrameDef* def) const {

@@ -3,10 +3,13 @@
 // Python never ran on, there are simply no Python frames.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "profiler/python_frame_layout.h"
 #include "profiler/stack_table.h"
 
 namespace gpumem {
@@ -44,7 +47,16 @@ class PythonStacks {
   // offset) where the interpreter offers PyFrame_GetLasti (3.11+): the line is then
   // computed once per new frame instead of on every event. Else (code object, line).
   // 0 unless `gil` (this thread's) is held().
+  // Each capture also reads the same frames from CPython's structures
+  // (profiler/python_frame_layout.h) and compares: after kAgreementsToTrust agreeing
+  // stacks, CaptureOwn serves; one disagreement turns it off for good.
   std::size_t Capture(const Gil& gil, RawFrame* out, std::size_t max) const;
+
+  // The same frames as Capture, read without the GIL or any C API call, once the layout
+  // has been checked (else nullopt: use Capture). 0 for a thread Python never ran on.
+  std::optional<std::size_t> CaptureOwn(RawFrame* out, std::size_t max) const;
+  bool own_frames_trusted() const { return own_trusted_.load(std::memory_order_acquire); }
+  static constexpr int kAgreementsToTrust = 16;
 
   // A code object's file and function name; keeps the code object alive so its address
   // names it for the life of the process. Call only while holding the GIL (the stack
@@ -53,8 +65,19 @@ class PythonStacks {
 
  private:
   PythonStacks();
+  // Raw offsets -> the C API's bytecode offsets.
+  std::size_t ToApiOffsets(RawFrame* frames, std::size_t n) const;
+  // Under the GIL: compares a C API capture with a raw read of the same thread.
+  void CheckOwnFrames(const RawFrame* api_frames, std::size_t n, bool truncated) const;
+
   const Api* api_;
   bool api_ok_ = false;
+  std::optional<PythonFrameLayout> layout_;
+  // Checking state, written under the GIL; code_offset_ is published by own_trusted_.
+  mutable std::uint32_t code_offset_ = 0;
+  mutable int agreements_ = 0;
+  mutable std::atomic<bool> own_trusted_{false};
+  mutable std::atomic<bool> own_off_{false};
 };
 
 }  // namespace gpumem

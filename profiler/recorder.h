@@ -118,7 +118,8 @@ class Recorder final : public AllocatorObserver {
 
   // measure_cost's counters, summed over threads (relaxed: read at close).
   struct Cost {
-    std::atomic<std::uint64_t> captures{0}, capture_ns{0}, gil_taken{0}, no_python{0};
+    std::atomic<std::uint64_t> captures{0}, capture_ns{0}, gil_taken{0}, no_python{0},
+        without_gil{0};
     std::atomic<std::uint64_t> records{0}, record_ns{0};
   };
 

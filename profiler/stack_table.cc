@@ -13,8 +13,7 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
                                  const PythonNamer& namer) {
   if (n == 0) return 0;
   const absl::Span<const RawFrame> key(frames, n);
-  // Shard by a different mix of the hash than the map's own buckets use.
-  Shard& shard = shards_[(SpanHash{}(key) >> 20) % kShards];
+  Shard& shard = ShardOf(key);
   std::lock_guard<std::mutex> shard_lock(shard.mu);
   auto it = shard.ids.find(key);
   if (it != shard.ids.end()) return it->second;
@@ -28,6 +27,15 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
   pending_stacks_.push_back(def);
   shard.ids.emplace(std::vector<RawFrame>(key.begin(), key.end()), def.id);
   return def.id;
+}
+
+std::uint32_t StackTable::Find(const RawFrame* frames, std::size_t n) const {
+  if (n == 0) return 0;
+  const absl::Span<const RawFrame> key(frames, n);
+  Shard& shard = ShardOf(key);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  auto it = shard.ids.find(key);
+  return it == shard.ids.end() ? 0 : it->second;
 }
 
 std::uint32_t StackTable::InternFrameLocked(const RawFrame& frame, const PythonNamer& namer) {

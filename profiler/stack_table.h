@@ -56,6 +56,8 @@ class StackTable {
   // Id of the stack (innermost frame first); 0 for an empty stack.
   std::uint32_t Intern(const RawFrame* frames, std::size_t n,
                        const PythonNamer& namer = nullptr);
+  // Id of a stack interned before; 0 if it never was. Adds nothing, names nothing.
+  std::uint32_t Find(const RawFrame* frames, std::size_t n) const;
   // A frame known by its names (an API entry point, a test frame).
   std::uint32_t InternNamedFrame(format::FrameKind kind, const std::string& function,
                                  const std::string& filename, std::int32_t line);
@@ -91,8 +93,12 @@ class StackTable {
     absl::flat_hash_map<std::vector<RawFrame>, std::uint32_t, SpanHash, SpanEq> ids;
   };
   std::uint32_t InternFrameLocked(const RawFrame& frame, const PythonNamer& namer);
+  // Shard by a different mix of the hash than the map's own buckets use.
+  Shard& ShardOf(absl::Span<const RawFrame> key) const {
+    return shards_[(SpanHash{}(key) >> 20) % kShards];
+  }
 
-  std::array<Shard, kShards> shards_;
+  mutable std::array<Shard, kShards> shards_;
   mutable std::mutex mu_;  // frames, ids and the pending queues
   absl::flat_hash_map<RawFrame, std::uint32_t> frame_ids_;
   using NamedKey = std::tuple<std::uint8_t, std::string, std::string, std::int32_t>;
