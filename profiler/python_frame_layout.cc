@@ -22,13 +22,21 @@ std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version) 
 }
 
 std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate,
-                             RawFrame* out, std::size_t max) {
+                             RawFrame* out, std::size_t max, std::size_t* span) {
   const auto field = [](const void* base, std::size_t offset) {
     return *reinterpret_cast<const std::uintptr_t*>(static_cast<const char*>(base) + offset);
   };
   const auto* cframe = reinterpret_cast<const void*>(field(tstate, layout.cframe));
   if (cframe == nullptr) return 0;
   const auto* frame = reinterpret_cast<const void*>(field(cframe, layout.current_frame));
+  const auto top = reinterpret_cast<std::uintptr_t>(frame);
+  constexpr std::size_t kMaxSpan = 32 << 10;  // a 200-frame stack; deeper ones walk as is
+  if (span != nullptr && frame != nullptr) {
+    for (std::size_t back = 0; back <= *span + 64; back += 64) {  // the top frame's 2 lines too
+      __builtin_prefetch(reinterpret_cast<const void*>(top + 64 - back));
+    }
+  }
+  std::uintptr_t lowest = top;
   std::size_t n = 0;
   while (frame != nullptr && n < max) {
     const char owner = static_cast<const char*>(frame)[layout.owner];
@@ -40,8 +48,11 @@ std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate
       out[n++] = RawFrame{code, static_cast<std::uint32_t>(instr > code ? instr - code : 0),
                           RawFrame::kPythonLastiTag};
     }
+    const auto at = reinterpret_cast<std::uintptr_t>(frame);
+    if (at < lowest && top - at <= kMaxSpan) lowest = at;  // a generator's frame is elsewhere
     frame = reinterpret_cast<const void*>(field(frame, layout.previous));
   }
+  if (span != nullptr) *span = top - lowest;
   return n;
 }
 
