@@ -66,7 +66,7 @@ absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options
 }
 
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
-    : options_(std::move(options)), writer_(std::move(writer)), opened_ns_(TraceWriter::NowNs()) {}
+    : writer_(std::move(writer)), options_(std::move(options)), opened_ns_(TraceWriter::NowNs()) {}
 
 absl::Status Recorder::Close() {
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());

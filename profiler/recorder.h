@@ -23,23 +23,24 @@ absl::StatusOr<StackMode> ParseStackMode(absl::string_view text);
 const char* StackModeName(StackMode mode);
 
 struct RecorderOptions {
-  // File name; %p is the pid, %r the torchrun rank (profiler/trace_path.h).
-  std::string path = "gpumem-%p.gpumem";
+  // (What every event reads comes first: with the recorder's first members, one line.)
   StackMode stacks = StackMode::kPython;
-  std::size_t max_native_frames = 48;
-  std::size_t max_python_frames = 64;
-  TraceWriterOptions writer;  // its path is set from `path`
   // Time the recorder's own work on the allocating threads (stack capture with the GIL,
   // appending records) and print it when the trace closes (GPUMEM_VERBOSE=1): the share
   // of a run that recording costs, measured where it is paid. Two clock reads per call.
   bool measure_cost = false;
+  std::size_t max_native_frames = 48;
+  std::size_t max_python_frames = 64;
+  // File name; %p is the pid, %r the torchrun rank (profiler/trace_path.h).
+  std::string path = "gpumem-%p.gpumem";
+  TraceWriterOptions writer;  // its path is set from `path`
 
   // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
   // Errors name the variable and its value.
   static absl::StatusOr<RecorderOptions> FromEnvironment();
 };
 
-class Recorder final : public AllocatorObserver {
+class alignas(64) Recorder final : public AllocatorObserver {
  public:
   static absl::StatusOr<std::unique_ptr<Recorder>> Open(RecorderOptions options);
 
@@ -113,7 +114,6 @@ class Recorder final : public AllocatorObserver {
   StackMode stack_mode() const { return options_.stacks; }
 
  private:
-  std::atomic<bool> paused_{false};
   Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer);
 
   // measure_cost's counters, summed over threads (relaxed: read at close).
@@ -126,8 +126,10 @@ class Recorder final : public AllocatorObserver {
   // Whether this thread's pending autograd link is a C++ backward node (no Python frames).
   bool RunningCppBackwardNode() const;
 
-  const RecorderOptions options_;
+  // paused_, writer_ and options_' first fields share a line: every event reads them.
+  std::atomic<bool> paused_{false};
   std::unique_ptr<TraceWriter> writer_;
+  const RecorderOptions options_;
   std::atomic<std::uint32_t> python_node_frame_{0};
   std::atomic<std::uint64_t> step_{0};
   Cost cost_;

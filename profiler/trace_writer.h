@@ -80,10 +80,11 @@ class TraceWriter {
   void SetError(const absl::Status& status);
 
   const TraceWriterOptions options_;
+  // Read by every record: kept on one line.
   const std::uint64_t id_;
   const std::uint64_t fork_epoch_;
-  StackTable stacks_;
   std::atomic<bool> closed_{false};
+  StackTable stacks_;
 
   mutable std::mutex rings_mu_;
   std::vector<std::shared_ptr<Ring>> rings_;       // owned by a thread, or draining

@@ -11,7 +11,9 @@
 #
 # usage: tests/gpu/overhead_inprocess.sh   (after tests/gpu/run.sh built build-gpu-device)
 #   env: OUT, GPUMEM_PREBUILT as in run.sh; INPROC_WORKLOADS (default "resnet50 gpt2"),
-#        INPROC_STEPS (default 200), INPROC_TOGGLE (default 5), INPROC_WARMUP (default 10)
+#        INPROC_STEPS (default 200), INPROC_TOGGLE (default 5), INPROC_WARMUP (default 10),
+#        INPROC_CONFIGS (default "gpumem-python gpumem-all torch-python torch-all": e.g.
+#        gpumem-python alone, for a long run that narrows the 3% verdict's interval)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 [ -f "$build/lib/libgpumem.so" ] || { echo "overhead_inprocess: build first (tests/gpu/run.sh)"; exit 2; }
@@ -20,14 +22,19 @@ trap 'rm -rf "$scratch"' EXIT
 steps=${INPROC_STEPS:-200} toggle=${INPROC_TOGGLE:-5}
 results=$OUT/overhead-inprocess.jsonl
 : >"$results"
+configs=${INPROC_CONFIGS:-gpumem-python gpumem-all torch-python torch-all}
 for w in ${INPROC_WORKLOADS:-resnet50 gpt2}; do
   common=("$repo/tests/gpu/capture.py" "$w" --steps "$steps" --toggle "$toggle")
-  GPUMEM_TRACE=$scratch/$w-py.gpumem GPUMEM_STACKS=python \
-    $py "${common[@]}" --allocator gpumem --label gpumem-python >>"$results" 2>>"$OUT/overhead-inprocess.err"
-  GPUMEM_TRACE=$scratch/$w-all.gpumem GPUMEM_STACKS=all \
-    $py "${common[@]}" --allocator gpumem --label gpumem-all >>"$results" 2>>"$OUT/overhead-inprocess.err"
-  $py "${common[@]}" --allocator native --torch-history python --label torch-python >>"$results" 2>>"$OUT/overhead-inprocess.err"
-  $py "${common[@]}" --allocator native --torch-history all --label torch-all >>"$results" 2>>"$OUT/overhead-inprocess.err"
+  for c in $configs; do
+    case $c in
+      gpumem-python|gpumem-all)
+        GPUMEM_TRACE=$scratch/$w-$c.gpumem GPUMEM_STACKS=${c#gpumem-} \
+          $py "${common[@]}" --allocator gpumem --label "$c" ;;
+      torch-python|torch-all)
+        $py "${common[@]}" --allocator native --torch-history "${c#torch-}" --label "$c" ;;
+      *) echo "overhead_inprocess: unknown INPROC_CONFIGS entry $c" >&2; exit 2 ;;
+    esac >>"$results" 2>>"$OUT/overhead-inprocess.err"
+  done
 done
 $py "$repo/tests/gpu/overhead_ab.py" "$results" --warmup "${INPROC_WARMUP:-10}" \
   --toggle "$toggle" | tee "$OUT/overhead-inprocess.txt"
