@@ -409,6 +409,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       live.bin = b->size;
       ptr = b->addr;
     }
+    // Asked once: the answer decides both this event and, later, the free's.
+    live.unseen = !ObservesAllocation();
     std::uint64_t rest = 0;
     if (c != nullptr) {
       std::lock_guard cl(c->mu());
@@ -425,7 +427,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       }
     }
     if (rest != 0) AddSlow(rest);
-    Notify(AllocatorEventKind::kAlloc, ptr, bytes, stream);
+    if (!live.unseen) Notify(AllocatorEventKind::kAlloc, ptr, bytes, stream);
     return ptr;
   }
 
@@ -441,7 +443,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     }
     SubAllocatedLocked(live.requested);
     ++stats_.free_count;
-    Notify(AllocatorEventKind::kFree, ptr, live.requested, live.stream);
+    if (!live.unseen) Notify(AllocatorEventKind::kFree, ptr, live.requested, live.stream);
     if (!used_on_.empty()) {
       auto u = used_on_.find(ptr);
       if (u != used_on_.end()) {
@@ -617,6 +619,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     last_oom_.capacity_bytes = backend_.capacity();
     Notify(AllocatorEventKind::kOom, 0, bytes, stream);
     return absl::ResourceExhaustedError(last_oom_.ToString());
+  }
+
+  bool ObservesAllocation() const {
+    return options_.observer != nullptr && block_events_ &&
+           options_.observer->RecordsAllocations();
   }
 
   void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes, StreamId stream) {

@@ -34,6 +34,10 @@ class AllocatorObserver {
   // so an observer that wants them turns off the per-thread caches (docs/allocator.md);
   // one that follows pages and OOMs only (false) leaves them on and never sees a block.
   virtual bool wants_block_events() const { return true; }
+  // Asked at each allocation, under the allocator's lock: false (a paused trace) and
+  // neither that allocation nor, whenever it comes, its free is reported. A trace paused
+  // and resumed so holds whole blocks only, and a paused one records nothing per block.
+  virtual bool RecordsAllocations() const { return true; }
 };
 
 }  // namespace gpumem

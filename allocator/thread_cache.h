@@ -44,6 +44,7 @@ struct LiveBlock {
   bool pending = false;        // freed, waiting for other streams' events
   bool recorded = false;       // RecordStream'd on another stream: its free takes the lock
   bool cached = false;         // free, in a thread cache's bin
+  bool unseen = false;         // the observer did not take its allocation: nor its free
   int size_class = -1;         // small blocks: their class; -1: large
 };
 

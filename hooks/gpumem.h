@@ -105,8 +105,9 @@ GPUMEM_API int gpumem_profile_start(void);
 /* 1 once a trace is open in this process (GPUMEM_TRACE, or profile-only mode) and not
  * paused, else 0. */
 GPUMEM_API int gpumem_tracing(void);
-/* Pauses (1) or resumes (0) recording allocations and their stacks; frees, maps and steps
- * are still recorded. For measuring the recording's cost within one process. */
+/* Pauses (1) or resumes (0) recording blocks: one allocated while paused is left out with
+ * its free; frees of blocks allocated while recording, maps and steps are still recorded.
+ * For measuring the recording's cost within one process. */
 GPUMEM_API void gpumem_trace_pause(int paused);
 /* Native stacks (GPUMEM_STACKS=native|all) come from `unwinder` instead of glibc's
  * backtrace(): it fills `pcs` with up to `max` return addresses of the calling thread,

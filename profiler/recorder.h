@@ -46,6 +46,7 @@ class alignas(64) Recorder final : public AllocatorObserver {
 
   // The hot path: called by the allocator on the allocating thread.
   void OnEvent(const AllocatorEvent& event) override;
+  bool RecordsAllocations() const override { return !paused(); }
 
   // A training-step boundary; returns the number of the step that begins.
   std::uint64_t Step();

@@ -177,10 +177,10 @@ def trace_events():
 
 
 def pause_trace(paused=True):
-    """Stops (True) or resumes (False) recording allocations and their stacks into the
-    trace; frees and steps are still recorded. For measuring what recording costs within
-    one run (tests/gpu/overhead_inprocess.py); a report of a paused stretch misses its
-    allocations."""
+    """Stops (True) or resumes (False) recording blocks into the trace: a block allocated
+    while paused is left out, its free included; frees of blocks allocated while recording,
+    maps and steps are still recorded. For measuring what recording costs within one run
+    (tests/gpu/overhead_inprocess.sh); a report of a paused stretch misses its blocks."""
     _native.lib().gpumem_trace_pause(1 if paused else 0)
 
 
