@@ -94,17 +94,26 @@ def blocks_of(cost, drift=0.0):
     return steps, recording
 
 
-def verdict_line(steps, recording):
-    rows = [{"workload": "w", "allocator": "gpumem-python", "completed": True,
-             "step_seconds": steps, "recording": recording}]
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.write("\n".join(json.dumps(r) for r in rows) + "\n")
+def overhead_output(*runs):
+    """overhead_ab's output for runs given as (steps, recording), one file each."""
+    names = []
+    for steps, recording in runs:
+        row = {"workload": "w", "allocator": "gpumem-python", "completed": True,
+               "step_seconds": steps, "recording": recording}
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+            f.write(json.dumps(row) + "\n")
+        names.append(f.name)
     out = io.StringIO()
     with redirect_stdout(out):
-        status = overhead_ab.main([f.name, "--warmup", "2", "--toggle", "4"])
-    os.unlink(f.name)
+        status = overhead_ab.main(names + ["--warmup", "2", "--toggle", "4"])
+    for name in names:
+        os.unlink(name)
     assert status == 0, out.getvalue()
-    return next(line for line in out.getvalue().splitlines() if "goal" in line)
+    return out.getvalue().splitlines()
+
+
+def verdict_line(steps, recording):
+    return next(line for line in overhead_output((steps, recording)) if "goal" in line)
 
 
 def check_overhead_blocks():
@@ -124,7 +133,12 @@ def check_overhead_blocks():
     pairs = overhead_ab.paired_ratios(*blocks_of(0.02, drift=0.3), warmup=2, toggle=4)
     assert len(pairs) == 10 and all(abs(r - 1.02) < 0.01 for r in pairs), pairs
     assert overhead_ab.main(["/nonexistent.jsonl"]) == 2
-    print("overhead_ab: blocks and verdict pass")
+    # Two runs pooled: both runs' blocks, one verdict between the two runs' costs.
+    lines = overhead_output(blocks_of(0.005), blocks_of(0.015, drift=0.3))
+    assert "(20 blocks)" in lines[0] and "(2 runs pooled)" in lines[0], lines
+    point = float(lines[0].split("ratio ")[1].split()[0])
+    assert 1.005 < point < 1.015 and lines[-1].endswith("-> MET"), lines
+    print("overhead_ab: blocks, verdict and pooled runs pass")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,12 @@ Goals (issue 5): gpumem + Python stacks within 3% (MET when the whole interval i
 NOT MET when it is all above, else UNDECIDED: more steps are needed), and each gpumem ratio
 below PyTorch's recorder at the same stack depth.
 
-usage: overhead_ab.py RESULTS.jsonl [--warmup STEPS] [--toggle N] [--within PERCENT]
+Several result files (runs of the same code, e.g. two long runs on different machines) are
+pooled: the paired ratios of each workload and configuration are taken within each run and
+then bootstrapped together.
+
+usage: overhead_ab.py RESULTS.jsonl [MORE.jsonl ...] [--warmup STEPS] [--toggle N]
+                      [--within PERCENT]
 """
 import argparse
 import json
@@ -49,31 +54,41 @@ def paired_ratios(step_seconds, recording, warmup, toggle):
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("results")
+    p.add_argument("results", nargs="+")
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--toggle", type=int, default=5)
     p.add_argument("--within", type=float, default=3.0)
     args = p.parse_args(argv)
-    try:
-        with open(args.results) as f:
-            rows = [json.loads(line) for line in f if line.startswith("{")]
-    except (OSError, ValueError) as e:
-        print(f"overhead_ab.py: {args.results}: {e}", file=sys.stderr)
-        return 2
-    ratio = {}
+    rows = []
+    for path in args.results:
+        try:
+            with open(path) as f:
+                rows += [json.loads(line) for line in f if line.startswith("{")]
+        except (OSError, ValueError) as e:
+            print(f"overhead_ab.py: {path}: {e}", file=sys.stderr)
+            return 2
+    pooled = {}  # (workload, label) -> [runs, on medians, off medians, paired ratios]
     for r in rows:
         label = r.get("allocator", "?")  # capture.py writes --label there
         steps, rec = r.get("step_seconds", []), r.get("recording", [])
-        on, off = block_medians(steps, rec, args.warmup, args.toggle)
         pairs = paired_ratios(steps, rec, args.warmup, args.toggle)
         if not r.get("completed") or len(pairs) < 2:
             print(f"{r.get('workload', '?'):<9} {label:<14} failed or too few blocks")
             continue
+        on, off = block_medians(steps, rec, args.warmup, args.toggle)
+        entry = pooled.setdefault((r["workload"], label), [0, [], [], []])
+        entry[0] += 1
+        entry[1] += on
+        entry[2] += off
+        entry[3] += pairs
+    ratio = {}
+    for (workload, label), (runs, on, off, pairs) in pooled.items():
         point, low, high = paired_interval(pairs)
-        ratio[(r["workload"], label)] = (point, low, high)
-        print(f"{r['workload']:<9} {label:<14} recording {statistics.median(on) * 1e3:8.2f} ms "
+        ratio[(workload, label)] = (point, low, high)
+        print(f"{workload:<9} {label:<14} recording {statistics.median(on) * 1e3:8.2f} ms "
               f"({len(on)} blocks)  not {statistics.median(off) * 1e3:8.2f} ms ({len(off)} "
-              f"blocks)  ratio {point:.3f} [{low:.3f}, {high:.3f}]")
+              f"blocks)  ratio {point:.3f} [{low:.3f}, {high:.3f}]"
+              + (f"  ({runs} runs pooled)" if runs > 1 else ""))
     for w in sorted({k[0] for k in ratio}):
         g = ratio.get((w, "gpumem-python"))
         if g:
