@@ -13,8 +13,9 @@
 #        native-again), TRAIN_STEPS, TRAIN_RESULTS (uncapped runs that mincap starts from),
 #        STEPTIME_WORKLOADS (default gpt2 resnet50), STEPTIME_ROUNDS (native/gpumem pairs,
 #        interleaved, default 6), STEPTIME_STEPS (default 40), STEPTIME_WARMUP (steps left
-#        out, default 10; gpt2 on gpumem still stitches until step ~23 on an H100, so judge
-#        it with 60 steps and 25), GPU_TARGETS (what to build),
+#        out, default 10; gpt2 on gpumem stitched until step ~23 on an H100 in the fourth
+#        session, so 60 steps and 25 were fixed for the fifth, where its last device call
+#        came in step 6), GPU_TARGETS (what to build),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
 #        also skips the torch.empty loops).
 set -uo pipefail
