@@ -251,14 +251,15 @@ size_t gpumem_memory_summary(int device, char* buf, size_t len) {
         "  %-12s %16s %16s\n"
         "  %-12s %16s %16s\n"
         "  %-12s %16s %16s\n"
-        "  unused share of reserved %.2f%%; active blocks %d; largest free piece %s\n"
+        "  unused share of reserved %.2f%%; active blocks %d; largest free piece %s; "
+        "free in per-thread caches %s\n"
         "  allocs %d, frees %d, out-of-memory %d, stitches %d, trims %d, steps %d\n",
         s.device, s.backend.name, h::Gib(st.capacity_bytes), h::Gib(st.device_total_bytes),
         "", "current", "peak", "allocated", h::Gib(st.allocated_bytes),
         h::Gib(st.peak_allocated_bytes), "reserved", h::Gib(st.reserved_bytes),
         h::Gib(st.peak_reserved_bytes), frag, st.active_blocks,
-        h::Gib(st.largest_free_bytes), st.alloc_count, st.free_count, st.oom_count,
-        st.stitch_count, st.trim_count, st.step);
+        h::Gib(st.largest_free_bytes), h::Gib(s.allocator->stats().thread_cached_bytes),
+        st.alloc_count, st.free_count, st.oom_count, st.stitch_count, st.trim_count, st.step);
   });
   if (text.empty()) text = "gpumem: no device has started (nothing allocated yet)\n";
   return h::CopyOut(text, buf, len);
@@ -283,6 +284,8 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"stitch_count", st.stitch_count},
         {"trim_count", st.trim_count},
         {"largest_free_bytes", st.largest_free_bytes},
+        // Not in gpumem_stats_t, whose size callers compile in: here and in the summary.
+        {"thread_cached_bytes", s.allocator->stats().thread_cached_bytes},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
         {"backend_counters",

@@ -221,6 +221,9 @@ TEST_F(CApiTest, SummaryAndSnapshotCarryTheFigures) {
   EXPECT_NE(json.find("\"allocated_bytes\":3145728"), std::string::npos) << json;
   EXPECT_NE(json.find("\"backend\":\"sim\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"physical_bytes\""), std::string::npos) << json;
+  // One thread never contends, so its caches never start: nothing is held in them.
+  EXPECT_NE(json.find("\"thread_cached_bytes\":0"), std::string::npos) << json;
+  EXPECT_NE(summary.find("free in per-thread caches 0"), std::string::npos) << summary;
   // A short buffer gets a NUL-terminated prefix and the full length back.
   char small[10];
   size_t need = gpumem_snapshot_json(0, small, sizeof small);
