@@ -55,8 +55,8 @@ struct TraceWriter::Ring {
   alignas(64) std::atomic<std::uint64_t> head{0};  // next to read (writer thread)
   alignas(64) std::atomic<std::uint64_t> tail{0};  // next to write (owning thread)
   // The region's slots, on the owner's line: a record then costs no trip through the
-  // region object (in training every line the recorder touches is cold; each dependent
-  // miss is ~30 ns on an H100 host).
+  // region object (in training every line the recorder touches has gone cold since the
+  // last record, and dependent misses queue).
   format::JournalRecord* const slots;
   const std::uint64_t capacity;
   // The owning thread's last read of head. Head only moves forward, so a stale copy only
