@@ -626,9 +626,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
            options_.observer->RecordsAllocations();
   }
 
+  // kAlloc and kFree come here only for blocks ObservesAllocation() let through.
   void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes, StreamId stream) {
-    const bool block = kind == AllocatorEventKind::kAlloc || kind == AllocatorEventKind::kFree;
-    if (options_.observer != nullptr && (block_events_ || !block)) {
+    if (options_.observer != nullptr) {
       options_.observer->OnEvent({kind, options_.device, ptr, bytes, stream});
     }
   }

@@ -54,8 +54,11 @@ size_t CopyOut(const std::string& text, char* buf, size_t len) {
   return text.size() + 1;
 }
 
-gpumem_stats_t StatsOf(DeviceState& s) {
+// `thread_cached_bytes` (optional): that figure of the same snapshot, which the C struct
+// does not carry.
+gpumem_stats_t StatsOf(DeviceState& s, std::uint64_t* thread_cached_bytes = nullptr) {
   AllocatorStats a = s.allocator->stats();
+  if (thread_cached_bytes != nullptr) *thread_cached_bytes = a.thread_cached_bytes;
   gpumem_stats_t out{};
   out.allocated_bytes = a.allocated_bytes;
   out.peak_allocated_bytes = a.peak_allocated_bytes;
@@ -240,7 +243,8 @@ void gpumem_reset_peaks(int device) {
 size_t gpumem_memory_summary(int device, char* buf, size_t len) {
   std::string text;
   h::OnDevices(device, [&](DeviceState& s) {
-    gpumem_stats_t st = h::StatsOf(s);
+    std::uint64_t thread_cached = 0;
+    gpumem_stats_t st = h::StatsOf(s, &thread_cached);
     double frag = st.reserved_bytes == 0
                       ? 0.0
                       : 100.0 * (1.0 - static_cast<double>(st.allocated_bytes) /
@@ -258,7 +262,7 @@ size_t gpumem_memory_summary(int device, char* buf, size_t len) {
         "", "current", "peak", "allocated", h::Gib(st.allocated_bytes),
         h::Gib(st.peak_allocated_bytes), "reserved", h::Gib(st.reserved_bytes),
         h::Gib(st.peak_reserved_bytes), frag, st.active_blocks,
-        h::Gib(st.largest_free_bytes), h::Gib(s.allocator->stats().thread_cached_bytes),
+        h::Gib(st.largest_free_bytes), h::Gib(thread_cached),
         st.alloc_count, st.free_count, st.oom_count, st.stitch_count, st.trim_count, st.step);
   });
   if (text.empty()) text = "gpumem: no device has started (nothing allocated yet)\n";
@@ -268,7 +272,8 @@ size_t gpumem_memory_summary(int device, char* buf, size_t len) {
 size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
   nlohmann::json devices = nlohmann::json::array();
   h::OnDevices(device, [&](DeviceState& s) {
-    gpumem_stats_t st = h::StatsOf(s);
+    std::uint64_t thread_cached = 0;
+    gpumem_stats_t st = h::StatsOf(s, &thread_cached);
     gpumem::BackendCounters c = s.backend.backend->counters();
     devices.push_back({
         {"device", s.device},
@@ -285,7 +290,7 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"trim_count", st.trim_count},
         {"largest_free_bytes", st.largest_free_bytes},
         // Not in gpumem_stats_t, whose size callers compile in: here and in the summary.
-        {"thread_cached_bytes", s.allocator->stats().thread_cached_bytes},
+        {"thread_cached_bytes", thread_cached},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
         {"backend_counters",
