@@ -60,7 +60,7 @@ TEST(DisplayPath, PackagesFromThePackageOnOthersRelativeToTheFolder) {
 TEST(CommonDir, DeepestSharedFolderNeverTheRoot) {
   EXPECT_EQ(CommonDir({"/data/repo/tests/gpu/capture.py"}), "/data/repo/tests/gpu/");
   EXPECT_EQ(CommonDir({"/data/repo/tests/gpu/capture.py", "/data/repo/tools/x.py"}), "/data/repo/");
-  EXPECT_EQ(CommonDir({"/srv/a.py", "/home/b.py"}), "");  // only "/" in common
+  EXPECT_EQ(CommonDir({"/srv/a.py", "/var/b.py"}), "");  // only "/" in common
   EXPECT_EQ(CommonDir({"rel.py", "/x/y/site-packages/torch/a.py"}), "");
   EXPECT_EQ(CommonDir({"/ab/c.py", "/abc/d.py"}), "");  // "/ab" is not a folder of both
 }
