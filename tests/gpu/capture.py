@@ -36,6 +36,11 @@ p.add_argument("--toggle", type=int, default=0, metavar="N",
 p.add_argument("--torch-history", choices=["python", "all"], default="",
                help="native allocator: record PyTorch's own memory history with these stacks")
 p.add_argument("--label", default="", help="name the run in the output (default: --allocator)")
+p.add_argument("--turns", default="", metavar="R,W,N",
+               help="take turns with another process (tests/gpu/step_time_turns.py): wait "
+                    "for a byte on file descriptor R before each block of N steps, write one "
+                    "to W after it; once R reaches its end (the other process exited), run on "
+                    "alone")
 args = p.parse_args()
 
 # Deterministic kernels, so that the allocator is the only difference between runs.
@@ -53,6 +58,8 @@ use_profile = args.allocator == "profile" or os.environ.get("GPUMEM_MODE") == "p
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
+
+from turns import Turns  # noqa: E402
 
 if use_gpumem:
     import gpumem  # noqa: E402
@@ -167,6 +174,9 @@ recording = []
 if args.toggle:
     set_recording(False)
 
+
+turns = Turns(args.turns) if args.turns else None
+
 losses, times = [], []
 # gpumem only: the backend's maps, unmaps and synchronizes in each step (issue 4: a warm
 # steady loop should do none; each synchronize stalls the host's run-ahead).
@@ -183,6 +193,8 @@ if use_gpumem:
 driver_peak = 0
 reserved_at_driver_peak = 0
 completed, error = True, None
+if turns:
+    turns.wait(0)
 t_prev = time.perf_counter()
 try:
     workload = WORKLOADS[args.workload]
@@ -195,7 +207,6 @@ try:
             on_next = len(losses) // args.toggle % 2 == 1
             if on_next != recording[-1]:
                 set_recording(on_next)
-        t_prev = time.perf_counter()  # the switch itself is not part of a step
         if use_gpumem:
             calls_now = backend_calls()
             device_calls.append([a - b for a, b in zip(calls_now, calls_before)])
@@ -212,6 +223,11 @@ try:
                 # Read after the step's records returned: the trace holds at least this many.
                 print(f"gpumem-trace-events {gpumem.trace_events()} step {len(losses)}",
                       file=sys.stderr, flush=True)
+        if turns and len(losses) % turns.steps == 0:
+            turns.pass_and_wait(len(losses))
+        # The next step starts here: the bookkeeping above (a gpumem snapshot, the driver's
+        # free memory, a recording switch, a turn) is not part of any step's time.
+        t_prev = time.perf_counter()
 except torch.OutOfMemoryError as e:
     completed, error = False, str(e).splitlines()[0][:300]
 torch.cuda.synchronize()
@@ -241,6 +257,7 @@ out = {
     "completed": completed, "error": error, "steps": len(losses),
     "losses": losses, "step_seconds": [round(t, 6) for t in times],
     **({"recording": recording} if args.toggle else {}),
+    **({"turn_steps": turns.steps, "alone_from_step": turns.alone_from} if turns else {}),
     "median_step_seconds": steady[len(steady) // 2] if steady else None,
     "peak_allocated": peak_alloc, "peak_reserved": peak_res,
     "ratio": round(peak_res / max(1, peak_alloc), 4),

@@ -2,7 +2,7 @@
 # Builds gpumem's GPU parts on a machine with a GPU and PyTorch, then runs the GPU tests,
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
-# usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [overhead] [profiler]
+# usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...]
 #        (default: tests bench train). overhead: tests/gpu/overhead.sh, recording cost;
 #        profiler: the profiler's proofs (issue 5), see
@@ -15,7 +15,8 @@
 #        interleaved, default 6), STEPTIME_STEPS (default 40), STEPTIME_WARMUP (steps left
 #        out, default 10; gpt2 on gpumem stitched until step ~23 on an H100 in the fourth
 #        session, so 60 steps and 25 were fixed for the fifth, where its last device call
-#        came in step 6), GPU_TARGETS (what to build),
+#        came in step 6), TURNS_STEPS (turns: steps per process, default 1200),
+#        TURNS_BLOCK (turns: steps per turn, default 5), GPU_TARGETS (what to build),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
 #        also skips the torch.empty loops).
 set -uo pipefail
@@ -88,6 +89,17 @@ if want steptime; then
     done
   done
   $py "$repo/tests/gpu/step_time_ab.py" "$OUT/steptime.jsonl" | tee "$OUT/steptime.md"
+fi
+
+if want turns; then
+  # Step time within 1% of native (issue 4), the two processes taking turns on the GPU a
+  # block at a time (tests/gpu/step_time_turns.py), judged after STEPTIME_WARMUP steps.
+  echo "== step time, native and gpumem taking turns"
+  $py "$repo/tests/gpu/step_time_turns.py" run ${STEPTIME_WORKLOADS:-gpt2 resnet50} \
+    --steps "${TURNS_STEPS:-1200}" --turn-steps "${TURNS_BLOCK:-5}" \
+    --log "$OUT/steptime-turns.err" >"$OUT/steptime-turns.jsonl"
+  $py "$repo/tests/gpu/step_time_turns.py" judge "$OUT/steptime-turns.jsonl" \
+    --warmup "${STEPTIME_WARMUP:-25}" | tee "$OUT/steptime-turns.txt"
 fi
 
 if want overhead; then
