@@ -12,6 +12,7 @@
 
 #include "profiler/chunk_encoder.h"
 #include "profiler/journal_region.h"
+#include "profiler/prefetch_for_write.h"
 
 namespace gpumem {
 namespace {
@@ -268,10 +269,12 @@ void TraceWriter::Append(Ring* ring, const RawRecord& record) {
   format::FillJournalRecord(record, tail, slot);
   std::atomic_ref<std::uint64_t>(slot->commit).store(tail + 1, std::memory_order_release);
   ring->tail.store(tail + 1, std::memory_order_release);
-  // The next record's slot, owned now rather than when it is written: the writer read it a
-  // lap ago, and taking it back from the writer's core is a cache miss that the allocator's
-  // unlock (a locked instruction, which waits for pending stores) would otherwise pay.
-  __builtin_prefetch(ring->slot(tail + 1), /*rw=*/1);
+  // The next records' slots, owned now rather than when they are written: the writer read
+  // them a lap ago, and taking them back from the writer's core is a wait that the
+  // allocator's unlock would otherwise pay (profiler/prefetch_for_write.h). Two, because an
+  // allocation with an autograd link takes two.
+  PrefetchForWrite(ring->slot(tail + 1));
+  PrefetchForWrite(ring->slot(tail + 2));
   if (tail + 1 - head == capacity / 2) {
     {
       std::lock_guard<std::mutex> lock(mu_);
