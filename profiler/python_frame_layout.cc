@@ -22,7 +22,8 @@ std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version) 
 }
 
 std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate,
-                             RawFrame* out, std::size_t max, std::size_t* span) {
+                             RawFrame* out, std::size_t max, std::size_t* span,
+                             std::uintptr_t code_offset) {
   const auto field = [](const void* base, std::size_t offset) {
     return *reinterpret_cast<const std::uintptr_t*>(static_cast<const char*>(base) + offset);
   };
@@ -43,9 +44,10 @@ std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate
     if (owner != layout.shim_owner) {
       const std::uintptr_t code = field(frame, layout.code);
       const std::uintptr_t instr = field(frame, layout.prev_instr);
-      // A frame not yet past its first instruction may point before its code: 0, as the
-      // C API's negative offsets are.
-      out[n++] = RawFrame{code, static_cast<std::uint32_t>(instr > code ? instr - code : 0),
+      // A frame not yet past its first instruction may point before its bytecode: 0, as
+      // the C API's negative offsets are.
+      const std::uintptr_t start = code + code_offset;
+      out[n++] = RawFrame{code, static_cast<std::uint32_t>(instr > start ? instr - start : 0),
                           RawFrame::kPythonLastiTag};
     }
     const auto at = reinterpret_cast<std::uintptr_t>(frame);

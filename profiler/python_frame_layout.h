@@ -33,9 +33,10 @@ struct PythonFrameLayout {
 std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version);
 
 // Up to `max` frames of `tstate` (the calling thread's PyThreadState), innermost first,
-// as {code object, byte offset of prev_instr from the code object's start,
-// kPythonLastiTag}: the C API's bytecode offset (PyFrame_GetLasti) plus
-// offsetof(PyCodeObject, co_code_adaptive), which the caller learns by comparing the two.
+// as {code object, byte offset of prev_instr from the code object's start less
+// `code_offset`, kPythonLastiTag}. With `code_offset` = offsetof(PyCodeObject,
+// co_code_adaptive), which the caller learns by reading once with 0 and comparing, that
+// is the C API's bytecode offset (PyFrame_GetLasti); an offset before the bytecode reads 0.
 //
 // `span` (optional, per thread) remembers how far below the innermost frame the outermost
 // one lay last time. Frames sit in one contiguous data stack, and in training the outer
@@ -43,6 +44,7 @@ std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version);
 // first, so the misses overlap instead of queueing behind each `previous` pointer (H100,
 // resnet50: 426 -> 380 ns per capture on average, lookup included).
 std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate,
-                             RawFrame* out, std::size_t max, std::size_t* span = nullptr);
+                             RawFrame* out, std::size_t max, std::size_t* span = nullptr,
+                             std::uintptr_t code_offset = 0);
 
 }  // namespace gpumem

@@ -135,7 +135,7 @@ std::optional<std::size_t> PythonStacks::CaptureOwn(RawFrame* out, std::size_t m
   const void* tstate = api_->PyGILState_GetThisThreadState();
   if (tstate == nullptr) return 0;  // a thread Python never ran on: no frames
   thread_local std::size_t span = 0;  // see ReadPythonFrames
-  return ToApiOffsets(out, ReadPythonFrames(*layout_, tstate, out, max, &span));
+  return ReadPythonFrames(*layout_, tstate, out, max, &span, code_offset_);
 }
 
 std::size_t PythonStacks::ToApiOffsets(RawFrame* frames, std::size_t n) const {

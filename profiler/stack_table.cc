@@ -13,9 +13,10 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
                                  const PythonNamer& namer) {
   if (n == 0) return 0;
   const absl::Span<const RawFrame> key(frames, n);
-  Shard& shard = ShardOf(key);
+  const std::size_t hash = SpanHash{}(key);
+  Shard& shard = ShardOf(hash);
   std::lock_guard<std::mutex> shard_lock(shard.mu);
-  auto it = shard.ids.find(key);
+  auto it = shard.ids.find(key, hash);
   if (it != shard.ids.end()) return it->second;
   // New stack: intern its frames, then publish it (under the shard lock, so two threads
   // adding the same stack agree on one id).
@@ -32,9 +33,10 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
 std::uint32_t StackTable::Find(const RawFrame* frames, std::size_t n) const {
   if (n == 0) return 0;
   const absl::Span<const RawFrame> key(frames, n);
-  Shard& shard = ShardOf(key);
+  const std::size_t hash = SpanHash{}(key);
+  Shard& shard = ShardOf(hash);
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.ids.find(key);
+  auto it = shard.ids.find(key, hash);
   return it == shard.ids.end() ? 0 : it->second;
 }
 

@@ -93,10 +93,9 @@ class StackTable {
     absl::flat_hash_map<std::vector<RawFrame>, std::uint32_t, SpanHash, SpanEq> ids;
   };
   std::uint32_t InternFrameLocked(const RawFrame& frame, const PythonNamer& namer);
-  // Shard by a different mix of the hash than the map's own buckets use.
-  Shard& ShardOf(absl::Span<const RawFrame> key) const {
-    return shards_[(SpanHash{}(key) >> 20) % kShards];
-  }
+  // Shard by a different mix of the hash than the map's own buckets use. The hash is
+  // computed once per lookup and handed to the map too (a 30-frame stack is 480 bytes).
+  Shard& ShardOf(std::size_t hash) const { return shards_[(hash >> 20) % kShards]; }
 
   mutable std::array<Shard, kShards> shards_;
   mutable std::mutex mu_;  // frames, ids and the pending queues
