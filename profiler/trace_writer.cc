@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 
 #include <utility>
@@ -32,9 +33,11 @@ std::uint64_t ForkEpoch() {
   return g_fork_epoch.load(std::memory_order_relaxed);
 }
 
+// A power of two, so that a record's slot is a mask, not a division (the format allows
+// any capacity; readers divide).
 std::uint32_t RingCapacity(std::size_t n) {
   return static_cast<std::uint32_t>(
-      std::clamp<std::size_t>(n, 16, format::kMaxJournalRecords));
+      std::bit_floor(std::clamp<std::size_t>(n, 16, format::kMaxJournalRecords)));
 }
 
 std::string EnvOr(const char* name, const char* fallback) {
@@ -50,7 +53,10 @@ std::string EnvOr(const char* name, const char* fallback) {
 struct TraceWriter::Ring {
   explicit Ring(std::unique_ptr<JournalRegion> r)
       : region(std::move(r)), slots(region->slot(0)), capacity(region->capacity()) {}
-  format::JournalRecord* slot(std::uint64_t index) const { return slots + index % capacity; }
+  // capacity is a power of two (RingCapacity).
+  format::JournalRecord* slot(std::uint64_t index) const {
+    return slots + (index & (capacity - 1));
+  }
 
   std::unique_ptr<JournalRegion> region;
   alignas(64) std::atomic<std::uint64_t> head{0};  // next to read (writer thread)

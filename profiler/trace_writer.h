@@ -32,7 +32,8 @@ struct TraceWriterOptions {
   // host and the clock origin are added by the writer.
   std::map<std::string, std::string> header;
   int flush_interval_ms = 20;
-  // Per thread, in the file (64 bytes each): a region per thread alive at once.
+  // Per thread, in the file (64 bytes each): a region per thread alive at once. Rounded
+  // down to a power of two, at least 16.
   std::size_t ring_records = 2048;
   std::size_t records_per_chunk = 16384;
   int zstd_level = 1;

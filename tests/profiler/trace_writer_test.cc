@@ -138,6 +138,31 @@ TEST(TraceWriterTest, DeltaEncodingKeepsEventsSmall) {
   std::remove(options.path.c_str());
 }
 
+// The ring finds a record's slot with a mask: a size that is not a power of two is
+// rounded down to one, and every record still comes back, in order, over many laps.
+TEST(TraceWriterTest, RingSizeNotAPowerOfTwoLosesNothing) {
+  TraceWriterOptions options;
+  options.path = TempPath("ring100.gpumem");
+  options.ring_records = 100;
+  options.flush_interval_ms = 1;
+  auto writer = TraceWriter::Open(options);
+  ASSERT_TRUE(writer.ok());
+  constexpr int kEvents = 5000;
+  for (int i = 0; i < kEvents; ++i) {
+    (*writer)->Record(MakeRecord(format::RecordType::kAlloc, 0x1000ull * (i + 1), 64, 0));
+    if (i % 40 == 39) (*writer)->Flush();
+  }
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto trace = trace::ParseGpumemTrace(ReadBytes(options.path), options.path);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_TRUE(trace->warnings.empty());
+  ASSERT_EQ(trace->events.size(), std::size_t{kEvents});
+  for (int i = 0; i < kEvents; ++i) {
+    ASSERT_EQ(trace->events[i].addr, 0x1000ull * (i + 1)) << "event " << i;
+  }
+  std::remove(options.path.c_str());
+}
+
 TEST(TraceWriterTest, ManyThreadsRecordConcurrently) {
   TraceWriterOptions options;
   options.path = TempPath("threads.gpumem");
