@@ -13,7 +13,8 @@
 #   env: OUT, GPUMEM_PREBUILT as in run.sh; INPROC_WORKLOADS (default "resnet50 gpt2"),
 #        INPROC_STEPS (default 200), INPROC_TOGGLE (default 5), INPROC_WARMUP (default 10),
 #        INPROC_CONFIGS (default "gpumem-python gpumem-all torch-python torch-all": e.g.
-#        gpumem-python alone, for a long run that narrows the 3% verdict's interval)
+#        gpumem-python alone, for a long run that narrows the 3% verdict's interval;
+#        gpumem-none, the trace without stacks, splits records from stack captures)
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 [ -f "$build/lib/libgpumem.so" ] || { echo "overhead_inprocess: build first (tests/gpu/run.sh)"; exit 2; }
@@ -27,7 +28,7 @@ for w in ${INPROC_WORKLOADS:-resnet50 gpt2}; do
   common=("$repo/tests/gpu/capture.py" "$w" --steps "$steps" --toggle "$toggle")
   for c in $configs; do
     case $c in
-      gpumem-python|gpumem-all)
+      gpumem-python|gpumem-all|gpumem-none)
         GPUMEM_TRACE=$scratch/$w-$c.gpumem GPUMEM_STACKS=${c#gpumem-} \
           $py "${common[@]}" --allocator gpumem --label "$c" ;;
       torch-python|torch-all)
