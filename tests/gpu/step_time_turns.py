@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 from overhead_ab import block_medians, paired_ratios
 from step_time_ab import paired_interval, verdict
@@ -119,9 +120,14 @@ def main(argv):
     if args.command == "run":
         with open(args.log, "a") as log:
             for w in args.workloads:
+                start = time.monotonic()
+                print(f"step_time_turns: {w}: native and gpumem taking turns, {args.steps} "
+                      "steps each ...", file=sys.stderr, flush=True)
                 for line in run_pair(w, args.steps, args.turn_steps, log):
                     if line:
                         print(line, flush=True)
+                print(f"step_time_turns: {w}: done in {time.monotonic() - start:.0f} s",
+                      file=sys.stderr, flush=True)
         return 0
     try:
         with open(args.results) as f:
