@@ -174,8 +174,10 @@ recording = []
 if args.toggle:
     set_recording(False)
 
-
-turns = Turns(args.turns) if args.turns else None
+try:
+    turns = Turns(args.turns) if args.turns else None
+except ValueError as e:
+    p.error(str(e))
 
 losses, times = [], []
 # gpumem only: the backend's maps, unmaps and synchronizes in each step (issue 4: a warm
