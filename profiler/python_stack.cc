@@ -138,14 +138,6 @@ std::optional<std::size_t> PythonStacks::CaptureOwn(RawFrame* out, std::size_t m
   return ReadPythonFrames(*layout_, tstate, out, max, &span, code_offset_);
 }
 
-std::size_t PythonStacks::ToApiOffsets(RawFrame* frames, std::size_t n) const {
-  for (std::size_t i = 0; i < n; ++i) {
-    // Before the bytecode: a negative offset, which the C API path records as 0.
-    frames[i].b = frames[i].b >= code_offset_ ? frames[i].b - code_offset_ : 0;
-  }
-  return n;
-}
-
 void PythonStacks::CheckOwnFrames(const RawFrame* api_frames, std::size_t n,
                                   bool truncated) const {
   if (n == 0) return;
@@ -155,19 +147,20 @@ void PythonStacks::CheckOwnFrames(const RawFrame* api_frames, std::size_t n,
   RawFrame own[kMax];
   const std::size_t max = truncated ? n : kMax;
   if (max > kMax) return;
-  const std::size_t own_n = ReadPythonFrames(*layout_, tstate, own, max);
-  bool agree = own_n == n;
-  if (agree && code_offset_ == 0) {
-    // Learn offsetof(PyCodeObject, co_code_adaptive) from a frame past its first
-    // instruction; the other frames then check it.
-    for (std::size_t i = 0; i < n && code_offset_ == 0; ++i) {
+  if (code_offset_ == 0) {
+    // Learn offsetof(PyCodeObject, co_code_adaptive) from the raw offsets of a frame past
+    // its first instruction; the read below then checks it on every frame.
+    const std::size_t raw_n = ReadPythonFrames(*layout_, tstate, own, max);
+    for (std::size_t i = 0; raw_n == n && i < n && code_offset_ == 0; ++i) {
       if (api_frames[i].b > 0 && own[i].b > api_frames[i].b) {
         code_offset_ = own[i].b - api_frames[i].b;
       }
     }
-    if (code_offset_ == 0) return;  // nothing to learn it from yet
+    if (raw_n == n && code_offset_ == 0) return;  // nothing to learn it from yet
   }
-  ToApiOffsets(own, own_n);
+  // The very read CaptureOwn makes, offsets included.
+  const std::size_t own_n = ReadPythonFrames(*layout_, tstate, own, max, nullptr, code_offset_);
+  bool agree = own_n == n;
   for (std::size_t i = 0; agree && i < n; ++i) agree = own[i] == api_frames[i];
   if (!agree) {
     // Not the layout we think: never read it again.

@@ -65,8 +65,6 @@ class PythonStacks {
 
  private:
   PythonStacks();
-  // Raw offsets -> the C API's bytecode offsets.
-  std::size_t ToApiOffsets(RawFrame* frames, std::size_t n) const;
   // Under the GIL: compares a C API capture with a raw read of the same thread.
   void CheckOwnFrames(const RawFrame* api_frames, std::size_t n, bool truncated) const;
 
