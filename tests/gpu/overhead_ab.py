@@ -22,7 +22,7 @@ import json
 import statistics
 import sys
 
-from step_time_ab import paired_interval, verdict
+from step_time_ab import goal_word, paired_interval
 
 
 def blocks_of(step_seconds, recording, warmup, toggle):
@@ -92,8 +92,7 @@ def main(argv):
     for w in sorted({k[0] for k in ratio}):
         g = ratio.get((w, "gpumem-python"))
         if g:
-            v = verdict(g[1], g[2], args.within)
-            word = "MET" if v.startswith("within") else "NOT MET" if v == "slower" else "UNDECIDED"
+            word = goal_word(g[1], g[2], args.within)
             print(f"{w}: goal gpumem + Python stacks within {args.within:g}%: "
                   f"{100 * (g[0] - 1):+.2f}% [{100 * (g[1] - 1):+.2f}%, {100 * (g[2] - 1):+.2f}%]"
                   f" -> {word}")

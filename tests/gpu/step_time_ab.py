@@ -75,6 +75,12 @@ def verdict(low, high, within):
     return "undecided"
 
 
+def goal_word(low, high, within):
+    """The verdict as a goal's outcome: MET, NOT MET or UNDECIDED."""
+    v = verdict(low, high, within)
+    return "MET" if v.startswith("within") else "NOT MET" if v == "slower" else "UNDECIDED"
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results")

@@ -8,7 +8,7 @@ are warm and meet the same machine minute by minute. As in overhead_ab.py, the u
 the block: its median step without its first (which follows the other process's block),
 and each gpumem block is compared with the mean of the native blocks either side of it, so
 drift cancels; the verdict is the geometric mean of those ratios with a 95% bootstrap
-interval (step_time_ab.paired_interval, verdict).
+interval (step_time_ab.paired_interval, goal_word).
 
 usage: step_time_turns.py run WORKLOAD... [--steps 1200] [--turn-steps 5] > turns.jsonl
        step_time_turns.py judge turns.jsonl [--warmup 25] [--within 1]
@@ -25,7 +25,7 @@ import tempfile
 import time
 
 from overhead_ab import block_medians, paired_ratios
-from step_time_ab import paired_interval, verdict
+from step_time_ab import goal_word, paired_interval
 
 ALLOCATORS = ("native", "gpumem")  # native takes the first turn
 CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture.py")
@@ -92,8 +92,7 @@ def judge(rows, warmup, within):
             continue
         ours, theirs = block_medians(steps, flags, 2 * warmup, n)
         point, low, high = paired_interval(ratios)
-        v = verdict(low, high, within)
-        word = "MET" if v.startswith("within") else "NOT MET" if v == "slower" else "UNDECIDED"
+        word = goal_word(low, high, within)
         out.append((f"{w}: gpumem {statistics.median(ours) * 1e3:.2f} ms, native "
                     f"{statistics.median(theirs) * 1e3:.2f} ms (medians of {len(ours)} and "
                     f"{len(theirs)} blocks of {n} steps, taking turns); gpumem/native "
