@@ -129,6 +129,24 @@ void BM_InternKnownPythonStack(benchmark::State& state) {
 }
 BENCHMARK(BM_InternKnownPythonStack)->Arg(10)->Arg(30);
 
+// The Python path's lookup: the walk hashed the frames as it read them (FrameHasher), so
+// a known stack costs the thread's cache and one compare.
+void BM_FindKnownPythonStackHashed(benchmark::State& state) {
+  StackTable table;
+  std::vector<RawFrame> frames;
+  for (std::int64_t i = 0; i < state.range(0); ++i) {
+    frames.push_back(RawFrame{0x7f0000100000u + 0x1000u * static_cast<std::uint64_t>(i),
+                              static_cast<std::uint32_t>(40 + 2 * i), RawFrame::kPythonLastiTag});
+  }
+  table.Intern(frames.data(), frames.size());
+  const std::size_t hash = HashFrames(frames.data(), frames.size());
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(table.Find(frames.data(), frames.size(), hash));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_FindKnownPythonStackHashed)->Arg(10)->Arg(30);
+
 // Keeps each benchmark's time per iteration for the ratios printed at the end.
 class RatioReporter : public benchmark::ConsoleReporter {
  public:

@@ -23,7 +23,7 @@ std::optional<PythonFrameLayout> PythonFrameLayoutFor(unsigned long py_version) 
 
 std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate,
                              RawFrame* out, std::size_t max, std::size_t* span,
-                             std::uintptr_t code_offset) {
+                             std::uintptr_t code_offset, FrameHasher* hasher) {
   const auto field = [](const void* base, std::size_t offset) {
     return *reinterpret_cast<const std::uintptr_t*>(static_cast<const char*>(base) + offset);
   };
@@ -47,8 +47,10 @@ std::size_t ReadPythonFrames(const PythonFrameLayout& layout, const void* tstate
       // A frame not yet past its first instruction may point before its bytecode: 0, as
       // the C API's negative offsets are.
       const std::uintptr_t start = code + code_offset;
-      out[n++] = RawFrame{code, static_cast<std::uint32_t>(instr > start ? instr - start : 0),
-                          RawFrame::kPythonLastiTag};
+      out[n] = RawFrame{code, static_cast<std::uint32_t>(instr > start ? instr - start : 0),
+                        RawFrame::kPythonLastiTag};
+      if (hasher != nullptr) hasher->Add(out[n]);
+      ++n;
     }
     const auto at = reinterpret_cast<std::uintptr_t>(frame);
     if (at < lowest && top - at <= kMaxSpan) lowest = at;  // a generator's frame is elsewhere

@@ -128,14 +128,15 @@ std::size_t PythonStacks::Capture(const Gil& gil, RawFrame* out, std::size_t max
   return n;
 }
 
-std::optional<std::size_t> PythonStacks::CaptureOwn(RawFrame* out, std::size_t max) const {
+std::optional<std::size_t> PythonStacks::CaptureOwn(RawFrame* out, std::size_t max,
+                                                     FrameHasher* hasher) const {
   if (!own_trusted_.load(std::memory_order_acquire) || !api_->Py_IsInitialized()) {
     return std::nullopt;
   }
   const void* tstate = api_->PyGILState_GetThisThreadState();
   if (tstate == nullptr) return 0;  // a thread Python never ran on: no frames
   thread_local std::size_t span = 0;  // see ReadPythonFrames
-  return ReadPythonFrames(*layout_, tstate, out, max, &span, code_offset_);
+  return ReadPythonFrames(*layout_, tstate, out, max, &span, code_offset_, hasher);
 }
 
 void PythonStacks::CheckOwnFrames(const RawFrame* api_frames, std::size_t n,

@@ -54,7 +54,9 @@ class PythonStacks {
 
   // The same frames as Capture, read without the GIL or any C API call, once the layout
   // has been checked (else nullopt: use Capture). 0 for a thread Python never ran on.
-  std::optional<std::size_t> CaptureOwn(RawFrame* out, std::size_t max) const;
+  // `hasher` (optional) takes each frame read.
+  std::optional<std::size_t> CaptureOwn(RawFrame* out, std::size_t max,
+                                        FrameHasher* hasher = nullptr) const;
   bool own_frames_trusted() const { return own_trusted_.load(std::memory_order_acquire); }
   static constexpr int kAgreementsToTrust = 16;
 

@@ -242,9 +242,11 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
   // Python-defined Functions (PyNode) run Python code there, so they are still read.
   if (python && py.available() && !RunningCppBackwardNode()) {
     const std::size_t limit = std::min(options_.max_python_frames, kMax - n);
+    FrameHasher hasher;  // the walk below hashes its frames as it reads them
+    for (std::size_t i = 0; i < n; ++i) hasher.Add(frames[i]);
     // Once the frame layout has been checked, a stack seen before costs no GIL at all:
     // in a training loop, every allocation after the first step.
-    if (const std::optional<std::size_t> own = py.CaptureOwn(frames + n, limit)) {
+    if (const std::optional<std::size_t> own = py.CaptureOwn(frames + n, limit, &hasher)) {
       const auto count = [&](std::atomic<std::uint64_t>& counter) {
         if (options_.measure_cost) counter.fetch_add(1, std::memory_order_relaxed);
       };
@@ -253,7 +255,9 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
         count(cost_.no_python);
         return n == 0 ? 0 : writer_->stacks().Intern(frames, n);
       }
-      if (const std::uint32_t id = writer_->stacks().Find(frames, n + *own); id != 0) {
+      const std::size_t total = n + *own;
+      if (const std::uint32_t id = writer_->stacks().Find(frames, total, hasher.Finish(total));
+          id != 0) {
         count(cost_.without_gil);
         return id;
       }

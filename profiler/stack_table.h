@@ -42,6 +42,37 @@ struct RawFrame {
   }
 };
 
+// A stack's hash, one frame at a time, innermost first: Find(frames, n, hash) takes it from
+// a caller that read the frames itself. Each frame is mixed on its own (in parallel with
+// reading the next one) and chained by one multiply; the finish is murmur3's.
+class FrameHasher {
+ public:
+  void Add(const RawFrame& f) {
+    const std::uint64_t m =
+        (f.a ^ ((std::uint64_t{f.b} << 32 | f.tag) * 0x9E3779B97F4A7C15ull)) *
+        0xC2B2AE3D27D4EB4Full;
+    h_ = (h_ ^ m) * 0xFF51AFD7ED558CCDull;
+  }
+  std::size_t Finish(std::size_t n) const {
+    std::uint64_t x = h_ ^ n;
+    x ^= x >> 33;
+    x *= 0xFF51AFD7ED558CCDull;
+    x ^= x >> 33;
+    x *= 0xC4CEB9FE1A85EC53ull;
+    x ^= x >> 33;
+    return static_cast<std::size_t>(x);
+  }
+
+ private:
+  std::uint64_t h_ = 0x243F6A8885A308D3ull;
+};
+
+inline std::size_t HashFrames(const RawFrame* frames, std::size_t n) {
+  FrameHasher h;
+  for (std::size_t i = 0; i < n; ++i) h.Add(frames[i]);
+  return h.Finish(n);
+}
+
 // Fills a new Python frame's file, function and (for kPythonLastiTag) line; called on
 // the capturing thread, once per new frame, while the interpreter state is safe to read.
 struct FrameDef;
@@ -49,7 +80,7 @@ using PythonNamer = void (*)(const RawFrame& frame, FrameDef* def);
 
 class StackTable {
  public:
-  StackTable() = default;
+  StackTable();
   StackTable(const StackTable&) = delete;
   StackTable& operator=(const StackTable&) = delete;
 
@@ -57,7 +88,11 @@ class StackTable {
   std::uint32_t Intern(const RawFrame* frames, std::size_t n,
                        const PythonNamer& namer = nullptr);
   // Id of a stack interned before; 0 if it never was. Adds nothing, names nothing.
-  std::uint32_t Find(const RawFrame* frames, std::size_t n) const;
+  std::uint32_t Find(const RawFrame* frames, std::size_t n) const {
+    return Find(frames, n, HashFrames(frames, n));
+  }
+  // The same, with `hash` = HashFrames(frames, n) made by the caller.
+  std::uint32_t Find(const RawFrame* frames, std::size_t n, std::size_t hash) const;
   // A frame known by its names (an API entry point, a test frame).
   std::uint32_t InternNamedFrame(format::FrameKind kind, const std::string& function,
                                  const std::string& filename, std::int32_t line);
@@ -69,16 +104,14 @@ class StackTable {
 
  private:
   static constexpr std::size_t kShards = 16;
-  // Looked up by span, so a known stack costs no allocation. Hashed and compared as one
-  // run of bytes (RawFrame has no padding): absl's hash of a span of structs mixes every
-  // field on its own, five times slower for a known 30-frame Python stack
-  // (recorder_bench's BM_InternKnownPythonStack; bench/python_stack_bench.py end to end).
+  // Looked up by span, so a known stack costs no allocation. Hashed with FrameHasher,
+  // which the Python walk folds in as it reads the frames (a known stack is not read a
+  // second time to hash it).
   static_assert(std::has_unique_object_representations_v<RawFrame>);
   struct SpanHash {
     using is_transparent = void;
     std::size_t operator()(absl::Span<const RawFrame> s) const {
-      return absl::HashOf(absl::string_view(reinterpret_cast<const char*>(s.data()),
-                                            s.size() * sizeof(RawFrame)));
+      return HashFrames(s.data(), s.size());
     }
   };
   struct SpanEq {
@@ -98,6 +131,10 @@ class StackTable {
   Shard& ShardOf(std::size_t hash) const { return shards_[(hash >> 20) % kShards]; }
 
   mutable std::array<Shard, kShards> shards_;
+  // Names this table in the threads' caches of stacks they found (stack_table.cc), which
+  // are read before any lock; never reused, so a cache never answers for a table that
+  // is gone.
+  const std::uint64_t serial_;
   mutable std::mutex mu_;  // frames, ids and the pending queues
   absl::flat_hash_map<RawFrame, std::uint32_t> frame_ids_;
   using NamedKey = std::tuple<std::uint8_t, std::string, std::string, std::int32_t>;

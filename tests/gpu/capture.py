@@ -41,6 +41,10 @@ p.add_argument("--turns", default="", metavar="R,W,N",
                     "for a byte on file descriptor R before each block of N steps, write one "
                     "to W after it; once R reaches its end (the other process exited), run on "
                     "alone")
+p.add_argument("--thread-times", default="", metavar="PATH",
+               help="after each step write one JSON line to PATH: each thread's on-CPU and "
+                    "run-queue nanoseconds during the step (/proc/self/task/*/schedstat), by "
+                    "thread name, to tell time spent on a thread from time spent waiting")
 args = p.parse_args()
 
 # Deterministic kernels, so that the allocator is the only difference between runs.
@@ -59,6 +63,7 @@ use_profile = args.allocator == "profile" or os.environ.get("GPUMEM_MODE") == "p
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 
+from thread_times import ThreadTimes  # noqa: E402
 from turns import Turns  # noqa: E402
 
 if use_gpumem:
@@ -180,6 +185,7 @@ except ValueError as e:
     p.error(str(e))
 
 losses, times = [], []
+thread_times = ThreadTimes(args.thread_times) if args.thread_times else None
 # gpumem only: the backend's maps, unmaps and synchronizes in each step (issue 4: a warm
 # steady loop should do none; each synchronize stalls the host's run-ahead).
 device_calls, calls_before = [], None
@@ -225,6 +231,8 @@ try:
                 # Read after the step's records returned: the trace holds at least this many.
                 print(f"gpumem-trace-events {gpumem.trace_events()} step {len(losses)}",
                       file=sys.stderr, flush=True)
+        if thread_times:
+            thread_times.step(len(losses), recording[-1] if args.toggle else None)
         if turns and len(losses) % turns.steps == 0:
             turns.pass_and_wait(len(losses))
         # The next step starts here: the bookkeeping above (a gpumem snapshot, the driver's

@@ -63,62 +63,93 @@ std::vector<std::string> Functions(const trace::Trace& t, std::uint32_t stack) {
   return out;
 }
 
-TEST(AutogradLinkTest, BackwardAllocationsReadBackUnderTheirForwardCode) {
-  TraceWriterOptions options;
-  options.path = TempPath("autograd.gpumem");
-  auto writer = TraceWriter::Open(options);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  StackTable& stacks = (*writer)->stacks();
+// Records a forward pass on the main thread and a backward pass on the engine thread.
+// Forward links (no node frame) ride in their allocation's journal slot, backward ones
+// take a slot of their own: both must come back, from the chunks and from the journal.
+void RecordForwardAndBackward(TraceWriter& writer, bool flush_between) {
+  StackTable& stacks = writer.stacks();
   const std::uint32_t fc1 = PythonStack(stacks, "fc1", 12);
   const std::uint32_t fc2 = PythonStack(stacks, "fc2", 13);
   const std::uint32_t mm = stacks.InternNamedFrame(format::FrameKind::kApi, "MmBackward0",
                                                    "<autograd>", 0);
   const std::uint32_t relu = stacks.InternNamedFrame(format::FrameKind::kApi,
                                                      "ReluBackward0", "<autograd>", 0);
+  writer.Flush();  // the definitions in a chunk: a killed run's journal refers to them
   constexpr std::uint32_t kMain = 100, kEngine = 200;  // kernel thread ids
   // Forward: node 7 (fc1's mm) is created, then its output allocates with peek() = 8;
   // a second allocation of the same op must not win over the first. Node 9 (fc2).
-  (*writer)->Record(Forward(Alloc(0x1000, fc1, kMain), 8));
-  (*writer)->Record(Forward(Alloc(0x2000, fc2, kMain), 8));
-  (*writer)->Record(Forward(Alloc(0x3000, fc2, kMain), 10));
-  (*writer)->Flush();  // the backward half in another chunk: links cross chunks
+  writer.Record(Forward(Alloc(0x1000, fc1, kMain), 8));
+  writer.Record(Forward(Alloc(0x2000, fc2, kMain), 8));
+  writer.Record(Forward(Alloc(0x3000, fc2, kMain), 10));
+  if (flush_between) writer.Flush();  // the backward half in another chunk
   // Backward on the engine thread: no Python frames of its own.
-  (*writer)->Record(Backward(Alloc(0x4000, 0, kEngine), 9, mm));
-  (*writer)->Record(Backward(Alloc(0x5000, 0, kEngine), 7, mm));
+  writer.Record(Backward(Alloc(0x4000, 0, kEngine), 9, mm));
+  writer.Record(Backward(Alloc(0x5000, 0, kEngine), 7, mm));
   // A node whose forward op left no allocation in the trace (seq 40, none near).
-  (*writer)->Record(Backward(Alloc(0x6000, 0, kEngine), 40, relu));
+  writer.Record(Backward(Alloc(0x6000, 0, kEngine), 40, relu));
   // An event without a link stays as it was.
-  (*writer)->Record(Alloc(0x7000, 0, kEngine));
-  ASSERT_TRUE((*writer)->Close().ok());
+  writer.Record(Alloc(0x7000, 0, kEngine));
+}
 
-  std::string bytes = ReadBytes(options.path);
-  auto t = trace::ParseGpumemTrace(bytes, options.path, nullptr);
-  ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_TRUE(t->warnings.empty()) << t->warnings.front();
-  ASSERT_EQ(t->events.size(), 7u);
+void ExpectForwardAndBackwardStacks(const trace::Trace& t) {
+  ASSERT_EQ(t.events.size(), 7u);
   auto by_addr = [&](std::uint64_t addr) -> const trace::Event& {
-    for (const trace::Event& e : t->events) {
+    for (const trace::Event& e : t.events) {
       if (e.addr == addr) return e;
     }
     ADD_FAILURE() << "no event at " << addr;
-    return t->events.front();
+    return t.events.front();
   };
   using V = std::vector<std::string>;
-  EXPECT_EQ(Functions(*t, by_addr(0x1000).stack_id), (V{"linear", "fc1", "train"}));
-  EXPECT_EQ(Functions(*t, by_addr(0x4000).stack_id),
+  EXPECT_EQ(Functions(t, by_addr(0x1000).stack_id), (V{"linear", "fc1", "train"}));
+  EXPECT_EQ(Functions(t, by_addr(0x4000).stack_id),
             (V{"MmBackward0 (backward)", "linear", "fc2", "train"}));
-  EXPECT_EQ(Functions(*t, by_addr(0x5000).stack_id),
+  EXPECT_EQ(Functions(t, by_addr(0x5000).stack_id),
             (V{"MmBackward0 (backward)", "linear", "fc1", "train"}));
-  EXPECT_EQ(Functions(*t, by_addr(0x6000).stack_id), (V{"ReluBackward0 (backward)"}));
+  EXPECT_EQ(Functions(t, by_addr(0x6000).stack_id), (V{"ReluBackward0 (backward)"}));
   EXPECT_EQ(by_addr(0x7000).stack_id, 0u);
 
   // The report's sites: backward of fc1 lands on fc1's line, the unmatched node is named.
-  report::SiteTable sites(*t);
+  report::SiteTable sites(t);
   EXPECT_EQ(sites.site_of_stack(by_addr(0x5000).stack_id),
             sites.site_of_stack(by_addr(0x1000).stack_id));
   EXPECT_EQ(sites.name(sites.site_of_stack(by_addr(0x5000).stack_id)), "model.py:12 fc1");
   EXPECT_EQ(sites.name(sites.site_of_stack(by_addr(0x6000).stack_id)),
             "<autograd>:0 ReluBackward0 (backward)");
+}
+
+TEST(AutogradLinkTest, BackwardAllocationsReadBackUnderTheirForwardCode) {
+  TraceWriterOptions options;
+  options.path = TempPath("autograd.gpumem");
+  auto writer = TraceWriter::Open(options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  RecordForwardAndBackward(**writer, /*flush_between=*/true);  // links cross chunks
+  ASSERT_TRUE((*writer)->Close().ok());
+  auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path, nullptr);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->warnings.empty()) << t->warnings.front();
+  ExpectForwardAndBackwardStacks(*t);
+  std::remove(options.path.c_str());
+}
+
+// The same run read while its writer has compressed nothing, as after a kill: every link
+// comes from the journal's slots.
+TEST(AutogradLinkTest, LinksReadBackFromTheJournal) {
+  TraceWriterOptions options;
+  options.path = TempPath("autograd_journal.gpumem");
+  options.flush_interval_ms = 3600000;
+  auto writer = TraceWriter::Open(options);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  RecordForwardAndBackward(**writer, /*flush_between=*/false);
+  EXPECT_EQ((*writer)->recorded(), 7u);  // link slots are not events
+  trace::GpumemFileInfo info;
+  auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path, &info);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(info.journal_events, 7u);
+  ASSERT_EQ(t->warnings.size(), 1u);  // only that the recording did not finish
+  EXPECT_NE(t->warnings[0].find("7 from the raw journal"), std::string::npos) << t->warnings[0];
+  ExpectForwardAndBackwardStacks(*t);
+  ASSERT_TRUE((*writer)->Close().ok());
   std::remove(options.path.c_str());
 }
 

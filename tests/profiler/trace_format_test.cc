@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "profiler/journal_format.h"
+
 namespace gpumem::format {
 namespace {
 
@@ -117,6 +119,89 @@ TEST(FilePrefixTest, StartsWithMagicAndVersion) {
   EXPECT_TRUE(HasMagic(prefix));
   EXPECT_EQ(GetU32(reinterpret_cast<const unsigned char*>(prefix.data()) + 8), kVersion);
   EXPECT_FALSE(HasMagic("\x80\x04\x95 a pickle"));
+}
+
+
+RawRecord ForwardAlloc(std::uint64_t seq, std::uint32_t thread, std::uint32_t node_frame) {
+  RawRecord r;
+  r.type = RecordType::kAlloc;
+  r.time_ns = 123456789;
+  r.addr = 0x7f0012340000;
+  r.size = 1 << 20;
+  r.stream = 7;
+  r.stack_id = 42;
+  r.thread = 31337;
+  r.device = 1;
+  r.has_autograd = true;
+  r.autograd_seq = seq;
+  r.autograd_thread = thread;
+  r.autograd_node_frame = node_frame;
+  return r;
+}
+
+std::optional<RawRecord> RoundTrip(const RawRecord& in, std::uint64_t index) {
+  JournalRecord slot{};
+  FillJournalRecord(in, index, &slot);
+  slot.commit = index + 1;
+  return ReadJournalRecord(reinterpret_cast<const unsigned char*>(&slot), index);
+}
+
+TEST(JournalFormatTest, AForwardLinkRidesInItsAllocationsSlot) {
+  const RawRecord in = ForwardAlloc((std::uint64_t{1} << 48) - 1, 65535, 0);
+  ASSERT_TRUE(LinkFitsInSlot(in));
+  const std::optional<RawRecord> out = RoundTrip(in, 9);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_TRUE(out->has_autograd);
+  EXPECT_EQ(out->autograd_seq, in.autograd_seq);
+  EXPECT_EQ(out->autograd_thread, 65535u);
+  EXPECT_EQ(out->autograd_node_frame, 0u);
+  EXPECT_FALSE(out->has_extra);
+  EXPECT_EQ(out->extra, 0u);
+  EXPECT_EQ(out->addr, in.addr);
+  EXPECT_EQ(out->size, in.size);
+  EXPECT_EQ(out->stack_id, in.stack_id);
+  EXPECT_EQ(out->thread, in.thread);
+  EXPECT_EQ(out->device, in.device);
+}
+
+TEST(JournalFormatTest, LinksThatDoNotFitTakeASlotOfTheirOwn) {
+  EXPECT_FALSE(LinkFitsInSlot(ForwardAlloc(5, 1, /*node_frame=*/9)));  // backward
+  EXPECT_FALSE(LinkFitsInSlot(ForwardAlloc(std::uint64_t{1} << 48, 1, 0)));
+  EXPECT_FALSE(LinkFitsInSlot(ForwardAlloc(5, 1u << 16, 0)));
+  RawRecord no_link = ForwardAlloc(5, 1, 0);
+  no_link.has_autograd = false;
+  EXPECT_FALSE(LinkFitsInSlot(no_link));
+  // Such an allocation's own slot carries no link: the link slot before it does.
+  const std::optional<RawRecord> out = RoundTrip(ForwardAlloc(5, 1, 9), 3);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_FALSE(out->has_autograd);
+  const RawRecord link = JournalLinkOf(ForwardAlloc(5, 1, 9));
+  const std::optional<RawRecord> link_out = RoundTrip(link, 2);
+  ASSERT_TRUE(link_out.has_value());
+  RawRecord attached = *out;
+  AttachJournalLink(*link_out, &attached);
+  EXPECT_EQ(attached.autograd_seq, 5u);
+  EXPECT_EQ(attached.autograd_node_frame, 9u);
+}
+
+// The link flag is valid only on an allocation and never with an extra word: a slot that
+// says otherwise is damaged, even when its check matches.
+TEST(JournalFormatTest, ALinkFlagWhereNoneBelongsIsDamage) {
+  for (const std::uint8_t flags : {std::uint8_t{kJournalFlagForwardLink | kJournalFlagExtra},
+                                   std::uint8_t{kJournalFlagForwardLink}}) {
+    RawRecord in = ForwardAlloc(5, 1, 0);
+    in.has_autograd = false;
+    if (flags == kJournalFlagForwardLink) in.type = RecordType::kFree;
+    JournalRecord slot{};
+    FillJournalRecord(in, 4, &slot);
+    slot.flags = flags;
+    std::uint64_t w[7];
+    JournalCheckWords(slot, w);
+    slot.check = JournalCheck(w, 4);
+    slot.commit = 5;
+    EXPECT_FALSE(ReadJournalRecord(reinterpret_cast<const unsigned char*>(&slot), 4))
+        << int{flags};
+  }
 }
 
 }  // namespace

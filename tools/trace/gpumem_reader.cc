@@ -344,9 +344,12 @@ void Reader::RecoverJournal() {
         link.emplace(index, r);
         continue;
       }
+      // A link in a slot of its own, or folded into the allocation's (ReadJournalRecord).
+      RawRecord linked = r;
       if (link && link->first + 1 == index && r.type == RecordType::kAlloc) {
-        RawRecord linked = r;
         format::AttachJournalLink(link->second, &linked);
+      }
+      if (linked.has_autograd) {
         links_.push_back(AutogradLink{events_.size(), linked.autograd_seq,
                                       linked.autograd_thread, linked.autograd_node_frame != 0,
                                       linked.autograd_node_frame});
