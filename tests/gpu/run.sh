@@ -17,6 +17,7 @@
 #        session, so 60 steps and 25 were fixed for the fifth, where its last device call
 #        came in step 6), TURNS_STEPS (turns: steps per process, default 1200),
 #        TURNS_BLOCK (turns: steps per turn, default 5), GPU_TARGETS (what to build),
+#        GPU_CXX_FLAGS (extra compiler flags, e.g. -fno-omit-frame-pointer for perf -g),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
 #        also skips the torch.empty loops).
 set -uo pipefail
@@ -32,7 +33,7 @@ $py -c 'import torch; print("torch", torch.__version__, torch.version.cuda)' | t
 rm -f "$build/CMakeCache.txt"  # a failed earlier configure caches its misses
 arch=$prebuilt/lib/x86_64-linux-gnu
 cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF \
-  -DCMAKE_PREFIX_PATH="$prebuilt;$torch_prefix" -DPython3_EXECUTABLE="$py" \
+  -DCMAKE_CXX_FLAGS="${GPU_CXX_FLAGS:-}" -DCMAKE_PREFIX_PATH="$prebuilt;$torch_prefix" -DPython3_EXECUTABLE="$py" \
   -DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu -DLIBLZMA_LIBRARY="$arch/liblzma.so" \
   -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
   -DZLIB_INCLUDE_DIR="$prebuilt/include" >>"$OUT/build.log" 2>&1 \
