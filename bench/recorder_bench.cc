@@ -112,15 +112,21 @@ BENCHMARK(BM_EmptyObserverPaced);
 BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring_paced, StackMode::kNone,
                   TraceWriterOptions{}.ring_records, kPacedRounds);
 
-// The stack table's cost for a stack it knows already (every event but a site's first):
-// `range(0)` Python frames (code object, bytecode offset), as a deep model makes them.
-void BM_InternKnownPythonStack(benchmark::State& state) {
-  StackTable table;
+// `depth` Python frames (code object, bytecode offset), as a deep model makes them.
+std::vector<RawFrame> PythonFrames(std::int64_t depth) {
   std::vector<RawFrame> frames;
-  for (std::int64_t i = 0; i < state.range(0); ++i) {
+  for (std::int64_t i = 0; i < depth; ++i) {
     frames.push_back(RawFrame{0x7f0000100000u + 0x1000u * static_cast<std::uint64_t>(i),
                               static_cast<std::uint32_t>(40 + 2 * i), RawFrame::kPythonLastiTag});
   }
+  return frames;
+}
+
+// The stack table's cost for a stack it knows already (every event but a site's first),
+// `range(0)` frames deep, hashed here.
+void BM_InternKnownPythonStack(benchmark::State& state) {
+  StackTable table;
+  const std::vector<RawFrame> frames = PythonFrames(state.range(0));
   table.Intern(frames.data(), frames.size());
   for (auto _ : state) {
     benchmark::DoNotOptimize(table.Intern(frames.data(), frames.size()));
@@ -133,11 +139,7 @@ BENCHMARK(BM_InternKnownPythonStack)->Arg(10)->Arg(30);
 // a known stack costs the thread's cache and one compare.
 void BM_FindKnownPythonStackHashed(benchmark::State& state) {
   StackTable table;
-  std::vector<RawFrame> frames;
-  for (std::int64_t i = 0; i < state.range(0); ++i) {
-    frames.push_back(RawFrame{0x7f0000100000u + 0x1000u * static_cast<std::uint64_t>(i),
-                              static_cast<std::uint32_t>(40 + 2 * i), RawFrame::kPythonLastiTag});
-  }
+  const std::vector<RawFrame> frames = PythonFrames(state.range(0));
   table.Intern(frames.data(), frames.size());
   const std::size_t hash = HashFrames(frames.data(), frames.size());
   for (auto _ : state) {
