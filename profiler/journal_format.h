@@ -48,15 +48,6 @@ inline bool LinkFitsInSlot(const RawRecord& r) {
          r.autograd_thread >> (64 - kForwardLinkThreadShift) == 0;
 }
 
-// A slot's flags and extra word back on its record: the link FillJournalRecord folded in.
-inline void TakeSlotLink(std::uint8_t flags, RawRecord* r) {
-  if ((flags & kJournalFlagForwardLink) == 0) return;
-  r->has_autograd = true;
-  r->autograd_seq = r->extra & ((std::uint64_t{1} << kForwardLinkThreadShift) - 1);
-  r->autograd_thread = static_cast<std::uint32_t>(r->extra >> kForwardLinkThreadShift);
-  r->autograd_node_frame = 0;
-  r->extra = 0;
-}
 
 // The 64 bytes of one journal record, as laid out in the file (little-endian hosts only:
 // the writer stores these words as they are in memory; x86-64 and aarch64 Linux are).
@@ -152,6 +143,30 @@ inline void AttachJournalLink(const RawRecord& link, RawRecord* alloc) {
   alloc->autograd_node_frame = link.stack_id;
 }
 
+// A slot's fields as a record, with the link FillJournalRecord folded into the extra word
+// put back (LinkFitsInSlot). No checks: the writer drains its own slots with it, and
+// ReadJournalRecord checks a file's first.
+inline RawRecord RecordOfSlot(const JournalRecord& slot) {
+  RawRecord r;
+  r.time_ns = slot.time_ns;
+  r.addr = slot.addr;
+  r.size = slot.size;
+  r.stream = slot.stream;
+  r.stack_id = slot.stack_id;
+  r.thread = slot.thread;
+  r.device = slot.device;
+  r.type = static_cast<RecordType>(slot.type);
+  r.has_extra = (slot.flags & kJournalFlagExtra) != 0;
+  if ((slot.flags & kJournalFlagForwardLink) != 0) {
+    r.has_autograd = true;
+    r.autograd_seq = slot.extra & ((std::uint64_t{1} << kForwardLinkThreadShift) - 1);
+    r.autograd_thread = static_cast<std::uint32_t>(slot.extra >> kForwardLinkThreadShift);
+  } else {
+    r.extra = slot.extra;
+  }
+  return r;
+}
+
 // The record in a slot if it is record `index`, whole and an event or an autograd link;
 // else nullopt.
 inline std::optional<RawRecord> ReadJournalRecord(const unsigned char* slot,
@@ -170,19 +185,7 @@ inline std::optional<RawRecord> ReadJournalRecord(const unsigned char* slot,
                        r.type != static_cast<std::uint8_t>(RecordType::kAlloc)))) {
     return std::nullopt;
   }
-  RawRecord out;
-  out.time_ns = r.time_ns;
-  out.addr = r.addr;
-  out.size = r.size;
-  out.stream = r.stream;
-  out.extra = r.extra;
-  out.stack_id = r.stack_id;
-  out.thread = r.thread;
-  out.device = r.device;
-  out.type = static_cast<RecordType>(r.type);
-  out.has_extra = (r.flags & kJournalFlagExtra) != 0;
-  TakeSlotLink(r.flags, &out);
-  return out;
+  return RecordOfSlot(r);
 }
 
 }  // namespace gpumem::format

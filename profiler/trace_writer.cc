@@ -278,7 +278,7 @@ void TraceWriter::Append(Ring* ring, const RawRecord& record) {
   // The next records' slots, owned now rather than when they are written: the writer read
   // them a lap ago, and taking them back from the writer's core is a wait that the
   // allocator's unlock would otherwise pay (profiler/prefetch_for_write.h). Two, because an
-  // allocation with an autograd link takes two.
+  // allocation whose autograd link has a slot of its own takes two.
   PrefetchForWrite(ring->slot(tail + 1));
   PrefetchForWrite(ring->slot(tail + 2));
   if (tail + 1 - head == capacity / 2) {
@@ -416,19 +416,7 @@ void TraceWriter::DrainOnce() {
     RawRecord link;  // an autograd link slot, for the allocation after it
     bool linked = false;
     for (std::uint64_t i = head; i < tail; ++i) {
-      RawRecord r;
-      const format::JournalRecord& slot = *region.slot(i);
-      r.time_ns = slot.time_ns;
-      r.addr = slot.addr;
-      r.size = slot.size;
-      r.stream = slot.stream;
-      r.extra = slot.extra;
-      r.stack_id = slot.stack_id;
-      r.thread = slot.thread;
-      r.device = slot.device;
-      r.type = static_cast<format::RecordType>(slot.type);
-      r.has_extra = (slot.flags & format::kJournalFlagExtra) != 0;
-      format::TakeSlotLink(slot.flags, &r);
+      RawRecord r = format::RecordOfSlot(*region.slot(i));
       if (r.type == format::RecordType::kAutograd) {
         link = r;
         linked = true;
