@@ -17,6 +17,8 @@ struct PolicyEntry {
 const std::vector<PolicyEntry>& Entries() {
   static const std::vector<PolicyEntry> entries = {
       {"gpumem", [](Backend& b) { return MakeCachingAllocator(b); }},
+      {"gpumem-plan",
+       [](Backend& b) { return MakeCachingAllocator(b, {.plan_steps = true}); }},
       {"pytorch", &emulation::MakePytorchAllocator},
       {"pytorch-expandable", &emulation::MakePytorchExpandableAllocator},
   };
