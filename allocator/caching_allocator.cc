@@ -12,7 +12,6 @@
 #include "allocator/page_heap.h"
 #include "allocator/size_classes.h"
 #include "allocator/small_pool.h"
-#include "allocator/step_plan.h"
 #include "allocator/stream_guard.h"
 #include "allocator/thread_cache.h"
 
@@ -55,7 +54,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
           RoundUp(backend.capacity(), backend.granularity()), kMaxRangeVa));
     }
     live_.reserve(1024);
-    if (options_.plan_steps && pages_.vmm()) planner_ = std::make_unique<StepPlanner>(pages_);
   }
 
   ~CachingAllocator() override {
@@ -74,7 +72,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     // Waits for queued work, so pages can be unmapped; the heaps return everything.
     pages_.BeginSlowPath();
     pages_.Quiesce();
-    planner_.reset();
   }
 
   std::string_view name() const override { return "gpumem"; }
@@ -116,9 +113,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         {
           std::lock_guard cl(c->mu());
           LiveBlock* mine = c->FindLive(ptr);
-          // A block used on other streams waits for their events, and an arena block
-          // goes back to the plan: the locked path.
-          if (mine != nullptr && !mine->recorded && !mine->planned) {
+          // A block used on other streams waits for their events: the locked path.
+          if (mine != nullptr && !mine->recorded) {
             ++c->free_count;
             c->credit += mine->requested;  // no shared write: see AddFast
             if (c->Free(ptr, mine, &live)) return;
@@ -156,12 +152,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     FlushCaches();
     pages_.BeginSlowPath();
     ReleaseAllCached();
-  }
-
-  void StepBoundary() override {
-    if (planner_ == nullptr) return;
-    std::lock_guard lock(mu_);
-    planner_->StepBoundary();
   }
 
   AllocatorStats stats() const override {
@@ -413,22 +403,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
         std::lock_guard cl(c->mu());
         c->DrainLargeBlocks([this](DevicePtr p, const LiveBlock& l) { ReleaseBlock(p, l); });
       }
-      const std::size_t rounded = RoundUp(bytes, kBlockAlign);
-      ptr = planner_ == nullptr
-                ? 0
-                : planner_->Allocate(rounded, stream,
-                                     [this](std::size_t want) { return MakeRoomForPlan(want); });
-      if (ptr != 0) {
-        live.planned = true;
-        live.bin = rounded;
-      } else {
-        Block* b = AllocateLarge(*h, rounded);
-        if (b == nullptr) return Oom(bytes, stream);
-        live.block = b;
-        live.bin = b->size;
-        ptr = b->addr;
-        if (planner_ != nullptr) planner_->OnGeneralAlloc(ptr, rounded, stream);
-      }
+      Block* b = AllocateLarge(*h, RoundUp(bytes, kBlockAlign));
+      if (b == nullptr) return Oom(bytes, stream);
+      live.block = b;
+      live.bin = b->size;
+      ptr = b->addr;
     }
     // Asked once: the answer decides both this event and, later, the free's.
     live.unseen = !ObservesAllocation();
@@ -464,7 +443,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     }
     SubAllocatedLocked(live.requested);
     ++stats_.free_count;
-    if (planner_ != nullptr && live.size_class < 0) planner_->OnFree(ptr);
     if (!live.unseen) Notify(AllocatorEventKind::kFree, ptr, live.requested, live.stream);
     if (!used_on_.empty()) {
       auto u = used_on_.find(ptr);
@@ -488,9 +466,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   }
 
   void ReleaseBlock(DevicePtr ptr, const LiveBlock& live) {
-    if (live.planned) {
-      planner_->Release(ptr);
-    } else if (live.slab != nullptr) {
+    if (live.slab != nullptr) {
       live.heap->small.Free(live.slab, ptr);
     } else {
       live.heap->large.Free(live.block);
@@ -618,21 +594,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       h->large.TakeIdlePages(std::numeric_limits<std::size_t>::max(), nullptr);
       h->large.ReleaseFreeSegments();
     }
-    if (planner_ != nullptr) planner_->ReleaseIfIdle();
     pages_.ReleaseCached();
-  }
-
-  // The step plan's arena grows from idle pages of the general pools: whole pages inside
-  // their free blocks, unmapped (after waiting for the device) into the page cache.
-  std::size_t MakeRoomForPlan(std::size_t want) {
-    pages_.BeginSlowPath();
-    RetireLent();
-    std::size_t taken = 0;
-    for (auto& [stream, h] : heaps_) {
-      if (taken == want) break;
-      taken += h->large.TakeIdlePages(want - taken, nullptr);
-    }
-    return taken;
   }
 
   std::uint64_t LargestFree() const {
@@ -695,7 +657,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   std::atomic<std::uint64_t> peak_allocated_{0};
   OomReport last_oom_;
   std::uint64_t stitched_bytes_ = 0;  // bytes of idle pages ever remapped: raises the budget
-  std::unique_ptr<StepPlanner> planner_;  // options_.plan_steps with VMM; under mu_
 };
 
 }  // namespace

@@ -39,9 +39,6 @@ struct CachingAllocatorOptions {
   // gpt2, resnet50 and leaky_mlp, at ratios <= 1.017; negative values: always stitch.
   double new_page_headroom = 0.0125;
   double max_new_page_headroom = 0.0175;
-  // Serve a repeating training step from a layout planned from an earlier identical step
-  // (allocator/step_plan.h; needs VMM and step boundaries, DeviceAllocator::StepBoundary).
-  bool plan_steps = false;
   // Requests up to this size (at most 1 MiB) come from size-class slabs; larger ones are
   // carved exactly (512 B rounding) from the large pool. Measured on the real traces,
   // classes above 64 KiB (up to 6.25 % rounding, one block per slab) cost more memory

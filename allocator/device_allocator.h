@@ -62,9 +62,6 @@ class DeviceAllocator {
   virtual bool RecordStream(DevicePtr ptr, StreamId stream) = 0;
   // Release every cached byte not in use (torch.cuda.empty_cache()).
   virtual void EmptyCache() = 0;
-  // A training step ended (gpumem_step, the replay's step ends): policies that learn the
-  // step's pattern use it; the rest ignore it.
-  virtual void StepBoundary() {}
 
   virtual AllocatorStats stats() const = 0;
   virtual void ResetPeaks() = 0;

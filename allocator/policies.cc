@@ -17,8 +17,6 @@ struct PolicyEntry {
 const std::vector<PolicyEntry>& Entries() {
   static const std::vector<PolicyEntry> entries = {
       {"gpumem", [](Backend& b) { return MakeCachingAllocator(b); }},
-      {"gpumem-plan",
-       [](Backend& b) { return MakeCachingAllocator(b, {.plan_steps = true}); }},
       {"pytorch", &emulation::MakePytorchAllocator},
       {"pytorch-expandable", &emulation::MakePytorchExpandableAllocator},
   };

@@ -45,7 +45,6 @@ struct LiveBlock {
   bool recorded = false;       // RecordStream'd on another stream: its free takes the lock
   bool cached = false;         // free, in a thread cache's bin
   bool unseen = false;         // the observer did not take its allocation: nor its free
-  bool planned = false;        // served from the step plan's arena (never cached)
   int size_class = -1;         // small blocks: their class; -1: large
 };
 

@@ -106,7 +106,6 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
   for (std::size_t i = 0; i < events.size(); ++i) {
     while (next_end < step_ends.size() && step_ends[next_end] <= i) {
       end_step();
-      allocator.StepBoundary();
       ++next_end;
     }
     const trace::Event& e = events[i];
