@@ -1,6 +1,7 @@
 #include "profiler/mapped_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -23,8 +24,18 @@ absl::StatusOr<MappedFile> MappedFile::Create(const std::string& path,
                                               std::size_t initial_capacity) {
   MappedFile file;
   file.path_ = path;
-  file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Not truncated until locked: the file may be another live process's trace, mapped
+  // there, where a truncation would make its next record a SIGBUS.
+  file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (file.fd_ < 0) return Errno(path, "cannot create", errno);
+  // Held until the descriptor closes (a kill -9 included). File systems without flock
+  // (ENOLCK, EOPNOTSUPP on some network and FUSE mounts) go unlocked, as before.
+  if (::flock(file.fd_, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+    file.Abandon();  // closed untouched: Finish() would trim the other writer's file
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": being written by another process"));
+  }
+  if (::ftruncate(file.fd_, 0) != 0) return Errno(path, "cannot truncate", errno);
   absl::Status grown = file.Grow(std::max<std::size_t>(initial_capacity, 4096));
   if (!grown.ok()) return grown;
   return file;
@@ -102,6 +113,9 @@ absl::Status MappedFile::Finish() {
   if (::ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
     status = Errno(path_, "cannot truncate", errno);
   }
+  // Journal regions mapped on their own keep the open file (and so its lock) alive until
+  // their threads let go: the name is released with the finished file.
+  ::flock(fd_, LOCK_UN);
   ::close(fd_);
   fd_ = -1;
   return status;

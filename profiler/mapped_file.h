@@ -16,6 +16,8 @@ namespace gpumem {
 
 class MappedFile {
  public:
+  // Creates or truncates `path` and holds an exclusive flock on it while open.
+  // FailedPrecondition when another open file (another process's trace) holds it.
   static absl::StatusOr<MappedFile> Create(const std::string& path,
                                            std::size_t initial_capacity = 1 << 20);
   MappedFile(MappedFile&& other) noexcept;

@@ -38,4 +38,14 @@ std::string RankFromEnvironment() {
   return "0";
 }
 
+std::string PathWithPid(const std::string& path, long pid) {
+  const std::string tag = "." + std::to_string(pid);
+  const std::size_t slash = path.rfind('/');
+  const std::size_t dot = path.rfind('.');
+  const bool has_ext = dot != std::string::npos && dot > 0 &&
+                       (slash == std::string::npos || dot > slash + 1);
+  if (!has_ext) return path + tag;
+  return path.substr(0, dot) + tag + path.substr(dot);
+}
+
 }  // namespace gpumem

@@ -12,4 +12,8 @@ std::string ExpandTracePath(const std::string& pattern, long pid, const std::str
 // The torchrun rank of this process: $RANK, else $LOCAL_RANK, else "0".
 std::string RankFromEnvironment();
 
+// `path` with ".<pid>" before its extension (run-0.gpumem -> run-0.1234.gpumem; no
+// extension: appended): the name a trace takes when another process writes `path`.
+std::string PathWithPid(const std::string& path, long pid);
+
 }  // namespace gpumem

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 
 #include <utility>
@@ -14,6 +15,7 @@
 #include "profiler/chunk_encoder.h"
 #include "profiler/journal_region.h"
 #include "profiler/prefetch_for_write.h"
+#include "profiler/trace_path.h"
 
 namespace gpumem {
 namespace {
@@ -117,6 +119,18 @@ std::uint32_t TraceWriter::ThreadId() {
 
 absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOptions options) {
   absl::StatusOr<MappedFile> file = MappedFile::Create(options.path);
+  if (absl::IsFailedPrecondition(file.status())) {
+    // Two live processes with one name: torchrun's launcher has no RANK, so %r makes it
+    // rank 0's namesake. Neither may truncate the other's trace: this one moves aside.
+    const std::string taken = options.path;
+    options.path = PathWithPid(taken, getpid());
+    file = MappedFile::Create(options.path);
+    if (file.ok()) {
+      std::fprintf(stderr, "gpumem: %s is being written by another process; this one "
+                   "(pid %ld) writes %s\n", taken.c_str(), static_cast<long>(getpid()),
+                   options.path.c_str());
+    }
+  }
   if (!file.ok()) return file.status();
   std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(options), std::move(*file)));
   // The file prefix and header chunk, written before the thread starts.

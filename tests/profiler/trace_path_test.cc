@@ -25,5 +25,13 @@ TEST(TracePathTest, RankComesFromTorchrunVariables) {
   unsetenv("LOCAL_RANK");
 }
 
+TEST(TracePathTest, PathWithPidGoesBeforeTheExtension) {
+  EXPECT_EQ(PathWithPid("run-0.gpumem", 77), "run-0.77.gpumem");
+  EXPECT_EQ(PathWithPid("out/run-0.cupti.gpumem", 77), "out/run-0.cupti.77.gpumem");
+  EXPECT_EQ(PathWithPid("trace", 77), "trace.77");
+  EXPECT_EQ(PathWithPid("runs.d/trace", 77), "runs.d/trace.77");
+  EXPECT_EQ(PathWithPid(".hidden", 77), ".hidden.77");
+}
+
 }  // namespace
 }  // namespace gpumem

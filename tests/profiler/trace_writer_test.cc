@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <map>
 #include <thread>
 #include <vector>
 
+#include "profiler/trace_path.h"
 #include "tests/profiler/trace_test_util.h"
 #include "tools/trace/gpumem_reader.h"
 #include "tools/trace/load.h"
@@ -230,6 +233,43 @@ TEST(TraceWriterTest, ThreadsThatExitAreDrained) {
   ASSERT_TRUE(trace.ok());
   EXPECT_EQ(trace->events.size(), 200u);
   std::remove(options.path.c_str());
+}
+
+// torchrun's launcher and rank 0 both expand run-%r.gpumem to run-0.gpumem: the second
+// to open must neither truncate the first's mapped file (its next record would be a
+// SIGBUS) nor lose its own records.
+TEST(TraceWriterTest, ASecondWriterOfOnePathWritesBesideIt) {
+  TraceWriterOptions options;
+  options.path = TempPath("shared-name.gpumem");
+  auto first = TraceWriter::Open(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  for (int i = 0; i < 100; ++i) {
+    (*first)->Record(MakeRecord(format::RecordType::kAlloc, 0x1000 + 512 * i, 512, 0));
+  }
+  (*first)->Flush();
+  auto second = TraceWriter::Open(options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const std::string beside = PathWithPid(options.path, getpid());
+  EXPECT_EQ((*second)->path(), beside);
+  for (int i = 0; i < 100; ++i) {
+    (*first)->Record(MakeRecord(format::RecordType::kFree, 0x1000 + 512 * i, 512, 0));
+    (*second)->Record(MakeRecord(format::RecordType::kAlloc, 0x9000 + 512 * i, 512, 0));
+  }
+  ASSERT_TRUE((*first)->Close().ok());
+  ASSERT_TRUE((*second)->Close().ok());
+  for (const auto& [path, events] : {std::pair{options.path, 200u}, std::pair{beside, 100u}}) {
+    auto trace = trace::LoadTrace(path);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    EXPECT_TRUE(trace->warnings.empty()) << path << ": " << trace->warnings.front();
+    EXPECT_EQ(trace->events.size(), events) << path;
+  }
+  // Closed, a trace is finished and its name free again: the next writer takes it.
+  auto third = TraceWriter::Open(options);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ((*third)->path(), options.path);
+  ASSERT_TRUE((*third)->Close().ok());
+  std::remove(options.path.c_str());
+  std::remove(beside.c_str());
 }
 
 TEST(TraceWriterTest, UnwritablePathIsAnError) {

@@ -1,6 +1,7 @@
 """A small DDP model trained by two ranks over NCCL (run by torchrun under `gpumem run`
 from ddp_check.sh). Rank 1 keeps a little more per step than rank 0 (a history of
 outputs), so the merged report has an imbalance to show. Prints one line per rank.
+DDP_BACKEND=gloo: both ranks may share one GPU (NCCL refuses two ranks on one device).
 """
 import os
 
@@ -11,12 +12,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 rank = int(os.environ["RANK"])
 local_rank = int(os.environ["LOCAL_RANK"])
-torch.cuda.set_device(local_rank)
-dist.init_process_group("nccl")
-dev = torch.device("cuda", local_rank)
+gpu = local_rank % torch.cuda.device_count()
+torch.cuda.set_device(gpu)
+dist.init_process_group(os.environ.get("DDP_BACKEND", "nccl"))
+dev = torch.device("cuda", gpu)
 torch.manual_seed(0)
 model = DDP(nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).to(dev),
-            device_ids=[local_rank])
+            device_ids=[gpu])
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 kept = []
 steps = int(os.environ.get("DDP_STEPS", "30"))
