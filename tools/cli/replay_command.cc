@@ -32,6 +32,7 @@ struct ReplayArgs {
   std::string cap;
   bool min_cap = false;
   bool json = false;
+  std::string addresses;
 };
 
 // Readable at every scale: 11.402 GiB, 16.00 MiB, 512 B.
@@ -185,11 +186,36 @@ int PrintMinCap(const std::string& path, const trace::Trace& trace,
   return kExitOk;
 }
 
+// --addresses: where the policy put each block, for layout studies
+// (tools/replay/obstacle_plan_bound.py). Returns an error message, or "".
+std::string WriteAddresses(const std::string& out_path, const trace::Trace& trace,
+                           const std::string& policy, const replay::ReplayOptions& options) {
+  std::FILE* out = std::fopen(out_path.c_str(), "w");
+  if (out == nullptr) return absl::StrCat("--addresses: cannot write ", out_path);
+  std::fprintf(out, "# event\ttrace_addr\taddr\tsize\n");
+  absl::StatusOr<replay::ReplayResult> r =
+      replay::Replay(trace, policy, options, [&](std::size_t i, DevicePtr ptr) {
+        const trace::Event& e = trace.events[i];
+        std::fprintf(out, "%zu\t%llu\t%llu\t%llu\n", i,
+                     static_cast<unsigned long long>(e.addr),
+                     static_cast<unsigned long long>(ptr),
+                     static_cast<unsigned long long>(e.size));
+      });
+  const bool written = std::fclose(out) == 0;
+  if (!r.ok()) return std::string(r.status().message());
+  if (!written) return absl::StrCat("--addresses: cannot write ", out_path);
+  return "";
+}
+
 int RunReplay(const ReplayArgs& args) {
   absl::StatusOr<Cap> cap = ParseCap(args.cap);
   if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
   if (args.min_cap && !args.cap.empty()) {
     return BadInput("--min-cap searches the cap itself: leave out --cap");
+  }
+  if (!args.addresses.empty() &&
+      (args.policy == "all" || args.traces.size() != 1 || args.min_cap)) {
+    return BadInput("--addresses needs one trace and one --policy, without --min-cap");
   }
   std::vector<std::string> policies;
   if (args.policy == "all") {
@@ -217,6 +243,10 @@ int RunReplay(const ReplayArgs& args) {
       options.capacity = static_cast<std::uint64_t>(
           *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
       if (*options.capacity == 0) return BadInput(absl::StrCat(path, ": --cap ", args.cap, " is 0 bytes"));
+    }
+    if (!args.addresses.empty()) {
+      const std::string error = WriteAddresses(args.addresses, *trace, args.policy, options);
+      if (!error.empty()) return BadInput(error);
     }
     if (args.min_cap) {
       if (int status = PrintMinCap(path, *trace, policies, options, args.json);
@@ -277,6 +307,10 @@ void AddReplayCommand(CLI::App& app, int* status) {
                 "warmup_steps, and the device calls (maps, unmaps, synchronizes,\n"
                 "physical_creates, segment_allocs, segment_frees, stitches) in device_total,\n"
                 "device_steady (the steps after the warm-up) and device_per_step)");
+  cmd->add_option("--addresses", args->addresses,
+                  "write where the policy put each block to this file (TSV: event index,\n"
+                  "the trace's address, the policy's address, size), for layout studies\n"
+                  "(tools/replay/obstacle_plan_bound.py); needs one trace and one --policy");
   cmd->footer(
       "Exit status: 0 when every trace replayed (an OOM under --cap is a result, not an\n"
       "error); 2 on bad input (unreadable, corrupt or truncated trace, unknown action, a free\n"

@@ -19,10 +19,9 @@ PAGE = 2 << 20
 MiB = 1 << 20
 
 
-def read_lifetimes(path):
-    """[(size, start, end)] in event order, and the peak live bytes."""
-    live, blocks = {}, []
-    t = cur = peak = 0
+def trace_rows(path):
+    """(event index, action, addr, size) for each event line of a *.trace.tsv.gz."""
+    t = 0
     with gzip.open(path, "rt") as f:
         for line in f:
             if line.startswith("#"):
@@ -34,17 +33,26 @@ def read_lifetimes(path):
                 action, addr, size = fields[1], int(fields[2]), int(fields[3])
             except ValueError:
                 raise SystemExit(f"{path}: line {t + 1}: not seq, action, addr, size: {line!r}")
-            if action == "alloc":
-                size = (size + 511) // 512 * 512
-                live[addr] = (t, size)
-                cur += size
-                peak = max(peak, cur)
-            elif action == "free_completed" and addr in live:
-                start, size = live.pop(addr)
-                blocks.append((size, start, t))
-                cur -= size
+            yield t, action, addr, size
             t += 1
-    blocks.extend((size, start, t) for start, size in live.values())
+
+
+def read_lifetimes(path):
+    """[(size, start, end)] in event order, and the peak live bytes."""
+    live, blocks = {}, []
+    t = cur = peak = 0
+    for t, action, addr, size in trace_rows(path):
+        if action == "alloc":
+            size = (size + 511) // 512 * 512
+            live[addr] = (t, size)
+            cur += size
+            peak = max(peak, cur)
+        elif action == "free_completed" and addr in live:
+            start, size = live.pop(addr)
+            blocks.append((size, start, t))
+            cur -= size
+    end = t + 1 if blocks or live else 0
+    blocks.extend((size, start, end) for start, size in live.values())
     return blocks, peak
 
 

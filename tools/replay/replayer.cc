@@ -193,12 +193,12 @@ std::uint64_t PeakAllocated(const trace::Trace& trace) {
 }
 
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
-                                    const ReplayOptions& options) {
+                                    const ReplayOptions& options, const AllocObserver& on_alloc) {
   SimBackendOptions sim;
   sim.capacity = options.capacity.value_or(kDefaultCapacity);
   sim.events = SimBackendOptions::Events::kImmediate;
   SimBackend backend(sim);
-  return ReplayOn(trace, policy, backend, {}, options);
+  return ReplayOn(trace, policy, backend, on_alloc, options);
 }
 
 }  // namespace gpumem::replay

@@ -74,15 +74,16 @@ struct ReplayResult {
 // SimBackend with immediate events. Errors (unknown policy, a free of an address that is
 // not live, an alloc at a live address, an empty trace) are one line naming the trace
 // file and the event index.
+// Told of every block the policy hands out: the trace event's index and our address.
+using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
+
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
-                                    const ReplayOptions& options = {});
+                                    const ReplayOptions& options = {},
+                                    const AllocObserver& on_alloc = {});
 
 // The peak of the sum of live trace alloc sizes: a replay's peak_allocated without an OOM
 // (to set a cap relative to it). Inconsistencies are skipped here; Replay reports them.
 std::uint64_t PeakAllocated(const trace::Trace& trace);
-
-// Told of every block the policy hands out: the trace event's index and our address.
-using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
 
 // The same on a backend the caller provides (to observe what the policy asks of the
 // device); options.capacity is ignored, the backend has its own.
