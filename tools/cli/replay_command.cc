@@ -186,26 +186,31 @@ int PrintMinCap(const std::string& path, const trace::Trace& trace,
   return kExitOk;
 }
 
-// --addresses: where the policy put each block, for layout studies
-// (tools/replay/obstacle_plan_bound.py). Returns an error message, or "".
-std::string WriteAddresses(const std::string& out_path, const trace::Trace& trace,
-                           const std::string& policy, const replay::ReplayOptions& options) {
-  std::FILE* out = std::fopen(out_path.c_str(), "w");
-  if (out == nullptr) return absl::StrCat("--addresses: cannot write ", out_path);
-  std::fprintf(out, "# event\ttrace_addr\taddr\tsize\n");
-  absl::StatusOr<replay::ReplayResult> r =
-      replay::Replay(trace, policy, options, [&](std::size_t i, DevicePtr ptr) {
-        const trace::Event& e = trace.events[i];
-        std::fprintf(out, "%zu\t%llu\t%llu\t%llu\n", i,
-                     static_cast<unsigned long long>(e.addr),
-                     static_cast<unsigned long long>(ptr),
-                     static_cast<unsigned long long>(e.size));
-      });
-  const bool written = std::fclose(out) == 0;
-  if (!r.ok()) return std::string(r.status().message());
-  if (!written) return absl::StrCat("--addresses: cannot write ", out_path);
-  return "";
-}
+// --addresses: the replay's own observer writes where the policy put each block, for
+// layout studies (tools/replay/obstacle_plan_bound.py).
+struct AddressFile {
+  std::FILE* file = nullptr;
+  ~AddressFile() {
+    if (file != nullptr) std::fclose(file);
+  }
+  replay::AllocObserver Observer(const trace::Trace& trace) {
+    if (file == nullptr) return {};
+    std::fprintf(file, "# event\ttrace_addr\taddr\tsize\n");
+    return [this, &trace](std::size_t i, DevicePtr ptr) {
+      const trace::Event& e = trace.events[i];
+      std::fprintf(file, "%zu\t%llu\t%llu\t%llu\n", i,
+                   static_cast<unsigned long long>(e.addr),
+                   static_cast<unsigned long long>(ptr),
+                   static_cast<unsigned long long>(e.size));
+    };
+  }
+  // Whether everything written reached the file.
+  bool Close() {
+    const bool ok = file == nullptr || std::fclose(file) == 0;
+    file = nullptr;
+    return ok;
+  }
+};
 
 int RunReplay(const ReplayArgs& args) {
   absl::StatusOr<Cap> cap = ParseCap(args.cap);
@@ -244,10 +249,14 @@ int RunReplay(const ReplayArgs& args) {
           *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
       if (*options.capacity == 0) return BadInput(absl::StrCat(path, ": --cap ", args.cap, " is 0 bytes"));
     }
+    AddressFile addresses;
     if (!args.addresses.empty()) {
-      const std::string error = WriteAddresses(args.addresses, *trace, args.policy, options);
-      if (!error.empty()) return BadInput(error);
+      addresses.file = std::fopen(args.addresses.c_str(), "w");
+      if (addresses.file == nullptr) {
+        return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
+      }
     }
+    const replay::AllocObserver on_alloc = addresses.Observer(*trace);
     if (args.min_cap) {
       if (int status = PrintMinCap(path, *trace, policies, options, args.json);
           status != kExitOk) {
@@ -257,7 +266,8 @@ int RunReplay(const ReplayArgs& args) {
     }
     std::vector<replay::ReplayResult> results;
     for (const std::string& policy : policies) {
-      absl::StatusOr<replay::ReplayResult> result = replay::Replay(*trace, policy, options);
+      absl::StatusOr<replay::ReplayResult> result =
+          replay::Replay(*trace, policy, options, on_alloc);
       if (!result.ok()) return BadInput(std::string(result.status().message()));
       if (args.json) {
         nlohmann::json j = ToJson(path, *result);
@@ -269,6 +279,7 @@ int RunReplay(const ReplayArgs& args) {
     }
     if (!args.json) PrintTable(path, options.capacity, results);
     std::fflush(stdout);
+    if (!addresses.Close()) return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
   }
   return kExitOk;
 }

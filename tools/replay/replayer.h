@@ -70,13 +70,13 @@ struct ReplayResult {
   DeviceActivity steady;                // the steps after the warm-up
 };
 
-// Replays `trace` through the policy named `policy` (see allocator/policies.h) on a fresh
-// SimBackend with immediate events. Errors (unknown policy, a free of an address that is
-// not live, an alloc at a live address, an empty trace) are one line naming the trace
-// file and the event index.
 // Told of every block the policy hands out: the trace event's index and our address.
 using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
 
+// Replays `trace` through the policy named `policy` (see allocator/policies.h) on a fresh
+// SimBackend with immediate events. Errors (unknown policy, a free of an address that is
+// not live, an alloc at a live address, an empty trace) are one line naming the trace
+// file and the event index. `on_alloc`, if set, is told of every block handed out.
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
                                     const ReplayOptions& options = {},
                                     const AllocObserver& on_alloc = {});
