@@ -88,6 +88,33 @@ TEST(LargePoolTest, GrowsInPlaceUsingThePartlyUsedPage) {
   ExpectConsistent(pool, sim);
 }
 
+// When growing a free block costs as many pages as a fresh range, the free block grows:
+// its bytes join the new block instead of staying stranded at the old range's end.
+// Requests of whole pages still get a fresh range, where they sit page-aligned.
+TEST(LargePoolTest, AtEqualPagesGrowsAFreeBlockUnlessTheRequestIsWholePages) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  // 2 pages, the last 256 KiB of the second free: the range's partly used end.
+  Block* a = *pool.Grow(pool.PlanGrowth(4 * kMiB - kMiB / 4), 4 * kMiB - kMiB / 4);
+  ASSERT_EQ(pool.free_bytes(), kMiB / 4);
+
+  // 4 MiB: a fresh range needs 2 pages, and so does the free 256 KiB (3.75 MiB more).
+  LargePool::Plan whole = pool.PlanGrowth(4 * kMiB);
+  EXPECT_EQ(whole.extent, nullptr);
+  EXPECT_EQ(whole.pages(), 2u);
+
+  // 3 MiB: 2 pages either way, so the free block grows.
+  LargePool::Plan part = pool.PlanGrowth(3 * kMiB);
+  ASSERT_NE(part.extent, nullptr);
+  EXPECT_EQ(part.pages(), 2u);
+  Block* b = *pool.Grow(part, 3 * kMiB);
+  EXPECT_EQ(b->addr, a->end());  // starts in the shared page
+  EXPECT_EQ(pool.range_count(), 1u);
+  EXPECT_EQ(pool.free_bytes(), 4 * kPage - (4 * kMiB - kMiB / 4) - 3 * kMiB);
+  ExpectConsistent(pool, sim);
+}
+
 TEST(LargePoolTest, IdlePagesAreUnmappedAndRemappedWhereNeeded) {
   SimBackend sim;
   PageHeap heap(sim, 0, nullptr);
