@@ -3,8 +3,10 @@
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
-#                         [mincap WORKLOAD...]
+#                         [mincap WORKLOAD...] [caprepeat]
 #        (default: tests bench train). overhead: tests/gpu/overhead.sh, recording cost;
+#        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
+#        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
 #        tests/gpu/profiler/run_profiler_proofs.sh; its torchrun part needs 2 GPUs.
 #   env: OUT (results folder, default ./gpu-results), GPUMEM_PREBUILT (the folder made by
@@ -19,7 +21,7 @@
 #        TURNS_BLOCK (turns: steps per turn, default 5), GPU_TARGETS (what to build),
 #        GPU_CXX_FLAGS (extra compiler flags, e.g. -fno-omit-frame-pointer for perf -g),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
-#        also skips the torch.empty loops).
+#        also skips the torch.empty loops), CAPREPEAT (see caprepeat).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 steps=("$@")
@@ -73,6 +75,13 @@ if want train; then
     done
   done
   $py "$repo/tests/gpu/compare.py" "$OUT/train.jsonl"
+fi
+
+if want caprepeat; then
+  echo "== fixed caps, several runs each"
+  [ -n "${CAPREPEAT:-}" ] || { echo "caprepeat: set CAPREPEAT to cap_repeat.py's arguments, e.g. 'resnet50 --at gpumem=3054,3056 --runs 3'" >&2; exit 2; }
+  # shellcheck disable=SC2086  # CAPREPEAT is a list of arguments
+  $py "$repo/tests/gpu/cap_repeat.py" $CAPREPEAT | tee "$OUT/cap-repeat.jsonl"
 fi
 
 if want steptime; then
