@@ -72,7 +72,8 @@ class LargePool {
   // Returns a used block; it coalesces with free neighbours.
   void Free(Block* block);
 
-  // VMM: the cheapest way to grow for `bytes`, in new pages.
+  // VMM: the cheapest way to grow for `bytes`, in new pages; at equal pages a free block
+  // rather than a fresh range, unless `bytes` is whole pages.
   Plan PlanGrowth(std::size_t bytes) const;
   // Maps the plan's pages (cached pages first) or allocates a segment, and returns a used
   // block of `bytes`. ResourceExhausted when the device has no room.
