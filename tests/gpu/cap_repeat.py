@@ -7,7 +7,8 @@ interleaves the pairs, and prints one JSON line per run and then one per pair:
 {"workload", "allocator", "cap_mib", "runs", "completed"}.
 
 usage: cap_repeat.py WORKLOAD --caps 3062,3064,3066 [--allocators gpumem,expandable]
-                     [--at ALLOCATOR=CAP,CAP ...] [--runs 5] [--parallel 4]   (caps in MiB)
+                     [--at ALLOCATOR=CAP,CAP ...] [--runs 5] [--parallel 4]
+                     [--capture SCRIPT]   (caps in MiB)
   --caps x --allocators: every allocator at every cap; --at adds pairs of its own
   (e.g. --at gpumem=3054,3056 --at expandable=3062).
 """
@@ -27,6 +28,10 @@ p.add_argument("--at", action="append", default=[], metavar="ALLOCATOR=CAPS",
                help="one allocator at its own comma-separated caps in MiB (repeatable)")
 p.add_argument("--runs", type=int, default=5, help="runs per allocator and cap")
 p.add_argument("--parallel", type=int, default=4, help="processes at once")
+p.add_argument("--capture", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                 "capture.py"),
+               help="the training script, run as SCRIPT WORKLOAD --allocator A --cap BYTES; "
+                    "its last JSON line's `completed` counts (default: capture.py beside this)")
 args = p.parse_args()
 
 
@@ -47,12 +52,11 @@ if not pairs:
     sys.exit("cap_repeat.py: no caps given (--caps or --at)")
 if args.runs < 1 or args.parallel < 1:
     sys.exit("cap_repeat.py: --runs and --parallel must be at least 1")
-here = os.path.dirname(os.path.abspath(__file__))
 
 
 def run(job):
     allocator, cap_mib, k = job
-    out = subprocess.run([sys.executable, os.path.join(here, "capture.py"), args.workload,
+    out = subprocess.run([sys.executable, args.capture, args.workload,
                           "--allocator", allocator, "--cap", str(cap_mib << 20)],
                          capture_output=True, text=True,
                          env={**os.environ, "GPUMEM_LOG_OOM": "0"})
