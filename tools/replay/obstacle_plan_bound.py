@@ -20,7 +20,7 @@ usage: obstacle_plan_bound.py TRACE.trace.tsv.gz ADDRESSES
 import argparse
 import sys
 
-from offline_plan_bound import MiB, PAGE, trace_rows
+from offline_plan_bound import PAGE, lowest_free_offset, trace_rows
 
 
 def read_blocks(trace_path, addresses_path):
@@ -109,12 +109,7 @@ def pack_around(blocks, t0, t1):
     for z, pc in sorted(planned, key=lambda b: -b[0]):
         taken = fixed + [(o, o + zz) for o, zz, other in placed
                          if any(a0 < b1 and b0 < a1 for a0, a1 in pc for b0, b1 in other)]
-        taken.sort()
-        offset = 0
-        for lo, hi in taken:
-            if offset + z <= lo:
-                break
-            offset = max(offset, hi)
+        offset = lowest_free_offset(sorted(taken), z)
         placed.append((offset, z, pc))
         top = max(top, offset + z)
     # The step's peak live bytes: obstacles (as if always live) plus the planned blocks

@@ -56,16 +56,23 @@ def read_lifetimes(path):
     return blocks, peak
 
 
+def lowest_free_offset(taken, size):
+    """The lowest offset at which `size` bytes fit beside the (lo, hi) intervals `taken`,
+    sorted by lo."""
+    offset = 0
+    for lo, hi in taken:
+        if offset + size <= lo:
+            break
+        offset = max(offset, hi)
+    return offset
+
+
 def greedy_by_size(blocks):
     """[(offset, size, start, end)] and the range's size."""
     placed, top = [], 0
     for size, start, end in sorted(blocks, key=lambda b: (-b[0], b[1])):
-        taken = sorted((o, o + z) for o, z, s, e in placed if s < end and start < e)
-        offset = 0
-        for lo, hi in taken:
-            if offset + size <= lo:
-                break
-            offset = max(offset, hi)
+        offset = lowest_free_offset(
+            sorted((o, o + z) for o, z, s, e in placed if s < end and start < e), size)
         placed.append((offset, size, start, end))
         top = max(top, offset + size)
     return placed, top
