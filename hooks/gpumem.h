@@ -24,7 +24,8 @@ struct CUstream_st; /* cudaStream_t is struct CUstream_st* */
  * GPUMEM_LOG_OOM=0 and kept for gpumem_last_oom) or when gpumem cannot start (bad
  * GPUMEM_* value, no device: see gpumem_config_error). */
 GPUMEM_API void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream);
-/* Returns a block from gpumem_alloc; `size`, `device` and `stream` are as allocated. */
+/* Returns a block from gpumem_alloc; `size`, `device` and `stream` are as allocated.
+ * device -1: the block's own device is found (a deleter that knows only the pointer). */
 GPUMEM_API void gpumem_free(void* ptr, ssize_t size, int device, struct CUstream_st* stream);
 /* The block is also used on `stream` (Tensor.record_stream): it is not reused until the
  * work queued there when it is freed has run. device -1: find the block's device. */
@@ -87,6 +88,81 @@ GPUMEM_API size_t gpumem_config_error(char* buf, size_t len);
 /* The last failure this process's C callers were only told about by NULL or -1
  * (an out-of-memory report, a device that cannot start, a bad argument). */
 GPUMEM_API size_t gpumem_last_error(char* buf, size_t len);
+
+/* --- Completing PyTorch's allocator interface (libgpumem_torch's CUDAPluggableAllocator
+ * subclass). Index 0 of each array is every block, 1 the small pool (size-class slabs),
+ * 2 the large pool, as in PyTorch's StatArray. */
+typedef struct gpumem_stat_s {
+  int64_t current;
+  int64_t peak;
+  int64_t allocated; /* cumulative: added since the last reset of accumulated figures */
+  int64_t freed;
+} gpumem_stat_t;
+
+typedef struct gpumem_detailed_stats_s {
+  gpumem_stat_t allocation[3];      /* live blocks (counts) */
+  gpumem_stat_t segment[3];         /* mapped extents / segments (counts) */
+  gpumem_stat_t active[3];          /* live blocks and blocks whose free waits for streams */
+  gpumem_stat_t allocated_bytes[3]; /* bytes of live blocks as requested */
+  gpumem_stat_t reserved_bytes[3];  /* device memory held */
+  gpumem_stat_t active_bytes[3];
+  gpumem_stat_t requested_bytes[3];
+  int64_t num_alloc_retries;        /* allocations that had to release cache or stitch */
+  int64_t num_ooms;
+  int64_t num_device_alloc;         /* physical pages created / segments obtained */
+  int64_t num_device_free;
+} gpumem_detailed_stats_t;
+
+/* Fills `out` for one started device; 0, or -1 if it has not started (out zeroed).
+ * The small/large split of peaks is exact where a policy tracks it (docs/allocator.md). */
+GPUMEM_API int gpumem_detailed_stats(int device, gpumem_detailed_stats_t* out);
+/* Sets the cumulative figures (allocated, freed) to 0 (reset_accumulated_memory_stats). */
+GPUMEM_API void gpumem_reset_accumulated(int device);
+
+/* Private pools: CUDA graph capture and torch.cuda.MemPool. A pool is a number other than
+ * 0 (0: the default pool). Blocks of a pool are never given to another pool's requests,
+ * and its memory is never lent, stitched or released while the pool is in use. */
+GPUMEM_API void* gpumem_alloc_in_pool(ssize_t size, int device, struct CUstream_st* stream,
+                                      uint64_t pool);
+/* While a capture is under way on the device (begin/end nest), the allocator makes no
+ * call that would break it: no event query, no synchronize, no unmap; cross-stream frees
+ * wait for the end of the last capture. */
+GPUMEM_API void gpumem_capture_begin(int device);
+GPUMEM_API void gpumem_capture_end(int device);
+/* The pool's owner is gone: its cached memory is released now if none of its blocks is
+ * live, else when the last one is freed (or at the next gpumem_empty_cache). */
+GPUMEM_API void gpumem_release_pool(int device, uint64_t pool);
+/* Releases the pool's cached memory that no live block uses (emptyCache(mempool)). */
+GPUMEM_API void gpumem_empty_pool_cache(int device, uint64_t pool);
+/* Writes up to `max` addresses of the pool's live blocks; returns how many there are. */
+GPUMEM_API size_t gpumem_pool_live_blocks(int device, uint64_t pool, void** out, size_t max);
+/* The device that owns `ptr` (a live block), or -1. */
+GPUMEM_API int gpumem_block_device(void* ptr);
+
+/* The memory layout, for snapshots in PyTorch's format: segments in address order, each
+ * followed by its blocks (free ones included) in address order. */
+typedef struct gpumem_segment_s {
+  uint64_t address;
+  uint64_t total_size;
+  uint64_t allocated_size; /* bytes of live blocks, as carved */
+  uint64_t requested_size; /* bytes of live blocks, as requested */
+  uint64_t stream;
+  uint64_t pool;
+  uint32_t block_count;    /* the blocks that follow in gpumem_layout's block array */
+  int32_t is_small;        /* a slab of size-class slots */
+} gpumem_segment_t;
+typedef struct gpumem_block_s {
+  uint64_t address;
+  uint64_t size;
+  uint64_t requested_size; /* 0 for a free block */
+  int32_t state;           /* 0 free, 1 allocated, 2 freed, waiting for other streams */
+  int32_t reserved_;
+} gpumem_block_t;
+/* Fills up to max_segments / max_blocks; returns the number of segments there are and
+ * sets *block_total to the number of blocks, so a caller can retry with room enough. */
+GPUMEM_API size_t gpumem_layout(int device, gpumem_segment_t* segments, size_t max_segments,
+                                gpumem_block_t* blocks, size_t max_blocks,
+                                size_t* block_total);
 
 /* --- Recording another allocator (profile-only mode) and autograd links. Used by
  * libgpumem_torch.so; see docs/profiler.md. Event types are the trace's record types. */
