@@ -136,6 +136,11 @@ GPUMEM_API void gpumem_release_pool(int device, uint64_t pool);
 GPUMEM_API void gpumem_empty_pool_cache(int device, uint64_t pool);
 /* Writes up to `max` addresses of the pool's live blocks; returns how many there are. */
 GPUMEM_API size_t gpumem_pool_live_blocks(int device, uint64_t pool, void** out, size_t max);
+/* Allocates the pool's block at exactly `address` (the range [address, address + size)
+ * must be free memory of that pool on that stream): how a checkpointed pool state is
+ * restored (CUDA graph trees). NULL if that memory is not free in the pool. */
+GPUMEM_API void* gpumem_alloc_at(void* address, ssize_t size, int device,
+                                 struct CUstream_st* stream, uint64_t pool);
 /* The device that owns `ptr` (a live block), or -1. */
 GPUMEM_API int gpumem_block_device(void* ptr);
 

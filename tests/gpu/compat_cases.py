@@ -1,0 +1,356 @@
+"""One row of the compatibility matrix: a PyTorch feature used as a training script uses it,
+with no gpumem code. Run as `python compat_cases.py CASE`, natively or under `gpumem run`
+(with or without --profile-only); prints one JSON line {"case", "ok", "detail", ...figures}
+and exits 0 whether the feature worked or not (an uncaught error is a failed row too:
+tests/gpu/compat_matrix.py reads the exit status and stderr).
+"""
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+
+MiB = 1 << 20
+CASES = {}
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(),
+                               torch.nn.Linear(512, 10)).cuda()
+
+
+def train(model, steps=5, batch=64, **kw):
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(batch, 256, device="cuda")
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@case
+def memory_api():
+    torch.zeros(1, device="cuda")
+    base = torch.cuda.memory_allocated()
+    t = torch.empty(256 * MiB, dtype=torch.uint8, device="cuda")
+    grown = torch.cuda.memory_allocated() - base
+    peak = torch.cuda.max_memory_allocated()
+    reserved = torch.cuda.memory_reserved()
+    stats = torch.cuda.memory_stats()
+    summary = torch.cuda.memory_summary()
+    del t
+    after_free = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    peak_reset = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_accumulated_memory_stats()
+    free, total = torch.cuda.mem_get_info()
+    max_reserved = torch.cuda.max_memory_reserved()
+    keys = ["allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+            "active_bytes.all.current", "requested_bytes.all.current", "num_alloc_retries",
+            "num_ooms", "allocation.all.allocated", "allocated_bytes.large_pool.current"]
+    missing = [k for k in keys if k not in stats]
+    ok = (grown >= 256 * MiB and peak >= base + 256 * MiB and reserved >= 256 * MiB
+          and not missing and "Memory" in summary and after_free <= base
+          and peak_reset < peak and 0 < free <= total and max_reserved >= reserved - 1)
+    return ok, dict(grown=grown, peak=peak, reserved=reserved, missing=missing,
+                    after_free=after_free, peak_after_reset=peak_reset)
+
+
+@case
+def history_snapshot():
+    torch.cuda.memory._record_memory_history(max_entries=10000)
+    x = torch.randn(1024, 1024, device="cuda")
+    y = x @ x
+    del y
+    snap = torch.cuda.memory._snapshot()
+    path = os.path.join(tempfile.mkdtemp(), "snapshot.pickle")
+    torch.cuda.memory._dump_snapshot(path)
+    torch.cuda.memory._record_memory_history(enabled=None)
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    frames = sum(1 for e in snap["device_traces"][0] if e.get("frames"))
+    from torch.cuda import _memory_viz
+    html = _memory_viz.trace_plot(snap)
+    blocks = sum(len(s["blocks"]) for s in snap["segments"])
+    ok = ("alloc" in actions and "free_requested" in actions and frames > 0
+          and len(snap["segments"]) > 0 and blocks > 0 and len(html) > 1000)
+    out = os.environ.get("COMPAT_SNAPSHOT_OUT")
+    if out:
+        os.replace(path, out)
+    return ok, dict(segments=len(snap["segments"]), blocks=blocks, trace_entries=len(actions),
+                    entries_with_frames=frames)
+
+
+@case
+def amp_gradscaler():
+    model = tiny_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler("cuda")
+    losses = []
+    for _ in range(6):
+        x = torch.randn(64, 256, device="cuda")
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x).float().pow(2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        losses.append(loss.item())
+    return all(l == l for l in losses) and losses[-1] < losses[0], dict(losses=losses)
+
+
+@case
+def side_stream_record_stream():
+    side = torch.cuda.Stream()
+    x = torch.randn(4096, 4096, device="cuda")
+    ref = (x * 2).sum().item()
+    with torch.cuda.stream(side):
+        side.wait_stream(torch.cuda.current_stream())
+        y = x * 2
+    y.record_stream(torch.cuda.current_stream())
+    torch.cuda.current_stream().wait_stream(side)
+    got = y.sum().item()
+    del y
+    z = torch.ones(4096, 4096, device="cuda")  # may reuse y's memory only after its uses
+    torch.cuda.synchronize()
+    return abs(got - ref) <= 1e-3 * abs(ref) + 1 and z.sum().item() == 4096 * 4096, {}
+
+
+@case
+def dataloader_pin_memory():
+    data = torch.utils.data.TensorDataset(torch.randn(512, 256), torch.randint(0, 10, (512,)))
+    loader = torch.utils.data.DataLoader(data, batch_size=64, num_workers=2, pin_memory=True)
+    model = tiny_model()
+    n = 0
+    for x, y in loader:
+        assert x.is_pinned()
+        model(x.cuda(non_blocking=True)).sum().backward()
+        n += 1
+    return n == 8, dict(batches=n)
+
+
+@case
+def compile_default():
+    model = tiny_model()
+    x = torch.randn(64, 256, device="cuda")
+    eager = model(x)
+    compiled = torch.compile(model)(x)
+    return torch.allclose(eager, compiled, atol=1e-4, rtol=1e-4), {}
+
+
+@case
+def compile_reduce_overhead():
+    model = tiny_model()
+    ref = tiny_model()
+    ref.load_state_dict(model.state_dict())
+    step = torch.compile(model, mode="reduce-overhead")
+    xs = [torch.randn(64, 256, device="cuda") for _ in range(6)]
+    outs = [step(x).clone() for x in xs]
+    refs = [ref(x) for x in xs]
+    # Training through the graphs: forward and backward recorded, then replayed.
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for x in xs:
+        loss = step(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    same = all(torch.allclose(o, r, atol=1e-4, rtol=1e-4) for o, r in zip(outs, refs))
+    return same and loss.item() == loss.item(), dict(allocated=torch.cuda.memory_allocated())
+
+
+@case
+def cuda_graph():
+    model = tiny_model()
+    static_x = torch.randn(64, 256, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    before = torch.cuda.memory_allocated()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        static_y = model(static_x)
+    during = torch.cuda.memory_allocated()
+    filler = [torch.randn(64, 512, device="cuda") for _ in range(8)]  # must not reuse the pool
+    ok = True
+    for _ in range(3):
+        x = torch.randn(64, 256, device="cuda")
+        static_x.copy_(x)
+        g.replay()
+        ok &= torch.allclose(static_y, model(x), atol=1e-4, rtol=1e-4)
+    del filler
+    g.reset()
+    return bool(ok) and during > before, dict(pool_bytes=during - before)
+
+
+@case
+def make_graphed_callables():
+    model = tiny_model()
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    graphed = torch.cuda.make_graphed_callables(model, (x,))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for _ in range(5):
+        x = torch.randn(64, 256, device="cuda", requires_grad=True)
+        loss = graphed(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses[-1] < losses[0], dict(losses=losses)
+
+
+@case
+def mempool():
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool):
+        a = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+        b = torch.empty(1000, device="cuda")
+    outside = torch.empty(8 * MiB, dtype=torch.uint8, device="cuda")
+    uses = pool.use_count()
+    segs = pool.snapshot()
+    pool_ptrs = {blk_addr for s in segs for blk_addr in [s["address"]]}
+    a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+    in_pool = all(any(s["address"] <= p < s["address"] + s["total_size"] for s in segs)
+                  for p in (a_ptr, b_ptr))
+    out_of_pool = not any(s["address"] <= outside.data_ptr() < s["address"] + s["total_size"]
+                          for s in segs)
+    del a, b
+    del pool
+    torch.cuda.empty_cache()
+    return in_pool and out_of_pool and uses >= 1, dict(use_count=uses, pool_segments=len(segs),
+                                                       pool_ptrs=len(pool_ptrs))
+
+
+@case
+def oom_retry():
+    torch.zeros(1, device="cuda")
+    free0, total = torch.cuda.mem_get_info()
+    t0 = time.perf_counter()
+    try:
+        torch.empty(1 << 40, dtype=torch.uint8, device="cuda")
+        huge_failed = False
+    except torch.OutOfMemoryError as e:
+        huge_failed = "Tried to allocate" in str(e)
+    huge_s = time.perf_counter() - t0
+    reserved_after_huge = torch.cuda.memory_reserved()
+    # A batch-size finder: double until OOM, then halve and keep the last that fits.
+    model = torch.nn.Linear(4096, 4096).cuda()
+    batch, last_ok, ooms = 1024, 0, 0
+    while batch < (1 << 24):
+        try:
+            x = torch.randn(batch, 4096, device="cuda")
+            model(x).sum().backward()
+            del x
+            last_ok = batch
+            batch *= 2
+        except torch.OutOfMemoryError:
+            ooms += 1
+            break
+    model.zero_grad(set_to_none=True)
+    working = torch.cuda.max_memory_allocated()
+    reserved = torch.cuda.memory_reserved()
+    free1, _ = torch.cuda.mem_get_info()
+    x = torch.randn(last_ok // 2, 4096, device="cuda")  # training goes on at a safe size
+    model(x).sum().backward()
+    ok = huge_failed and ooms == 1 and reserved_after_huge < 1 << 30
+    return ok, dict(huge_fail_seconds=round(huge_s, 3), reserved_after_huge=reserved_after_huge,
+                    last_ok_batch=last_ok, working_set=working, reserved_after_finder=reserved,
+                    driver_free_before=free0, driver_free_after_finder=free1, total=total)
+
+
+@case
+def checkpoint_save_load():
+    model = tiny_model()
+    train(model, steps=2)
+    path = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+    torch.save(model.state_dict(), path)
+    other = tiny_model()
+    other.load_state_dict(torch.load(path, map_location="cuda"))
+    x = torch.randn(8, 256, device="cuda")
+    return torch.equal(model(x), other(x)), {}
+
+
+@case
+def gradient_checkpointing():
+    from torch.utils.checkpoint import checkpoint
+    model = tiny_model()
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    checkpoint(model, x, use_reentrant=False).sum().backward()
+    g1 = x.grad.clone()
+    x.grad = None
+    model(x).sum().backward()
+    return torch.allclose(g1, x.grad, atol=1e-5), {}
+
+
+@case
+def profiler_memory():
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 profile_memory=True) as prof:
+        x = torch.randn(1024, 1024, device="cuda")
+        y = x @ x
+        del x, y
+    mem = sum(max(e.device_memory_usage, 0) for e in prof.events())
+    return mem > 0, dict(device_memory_usage=mem)
+
+
+@case
+def hf_trainer():
+    try:
+        import transformers
+    except ImportError:
+        return None, dict(skipped="transformers is not installed")
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=128, n_positions=64)
+    model = GPT2LMHeadModel(config)
+    ids = torch.randint(0, 128, (64, 32))
+    data = [{"input_ids": r, "labels": r} for r in ids]
+    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=8,
+                             max_steps=6, report_to=[], logging_steps=2, save_strategy="no",
+                             disable_tqdm=True)
+    result = Trainer(model=model, args=args, train_dataset=data).train()
+    return result.training_loss == result.training_loss, dict(
+        transformers=transformers.__version__, loss=result.training_loss)
+
+
+@case
+def ddp_one_gpu():
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    model = torch.nn.parallel.DistributedDataParallel(tiny_model())
+    losses = train(model, steps=5)
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    return losses[-1] < losses[0] and t[0].item() == 1.0, dict(losses=losses)
+
+
+def main():
+    name = sys.argv[1]
+    if name == "list":
+        print(" ".join(CASES))
+        return
+    ok, figures = CASES[name]()
+    row = {"case": name, "ok": ok}
+    row.update(figures)
+    print(json.dumps(row, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
