@@ -3,8 +3,10 @@
 # the allocator microbenchmarks and the training proof, writing logs and tables to $OUT.
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
-#                         [mincap WORKLOAD...] [caprepeat]
-#        (default: tests bench train). overhead: tests/gpu/overhead.sh, recording cost;
+#                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
+#        (default: tests bench train). compat: the compatibility matrix
+#        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
+#        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -110,6 +112,19 @@ if want turns; then
     --log "$OUT/steptime-turns.err" >"$OUT/steptime-turns.jsonl"
   $py "$repo/tests/gpu/step_time_turns.py" judge "$OUT/steptime-turns.jsonl" \
     --warmup "${STEPTIME_WARMUP:-25}" | tee "$OUT/steptime-turns.txt"
+fi
+
+if want compat; then
+  echo "== compatibility matrix"
+  $py "$repo/tests/gpu/compat_matrix.py" "$build/bin/gpumem" ${COMPAT_CASES:+--cases $COMPAT_CASES} \
+    ${COMPAT_MODES:+--modes $COMPAT_MODES} --jsonl "$OUT/compat.jsonl" 2>"$OUT/compat.err" \
+    | tee "$OUT/compat.md"
+fi
+
+if want emptyab; then
+  echo "== torch.empty + del, native and gpumem taking turns"
+  $py "$repo/tests/gpu/torch_empty_ab.py" --rounds "${EMPTYAB_ROUNDS:-8}" \
+    --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
 fi
 
 if want overhead; then
