@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "allocator/backend.h"
@@ -44,6 +45,54 @@ struct OomReport {
   std::string ToString() const;
 };
 
+// A private pool (CUDA graphs, torch.cuda.MemPool); 0 is the default pool.
+using PoolId = std::uint64_t;
+inline constexpr PoolId kDefaultPool = 0;
+
+// PyTorch's Stat: current and peak, and cumulative figures since ResetAccumulated().
+struct Stat {
+  std::int64_t current = 0;
+  std::int64_t peak = 0;
+  std::int64_t allocated = 0;
+  std::int64_t freed = 0;
+};
+
+// PyTorch's DeviceStats. Index 0: every block; 1: small blocks (size-class slabs);
+// 2: large blocks. Bytes of blocks are as requested (PoolLayout has carved sizes).
+struct DetailedStats {
+  enum Kind { kAll = 0, kSmall = 1, kLarge = 2 };
+  Stat allocation[3];       // live blocks
+  Stat segment[3];          // ranges holding pages or segments (all, large); slabs (small)
+  Stat active[3];           // live blocks and blocks whose free waits for other streams
+  Stat allocated_bytes[3];  // bytes of live blocks
+  Stat reserved_bytes[3];   // device memory held: small = slab bytes, large = the rest
+  Stat active_bytes[3];
+  Stat requested_bytes[3];
+  std::int64_t num_alloc_retries = 0;  // allocations that released cache or stitched
+  std::int64_t num_ooms = 0;
+  std::int64_t num_device_alloc = 0;   // physical pages created / segments obtained
+  std::int64_t num_device_free = 0;
+};
+
+// The memory layout for snapshots: segments in address order with their blocks.
+struct LayoutBlock {
+  enum State { kFree = 0, kAllocated = 1, kPendingFree = 2 };
+  DevicePtr address = 0;
+  std::size_t size = 0;
+  std::size_t requested = 0;  // 0 unless allocated
+  State state = kFree;
+};
+struct LayoutSegment {
+  DevicePtr address = 0;
+  std::size_t total_size = 0;
+  std::size_t allocated_size = 0;  // allocated blocks, as carved
+  std::size_t requested_size = 0;  // allocated blocks, as requested
+  StreamId stream = kDefaultStream;
+  PoolId pool = kDefaultPool;
+  bool is_small = false;           // a slab: its blocks are size-class slots
+  std::vector<LayoutBlock> blocks;  // in address order, covering the segment exactly
+};
+
 class DeviceAllocator {
  public:
   virtual ~DeviceAllocator() = default;
@@ -66,6 +115,43 @@ class DeviceAllocator {
   virtual AllocatorStats stats() const = 0;
   virtual void ResetPeaks() = 0;
   virtual OomReport last_oom() const = 0;
+
+  // --- Optional: the rest of PyTorch's allocator interface. Policies without it keep
+  // these defaults (Unimplemented, nothing, empty).
+
+  // Whether `ptr` is a live block of this allocator.
+  virtual bool Owns(DevicePtr /*ptr*/) const { return false; }
+  // Free(ptr) if `ptr` is a live block here; whether it was.
+  virtual bool FreeIfOwned(DevicePtr ptr) {
+    if (!Owns(ptr)) return false;
+    Free(ptr);
+    return true;
+  }
+
+  // Allocate() from private pool `pool` (0: Allocate). A pool's blocks come only from its
+  // own memory, which no other pool gets, and go back to it when freed.
+  virtual absl::StatusOr<DevicePtr> AllocateInPool(std::size_t bytes, StreamId stream,
+                                                   PoolId pool) {
+    if (pool == kDefaultPool) return Allocate(bytes, stream);
+    return absl::UnimplementedError("this policy has no private pools");
+  }
+  // A stream capture begins / ends (they nest). In between, no call may break a capture:
+  // no event query, synchronize, unmap or release.
+  virtual void BeginCapture() {}
+  virtual void EndCapture() {}
+  // The pool's owner is gone: its memory is released once none of its blocks is live.
+  virtual void ReleasePool(PoolId /*pool*/) {}
+  // Releases the pool's memory that no live block uses.
+  virtual void EmptyPoolCache(PoolId /*pool*/) {}
+  // The addresses of the pool's live blocks.
+  virtual std::vector<DevicePtr> PoolLiveBlocks(PoolId /*pool*/) const { return {}; }
+
+  // Zero except where a policy tracks them.
+  virtual DetailedStats detailed_stats() const { return {}; }
+  // Sets the cumulative figures of detailed_stats() to zero.
+  virtual void ResetAccumulated() {}
+  // Segments in address order; empty where a policy does not track them.
+  virtual std::vector<LayoutSegment> Layout() const { return {}; }
 };
 
 }  // namespace gpumem

@@ -212,7 +212,11 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     return Carve(b, bytes);
   }
   Block* e = plan.extent;
-  // Forward first; if the backward part then fails, the block simply keeps its new pages.
+  // Every page first, so that growth fails before anything is mapped or left created.
+  if (absl::StatusOr<std::size_t> s = pages_.CachePages(plan.pages()); !s.ok()) {
+    return s.status();
+  }
+  // Forward first; if the backward map then fails, the block simply keeps its new pages.
   if (plan.fwd_pages > 0) {
     if (absl::Status s = pages_.MapPages(e->end(), plan.fwd_pages); !s.ok()) return s;
     EraseFree(e);

@@ -16,6 +16,7 @@
 // Not thread-safe: the CachingAllocator calls it under its lock.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -100,6 +101,18 @@ class LargePool {
   std::size_t largest_free() const;
   std::size_t free_bytes() const { return free_bytes_; }
   std::size_t range_count() const { return ranges_.size(); }
+
+  // Calls f(range, blocks) for every range, its blocks in address order.
+  template <typename F>
+  void ForEachRange(F&& f) const {
+    std::vector<const Block*> blocks;
+    for (const auto& r : ranges_) {
+      blocks.clear();
+      for (const Block* b = r->tail; b != nullptr; b = b->prev) blocks.push_back(b);
+      std::reverse(blocks.begin(), blocks.end());
+      f(*r, blocks);
+    }
+  }
 
   // For tests: calls f(block) for every block, free or used.
   template <typename F>

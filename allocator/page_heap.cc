@@ -29,36 +29,49 @@ void PageHeap::Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes)
 }
 
 absl::StatusOr<DevicePtr> PageHeap::ReserveRange(std::size_t bytes) {
-  return backend_.ReserveAddressRange(bytes);
+  absl::StatusOr<DevicePtr> base = backend_.ReserveAddressRange(bytes);
+  if (base.ok()) ++ranges_created_;
+  return base;
 }
 
 void PageHeap::ReleaseRange(DevicePtr base, std::size_t bytes) {
   backend_.ReleaseAddressRange(base, bytes);
+  ++ranges_released_;
 }
 
-absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
-  // Create what the cache cannot give first, so a failure leaves nothing half done.
-  std::size_t missing = n > cached_.size() ? n - cached_.size() : 0;
-  std::vector<PhysicalHandle> fresh;
-  fresh.reserve(missing);
+absl::StatusOr<std::size_t> PageHeap::CachePages(std::size_t n) {
+  const std::size_t missing = n > cached_.size() ? n - cached_.size() : 0;
   for (std::size_t i = 0; i < missing; ++i) {
     absl::StatusOr<PhysicalHandle> h = backend_.CreatePhysical(page_);
     if (!h.ok()) {
-      // Keep what was created: it is reserved either way and the caller may trim it.
-      for (PhysicalHandle f : fresh) {
-        cached_.push_back(f);
+      // A request that cannot be served leaves the device as it found it.
+      for (std::size_t j = 0; j < i; ++j) {
+        ReleasePhysical(cached_.back());
+        cached_.pop_back();
       }
       return h.status();
     }
     reserved_ += page_;
-    fresh.push_back(*h);
+    created_bytes_ += page_;
+    cached_.push_back(*h);
   }
-  for (PhysicalHandle f : fresh) cached_.push_back(f);
+  return missing;
+}
+
+absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
+  absl::StatusOr<std::size_t> created = CachePages(n);
+  if (!created.ok()) return created.status();
   // The most recently cached pages first: pages lent by the caller's stitch are among them.
   std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n),
                                     cached_.end());
   std::reverse(pages.begin(), pages.end());
-  if (absl::Status s = backend_.MapPages(va, page_, pages.data(), n); !s.ok()) return s;
+  if (absl::Status s = backend_.MapPages(va, page_, pages.data(), n); !s.ok()) {
+    for (std::size_t j = 0; j < *created; ++j) {
+      ReleasePhysical(cached_.back());
+      cached_.pop_back();
+    }
+    return s;
+  }
   cached_.resize(cached_.size() - n);
   for (std::size_t i = 0; i < n; ++i) {
     DevicePtr at = va + i * page_;
@@ -66,6 +79,12 @@ absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
     Notify(AllocatorEventKind::kMap, at, page_);
   }
   return absl::OkStatus();
+}
+
+void PageHeap::ReleasePhysical(PhysicalHandle h) {
+  backend_.ReleasePhysical(h);
+  reserved_ -= page_;
+  released_bytes_ += page_;
 }
 
 void PageHeap::Quiesce() {
@@ -105,6 +124,8 @@ absl::StatusOr<DevicePtr> PageHeap::AllocateSegment(std::size_t bytes) {
   absl::StatusOr<DevicePtr> seg = backend_.AllocateSegment(bytes);
   if (!seg.ok()) return seg;
   reserved_ += bytes;
+  created_bytes_ += bytes;
+  ++ranges_created_;
   Notify(AllocatorEventKind::kMap, *seg, bytes);
   return seg;
 }
@@ -113,6 +134,8 @@ void PageHeap::FreeSegment(DevicePtr base, std::size_t bytes) {
   Quiesce();
   backend_.FreeSegment(base, bytes);
   reserved_ -= bytes;
+  released_bytes_ += bytes;
+  ++ranges_released_;
   Notify(AllocatorEventKind::kUnmap, base, bytes);
 }
 
@@ -130,10 +153,7 @@ void PageHeap::ReleaseCached() {
     std::vector<DevicePtr> vas(lent_.begin(), lent_.end());
     for (DevicePtr va : vas) RetireLent(va);
   }
-  for (PhysicalHandle h : cached_) {
-    backend_.ReleasePhysical(h);
-    reserved_ -= page_;
-  }
+  for (PhysicalHandle h : cached_) ReleasePhysical(h);
   cached_.clear();
 }
 

@@ -33,8 +33,13 @@ class PageHeap {
   void ReleaseRange(DevicePtr base, std::size_t bytes);
 
   // Backs [va, va + n pages) with pages: cached ones first, then new ones. All or nothing:
-  // ResourceExhausted (nothing mapped) when the device has no room for the new pages.
+  // ResourceExhausted (nothing mapped, no page created) when the device has no room for
+  // the new pages.
   absl::Status MapPages(DevicePtr va, std::size_t n);
+  // Creates pages until `n` are cached, so the next maps of up to `n` pages create none.
+  // All or nothing: on failure the pages it created are released again. Returns how many
+  // it created.
+  absl::StatusOr<std::size_t> CachePages(std::size_t n);
   // Unmaps the page at `va` and caches it. Synchronizes the device first unless that
   // already happened since the last BeginSlowPath(): pending work may use the page.
   void UnmapPage(DevicePtr va);
@@ -70,9 +75,17 @@ class PageHeap {
   void UnmapRange(DevicePtr base, std::size_t bytes);
 
   std::uint64_t reserved_bytes() const { return reserved_; }
+  // Cumulative bytes of pages created and segments obtained / released.
+  std::uint64_t created_bytes() const { return created_bytes_; }
+  std::uint64_t released_bytes() const { return released_bytes_; }
+  // Virtual ranges and segments held now, and cumulative.
+  std::uint64_t ranges() const { return ranges_created_ - ranges_released_; }
+  std::uint64_t ranges_created() const { return ranges_created_; }
+  std::uint64_t ranges_released() const { return ranges_released_; }
 
  private:
   void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes);
+  void ReleasePhysical(PhysicalHandle h);
 
   Backend& backend_;
   const int device_;
@@ -84,6 +97,10 @@ class PageHeap {
   absl::flat_hash_map<DevicePtr, PhysicalHandle> mapped_;   // page va -> its page
   absl::flat_hash_set<DevicePtr> lent_;                     // mapped, page lent elsewhere
   std::uint64_t reserved_ = 0;                              // pages + segments held
+  std::uint64_t created_bytes_ = 0;
+  std::uint64_t released_bytes_ = 0;
+  std::uint64_t ranges_created_ = 0;
+  std::uint64_t ranges_released_ = 0;
 };
 
 }  // namespace gpumem

@@ -24,6 +24,7 @@ Slab* SmallPool::AddSlab(int c, Block* block) {
   s->free_slots.clear();
   slabs_.push_back(s);
   empty_bytes_ += block->size;
+  bytes_ += block->size;
   List(s);
   return s;
 }

@@ -73,6 +73,7 @@ class SmallPool {
       if (s->used == 0) {
         if (s->listed) Unlist(s);
         empty_bytes_ -= s->block->size;
+        bytes_ -= s->block->size;
         release(s->block);
         spare_.push_back(s);  // kept with its vector's capacity: slabs come and go often
         ++n;
@@ -85,6 +86,12 @@ class SmallPool {
   }
 
   std::size_t slab_count() const { return slabs_.size(); }
+  // Bytes held by slabs.
+  std::size_t bytes() const { return bytes_; }
+  template <typename F>
+  void ForEachSlab(F&& f) const {
+    for (const Slab* s : slabs_) f(*s);
+  }
   // Bytes held by slabs with no block in use.
   std::size_t empty_bytes() const { return empty_bytes_; }
 
@@ -96,6 +103,7 @@ class SmallPool {
   std::vector<Slab*> slabs_;
   std::vector<Slab*> spare_;
   std::size_t empty_bytes_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 }  // namespace gpumem

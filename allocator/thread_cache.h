@@ -80,6 +80,48 @@ struct ThreadCacheLimits {
 
 class ThreadCache;
 
+// Cumulative allocations and frees, in blocks and requested bytes, in all and of small
+// blocks (large = all - small). Kept per thread cache and for the locked paths: a pair on
+// a cache writes only its own.
+struct AllocTally {
+  std::uint64_t alloc_count = 0;
+  std::uint64_t free_count = 0;
+  std::uint64_t alloc_bytes = 0;
+  std::uint64_t free_bytes = 0;
+  std::uint64_t small_alloc_count = 0;
+  std::uint64_t small_free_count = 0;
+  std::uint64_t small_alloc_bytes = 0;
+  std::uint64_t small_free_bytes = 0;
+
+  void OnAlloc(std::uint64_t bytes, bool small) {
+    ++alloc_count;
+    alloc_bytes += bytes;
+    if (small) {
+      ++small_alloc_count;
+      small_alloc_bytes += bytes;
+    }
+  }
+  void OnFree(std::uint64_t bytes, bool small) {
+    ++free_count;
+    free_bytes += bytes;
+    if (small) {
+      ++small_free_count;
+      small_free_bytes += bytes;
+    }
+  }
+  AllocTally& operator+=(const AllocTally& o) {
+    alloc_count += o.alloc_count;
+    free_count += o.free_count;
+    alloc_bytes += o.alloc_bytes;
+    free_bytes += o.free_bytes;
+    small_alloc_count += o.small_alloc_count;
+    small_free_count += o.small_free_count;
+    small_alloc_bytes += o.small_alloc_bytes;
+    small_free_bytes += o.small_free_bytes;
+    return *this;
+  }
+};
+
 // The allocator, as a thread's exit sees it.
 class ThreadCacheOwner {
  public:
@@ -159,6 +201,18 @@ class ThreadCache {
     records_.erase(ptr);
     return false;
   }
+  // Any record of `ptr` (live or cached), or null.
+  const LiveBlock* FindRecord(DevicePtr ptr) const {
+    auto it = records_.find(ptr);
+    return it == records_.end() ? nullptr : &it->second;
+  }
+  // Calls f(ptr, live) for every live (not cached) record.
+  template <typename F>
+  void ForEachLive(F&& f) const {
+    for (const auto& [p, live] : records_) {
+      if (!live.cached) f(p, live);
+    }
+  }
   // Erases a live block's record, copying it to `out`; false if none.
   bool Take(DevicePtr ptr, LiveBlock* out) {
     auto it = records_.find(ptr);
@@ -216,10 +270,12 @@ class ThreadCache {
   }
   std::size_t cached_bytes() const { return bytes_; }
 
-  std::uint64_t alloc_count = 0;  // allocations recorded here
-  std::uint64_t free_count = 0;   // frees of blocks recorded here, on this thread
-  // Bytes freed here not yet taken off the allocator's shared total (its accounting).
+  // Allocations recorded here and frees of blocks recorded here, on this thread.
+  AllocTally tally;
+  // Bytes and blocks freed here not yet taken off the allocator's shared totals (its
+  // accounting).
   std::uint64_t credit = 0;
+  std::uint64_t count_credit = 0;
 
   // Guarded by RegistryMutex(): null once detached (thread exit or allocator gone).
   ThreadCacheOwner* owner() const { return owner_; }

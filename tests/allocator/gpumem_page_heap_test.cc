@@ -40,10 +40,13 @@ TEST(PageHeapTest, MappingIsAllOrNothingAtCapacity) {
   absl::Status s = heap.MapPages(va, 4);
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(sim.counters().mapped_bytes, 0u);
-  // What was created is cached, reserved, and used by the next call.
-  EXPECT_EQ(heap.cached_pages(), 3u);
+  // What was created for the failed request is released again: the device is as before.
+  EXPECT_EQ(heap.cached_pages(), 0u);
+  EXPECT_EQ(heap.reserved_bytes(), 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_releases, 3u);
   ASSERT_TRUE(heap.MapPages(va, 3).ok());
-  EXPECT_EQ(sim.counters().physical_creates, 3u);
+  EXPECT_EQ(heap.reserved_bytes(), 3 * kPage);
   heap.UnmapRange(va, 8 * kPage);
   heap.ReleaseRange(va, 8 * kPage);
 }
