@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,6 +120,97 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
   return 0;
 }
 
+void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::PoolId pool) {
+  if (size < 0) {
+    SetError(absl::StrCat("gpumem_alloc: negative size ", size));
+    return nullptr;
+  }
+  absl::StatusOr<DeviceState*> state = GetDevice(device);
+  if (!state.ok()) {
+    ReportStartError(device, state.status());
+    return nullptr;
+  }
+  DeviceState& s = **state;
+  gpumem::Recorder::CallScope call_stack(TraceRecorder());  // before the allocator's lock
+  absl::StatusOr<gpumem::DevicePtr> ptr = s.allocator->AllocateInPool(
+      static_cast<std::size_t>(size), reinterpret_cast<gpumem::StreamId>(stream), pool);
+  if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
+  std::string message;
+  if (absl::IsResourceExhausted(ptr.status())) {
+    gpumem::OomReport report = s.allocator->last_oom();
+    message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
+    const absl::StatusOr<Config>& config = ProcessConfig();
+    if (!config.ok() || config->log_oom) std::fprintf(stderr, "%s\n", message.c_str());
+  } else {
+    message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
+                           " bytes failed: ", ptr.status().message());
+    std::fprintf(stderr, "%s\n", message.c_str());
+  }
+  SetError(message);
+  return nullptr;
+}
+
+// A free that names no device: with one device started (the common case) that one,
+// else the device whose allocator owns the block.
+void FreeOnOwner(gpumem::DevicePtr p) {
+  if (DeviceState* s = SoleStartedDevice()) {
+    s->allocator->Free(p);
+    return;
+  }
+  bool freed = false;
+  ForEachStartedDevice([&](DeviceState& s) {
+    if (!freed) freed = s.allocator->FreeIfOwned(p);
+  });
+  if (!freed) {
+    std::fprintf(stderr, "gpumem: free of %p: not a live gpumem block\n",
+                 reinterpret_cast<void*>(p));
+  }
+}
+
+gpumem_stat_t ToC(const gpumem::Stat& s) { return {s.current, s.peak, s.allocated, s.freed}; }
+
+void ToC(const gpumem::Stat (&in)[3], gpumem_stat_t (&out)[3]) {
+  for (int k = 0; k < 3; ++k) out[k] = ToC(in[k]);
+}
+
+gpumem_detailed_stats_t ToC(const gpumem::DetailedStats& d) {
+  gpumem_detailed_stats_t out{};
+  ToC(d.allocation, out.allocation);
+  ToC(d.segment, out.segment);
+  ToC(d.active, out.active);
+  ToC(d.allocated_bytes, out.allocated_bytes);
+  ToC(d.reserved_bytes, out.reserved_bytes);
+  ToC(d.active_bytes, out.active_bytes);
+  ToC(d.requested_bytes, out.requested_bytes);
+  out.num_alloc_retries = d.num_alloc_retries;
+  out.num_ooms = d.num_ooms;
+  out.num_device_alloc = d.num_device_alloc;
+  out.num_device_free = d.num_device_free;
+  return out;
+}
+
+gpumem_segment_t ToC(const gpumem::LayoutSegment& s) {
+  gpumem_segment_t out{};
+  out.address = s.address;
+  out.total_size = s.total_size;
+  out.allocated_size = s.allocated_size;
+  out.requested_size = s.requested_size;
+  out.stream = s.stream;
+  out.pool = s.pool;
+  out.block_count = static_cast<uint32_t>(s.blocks.size());
+  out.is_small = s.is_small ? 1 : 0;
+  return out;
+}
+
+gpumem_block_t ToC(const gpumem::LayoutBlock& b) {
+  gpumem_block_t out{};
+  out.address = b.address;
+  out.size = b.size;
+  out.requested_size = b.requested;
+  out.state = static_cast<int32_t>(b.state);
+  return out;
+}
+
 std::string Gib(std::uint64_t bytes) { return absl::StrFormat("%.3f GiB", bytes / 1073741824.0); }
 
 }  // namespace
@@ -130,44 +222,28 @@ namespace h = gpumem::hooks;
 extern "C" {
 
 void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream) {
-  if (size < 0) {
-    h::SetError(absl::StrCat("gpumem_alloc: negative size ", size));
-    return nullptr;
-  }
-  absl::StatusOr<DeviceState*> state = h::GetDevice(device);
-  if (!state.ok()) {
-    h::ReportStartError(device, state.status());
-    return nullptr;
-  }
-  DeviceState& s = **state;
-  gpumem::Recorder::CallScope call_stack(h::TraceRecorder());  // before the allocator's lock
-  absl::StatusOr<gpumem::DevicePtr> ptr = s.allocator->Allocate(
-      static_cast<std::size_t>(size), reinterpret_cast<gpumem::StreamId>(stream));
-  if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
-  std::string message;
-  if (absl::IsResourceExhausted(ptr.status())) {
-    gpumem::OomReport report = s.allocator->last_oom();
-    message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
-    const absl::StatusOr<h::Config>& config = h::ProcessConfig();
-    if (!config.ok() || config->log_oom) std::fprintf(stderr, "%s\n", message.c_str());
-  } else {
-    message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
-                           " bytes failed: ", ptr.status().message());
-    std::fprintf(stderr, "%s\n", message.c_str());
-  }
-  h::SetError(message);
-  return nullptr;
+  return h::Allocate(size, device, stream, gpumem::kDefaultPool);
+}
+
+void* gpumem_alloc_in_pool(ssize_t size, int device, struct CUstream_st* stream,
+                           uint64_t pool) {
+  return h::Allocate(size, device, stream, pool);
 }
 
 void gpumem_free(void* ptr, ssize_t, int device, struct CUstream_st*) {
   if (ptr == nullptr) return;
+  const auto p = reinterpret_cast<gpumem::DevicePtr>(ptr);
+  if (device < 0) {
+    h::FreeOnOwner(p);
+    return;
+  }
   DeviceState* s = h::StartedDevice(device);
   if (s == nullptr) {
     std::fprintf(stderr, "gpumem: free of %p on device %d, which gpumem never started\n",
                  ptr, device);
     return;
   }
-  s->allocator->Free(reinterpret_cast<gpumem::DevicePtr>(ptr));
+  s->allocator->Free(p);
 }
 
 void gpumem_record_stream(void* ptr, int device, struct CUstream_st* stream) {
@@ -411,6 +487,79 @@ uint32_t gpumem_autograd_node_frame(const char* name) {
 
 void gpumem_set_autograd_link(uint64_t seq, uint64_t thread, uint32_t node_frame) {
   gpumem::Recorder::SetAutogradLink(seq, static_cast<std::uint32_t>(thread), node_frame);
+}
+
+int gpumem_detailed_stats(int device, gpumem_detailed_stats_t* out) {
+  if (out == nullptr) return -1;
+  *out = gpumem_detailed_stats_t{};
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) return -1;
+  *out = h::ToC(s->allocator->detailed_stats());
+  return 0;
+}
+
+void gpumem_reset_accumulated(int device) {
+  h::OnDevices(device, [](DeviceState& s) { s.allocator->ResetAccumulated(); });
+}
+
+void gpumem_capture_begin(int device) {
+  // A capture may come before the first allocation: the device starts here.
+  absl::StatusOr<DeviceState*> state = h::GetDevice(device);
+  if (!state.ok()) {
+    h::ReportStartError(device, state.status());
+    return;
+  }
+  (*state)->allocator->BeginCapture();
+}
+
+void gpumem_capture_end(int device) {
+  if (DeviceState* s = h::StartedDevice(device)) s->allocator->EndCapture();
+}
+
+void gpumem_release_pool(int device, uint64_t pool) {
+  h::OnDevices(device, [pool](DeviceState& s) { s.allocator->ReleasePool(pool); });
+}
+
+void gpumem_empty_pool_cache(int device, uint64_t pool) {
+  h::OnDevices(device, [pool](DeviceState& s) { s.allocator->EmptyPoolCache(pool); });
+}
+
+size_t gpumem_pool_live_blocks(int device, uint64_t pool, void** out, size_t max) {
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) return 0;
+  const std::vector<gpumem::DevicePtr> live = s->allocator->PoolLiveBlocks(pool);
+  for (size_t i = 0; i < live.size() && i < max && out != nullptr; ++i) {
+    out[i] = reinterpret_cast<void*>(live[i]);
+  }
+  return live.size();
+}
+
+int gpumem_block_device(void* ptr) {
+  if (ptr == nullptr) return -1;
+  const auto p = reinterpret_cast<gpumem::DevicePtr>(ptr);
+  int owner = -1;
+  h::ForEachStartedDevice([&](DeviceState& s) {
+    if (owner < 0 && s.allocator->Owns(p)) owner = s.device;
+  });
+  return owner;
+}
+
+size_t gpumem_layout(int device, gpumem_segment_t* segments, size_t max_segments,
+                     gpumem_block_t* blocks, size_t max_blocks, size_t* block_total) {
+  if (block_total != nullptr) *block_total = 0;
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr) return 0;
+  const std::vector<gpumem::LayoutSegment> layout = s->allocator->Layout();
+  size_t b = 0;
+  for (size_t i = 0; i < layout.size(); ++i) {
+    if (segments != nullptr && i < max_segments) segments[i] = h::ToC(layout[i]);
+    for (const gpumem::LayoutBlock& block : layout[i].blocks) {
+      if (blocks != nullptr && b < max_blocks && i < max_segments) blocks[b] = h::ToC(block);
+      ++b;
+    }
+  }
+  if (block_total != nullptr) *block_total = b;
+  return layout.size();
 }
 
 size_t gpumem_last_error(char* buf, size_t len) {

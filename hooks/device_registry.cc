@@ -17,6 +17,8 @@ struct Registry {
   std::optional<absl::StatusOr<Config>> config;
   std::optional<absl::StatusOr<AllocatorObserver*>> observer;
   std::array<std::atomic<DeviceState*>, kMaxDevices> devices{};
+  std::atomic<DeviceState*> sole{nullptr};  // the only started device; null for 0 or 2+
+  int started = 0;
   std::array<std::optional<absl::Status>, kMaxDevices> start_errors;
   std::array<std::optional<std::uint64_t>, kMaxDevices> pending_capacity;
   std::array<std::optional<double>, kMaxDevices> pending_fraction;
@@ -86,6 +88,7 @@ absl::StatusOr<DeviceState*> GetDevice(int device) {
     return started.status();
   }
   r.devices[device].store(*started, std::memory_order_release);
+  r.sole.store(++r.started == 1 ? *started : nullptr, std::memory_order_release);
   return *started;
 }
 
@@ -93,6 +96,8 @@ DeviceState* StartedDevice(int device) {
   if (device < 0 || device >= kMaxDevices) return nullptr;
   return R().devices[device].load(std::memory_order_acquire);
 }
+
+DeviceState* SoleStartedDevice() { return R().sole.load(std::memory_order_acquire); }
 
 void ForEachStartedDevice(const std::function<void(DeviceState&)>& fn) {
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -119,6 +124,8 @@ void ResetRegistryForTesting() {
   std::lock_guard<std::mutex> lock(r.mu);
   r.config.reset();
   r.observer.reset();
+  r.sole.store(nullptr);
+  r.started = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
     delete r.devices[d].exchange(nullptr);  // tests hold no block across a reset
     r.start_errors[d].reset();

@@ -37,6 +37,9 @@ const absl::StatusOr<Config>& ProcessConfig();
 absl::StatusOr<DeviceState*> GetDevice(int device);
 // The device's state if it has started, else nullptr. Never starts one.
 DeviceState* StartedDevice(int device);
+// The started device if exactly one has started, else nullptr: one load in the common
+// one-device case.
+DeviceState* SoleStartedDevice();
 // Calls `fn` for every started device.
 void ForEachStartedDevice(const std::function<void(DeviceState&)>& fn);
 
