@@ -5,18 +5,40 @@
 
 namespace gpumem::report {
 
-std::string Verdict(const Report& r) {
-  if (!r.ooms.empty()) {
-    const OomClass c = r.ooms.front().cls;
-    return absl::StrCat(r.ooms.size(), " OOM", r.ooms.size() == 1 ? "" : "s", "; the first is ",
-                        c == OomClass::kPeak ? "a genuine peak" : OomClassName(c));
-  }
+namespace {
+
+std::string ClassText(OomClass c) {
+  return c == OomClass::kPeak ? "a genuine peak" : OomClassName(c);
+}
+
+std::string LeakVerdict(const Report& r) {
   if (!r.leaks.suspects.empty()) {
     return absl::StrCat("leak: live memory grows ", Bytes(r.leaks.bytes_per_step),
                         " per step, mostly at ", r.leaks.suspects.front().name);
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
   return "no leak: live memory at step ends does not grow";
+}
+
+}  // namespace
+
+std::string Verdict(const Report& r) {
+  const std::string recovered =
+      r.recovered_ooms == 0
+          ? ""
+          : absl::StrCat(r.recovered_ooms, " OOM", r.recovered_ooms == 1 ? "" : "s",
+                         " caught and recovered from");
+  if (r.fatal_oom) {
+    const OomExplanation& x = r.ooms[*r.fatal_oom];
+    return absl::StrCat("out of memory in step ", x.at.step + 1, ": ", ClassText(x.cls),
+                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"));
+  }
+  if (!r.ooms.empty()) {
+    return absl::StrCat("the run did not die of an OOM it saw (",
+                        recovered.empty() ? absl::StrCat(r.ooms.size(), " OOMs") : recovered,
+                        "); ", LeakVerdict(r));
+  }
+  return LeakVerdict(r);
 }
 
 nlohmann::json ReportToJson(const Report& r) {
@@ -29,6 +51,7 @@ nlohmann::json ReportToJson(const Report& r) {
   out["steps"] = {{"count", r.steps.count},
                   {"method", StepMethodName(r.steps.method)},
                   {"detail", r.steps.detail},
+                  {"source", r.steps.source},
                   {"ends_seen", r.steps.ends.size()}};
   out["peak_allocated"] = r.timeline.peak_allocated;
   out["peak_allocated_step"] = r.steps.StepOf(r.timeline.peak_allocated_index) + 1;
@@ -61,6 +84,11 @@ nlohmann::json ReportToJson(const Report& r) {
   for (const OomExplanation& x : r.ooms) {
     json j;
     j["class"] = OomClassName(x.cls);
+    j["recovered"] = x.recovered;
+    j["ended_the_run"] = x.fatal;
+    j["allocated_after"] = x.at.allocated_after;
+    j["reserved_after"] = x.at.reserved_after;
+    j["allocs_after"] = x.at.allocs_after;
     j["event_index"] = x.at.index;
     j["time_us"] = x.at.time_us;
     j["device"] = x.at.device;
@@ -85,6 +113,8 @@ nlohmann::json ReportToJson(const Report& r) {
     ooms.push_back(std::move(j));
   }
   out["ooms"] = std::move(ooms);
+  out["fatal_oom"] = r.fatal_oom ? json(*r.fatal_oom) : json(nullptr);
+  out["recovered_ooms"] = r.recovered_ooms;
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;

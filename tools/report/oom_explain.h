@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tools/report/leaks.h"
+#include "tools/report/steps.h"
 #include "tools/report/timeline.h"
 
 namespace gpumem::report {
@@ -25,9 +26,21 @@ struct ReplayOutcome {
   std::optional<std::size_t> own_oom_index;  // where it ran out itself, if it did
 };
 
+// A capacity and where it came from ("--capacity", "trace: ...").
+struct KnownCapacity {
+  std::uint64_t bytes = 0;
+  std::string source;
+};
+
+// Below this many finished steps there is no growth to measure: an OOM is a peak or
+// fragmentation, never a leak.
+inline constexpr std::size_t kMinStepsForLeak = 3;
+
 struct OomExplanation {
   OomPoint at;
   OomClass cls = OomClass::kPeak;
+  bool recovered = false;  // the program caught it and went on (oom_fate.h)
+  bool fatal = false;      // the OOM that ended the run
   std::uint64_t capacity = 0;
   std::string capacity_source;  // "--capacity", "trace", "reserved + driver free"
   std::uint64_t free_cached = 0;  // reserved - allocated
@@ -38,9 +51,11 @@ struct OomExplanation {
   std::optional<ReplayOutcome> replay;
 };
 
-// `capacity`: --capacity or the trace's, if either is known.
+// `capacities[i]`: the capacity in force at timeline.ooms[i] (--capacity or the trace's),
+// where known; else it is what the process held plus what the driver had free.
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
-                                        std::optional<std::uint64_t> capacity,
+                                        const Steps& steps,
+                                        const std::vector<std::optional<KnownCapacity>>& capacities,
                                         const std::optional<ReplayOutcome>& replay);
 
 // Replays through gpumem's allocator if any OOM looks like fragmentation (the caller

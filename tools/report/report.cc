@@ -1,6 +1,7 @@
 #include "tools/report/report.h"
 
 #include "absl/strings/str_cat.h"
+#include "tools/report/capacity.h"
 
 namespace gpumem::report {
 
@@ -11,34 +12,31 @@ std::vector<std::string> StackNames(const trace::Trace& trace, std::uint32_t sta
   return out;
 }
 
-Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
-  Report r(trace);
-  r.steps = FindSteps(trace, options.step_site, r.sites.common_dir());
-  r.timeline = BuildTimeline(trace, r.sites, r.steps, options.series_points, options.progress);
-  r.leaks = FindLeaks(r.timeline, r.sites, r.steps);
-  if (options.capacity) {
-    r.capacity = options.capacity;
-    r.capacity_source = "--capacity";
-  } else if (trace.device_capacity) {
-    r.capacity = trace.device_capacity;
-    r.capacity_source = "trace";
-  }
-  if (r.capacity) r.projected_oom_step = ProjectOomStep(r.timeline, r.steps, r.leaks, *r.capacity);
+namespace {
 
-  std::optional<ReplayOutcome> replay;
-  if (options.replay_fragmentation && !r.timeline.ooms.empty()) {
-    // Only worth the time when some OOM looks like fragmentation.
-    std::vector<OomExplanation> first = ExplainOoms(r.timeline, r.leaks, r.capacity, std::nullopt);
-    for (const OomExplanation& x : first) {
-      if (x.cls == OomClass::kFragmentation) {
-        replay = ReplayThroughGpumem(trace, x.capacity, x.at.index);
-        break;
-      }
+std::vector<std::optional<KnownCapacity>> OomCapacities(const Report& r,
+                                                        std::optional<std::uint64_t> given) {
+  std::vector<std::optional<KnownCapacity>> out;
+  for (const OomPoint& p : r.timeline.ooms) {
+    out.push_back(CapacityAt(*r.trace, p.device, p.time_us, given));
+  }
+  return out;
+}
+
+// Only worth the time when the OOM that ended the run looks like fragmentation.
+std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
+                                                const std::vector<std::optional<KnownCapacity>>& caps) {
+  std::vector<OomExplanation> first = ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt);
+  for (const OomExplanation& x : first) {
+    if (x.fatal && x.cls == OomClass::kFragmentation) {
+      return ReplayThroughGpumem(*r.trace, x.capacity, x.at.index);
     }
   }
-  r.ooms = ExplainOoms(r.timeline, r.leaks, r.capacity, replay);
+  return std::nullopt;
+}
 
-  r.warnings = trace.warnings;
+void AddWarnings(Report& r) {
+  r.warnings = r.trace->warnings;
   if (r.timeline.unmatched_frees > 0) {
     r.warnings.push_back(absl::StrCat(r.timeline.unmatched_frees,
                                       " frees of blocks the trace never allocated (recording "
@@ -46,9 +44,32 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   }
   if (r.steps.method == StepMethod::kNone) {
     r.warnings.push_back("no step boundaries found (no step markers, no Optimizer.step "
-                         "annotations, no repeating pattern): leak detection needs steps; "
-                         "try --step-site FILE:LINE");
+                         "annotations, no repeating pattern that holds a backward): leak "
+                         "detection needs steps; try --step-site FILE:LINE");
   }
+}
+
+}  // namespace
+
+Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
+  Report r(trace);
+  r.steps = FindSteps(trace, options.step_site, r.sites.common_dir());
+  r.timeline = BuildTimeline(trace, r.sites, r.steps, options.series_points, options.progress);
+  r.leaks = FindLeaks(r.timeline, r.sites, r.steps);
+  if (std::optional<KnownCapacity> cap = FinalCapacity(trace, MainDevice(trace), options.capacity)) {
+    r.capacity = cap->bytes;
+    r.capacity_source = cap->source;
+    r.projected_oom_step = ProjectOomStep(r.timeline, r.steps, r.leaks, *r.capacity);
+  }
+  const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
+  std::optional<ReplayOutcome> replay;
+  if (options.replay_fragmentation) replay = ReplayIfFragmented(r, caps);
+  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay);
+  for (std::size_t i = 0; i < r.ooms.size(); ++i) {
+    if (r.ooms[i].fatal) r.fatal_oom = i;
+    r.recovered_ooms += r.ooms[i].recovered;
+  }
+  AddWarnings(r);
   return r;
 }
 

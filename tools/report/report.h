@@ -31,8 +31,10 @@ struct Report {
   Timeline timeline;
   LeakAnalysis leaks;
   std::vector<OomExplanation> ooms;
-  std::optional<std::uint64_t> capacity;
-  std::string capacity_source;  // "--capacity", "trace", or empty
+  std::optional<std::size_t> fatal_oom;  // index into ooms: the OOM that ended the run
+  std::size_t recovered_ooms = 0;        // OOMs the program caught and went on from
+  std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
+  std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based
   std::vector<std::string> warnings;
 

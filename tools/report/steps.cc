@@ -8,20 +8,38 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "tools/report/sites.h"
+#include "tools/report/step_unit.h"
 
 namespace gpumem::report {
 namespace {
 
 using trace::Action;
 
+std::string StepSourceText(std::size_t hooks, std::size_t explicit_calls) {
+  if (hooks > 0 && explicit_calls > 0) {
+    return absl::StrCat("optimizer step hooks (", hooks, ") and gpumem.step() (",
+                        explicit_calls, ")");
+  }
+  if (hooks > 0) return "optimizer step hooks";
+  if (explicit_calls > 0) return "gpumem.step()";
+  return "unrecorded";
+}
+
 Steps FromStepEvents(const trace::Trace& trace) {
   Steps steps;
+  std::size_t hooks = 0, explicit_calls = 0;
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
-    if (trace.events[i].action == Action::kStep) steps.ends.push_back(i);
+    const trace::Event& e = trace.events[i];
+    if (e.action != Action::kStep) continue;
+    steps.ends.push_back(i);
+    hooks += e.step_source == trace::StepSource::kOptimizerHook;
+    explicit_calls += e.step_source == trace::StepSource::kExplicit;
   }
   if (steps.ends.empty()) return steps;
   steps.method = StepMethod::kStepEvents;
   steps.count = steps.ends.size();
+  steps.source = StepSourceText(hooks, explicit_calls);
+  if (steps.source != "unrecorded") steps.detail = absl::StrCat("marked by ", steps.source);
   return steps;
 }
 
@@ -90,7 +108,7 @@ Steps FromStepSite(const trace::Trace& trace, const StepSite& site) {
 class PeriodFinder {
  public:
   PeriodFinder(const trace::Trace& trace, absl::string_view site_dir)
-      : trace_(trace), site_dir_(site_dir) {
+      : trace_(trace), site_dir_(site_dir), unit_(trace) {
     for (std::size_t i = 0; i < trace.events.size(); ++i) {
       if (trace.events[i].action == Action::kAlloc) alloc_events_.push_back(i);
     }
@@ -107,29 +125,23 @@ class PeriodFinder {
     }
     // Candidates by count ascending (longest period first), earliest first use on ties.
     std::vector<std::pair<std::size_t, std::uint32_t>> candidates;  // (count, first pos)
+    absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_at_first;
     for (const auto& [stack, pos] : positions) {
       if (pos.size() >= 3 && pos.size() <= n / 2) candidates.emplace_back(pos.size(), pos[0]);
+      stack_at_first[pos[0]] = stack;
     }
     std::sort(candidates.begin(), candidates.end());
-    absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_at_first;
-    for (const auto& [stack, pos] : positions) stack_at_first[pos[0]] = stack;
     for (const auto& [count, first] : candidates) {
-      const std::vector<std::uint32_t>& pos = positions.at(stack_at_first.at(first));
-      if (IsPeriodic(pos)) {
-        std::vector<std::size_t> starts;
-        for (std::uint32_t p : pos) starts.push_back(alloc_events_[p]);
-        std::uint32_t stack = stack_at_first.at(first);
-        std::string where = "?";
-        for (std::uint32_t f : trace_.stacks[stack]) {
-          if (!IsLibraryFrame(trace_.frames[f])) {
-            const trace::Frame& frame = trace_.frames[f];
-            where = absl::StrCat(DisplayPath(frame.filename, site_dir_), ":", frame.line, " ",
-                                 frame.function);
-            break;
-          }
-        }
-        return FromStarts(starts, StepMethod::kInferred, absl::StrCat("each step starts at an allocation from ", where));
-      }
+      const std::uint32_t stack = stack_at_first.at(first);
+      const std::vector<std::uint32_t>& pos = positions.at(stack);
+      if (!IsPeriodic(pos)) continue;
+      std::vector<std::size_t> starts;
+      for (std::uint32_t p : pos) starts.push_back(alloc_events_[p]);
+      // A repeat that holds no backward is a layer of one forward, not a step.
+      if (!unit_.LooksLikeSteps(starts)) continue;
+      return FromStarts(starts, StepMethod::kInferred,
+                        absl::StrCat("no step marks in the trace; each step starts at an "
+                                     "allocation from ", Describe(stack)));
     }
     return Steps{};
   }
@@ -173,10 +185,22 @@ class PeriodFinder {
     return 1.0 - static_cast<double>(differ) / total;
   }
 
+  // The stack's innermost frame in the user's code, named as its site is.
+  std::string Describe(std::uint32_t stack) const {
+    for (std::uint32_t f : trace_.stacks[stack]) {
+      const trace::Frame& frame = trace_.frames[f];
+      if (IsLibraryFrame(frame)) continue;
+      return absl::StrCat(DisplayPath(frame.filename, site_dir_), ":", frame.line, " ",
+                          frame.function);
+    }
+    return "?";
+  }
+
   std::uint32_t StackAt(std::size_t alloc) const { return trace_.events[alloc_events_[alloc]].stack_id; }
 
   const trace::Trace& trace_;
   const absl::string_view site_dir_;
+  const StepUnitCheck unit_;
   std::vector<std::size_t> alloc_events_;
 };
 

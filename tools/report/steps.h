@@ -30,6 +30,9 @@ struct Steps {
   // the state after events [0, end). ends.size() <= count.
   std::vector<std::size_t> ends;
   std::string detail;  // e.g. the annotation name or the anchor site, for the reader
+  // kStepEvents: what marked them: "optimizer step hooks", "gpumem.step()", both, or
+  // "unrecorded" (traces from before the source was recorded).
+  std::string source;
 
   // The step that event `index` belongs to (0-based).
   std::size_t StepOf(std::size_t index) const;

@@ -4,60 +4,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tools/trace/frame_table.h"
+#include "tools/report/synthetic_builder.h"
 
 namespace gpumem::report::synthetic {
 namespace {
 
 using trace::Action;
-
-class Builder {
- public:
-  Builder() : frames_(&trace_) {
-    trace_.source = "synthetic";
-    trace_.format = "synthetic";
-    trace_.device_capacity = kCapacity;
-  }
-
-  // A stack: torch's linear forward innermost, then train.py:`line` in `function`,
-  // then the script's entry.
-  std::uint32_t Stack(int line, const std::string& function) {
-    std::vector<std::uint32_t> ids = {
-        frames_.Intern({"site-packages/torch/nn/modules/linear.py", 125, "forward"}),
-        frames_.Intern({"train.py", line, function}),
-        frames_.Intern({"train.py", 200, "<module>"})};
-    return frames_.InternStack(ids);
-  }
-
-  void Add(Action action, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = 0) {
-    trace::Event e;
-    e.action = action;
-    e.addr = addr;
-    e.size = size;
-    e.stack_id = stack;
-    e.time_us = time_us_ += 10;
-    trace_.events.push_back(e);
-  }
-  void Segment(std::uint64_t addr, std::uint64_t size) { Add(Action::kSegmentAlloc, addr, size); }
-  void Alloc(std::uint64_t addr, std::uint64_t size, std::uint32_t stack) { Add(Action::kAlloc, addr, size, stack); }
-  void Free(std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
-    Add(Action::kFreeRequested, addr, size, stack);
-    Add(Action::kFreeCompleted, addr, size, stack);
-  }
-  void Step() { Add(Action::kStep, 0, 0); }
-  void Oom(std::uint64_t request, std::uint64_t device_free) {
-    Add(Action::kOom, device_free, request);
-    trace_.events.back().device_free = device_free;
-  }
-  trace::Trace Take() { return std::move(trace_); }
-  std::size_t size() const { return trace_.events.size(); }
-  void Reserve(std::size_t n) { trace_.events.reserve(n); }
-
- private:
-  trace::Trace trace_;
-  trace::FrameTable frames_;
-  std::int64_t time_us_ = 1'000'000;
-};
 
 constexpr std::uint64_t kBase = 0x7f0000000000ull;
 

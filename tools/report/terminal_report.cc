@@ -15,6 +15,55 @@ std::string Paint(bool color, const char* code, absl::string_view text) {
   return color ? absl::StrCat("\033[", code, "m", text, "\033[0m") : std::string(text);
 }
 
+// Idle cache after a recovered OOM worth a word: libraries that allocate outside the
+// allocator (cuBLAS, cuDNN, NCCL) then find the device full.
+constexpr double kIdleShareWorthNoting = 0.25;
+constexpr std::size_t kRecoveredListed = 5;
+
+void AppendFatalOom(const OomExplanation& x, bool color, std::string* out) {
+  absl::StrAppend(out, "\n", Paint(color, "1;31", absl::StrCat("OOM that ended the run (", OomClassName(x.cls), ")")),
+                  " in step ", x.at.step + 1, ", requesting ", Bytes(x.at.request), ":\n  ",
+                  x.evidence, "\n  Fix: ", x.fix, "\n");
+}
+
+// One line per OOM the run went on from (or that came just before the fatal one), and
+// what the last of them left in the cache; the fix only once.
+void AppendOtherOoms(const Report& r, std::string* out) {
+  std::size_t listed = 0, others = 0;
+  const OomExplanation* last_recovered = nullptr;
+  for (const OomExplanation& x : r.ooms) {
+    if (x.fatal) continue;
+    ++others;
+    if (x.recovered) last_recovered = &x;
+    if (listed == kRecoveredListed) continue;
+    if (listed++ == 0) absl::StrAppend(out, "\nOOMs the program caught and went on from:\n");
+    absl::StrAppend(out, "  step ", x.at.step + 1, ": ", Bytes(x.at.request), " requested with ",
+                    Bytes(x.at.allocated), " allocated (", OomClassName(x.cls), ")",
+                    x.recovered ? "" : ", not recovered", "\n");
+  }
+  if (others > listed) absl::StrAppend(out, "  ... and ", others - listed, " more (--json lists all)\n");
+  if (last_recovered == nullptr) return;
+  const OomPoint& p = last_recovered->at;
+  const std::uint64_t idle = p.reserved_after > p.allocated_after ? p.reserved_after - p.allocated_after : 0;
+  absl::StrAppend(out, "  Left behind: ", p.after_is_step_end ? "at the next step end" : "at the trace's end",
+                  ", reserved ", Bytes(p.reserved_after), ", allocated ", Bytes(p.allocated_after),
+                  " (", Bytes(idle), " idle in the cache).\n");
+  if (p.reserved_after > 0 && idle >= kIdleShareWorthNoting * static_cast<double>(p.reserved_after)) {
+    absl::StrAppend(out, "  The cache keeps that memory from the driver, so libraries that allocate "
+                         "outside the allocator (cuBLAS, cuDNN, NCCL) can fail later: call "
+                         "torch.cuda.empty_cache() after catching an OOM.\n");
+  }
+}
+
+void AppendOoms(const Report& r, bool color, std::string* out) {
+  if (r.fatal_oom) AppendFatalOom(r.ooms[*r.fatal_oom], color, out);
+  AppendOtherOoms(r, out);
+  if (!r.ooms.empty() && !r.fatal_oom) {
+    absl::StrAppend(out, "\nThe run did not die of an OOM it saw: every OOM above was caught and "
+                         "the program went on.\n");
+  }
+}
+
 }  // namespace
 
 std::string FormatTerminal(const Report& r, bool color) {
@@ -68,13 +117,7 @@ std::string FormatTerminal(const Report& r, bool color) {
       absl::StrAppend(&out, "  (give --capacity SIZE to project the step that would run out of memory)\n");
     }
   }
-  for (std::size_t i = 0; i < r.ooms.size() && i < 3; ++i) {
-    const OomExplanation& x = r.ooms[i];
-    absl::StrAppend(&out, "\n", Paint(color, "1;31", absl::StrCat("OOM ", i + 1, " (", OomClassName(x.cls), ")")),
-                    " in step ", x.at.step + 1, ", requesting ", Bytes(x.at.request), ":\n  ",
-                    x.evidence, "\n  Fix: ", x.fix, "\n");
-  }
-  if (r.ooms.size() > 3) absl::StrAppend(&out, "  ... and ", r.ooms.size() - 3, " more OOMs (--json lists all)\n");
+  AppendOoms(r, color, &out);
   for (const std::string& w : r.warnings) absl::StrAppend(&out, "\nwarning: ", w);
   if (!r.warnings.empty()) absl::StrAppend(&out, "\n");
   return out;

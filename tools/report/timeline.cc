@@ -6,121 +6,176 @@
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
+namespace {
 
 using trace::Action;
 
-Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
-                       std::size_t points, const Progress& progress) {
-  Timeline t;
-  const std::size_t n = trace.events.size();
-  t.events = n;
-  if (n == 0) return t;
-  t.first_time_us = trace.events.front().time_us;
-  t.last_time_us = trace.events.back().time_us;
-  t.sites.resize(sites.size());
-  t.site_samples.resize(sites.size());
-  t.step_peak_allocated.assign(std::max<std::size_t>(steps.count, 1) + 1, 0);
-  const std::size_t bucket = std::max<std::size_t>(1, (n + points - 1) / std::max<std::size_t>(points, 1));
+// Per-site samples cost sites x samples: past kMaxSamples step ends, sample every k-th
+// (the fit needs the trend, not every step), always including the last.
+constexpr std::size_t kMaxSamples = 1000;
+// The layout walk is per OOM; a storm of them needs few.
+constexpr std::size_t kOomsWithLayout = 100;
 
-  LiveState state(sites);
-  // Per-site samples cost sites x samples: past kMaxSamples step ends, sample every k-th
-  // (the fit needs the trend, not every step), always including the last.
-  constexpr std::size_t kMaxSamples = 1000;
-  const std::size_t sample_stride = std::max<std::size_t>(1, (steps.ends.size() + kMaxSamples - 1) / kMaxSamples);
-  std::size_t next_end = 0;  // index into steps.ends
-  std::size_t step = 0;
-  SeriesPoint point;
+class TimelineBuilder {
+ public:
+  TimelineBuilder(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
+                  std::size_t points)
+      : trace_(trace), sites_(sites), steps_(steps), state_(sites) {
+    const std::size_t n = trace.events.size();
+    t_.events = n;
+    t_.sites.resize(sites.size());
+    t_.site_samples.resize(sites.size());
+    t_.step_peak_allocated.assign(std::max<std::size_t>(steps.count, 1) + 1, 0);
+    bucket_ = std::max<std::size_t>(1, (n + points - 1) / std::max<std::size_t>(points, 1));
+    sample_stride_ = std::max<std::size_t>(1, (steps.ends.size() + kMaxSamples - 1) / kMaxSamples);
+  }
+
+  Timeline Build(const Progress& progress) {
+    const std::size_t n = trace_.events.size();
+    if (n == 0) return std::move(t_);
+    t_.first_time_us = trace_.events.front().time_us;
+    t_.last_time_us = trace_.events.back().time_us;
+    for (std::size_t i = 0; i < n; ++i) {
+      while (next_end_ < steps_.ends.size() && steps_.ends[next_end_] == i) EndStep();
+      Apply(i);
+      if (progress && (i & 0xfffff) == 0) progress(static_cast<double>(i) / n);
+    }
+    // Steps ending after the last event (a marker as the final record) still count.
+    while (next_end_ < steps_.ends.size()) EndStep();
+    Finish();
+    if (progress) progress(1.0);
+    return std::move(t_);
+  }
+
+ private:
+  void Apply(std::size_t i) {
+    const trace::Event& e = trace_.events[i];
+    if (e.action == Action::kOom) NoteOom(i, e);
+    state_.Apply(e);
+    if (e.action == Action::kAlloc) NoteAlloc(i, e);
+    t_.peak_reserved = std::max(t_.peak_reserved, state_.reserved());
+    AddToSeries(i, e);
+  }
+
+  void EndStep() {
+    if (next_end_ + 1 == steps_.ends.size()) NoteLeakedStacks();
+    SettleOoms(true);
+    if (next_end_ % sample_stride_ == 0 || next_end_ + 1 == steps_.ends.size()) TakeSample();
+    ++next_end_;
+    ++step_;
+  }
+
+  void TakeSample() {
+    t_.sample_step.push_back(step_);
+    t_.sample_allocated.push_back(state_.allocated());
+    const std::vector<std::uint64_t>& live = state_.site_live();
+    for (std::size_t s = 0; s < live.size(); ++s) t_.site_samples[s].push_back(live[s]);
+  }
+
+  void NoteOom(std::size_t i, const trace::Event& e) {
+    OomPoint oom;
+    oom.index = i;
+    oom.time_us = e.time_us;
+    oom.device = e.device;
+    oom.step = step_;
+    oom.request = e.size;
+    oom.allocated = state_.allocated_on(e.device);
+    oom.reserved = state_.reserved_on(e.device);
+    oom.device_free = e.device_free;
+    oom.allocs_after = t_.allocs;  // made relative in Finish()
+    if (t_.ooms.size() < kOomsWithLayout) {
+      FreePieces free = state_.FreePiecesOn(e.device);
+      oom.largest_free_piece = free.largest;
+      oom.free_in_segments = free.total;
+      oom.site_live = state_.site_live();
+    }
+    t_.ooms.push_back(std::move(oom));
+  }
+
+  // OOMs since the last step end get the state now: what they left behind.
+  void SettleOoms(bool at_step_end) {
+    for (; settled_ < t_.ooms.size(); ++settled_) {
+      OomPoint& oom = t_.ooms[settled_];
+      oom.allocated_after = state_.allocated_on(oom.device);
+      oom.reserved_after = state_.reserved_on(oom.device);
+      oom.after_is_step_end = at_step_end;
+    }
+  }
+
+  void NoteAlloc(std::size_t i, const trace::Event& e) {
+    ++t_.allocs;
+    const std::uint32_t id = sites_.site_of_stack(e.stack_id);
+    SiteTotals& site = t_.sites[id];
+    if (site.allocs++ == 0) site.first_event = i;
+    site.peak_live = std::max(site.peak_live, state_.site_live()[id]);
+    if (state_.allocated() > t_.peak_allocated) {
+      t_.peak_allocated = state_.allocated();
+      t_.peak_allocated_index = i;
+    }
+    std::uint64_t& step_peak = t_.step_peak_allocated[std::min(step_, t_.step_peak_allocated.size() - 1)];
+    step_peak = std::max(step_peak, state_.allocated());
+  }
+
+  void AddToSeries(std::size_t i, const trace::Event& e) {
+    point_.allocated_max = std::max(point_.allocated_max, state_.allocated());
+    point_.reserved_max = std::max(point_.reserved_max, state_.reserved());
+    if ((i + 1) % bucket_ != 0 && i + 1 != trace_.events.size()) return;
+    point_.index = i;
+    point_.time_us = e.time_us;
+    point_.allocated_end = state_.allocated();
+    point_.reserved_end = state_.reserved();
+    t_.series.push_back(point_);
+    point_ = SeriesPoint{};
+  }
+
   // Each site's stack holding most of its live bytes at the last step end (what the
   // leak analysis measures; by the trace's end a process may have freed everything).
-  bool noted_leaked = false;
-  auto note_leaked_stacks = [&] {
-    noted_leaked = true;
+  void NoteLeakedStacks() {
+    noted_leaked_ = true;
     absl::flat_hash_map<std::uint32_t, std::uint64_t> by_stack;
-    for (const auto& [key, block] : state.blocks()) by_stack[block.stack] += block.size;
-    std::vector<std::uint64_t> best_bytes(t.sites.size(), 0);
+    for (const auto& [key, block] : state_.blocks()) by_stack[block.stack] += block.size;
+    std::vector<std::uint64_t> best_bytes(t_.sites.size(), 0);
     for (const auto& [stack, bytes] : by_stack) {
-      const std::uint32_t s = sites.site_of_stack(stack);
-      std::uint32_t& best = t.sites[s].leaked_stack;
+      const std::uint32_t s = sites_.site_of_stack(stack);
+      std::uint32_t& best = t_.sites[s].leaked_stack;
       if (bytes > best_bytes[s] || (bytes == best_bytes[s] && stack < best)) {
         best = stack;
         best_bytes[s] = bytes;
       }
     }
-  };
-  auto take_sample = [&] {
-    if (next_end + 1 == steps.ends.size()) note_leaked_stacks();
-    if (next_end % sample_stride != 0 && next_end + 1 != steps.ends.size()) return;
-    t.sample_step.push_back(step);
-    t.sample_allocated.push_back(state.allocated());
-    const std::vector<std::uint64_t>& live = state.site_live();
-    for (std::size_t s = 0; s < live.size(); ++s) t.site_samples[s].push_back(live[s]);
-  };
-  for (std::size_t i = 0; i < n; ++i) {
-    while (next_end < steps.ends.size() && steps.ends[next_end] == i) {
-      take_sample();
-      ++next_end;
-      ++step;
-    }
-    const trace::Event& e = trace.events[i];
-    if (e.action == Action::kOom) {
-      OomPoint oom;
-      oom.index = i;
-      oom.time_us = e.time_us;
-      oom.device = e.device;
-      oom.step = step;
-      oom.request = e.size;
-      oom.allocated = state.allocated_on(e.device);
-      oom.reserved = state.reserved_on(e.device);
-      oom.device_free = e.device_free;
-      if (t.ooms.size() < 100) {  // the layout walk is per OOM; a storm of them needs few
-        FreePieces free = state.FreePiecesOn(e.device);
-        oom.largest_free_piece = free.largest;
-        oom.free_in_segments = free.total;
-        oom.site_live = state.site_live();
-      }
-      t.ooms.push_back(std::move(oom));
-    }
-    state.Apply(e);
-    if (e.action == Action::kAlloc) {
-      SiteTotals& site = t.sites[sites.site_of_stack(e.stack_id)];
-      if (site.allocs++ == 0) site.first_event = i;
-      const std::uint32_t id = sites.site_of_stack(e.stack_id);
-      site.peak_live = std::max(site.peak_live, state.site_live()[id]);
-      if (state.allocated() > t.peak_allocated) {
-        t.peak_allocated = state.allocated();
-        t.peak_allocated_index = i;
-      }
-      std::uint64_t& step_peak = t.step_peak_allocated[std::min(step, t.step_peak_allocated.size() - 1)];
-      step_peak = std::max(step_peak, state.allocated());
-    }
-    t.peak_reserved = std::max(t.peak_reserved, state.reserved());
-    point.allocated_max = std::max(point.allocated_max, state.allocated());
-    point.reserved_max = std::max(point.reserved_max, state.reserved());
-    if ((i + 1) % bucket == 0 || i + 1 == n) {
-      point.index = i;
-      point.time_us = e.time_us;
-      point.allocated_end = state.allocated();
-      point.reserved_end = state.reserved();
-      t.series.push_back(point);
-      point = SeriesPoint{};
-    }
-    if (progress && (i & 0xfffff) == 0) progress(static_cast<double>(i) / n);
   }
-  // Steps ending after the last event (a marker as the final record) still count.
-  while (next_end < steps.ends.size()) {
-    take_sample();
-    ++next_end;
-    ++step;
+
+  void Finish() {
+    SettleOoms(false);
+    for (OomPoint& oom : t_.ooms) oom.allocs_after = t_.allocs - oom.allocs_after;
+    for (const auto& [key, block] : state_.blocks()) {
+      t_.sites[block.site].live_blocks_at_end++;
+      t_.sites[block.site].live_bytes_at_end += block.size;
+    }
+    if (!noted_leaked_) NoteLeakedStacks();
+    t_.has_segments = state_.saw_segments();
+    t_.unmatched_frees = state_.unmatched_frees();
   }
-  for (const auto& [key, block] : state.blocks()) {
-    t.sites[block.site].live_blocks_at_end++;
-    t.sites[block.site].live_bytes_at_end += block.size;
-  }
-  if (!noted_leaked) note_leaked_stacks();
-  t.has_segments = state.saw_segments();
-  t.unmatched_frees = state.unmatched_frees();
-  if (progress) progress(1.0);
-  return t;
+
+  const trace::Trace& trace_;
+  const SiteTable& sites_;
+  const Steps& steps_;
+  LiveState state_;
+  Timeline t_;
+  std::size_t bucket_ = 1;
+  std::size_t sample_stride_ = 1;
+  std::size_t next_end_ = 0;  // index into steps.ends
+  std::size_t step_ = 0;
+  std::size_t settled_ = 0;   // OOMs whose after-state is known
+  bool noted_leaked_ = false;
+  SeriesPoint point_;
+};
+
+}  // namespace
+
+Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
+                       std::size_t points, const Progress& progress) {
+  return TimelineBuilder(trace, sites, steps, points).Build(progress);
 }
 
 }  // namespace gpumem::report

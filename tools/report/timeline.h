@@ -34,6 +34,12 @@ struct OomPoint {
   std::uint64_t free_in_segments = 0;
   std::uint64_t device_free = 0;  // what the driver said was free
   std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM
+  // What it left behind: the device's state at the first step end after it (the trace's
+  // end when no step ends after it). A caught OOM can leave the cache full of idle memory.
+  std::uint64_t allocated_after = 0;
+  std::uint64_t reserved_after = 0;
+  bool after_is_step_end = false;
+  std::uint64_t allocs_after = 0;  // successful allocations after it, to the trace's end
 };
 
 struct SiteTotals {
@@ -65,6 +71,7 @@ struct Timeline {
   std::vector<std::vector<std::uint64_t>> site_samples;  // [site][sample]
   std::vector<std::uint64_t> step_peak_allocated;        // [step]: highest within it
   std::uint64_t unmatched_frees = 0;
+  std::uint64_t allocs = 0;  // successful allocations in the trace
 };
 
 using Progress = std::function<void(double fraction)>;

@@ -27,6 +27,13 @@ enum class Action : std::uint8_t {
 };
 
 const char* ActionName(Action action);
+
+// What marked a step (gpumem traces record it; other formats leave it unknown).
+enum class StepSource : std::uint8_t {
+  kUnknown = 0,
+  kExplicit = 1,       // the program called gpumem.step()
+  kOptimizerHook = 2,  // PyTorch's optimizer step hooks, set by the Python package
+};
 std::optional<Action> ParseAction(absl::string_view name);
 
 struct Frame {
@@ -38,6 +45,7 @@ struct Frame {
 // A fixed-size record: 10M of them fit well inside the report's memory budget.
 struct Event {
   Action action = Action::kAlloc;
+  StepSource step_source = StepSource::kUnknown;  // kStep only (fits the padding)
   std::int32_t device = 0;
   std::uint32_t stack_id = 0;  // index into Trace::stacks; 0 is the empty stack
   std::uint32_t thread = 0;
@@ -75,6 +83,24 @@ struct Annotation {
   std::int32_t device = 0;
 };
 
+// Where a device's memory cap came from.
+enum class CapacitySource : std::uint8_t {
+  kUnknown = 0,
+  kDeviceTotal = 1,     // the device's total memory: no cap set
+  kEnvironment = 2,     // GPUMEM_CAPACITY
+  kMemoryFraction = 3,  // torch.cuda.set_per_process_memory_fraction
+  kSetCapacity = 4,     // gpumem.set_capacity / gpumem_set_capacity
+};
+const char* CapacitySourceName(CapacitySource source);
+
+// The cap in force on `device` from `time_us` on (gpumem traces, record type 14).
+struct CapacityChange {
+  std::int64_t time_us = 0;
+  std::int32_t device = 0;
+  std::uint64_t bytes = 0;
+  CapacitySource source = CapacitySource::kUnknown;
+};
+
 struct Trace {
   std::string source;  // the file it came from
   std::string format;  // "pytorch-snapshot", "tsv", "gpumem"
@@ -85,6 +111,7 @@ struct Trace {
   std::vector<Segment> segments;                  // state at the end, where the file has it
   std::vector<Annotation> annotations;
   std::optional<std::uint64_t> device_capacity;   // where the file records it
+  std::vector<CapacityChange> capacity_changes;   // in time order
   bool expandable_segments = false;               // the recording allocator's setting
   std::vector<std::string> warnings;              // recoverable oddities found while reading
 

@@ -1,0 +1,41 @@
+#include "tools/report/capacity.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gpumem::report {
+
+std::optional<KnownCapacity> CapacityAt(const trace::Trace& trace, std::int32_t device,
+                                        std::int64_t time_us,
+                                        std::optional<std::uint64_t> given) {
+  if (given) return KnownCapacity{*given, "--capacity"};
+  const trace::CapacityChange* in_force = nullptr;
+  for (const trace::CapacityChange& c : trace.capacity_changes) {
+    if (c.time_us > time_us) break;
+    if (c.device == device && c.bytes > 0) in_force = &c;
+  }
+  if (in_force) {
+    return KnownCapacity{in_force->bytes,
+                         absl::StrCat("trace: ", trace::CapacitySourceName(in_force->source))};
+  }
+  if (trace.device_capacity) return KnownCapacity{*trace.device_capacity, "trace header"};
+  return std::nullopt;
+}
+
+std::optional<KnownCapacity> FinalCapacity(const trace::Trace& trace, std::int32_t device,
+                                           std::optional<std::uint64_t> given) {
+  return CapacityAt(trace, device, std::numeric_limits<std::int64_t>::max(), given);
+}
+
+std::int32_t MainDevice(const trace::Trace& trace) {
+  for (const trace::Event& e : trace.events) {
+    if (e.action == trace::Action::kOom) return e.device;
+  }
+  for (const trace::Event& e : trace.events) {
+    if (e.action == trace::Action::kAlloc) return e.device;
+  }
+  return 0;
+}
+
+}  // namespace gpumem::report

@@ -1,0 +1,26 @@
+// The memory cap a device ran under: --capacity when given, else what the trace recorded
+// (the cap in force at that moment: device total, GPUMEM_CAPACITY,
+// set_per_process_memory_fraction), else the trace header's device_capacity.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "tools/report/oom_explain.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+// The cap on `device` at `time_us`.
+std::optional<KnownCapacity> CapacityAt(const trace::Trace& trace, std::int32_t device,
+                                        std::int64_t time_us,
+                                        std::optional<std::uint64_t> given);
+
+// The cap on `device` at the trace's end.
+std::optional<KnownCapacity> FinalCapacity(const trace::Trace& trace, std::int32_t device,
+                                           std::optional<std::uint64_t> given);
+
+// The device the diagnosis is about: the first OOM's, else the first allocation's.
+std::int32_t MainDevice(const trace::Trace& trace);
+
+}  // namespace gpumem::report

@@ -1,0 +1,36 @@
+// Whether the stretches between an inferred step anchor's occurrences are training steps
+// or repeats inside one forward (a model's layers allocate the same stacks layer after
+// layer). A step holds a backward: where the trace links allocations to autograd, each
+// stretch must hold a backward allocation; otherwise each must free about as much as it
+// allocates, as a loop in a steady state does (a forward keeps its activations for the
+// backward, so its layers free little).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "tools/trace/trace.h"
+
+namespace gpumem::report {
+
+class StepUnitCheck {
+ public:
+  explicit StepUnitCheck(const trace::Trace& trace);
+
+  // `bounds`: event indices where the stretches start, ascending (the last one only ends
+  // the stretch before it). True when most stretches look like whole steps.
+  bool LooksLikeSteps(const std::vector<std::size_t>& bounds) const;
+
+  bool has_backward() const { return has_backward_; }
+
+ private:
+  bool HoldsBackward(std::size_t begin, std::size_t end) const;
+  bool FreesMostOfWhatItAllocates(std::size_t begin, std::size_t end) const;
+
+  const trace::Trace& trace_;
+  std::vector<char> backward_stack_;  // by stack id: it runs under an autograd node
+  bool has_backward_ = false;
+};
+
+}  // namespace gpumem::report

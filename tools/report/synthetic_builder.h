@@ -1,0 +1,76 @@
+// Builds synthetic traces event by event, with stacks that look like a PyTorch training
+// script's: a library frame innermost, then the user's lines.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tools/report/synthetic.h"
+#include "tools/trace/frame_table.h"
+#include "tools/trace/trace.h"
+
+namespace gpumem::report::synthetic {
+
+class Builder {
+  using Action = trace::Action;
+
+ public:
+  Builder() : frames_(&trace_) {
+    trace_.source = "synthetic";
+    trace_.format = "synthetic";
+    trace_.device_capacity = kCapacity;
+  }
+
+  // A stack: torch's linear forward innermost, then train.py:`line` in `function`,
+  // then the script's entry.
+  std::uint32_t Stack(int line, const std::string& function) {
+    return Stack({{"train.py", line, function}});
+  }
+  // The same around the given user frames (innermost first).
+  std::uint32_t Stack(const std::vector<trace::Frame>& user) {
+    std::vector<std::uint32_t> ids = {
+        frames_.Intern({"site-packages/torch/nn/modules/linear.py", 125, "forward"})};
+    for (const trace::Frame& f : user) ids.push_back(frames_.Intern(f));
+    ids.push_back(frames_.Intern({"train.py", 200, "<module>"}));
+    return frames_.InternStack(ids);
+  }
+
+  void Add(Action action, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = 0) {
+    trace::Event e;
+    e.action = action;
+    e.addr = addr;
+    e.size = size;
+    e.stack_id = stack;
+    e.time_us = time_us_ += 10;
+    trace_.events.push_back(e);
+  }
+  void Segment(std::uint64_t addr, std::uint64_t size) { Add(Action::kSegmentAlloc, addr, size); }
+  void Alloc(std::uint64_t addr, std::uint64_t size, std::uint32_t stack) { Add(Action::kAlloc, addr, size, stack); }
+  void Free(std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
+    Add(Action::kFreeRequested, addr, size, stack);
+    Add(Action::kFreeCompleted, addr, size, stack);
+  }
+  void Step(trace::StepSource source = trace::StepSource::kUnknown) {
+    Add(Action::kStep, 0, 0);
+    trace_.events.back().step_source = source;
+  }
+  void Capacity(std::uint64_t bytes, trace::CapacitySource source, std::int32_t device = 0) {
+    trace_.capacity_changes.push_back({time_us_ += 10, device, bytes, source});
+  }
+  void NoHeaderCapacity() { trace_.device_capacity.reset(); }
+  void Oom(std::uint64_t request, std::uint64_t device_free) {
+    Add(Action::kOom, device_free, request);
+    trace_.events.back().device_free = device_free;
+  }
+  trace::Trace Take() { return std::move(trace_); }
+  std::size_t size() const { return trace_.events.size(); }
+  void Reserve(std::size_t n) { trace_.events.reserve(n); }
+
+ private:
+  trace::Trace trace_;
+  trace::FrameTable frames_;
+  std::int64_t time_us_ = 1'000'000;
+};
+
+}  // namespace gpumem::report::synthetic

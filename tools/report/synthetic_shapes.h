@@ -1,0 +1,31 @@
+// Synthetic traces of the ways unchanged training scripts run out of memory, each with a
+// known right answer (tests/report/shapes_test.cc).
+#pragma once
+
+#include <cstdint>
+
+#include "tools/trace/trace.h"
+
+namespace gpumem::report::synthetic {
+
+// A model that does not fit: 24 layers of one forward allocate from the same lines and
+// keep their activations; the OOM comes in the first forward, no step ever finished.
+// Right answer: a genuine peak, no steps inferred, no leak.
+trace::Trace NoFitTrace();
+
+// A validation loss summed as a tensor outside no_grad: each step's validation batch
+// keeps 2 MiB of its graph (model.py:40 called from train.py:77 validate). Steps marked
+// by optimizer hooks unless `marks` is false; 85 steps finish, the 86th runs out.
+inline constexpr std::uint64_t kValidationLeakPerStep = 2ull << 20;
+trace::Trace ValidationLeakTrace(bool marks = true);
+
+// A run capped at 512 MiB by set_per_process_memory_fraction on a 1 GiB device (both
+// recorded, no header capacity) that needs 640 MiB in its fourth step.
+trace::Trace CappedPeakTrace();
+
+// cuDNN-style caught OOMs: in each of the first 4 steps a convolution asks for a 4 GiB
+// workspace 21 times, fails, and takes a 64 MiB one; 20 steps end normally. With
+// `fatal_end`, a last OOM in step 21 ends the run (a genuine peak).
+trace::Trace RecoveredOomsTrace(bool fatal_end = false);
+
+}  // namespace gpumem::report::synthetic
