@@ -14,7 +14,9 @@ constexpr DevicePtr kSegmentBase = DevicePtr{1} << 46;
 }  // namespace
 
 SimBackend::SimBackend(SimBackendOptions options)
-    : options_(options), next_va_(kVaBase), next_segment_(kSegmentBase) {
+    : options_(options),
+      next_va_(kVaBase + options.address_offset),
+      next_segment_(kSegmentBase + options.address_offset) {
   if (options_.granularity == 0 || (options_.granularity & (options_.granularity - 1))) {
     Misuse(absl::StrCat("granularity must be a power of two, got ", options_.granularity));
   }

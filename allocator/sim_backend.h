@@ -21,6 +21,9 @@ struct SimBackendOptions {
   std::size_t granularity = std::size_t{2} << 20;    // 2 MiB, as on NVIDIA GPUs
   bool vmm = true;
   enum class Events { kImmediate, kManual } events = Events::kImmediate;
+  // Added to every address it hands out: simulated devices of one process, like real
+  // ones under unified addressing, never share an address.
+  std::uint64_t address_offset = 0;
 };
 
 class SimBackend final : public Backend {

@@ -21,8 +21,10 @@ std::uint64_t CapFor(const Config& config, std::uint64_t total) {
   return cap;
 }
 
-absl::StatusOr<StartedBackend> StartSim(const Config& config) {
+absl::StatusOr<StartedBackend> StartSim(const Config& config, int device) {
   SimBackendOptions options;
+  // Devices apart by 512 GiB of addresses: a pointer names its device, as on GPUs.
+  options.address_offset = static_cast<std::uint64_t>(device) << 39;
   // The simulated device is as large as the cap asked for (80 GiB without one).
   const std::uint64_t total = config.capacity.value_or(options.capacity);
   options.capacity = CapFor(config, total);
@@ -67,7 +69,7 @@ absl::StatusOr<StartedBackend> StartCuda(const Config& config, int device) {
 }  // namespace
 
 absl::StatusOr<StartedBackend> StartBackend(const Config& config, int device) {
-  if (config.backend == BackendKind::kSim) return StartSim(config);
+  if (config.backend == BackendKind::kSim) return StartSim(config, device);
 #ifdef GPUMEM_HAVE_CUDA
   return StartCuda(config, device);
 #else

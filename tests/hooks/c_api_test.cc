@@ -208,6 +208,156 @@ TEST_F(CApiTest, RecordStreamFindsTheOwningDevice) {
   gpumem_free(on1, 4096, 1, nullptr);
 }
 
+TEST_F(CApiTest, PoolBlocksStayInTheirPoolUntilReleased) {
+  constexpr uint64_t kPool = 42;
+  void* a = gpumem_alloc_in_pool(8 * kMiB, 0, nullptr, kPool);
+  void* b = gpumem_alloc_in_pool(4096, 0, nullptr, kPool);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  void* live[4] = {};
+  EXPECT_EQ(gpumem_pool_live_blocks(0, kPool, live, 4), 2u);
+  EXPECT_EQ(gpumem_pool_live_blocks(0, kPool, nullptr, 0), 2u);  // the count alone
+  EXPECT_EQ(std::set<void*>(live, live + 2), (std::set<void*>{a, b}));
+  EXPECT_EQ(gpumem_block_device(a), 0);
+  gpumem_free(a, 8 * kMiB, -1, nullptr);  // a deleter that knows only the pointer
+  EXPECT_EQ(gpumem_block_device(a), -1);
+  void* c = gpumem_alloc(8 * kMiB, 0, nullptr);
+  EXPECT_NE(c, a);  // the default pool never gets the pool's block
+  gpumem_free(c, 8 * kMiB, 0, nullptr);
+  gpumem_empty_cache(0);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_GE(st.reserved_bytes, 8 * kMiB);  // the pool is in use: its memory stays
+  gpumem_release_pool(0, kPool);
+  gpumem_free(b, 4096, -1, nullptr);  // its last block: the pool's memory goes
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.reserved_bytes, 0u);
+  EXPECT_EQ(Sim().counters().physical_bytes, 0u);
+}
+
+TEST_F(CApiTest, EmptyPoolCacheKeepsLiveBlocks) {
+  constexpr uint64_t kPool = 5;
+  void* live = gpumem_alloc_in_pool(4 * kMiB, 0, nullptr, kPool);
+  void* gone = gpumem_alloc_in_pool(6 * kMiB, 0, reinterpret_cast<CUstream_st*>(3), kPool);
+  gpumem_free(gone, 6 * kMiB, 0, reinterpret_cast<CUstream_st*>(3));
+  const std::uint64_t before = Sim().counters().physical_bytes;
+  gpumem_empty_pool_cache(0, kPool);
+  EXPECT_EQ(Sim().counters().physical_bytes, before - 6 * kMiB);
+  EXPECT_TRUE(Sim().IsAccessible(reinterpret_cast<DevicePtr>(live), 4 * kMiB));
+  gpumem_free(live, 4 * kMiB, 0, nullptr);
+}
+
+TEST_F(CApiTest, FreeWithoutADeviceFindsTheOwner) {
+  void* on0 = gpumem_alloc(4096, 0, nullptr);
+  void* on1 = gpumem_alloc_in_pool(3 * kMiB, 1, nullptr, 9);
+  ASSERT_NE(on0, nullptr);
+  ASSERT_NE(on1, nullptr);
+  EXPECT_EQ(gpumem_block_device(on0), 0);
+  EXPECT_EQ(gpumem_block_device(on1), 1);
+  int not_ours = 0;
+  EXPECT_EQ(gpumem_block_device(&not_ours), -1);
+  gpumem_free(on1, 3 * kMiB, -1, nullptr);
+  gpumem_free(on0, 4096, -1, nullptr);
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(-1, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 0u);
+  EXPECT_EQ(st.free_count, 2u);
+  testing::internal::CaptureStderr();
+  gpumem_free(&not_ours, 4, -1, nullptr);
+  EXPECT_NE(testing::internal::GetCapturedStderr().find("not a live gpumem block"),
+            std::string::npos);
+}
+
+TEST_F(CApiTest, CaptureMakesNoSynchronizeAndDefersCrossStreamFrees) {
+  auto* s1 = reinterpret_cast<CUstream_st*>(1);
+  void* x = gpumem_alloc(8 * kMiB, 0, s1);
+  ASSERT_NE(x, nullptr);
+  gpumem_record_stream(x, 0, reinterpret_cast<CUstream_st*>(2));
+  gpumem_capture_begin(0);
+  const std::uint64_t syncs = Sim().counters().synchronizes;
+  const std::uint64_t unmaps = Sim().counters().unmaps;
+  const std::size_t events = Sim().live_events();
+  gpumem_free(x, 8 * kMiB, 0, s1);
+  void* y = gpumem_alloc_in_pool(32 * kMiB, 0, s1, 1);
+  ASSERT_NE(y, nullptr);
+  gpumem_empty_cache(0);
+  EXPECT_EQ(Sim().counters().synchronizes, syncs);
+  EXPECT_EQ(Sim().counters().unmaps, unmaps);
+  EXPECT_EQ(Sim().live_events(), events);
+  gpumem_detailed_stats_t d;
+  ASSERT_EQ(gpumem_detailed_stats(0, &d), 0);
+  EXPECT_EQ(d.active[0].current, 2);  // x waits for stream 2
+  EXPECT_EQ(d.allocation[0].current, 1);
+  gpumem_capture_end(0);
+  gpumem_free(y, 32 * kMiB, 0, s1);
+  gpumem_release_pool(0, 1);
+  void* z = gpumem_alloc(4096, 0, s1);  // collects x (sim events complete at once)
+  ASSERT_EQ(gpumem_detailed_stats(0, &d), 0);
+  EXPECT_EQ(d.active[0].current, 1);
+  gpumem_free(z, 4096, 0, s1);
+}
+
+TEST_F(CApiTest, DetailedStatsAndTheirReset) {
+  gpumem_detailed_stats_t d;
+  EXPECT_EQ(gpumem_detailed_stats(0, &d), -1);  // not started
+  void* small = gpumem_alloc(1000, 0, nullptr);
+  void* large = gpumem_alloc(3 * kMiB, 0, nullptr);
+  gpumem_free(small, 1000, 0, nullptr);
+  ASSERT_EQ(gpumem_detailed_stats(0, &d), 0);
+  EXPECT_EQ(d.allocation[0].current, 1);
+  EXPECT_EQ(d.allocation[0].peak, 2);
+  EXPECT_EQ(d.allocation[0].allocated, 2);
+  EXPECT_EQ(d.allocation[0].freed, 1);
+  EXPECT_EQ(d.allocation[1].allocated, 1);
+  EXPECT_EQ(d.allocated_bytes[2].current, static_cast<int64_t>(3 * kMiB));
+  EXPECT_EQ(d.allocated_bytes[0].peak, static_cast<int64_t>(3 * kMiB + 1000));
+  EXPECT_EQ(d.reserved_bytes[0].current,
+            static_cast<int64_t>(Sim().counters().physical_bytes));
+  EXPECT_EQ(d.segment[1].current, 1);  // one slab
+  EXPECT_EQ(d.num_device_alloc, static_cast<int64_t>(Sim().counters().physical_creates));
+  gpumem_reset_accumulated(0);
+  ASSERT_EQ(gpumem_detailed_stats(0, &d), 0);
+  EXPECT_EQ(d.allocation[0].allocated, 0);
+  EXPECT_EQ(d.allocation[0].freed, 0);
+  EXPECT_EQ(d.allocation[0].current, 1);
+  EXPECT_EQ(d.num_device_alloc, 0);
+  gpumem_free(large, 3 * kMiB, 0, nullptr);
+}
+
+TEST_F(CApiTest, LayoutCoversEverySegment) {
+  void* a = gpumem_alloc(1000, 0, nullptr);
+  void* b = gpumem_alloc(5 * kMiB + 3, 0, nullptr);
+  void* c = gpumem_alloc_in_pool(3 * kMiB, 0, nullptr, 8);
+  size_t blocks = 0;
+  const size_t segments = gpumem_layout(0, nullptr, 0, nullptr, 0, &blocks);
+  ASSERT_GE(segments, 3u);
+  std::vector<gpumem_segment_t> segs(segments);
+  std::vector<gpumem_block_t> blks(blocks);
+  ASSERT_EQ(gpumem_layout(0, segs.data(), segs.size(), blks.data(), blks.size(), &blocks),
+            segments);
+  size_t at = 0;
+  std::uint64_t requested = 0;
+  int small = 0, in_pool = 0;
+  for (const gpumem_segment_t& s : segs) {
+    std::uint64_t total = 0;
+    for (uint32_t i = 0; i < s.block_count; ++i) total += blks[at + i].size;
+    at += s.block_count;
+    EXPECT_EQ(total, s.total_size);
+    requested += s.requested_size;
+    small += s.is_small;
+    in_pool += s.pool == 8;
+  }
+  EXPECT_EQ(at, blocks);
+  EXPECT_EQ(requested, 1000 + 5 * kMiB + 3 + 3 * kMiB);
+  EXPECT_EQ(small, 1);
+  EXPECT_EQ(in_pool, 1);
+  EXPECT_EQ(gpumem_layout(7, segs.data(), segs.size(), blks.data(), blks.size(), &blocks), 0u);
+  EXPECT_EQ(blocks, 0u);
+  gpumem_free(a, 1000, 0, nullptr);
+  gpumem_free(b, 5 * kMiB + 3, 0, nullptr);
+  gpumem_free(c, 3 * kMiB, 0, nullptr);
+}
+
 TEST_F(CApiTest, SummaryAndSnapshotCarryTheFigures) {
   void* p = gpumem_alloc(3 * kMiB, 0, nullptr);
   ASSERT_NE(p, nullptr);

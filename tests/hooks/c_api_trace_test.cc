@@ -97,5 +97,31 @@ TEST(CApiTraceTest, PausedRecordingLeavesOutWholeBlocks) {
   ResetRegistryForTesting();
 }
 
+// Blocks of private pools are recorded like any other, whichever way they are freed.
+TEST(CApiTraceTest, PoolBlocksAreRecordedLikeOthers) {
+  const std::string& path = TracePath();
+  setenv("GPUMEM_BACKEND", "sim", 1);
+  setenv("GPUMEM_TRACE", path.c_str(), 1);
+  setenv("GPUMEM_STACKS", "none", 1);
+  ResetRegistryForTesting();
+  constexpr std::uint64_t kSmall = 5000 + 3, kLarge = (5 << 20) + 7;  // sizes only used here
+  void* small = gpumem_alloc_in_pool(kSmall, 0, nullptr, 11);
+  void* large = gpumem_alloc_in_pool(kLarge, 0, nullptr, 11);
+  gpumem_free(small, kSmall, -1, nullptr);
+  gpumem_free(large, kLarge, 0, nullptr);
+  FlushTraceForTesting();
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<std::uint64_t> alloc_sizes, free_sizes;
+  for (const trace::Event& e : t->events) {
+    if (e.size != kSmall && e.size != kLarge) continue;
+    if (e.action == trace::Action::kAlloc) alloc_sizes.push_back(e.size);
+    if (e.action == trace::Action::kFreeRequested) free_sizes.push_back(e.size);
+  }
+  EXPECT_EQ(alloc_sizes, (std::vector<std::uint64_t>{kSmall, kLarge}));
+  EXPECT_EQ(free_sizes, (std::vector<std::uint64_t>{kSmall, kLarge}));
+  ResetRegistryForTesting();
+}
+
 }  // namespace
 }  // namespace gpumem::hooks
