@@ -24,8 +24,11 @@ struct CUstream_st; /* cudaStream_t is struct CUstream_st* */
  * GPUMEM_LOG_OOM=0 and kept for gpumem_last_oom) or when gpumem cannot start (bad
  * GPUMEM_* value, no device: see gpumem_config_error). */
 GPUMEM_API void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream);
-/* Returns a block from gpumem_alloc; `size`, `device` and `stream` are as allocated.
- * device -1: the block's own device is found (a deleter that knows only the pointer). */
+/* Returns a block from gpumem_alloc or gpumem_alloc_in_pool; `size`, `device` and
+ * `stream` are as allocated (`size` and `stream` are not used).
+ * device -1: the block's own device is found (a deleter that knows only the pointer): with
+ * one device started that device, else the one whose allocator owns the block (a pointer
+ * no device owns is reported on stderr). */
 GPUMEM_API void gpumem_free(void* ptr, ssize_t size, int device, struct CUstream_st* stream);
 /* The block is also used on `stream` (Tensor.record_stream): it is not reused until the
  * work queued there when it is freed has run. device -1: find the block's device. */
@@ -113,28 +116,42 @@ typedef struct gpumem_detailed_stats_s {
   int64_t num_device_free;
 } gpumem_detailed_stats_t;
 
-/* Fills `out` for one started device; 0, or -1 if it has not started (out zeroed).
- * The small/large split of peaks is exact where a policy tracks it (docs/allocator.md). */
+/* Fills `out` for one started device; 0, or -1 if it has not started or device < 0 (out
+ * zeroed). gpumem counts a block's bytes as requested in allocated_bytes, requested_bytes
+ * and active_bytes alike (carved sizes: gpumem_layout). Current and cumulative figures
+ * are exact; so are the peaks of index 0. The small and large peaks of allocation,
+ * allocated/requested/active bytes and active are sampled (when the total's peak rises,
+ * while frees wait for streams, and at each read), so they may miss a short-lived peak of
+ * one kind; reserved and segment peaks are sampled after every growth and new slab.
+ * segment counts virtual ranges holding pages (segments without VMM) as large and slabs
+ * as small. docs/allocator.md, Detailed stats. */
 GPUMEM_API int gpumem_detailed_stats(int device, gpumem_detailed_stats_t* out);
 /* Sets the cumulative figures (allocated, freed) to 0 (reset_accumulated_memory_stats). */
 GPUMEM_API void gpumem_reset_accumulated(int device);
 
 /* Private pools: CUDA graph capture and torch.cuda.MemPool. A pool is a number other than
- * 0 (0: the default pool). Blocks of a pool are never given to another pool's requests,
- * and its memory is never lent, stitched or released while the pool is in use. */
+ * 0 (0: the default pool, as gpumem_alloc). Blocks of a pool are never given to another
+ * pool's requests, and its memory is never lent, stitched or released while the pool is
+ * in use. They are freed with gpumem_free; they never sit in per-thread caches. NULL when
+ * out of memory, as gpumem_alloc. Allocating in a released pool puts it in use again. */
 GPUMEM_API void* gpumem_alloc_in_pool(ssize_t size, int device, struct CUstream_st* stream,
                                       uint64_t pool);
 /* While a capture is under way on the device (begin/end nest), the allocator makes no
  * call that would break it: no event query, no synchronize, no unmap; cross-stream frees
- * wait for the end of the last capture. */
+ * wait for the end of the last capture. Requests are served from free blocks and new
+ * pages only: one that would need stitching or trimming fails (NULL) instead.
+ * gpumem_empty_cache and gpumem_empty_pool_cache do nothing meanwhile, and pools released
+ * meanwhile are returned at the end. capture_begin starts the device if needed. */
 GPUMEM_API void gpumem_capture_begin(int device);
 GPUMEM_API void gpumem_capture_end(int device);
 /* The pool's owner is gone: its cached memory is released now if none of its blocks is
- * live, else when the last one is freed (or at the next gpumem_empty_cache). */
+ * live, else when the last one is freed (or at the next gpumem_empty_cache, which then
+ * releases its free memory). Blocks waiting for other streams count as live. */
 GPUMEM_API void gpumem_release_pool(int device, uint64_t pool);
 /* Releases the pool's cached memory that no live block uses (emptyCache(mempool)). */
 GPUMEM_API void gpumem_empty_pool_cache(int device, uint64_t pool);
-/* Writes up to `max` addresses of the pool's live blocks; returns how many there are. */
+/* Writes up to `max` addresses of the pool's live blocks (address order); returns how
+ * many there are. */
 GPUMEM_API size_t gpumem_pool_live_blocks(int device, uint64_t pool, void** out, size_t max);
 /* Allocates the pool's block at exactly `address` (the range [address, address + size)
  * must be free memory of that pool on that stream): how a checkpointed pool state is
@@ -145,7 +162,10 @@ GPUMEM_API void* gpumem_alloc_at(void* address, ssize_t size, int device,
 GPUMEM_API int gpumem_block_device(void* ptr);
 
 /* The memory layout, for snapshots in PyTorch's format: segments in address order, each
- * followed by its blocks (free ones included) in address order. */
+ * followed by its blocks (free ones included) in address order; a segment's blocks cover
+ * it exactly. A segment is a maximal run of mapped memory outside slabs (a cudaMalloc'd
+ * segment without VMM), or a slab (is_small, its size-class slots as blocks, neighbouring
+ * free slots as one block). Blocks held free in per-thread caches show as free. */
 typedef struct gpumem_segment_s {
   uint64_t address;
   uint64_t total_size;
@@ -163,8 +183,10 @@ typedef struct gpumem_block_s {
   int32_t state;           /* 0 free, 1 allocated, 2 freed, waiting for other streams */
   int32_t reserved_;
 } gpumem_block_t;
-/* Fills up to max_segments / max_blocks; returns the number of segments there are and
- * sets *block_total to the number of blocks, so a caller can retry with room enough. */
+/* Fills up to max_segments / max_blocks (blocks only of segments that fit); returns the
+ * number of segments there are and sets *block_total to the number of blocks, so a caller
+ * can retry with room enough (the layout may change in between). 0 for a device that has
+ * not started. */
 GPUMEM_API size_t gpumem_layout(int device, gpumem_segment_t* segments, size_t max_segments,
                                 gpumem_block_t* blocks, size_t max_blocks,
                                 size_t* block_total);
