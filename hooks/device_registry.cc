@@ -34,6 +34,14 @@ const absl::StatusOr<Config>& ConfigLocked(Registry& r) {
   return *r.config;
 }
 
+// What set the cap a device starts with, for the trace.
+format::CapacitySource CapacitySourceAtStart(const Registry& r, const Config& config, int device) {
+  if (r.pending_capacity[device]) return format::CapacitySource::kSetCapacity;
+  if (r.pending_fraction[device]) return format::CapacitySource::kMemoryFraction;
+  if (config.capacity) return format::CapacitySource::kEnvironment;
+  return format::CapacitySource::kDeviceTotal;
+}
+
 absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   const absl::StatusOr<Config>& config = ConfigLocked(r);
   if (!config.ok()) return config.status();
@@ -52,6 +60,7 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   }
   if (r.pending_capacity[device]) state->capacity = *r.pending_capacity[device];
   state->backend.set_capacity(state->capacity);
+  TraceCapacity(device, state->capacity, CapacitySourceAtStart(r, *config, device));
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
       MakeDeviceAllocator(*state->backend.backend, device, **r.observer, config->stitch,
                           config->thread_cache);

@@ -95,6 +95,10 @@ void TraceStep(std::uint64_t) {
   if (Recorder* recorder = TraceRecorder()) recorder->Step();
 }
 
+void TraceCapacity(int device, std::uint64_t bytes, format::CapacitySource source) {
+  if (Recorder* recorder = TraceRecorder()) recorder->RecordCapacity(device, bytes, source);
+}
+
 void FlushTraceForTesting() {
   if (Recorder* recorder = TraceRecorder()) recorder->Flush();
 }

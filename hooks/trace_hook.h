@@ -5,6 +5,7 @@
 #include "absl/status/statusor.h"
 #include "allocator/observer.h"
 #include "hooks/config.h"
+#include "profiler/trace_format.h"
 
 namespace gpumem {
 class Recorder;
@@ -27,6 +28,8 @@ Recorder* TraceRecorder();
 void NoteCudaInForkedChild(const char* what);
 // Tells the recorder a training step ended.
 void TraceStep(std::uint64_t step);
+// Tells the recorder `device`'s memory cap from now on (nothing without a recorder).
+void TraceCapacity(int device, std::uint64_t bytes, format::CapacitySource source);
 // Tests: everything recorded so far is in the file.
 void FlushTraceForTesting();
 

@@ -319,8 +319,25 @@ std::uint64_t Recorder::Step() {
   r.type = format::RecordType::kStep;
   r.size = step;
   r.thread = TraceWriter::ThreadId();
+  if (const std::uint8_t source = step_source_.load(std::memory_order_relaxed); source != 0) {
+    r.has_extra = true;
+    r.extra = source;
+  }
   writer_->Record(r);
   return step;
+}
+
+void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
+                              format::CapacitySource source) {
+  RawRecord r;
+  r.time_ns = TraceWriter::NowNs();
+  r.type = format::RecordType::kCapacity;
+  r.device = device;
+  r.size = bytes;
+  r.thread = TraceWriter::ThreadId();
+  r.has_extra = true;
+  r.extra = static_cast<std::uint8_t>(source);
+  writer_->Record(r);
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {

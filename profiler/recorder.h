@@ -48,8 +48,17 @@ class alignas(64) Recorder final : public AllocatorObserver {
   void OnEvent(const AllocatorEvent& event) override;
   bool RecordsAllocations() const override { return !paused(); }
 
-  // A training-step boundary; returns the number of the step that begins.
+  // A training-step boundary; returns the number of the step that begins. Its record
+  // names the step source last set (what marks the steps: gpumem.step() or the Python
+  // package's optimizer step hooks), if any.
   std::uint64_t Step();
+  // Process-wide: it may be said before the recorder opens (the allocator opens it with
+  // the first device).
+  static void SetStepSource(format::StepSource source) {
+    step_source_.store(static_cast<std::uint8_t>(source), std::memory_order_relaxed);
+  }
+  // The memory cap of `device` from now on, and where it came from (record type 14).
+  void RecordCapacity(std::int32_t device, std::uint64_t bytes, format::CapacitySource source);
 
   // Paused: allocations are not recorded and no stack is taken (frees, maps and steps
   // still are, so a report sees frees of blocks it never saw allocated, which it skips).
@@ -133,6 +142,7 @@ class alignas(64) Recorder final : public AllocatorObserver {
   const RecorderOptions options_;
   std::atomic<std::uint32_t> python_node_frame_{0};
   std::atomic<std::uint64_t> step_{0};
+  static inline std::atomic<std::uint8_t> step_source_{0};
   Cost cost_;
   const std::int64_t opened_ns_;
 };

@@ -27,8 +27,9 @@
 namespace gpumem::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'G', 'P', 'U', 'M', 'E', 'M', '\n'};
-inline constexpr std::uint32_t kVersion = 2;
-// Version 1 is version 2 without journal chunks and marks: readers still read it.
+inline constexpr std::uint32_t kVersion = 3;
+// Version 2 is version 3 without capacity records; version 1 is version 2 without journal
+// chunks and marks: readers still read both.
 inline constexpr std::uint32_t kOldestReadableVersion = 1;
 inline constexpr std::size_t kPrefixSize = 16;
 inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
@@ -72,8 +73,21 @@ enum class RecordType : std::uint8_t {
   kAnnotation = 11,   // a named mark (e.g. CUDA used in a forked child)
   kAutograd = 12,     // autograd link of the event record that follows it
   kJournalMark = 13,  // journal region r: its records before index n are in chunks
+  kCapacity = 14,     // the device's memory cap from now on; extra = CapacitySource
 };
-inline constexpr std::uint8_t kMaxRecordType = 13;
+inline constexpr std::uint8_t kMaxRecordType = 14;
+
+// A step record's extra: what marked the step.
+enum class StepSource : std::uint8_t { kUnknown = 0, kExplicit = 1, kOptimizerHook = 2 };
+// A capacity record's extra: where the cap came from.
+enum class CapacitySource : std::uint8_t {
+  kUnknown = 0,
+  kDeviceTotal = 1,
+  kEnvironment = 2,     // GPUMEM_CAPACITY
+  kMemoryFraction = 3,  // torch.cuda.set_per_process_memory_fraction
+  kSetCapacity = 4,     // gpumem_set_capacity
+};
+inline constexpr std::uint8_t kMaxCapacitySource = 4;
 
 // Flags: the high 4 bits of an event record's first byte. "Same as the previous event of
 // this chunk" flags let the common case cost one byte per field.

@@ -37,6 +37,21 @@ std::optional<Action> ActionOf(RecordType type) {
   }
 }
 
+StepSource StepSourceOf(std::uint64_t extra) {
+  const auto s = static_cast<format::StepSource>(extra <= 2 ? extra : 0);
+  switch (s) {
+    case format::StepSource::kExplicit: return StepSource::kExplicit;
+    case format::StepSource::kOptimizerHook: return StepSource::kOptimizerHook;
+    case format::StepSource::kUnknown: break;
+  }
+  return StepSource::kUnknown;
+}
+
+CapacitySource CapacitySourceOf(std::uint64_t extra) {
+  // The two enums share their values (trace.h mirrors trace_format.h).
+  return static_cast<CapacitySource>(extra <= format::kMaxCapacitySource ? extra : 0);
+}
+
 // Microseconds from the clock origin; wraps rather than overflows on garbage times.
 std::int64_t SinceOrigin(std::int64_t ns, std::int64_t origin) {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(ns) -
@@ -62,6 +77,8 @@ class Reader {
   void ReadHeader(const std::string& payload, std::size_t pos);
   void ReadJournalChunk(std::size_t pos, const format::ChunkHeader& h);
   void RecoverJournal();
+  // An event-shaped record: an event, or a capacity change (not an event).
+  void Take(Event e, RecordType type, std::optional<std::uint64_t> extra);
   Trace Build();
 
   const unsigned char* data_;
@@ -77,6 +94,8 @@ class Reader {
   std::map<std::uint32_t, std::vector<std::uint32_t>> stacks_;  // ordered: stable ids
   // Autograd links with the file's frame ids (node_frame 0: forward).
   std::vector<AutogradLink> links_;
+  std::size_t capacity_records_ = 0;  // counted by the end chunk with the events
+  std::vector<CapacityChange> capacity_;  // time_us in nanoseconds until Build()
   std::optional<std::uint64_t> end_events_;
   std::optional<std::uint32_t> last_seq_;
   struct JournalSpan {
@@ -190,8 +209,6 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
       continue;
     }
     Event e = prev;
-    e.action = *ActionOf(rtype);
-    e.device_free = 0;
     std::uint64_t v;
     if (!r.GetVarint(&v)) return fail();
     e.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(prev.time_us) +
@@ -218,16 +235,18 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
     } else if (!have_prev) {
       return fail();
     }
+    std::optional<std::uint64_t> extra;
     if ((flags & format::kFlagExtra) != 0) {
       if (!r.GetVarint(&v)) return fail();
-      if (rtype == RecordType::kOom) e.device_free = v;
+      extra = v;
     }
+    if (link && rtype == RecordType::kCapacity) return fail();  // links name events only
     if (link) {
       link->event = events_.size();
       links_.push_back(*link);
       link.reset();
     }
-    events_.push_back(e);
+    Take(e, rtype, extra);
     prev = e;
     have_prev = true;
   }
@@ -344,6 +363,7 @@ void Reader::RecoverJournal() {
         link.emplace(index, r);
         continue;
       }
+
       // A link in a slot of its own, or folded into the allocation's (ReadJournalRecord).
       RawRecord linked = r;
       if (link && link->first + 1 == index && r.type == RecordType::kAlloc) {
@@ -356,7 +376,6 @@ void Reader::RecoverJournal() {
       }
       link.reset();
       Event e{};
-      e.action = *ActionOf(r.type);
       e.time_us = r.time_ns;  // nanoseconds until Build()
       e.thread = r.thread;
       e.device = r.device;
@@ -364,8 +383,7 @@ void Reader::RecoverJournal() {
       e.addr = r.addr;
       e.size = r.size;
       e.stack_id = r.stack_id;
-      if (r.type == RecordType::kOom && r.has_extra) e.device_free = r.extra;
-      events_.push_back(e);
+      Take(e, r.type, r.has_extra ? std::optional<std::uint64_t>(r.extra) : std::nullopt);
       ++events;
     }
     info_->journal_events += events;
@@ -374,6 +392,20 @@ void Reader::RecoverJournal() {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", info_->journal_damaged,
                                            " damaged journal records were left out"));
   }
+}
+
+void Reader::Take(Event e, RecordType type, std::optional<std::uint64_t> extra) {
+  if (type == RecordType::kCapacity) {
+    ++capacity_records_;
+    capacity_.push_back({e.time_us, e.device, e.size, CapacitySourceOf(extra.value_or(0))});
+    return;
+  }
+  e.action = *ActionOf(type);
+  e.device_free = 0;
+  e.step_source = StepSource::kUnknown;
+  if (type == RecordType::kOom && extra) e.device_free = *extra;
+  if (type == RecordType::kStep && extra) e.step_source = StepSourceOf(*extra);
+  events_.push_back(e);
 }
 
 absl::StatusOr<Trace> Reader::Read() {
@@ -438,9 +470,10 @@ absl::StatusOr<Trace> Reader::Read() {
         " of ", size_, " bytes) and ", info_->journal_events,
         " from the raw journal (recorded, not yet compressed); the data stops at offset ",
         pos, stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
-  } else if (end_events_ && *end_events_ != events_.size()) {
+  } else if (end_events_ && *end_events_ != events_.size() + capacity_records_) {
     trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
-                                           " events but ", events_.size(), " were read"));
+                                           " events but ", events_.size() + capacity_records_,
+                                           " were read"));
   }
   events_.MoveTo(&trace_.events);
   return Build();
@@ -524,6 +557,10 @@ Trace Reader::Build() {
   }
   for (Event& e : events) e.time_us = SinceOrigin(e.time_us, origin);
   for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
+  for (CapacityChange& c : capacity_) c.time_us = SinceOrigin(c.time_us, origin);
+  std::stable_sort(capacity_.begin(), capacity_.end(),
+                   [](const CapacityChange& a, const CapacityChange& b) { return a.time_us < b.time_us; });
+  trace_.capacity_changes = std::move(capacity_);
   std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
                    [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
   return std::move(trace_);

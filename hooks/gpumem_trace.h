@@ -1,0 +1,30 @@
+/* What the trace records about a run besides its allocations: what marks the steps and the
+ * memory cap in force. For the Python package (which knows about optimizer hooks and
+ * torch.cuda.set_per_process_memory_fraction) and for PyTorch integrations. Each call does
+ * nothing while no trace is being recorded. docs/trace-format.md, record types 6 and 14. */
+#ifndef GPUMEM_TRACE_H_
+#define GPUMEM_TRACE_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GPUMEM_TRACE_API __attribute__((visibility("default")))
+
+/* What marks the steps from now on: 1 = gpumem_step() called by the program itself,
+ * 2 = the Python package's optimizer step hooks, 0 = not said. Later step records carry
+ * it. Returns 0, or -1 for a value out of range. */
+GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
+
+/* The memory cap of `device` from now on, in bytes, and where it came from: 1 = the
+ * device's total memory, 2 = GPUMEM_CAPACITY, 3 = set_per_process_memory_fraction,
+ * 4 = gpumem_set_capacity. Returns 0, or -1 for a bad argument. */
+GPUMEM_TRACE_API int gpumem_trace_capacity(int device, uint64_t bytes, int source);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GPUMEM_TRACE_H_ */
