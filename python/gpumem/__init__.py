@@ -3,7 +3,7 @@
     import torch, gpumem
     gpumem.install()          # before the first CUDA tensor
     ...
-    gpumem.step()             # at the end of each training step (optional)
+    gpumem.step()             # optional: each optimizer step already marks a step
     print(gpumem.memory_summary())
 
 Or with no code change: ``gpumem run -- python train.py`` or ``GPUMEM=1 python train.py``
@@ -16,7 +16,7 @@ or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 import json
 import warnings
 
-from . import _native
+from . import _capacity, _native, _steps
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
            "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "trace_events", "pause_trace",
@@ -41,9 +41,17 @@ def _profile_mode():
 
 def _attach_profiler():
     import ctypes
+    import torch
     buf = ctypes.create_string_buffer(4096)
     if _native.torch_lib().gpumem_torch_profile(buf, len(buf)) != 0:
         raise InstallError(buf.value.decode("utf-8", "replace"))
+    _capacity.record_device_totals(torch)
+
+
+def _watch_training(torch):
+    """Both modes: step marks at optimizer steps, memory-fraction caps in the trace."""
+    _steps.watch_optimizers(torch)
+    _capacity.watch_memory_fraction(torch)
 
 
 def profile():
@@ -71,6 +79,7 @@ def profile():
         # PyTorch's allocator takes a tracker only once CUDA is up; queue it with
         # torch.cuda's lazy init rather than initializing CUDA early ourselves.
         torch.cuda._lazy_call(_attach_profiler)
+    _watch_training(torch)
     _profile_queued = True
 
 
@@ -116,6 +125,7 @@ def install():
                 "Fix: call gpumem.install() right after `import torch`, or start the program "
                 "with `gpumem run -- python ...` / GPUMEM=1.") from e
     _watch_cuda_in_forked_children(torch)
+    _watch_training(torch)
     _installed = True
 
 
@@ -165,8 +175,10 @@ def last_oom(device=0):
 
 
 def step():
-    """Marks the end of a training step; returns the step count."""
-    return _native.lib().gpumem_step()
+    """Marks the end of a training step; returns the step count. Optional: once
+    installed or profiling, each optimizer step marks one; a program that calls this keeps
+    its own marks instead (gpumem/_steps.py)."""
+    return _steps.marker().on_explicit_step()
 
 
 def trace_events():
@@ -191,6 +203,7 @@ def empty_cache(device=-1):
 def set_capacity(nbytes, device=0):
     if _native.lib().gpumem_set_capacity(int(nbytes), device) != 0:
         raise ValueError(_native.text(_native.lib().gpumem_last_error))
+    _capacity.record(device, nbytes, _capacity.SOURCE_SET_CAPACITY)
 
 
 def reset_peak_stats(device=-1):

@@ -75,6 +75,11 @@ def lib():
         l.gpumem_note_cuda_in_forked_child.argtypes = [ctypes.c_char_p]
         l.gpumem_backend_name.restype = ctypes.c_char_p
         l.gpumem_backend_name.argtypes = [ctypes.c_int]
+        if hasattr(l, "gpumem_trace_capacity"):  # hooks/gpumem_trace.h
+            l.gpumem_trace_capacity.restype = ctypes.c_int
+            l.gpumem_trace_capacity.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
+            l.gpumem_trace_step_source.restype = ctypes.c_int
+            l.gpumem_trace_step_source.argtypes = [ctypes.c_int]
         _lib = l
     return _lib
 

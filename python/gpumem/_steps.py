@@ -1,0 +1,83 @@
+"""Step marks with no code change: a step ends at each optimizer step, seen through
+PyTorch's global optimizer step hooks (both modes).
+
+Several optimizers stepping in one iteration (a GAN's, or one per parameter group) make
+one step: the *lead* optimizer (the first that stepped) marks it. If another optimizer steps
+twice while the lead does not step at all (the lead was a finder's throwaway optimizer),
+that one becomes the lead (so an iteration whose lead was skipped but another optimizer
+stepped still counts). GradScaler skips optimizer.step() when the gradients hold inf/NaN;
+the hook does not fire then, so an iteration where every optimizer was skipped is not a
+step.
+
+A program that calls gpumem.step() itself keeps its own marks: from its first call on
+the hooks mark nothing (that first call marks nothing either when a hook has already
+marked, so the iteration is not counted twice).
+"""
+from . import _native
+
+# hooks/gpumem_trace.h: what marks the steps.
+SOURCE_EXPLICIT = 1
+SOURCE_OPTIMIZER_HOOK = 2
+
+
+class StepMarker:
+    def __init__(self, lib=None):
+        self._lib = lib
+        self.lead = None           # id() of the lead optimizer
+        self.since_mark = set()    # ids of other optimizers stepped since the last mark
+        self.explicit = False      # the program calls gpumem.step() itself
+        self.hook_marks = 0
+        self.count = 0             # steps marked so far (gpumem_step's count)
+        self.source = None
+
+    def lib(self):
+        return self._lib if self._lib is not None else _native.lib()
+
+    def _mark(self, source):
+        if self.source != source:
+            fn = getattr(self.lib(), "gpumem_trace_step_source", None)
+            if fn is not None:
+                fn(source)
+            self.source = source
+        self.count = self.lib().gpumem_step()
+        return self.count
+
+    def on_optimizer_step(self, optimizer, *_):
+        if self.explicit:
+            return
+        key = id(optimizer)
+        if self.lead is None:
+            self.lead = key
+        if key != self.lead:
+            if key not in self.since_mark:
+                self.since_mark.add(key)
+                return
+            self.lead = key  # stepped twice without the lead: it leads now
+        self.since_mark.clear()
+        self.hook_marks += 1
+        self._mark(SOURCE_OPTIMIZER_HOOK)
+
+    def on_explicit_step(self):
+        first = not self.explicit
+        self.explicit = True
+        if first and self.hook_marks > 0:
+            return self.count  # the hooks marked this iteration already
+        return self._mark(SOURCE_EXPLICIT)
+
+
+_marker = StepMarker()
+
+
+def marker():
+    return _marker
+
+
+def watch_optimizers(torch):
+    """Registers the global optimizer step hook once (torch >= 2.0 has it)."""
+    optimizer_module = getattr(getattr(torch, "optim", None), "optimizer", None)
+    register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
+    if register is None or getattr(optimizer_module, "_gpumem_step_hook", False):
+        return False
+    register(_marker.on_optimizer_step)
+    optimizer_module._gpumem_step_hook = True
+    return True
