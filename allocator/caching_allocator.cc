@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -91,23 +92,16 @@ Stat MakeStat(std::uint64_t current, std::uint64_t peak, std::uint64_t allocated
 
 // `s` less the cumulative figures of `base` (ResetAccumulated).
 void SubtractAccumulated(DetailedStats& s, const DetailedStats& base) {
-  auto sub = [](Stat* a, const Stat* b) {
-    for (int k = 0; k < 3; ++k) {
-      a[k].allocated -= b[k].allocated;
-      a[k].freed -= b[k].freed;
+  ForEachStatField(s, base, [](auto& a, const auto& b) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(a)>, std::int64_t>) {
+      a -= b;
+    } else {
+      for (int k = 0; k < 3; ++k) {
+        a[k].allocated -= b[k].allocated;
+        a[k].freed -= b[k].freed;
+      }
     }
-  };
-  sub(s.allocation, base.allocation);
-  sub(s.segment, base.segment);
-  sub(s.active, base.active);
-  sub(s.allocated_bytes, base.allocated_bytes);
-  sub(s.reserved_bytes, base.reserved_bytes);
-  sub(s.active_bytes, base.active_bytes);
-  sub(s.requested_bytes, base.requested_bytes);
-  s.num_alloc_retries -= base.num_alloc_retries;
-  s.num_ooms -= base.num_ooms;
-  s.num_device_alloc -= base.num_device_alloc;
-  s.num_device_free -= base.num_device_free;
+  });
 }
 
 class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner {

@@ -74,6 +74,23 @@ struct DetailedStats {
   std::int64_t num_device_free = 0;
 };
 
+// Calls f(a.x, b.x) for each of the Stat arrays x of two structs of DetailedStats' shape
+// (DetailedStats itself, or the C ABI's gpumem_detailed_stats_t), then for the counters.
+template <typename A, typename B, typename F>
+void ForEachStatField(A& a, B& b, F&& f) {
+  f(a.allocation, b.allocation);
+  f(a.segment, b.segment);
+  f(a.active, b.active);
+  f(a.allocated_bytes, b.allocated_bytes);
+  f(a.reserved_bytes, b.reserved_bytes);
+  f(a.active_bytes, b.active_bytes);
+  f(a.requested_bytes, b.requested_bytes);
+  f(a.num_alloc_retries, b.num_alloc_retries);
+  f(a.num_ooms, b.num_ooms);
+  f(a.num_device_alloc, b.num_device_alloc);
+  f(a.num_device_free, b.num_device_free);
+}
+
 // The memory layout for snapshots: segments in address order with their blocks.
 struct LayoutBlock {
   enum State { kFree = 0, kAllocated = 1, kPendingFree = 2 };

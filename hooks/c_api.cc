@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -167,25 +168,15 @@ void FreeOnOwner(gpumem::DevicePtr p) {
   }
 }
 
-gpumem_stat_t ToC(const gpumem::Stat& s) { return {s.current, s.peak, s.allocated, s.freed}; }
-
-void ToC(const gpumem::Stat (&in)[3], gpumem_stat_t (&out)[3]) {
-  for (int k = 0; k < 3; ++k) out[k] = ToC(in[k]);
-}
-
 gpumem_detailed_stats_t ToC(const gpumem::DetailedStats& d) {
   gpumem_detailed_stats_t out{};
-  ToC(d.allocation, out.allocation);
-  ToC(d.segment, out.segment);
-  ToC(d.active, out.active);
-  ToC(d.allocated_bytes, out.allocated_bytes);
-  ToC(d.reserved_bytes, out.reserved_bytes);
-  ToC(d.active_bytes, out.active_bytes);
-  ToC(d.requested_bytes, out.requested_bytes);
-  out.num_alloc_retries = d.num_alloc_retries;
-  out.num_ooms = d.num_ooms;
-  out.num_device_alloc = d.num_device_alloc;
-  out.num_device_free = d.num_device_free;
+  gpumem::ForEachStatField(d, out, [](const auto& in, auto& to) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(in)>, std::int64_t>) {
+      to = in;
+    } else {
+      for (int k = 0; k < 3; ++k) to[k] = {in[k].current, in[k].peak, in[k].allocated, in[k].freed};
+    }
+  });
   return out;
 }
 
