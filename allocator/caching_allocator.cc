@@ -222,6 +222,29 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     return AllocateLocked(bytes, stream, nullptr, pool);
   }
 
+  // Pool blocks are all carved from the large pool (see AllocateLocked), so any of them
+  // can be put back where it was.
+  absl::StatusOr<DevicePtr> AllocateAt(DevicePtr addr, std::size_t bytes, StreamId stream,
+                                       PoolId pool) override {
+    std::unique_lock lock(mu_);
+    if (pool == kDefaultPool) return absl::InvalidArgumentError("AllocateAt: not a pool");
+    auto it = heaps_.find(std::make_pair(pool, stream));
+    Block* b = it == heaps_.end() ? nullptr
+                                  : it->second->large.CarveAt(addr, RoundUp(bytes, kBlockAlign));
+    if (b == nullptr) {
+      return absl::NotFoundError("AllocateAt: that memory is not free in the pool");
+    }
+    pools_[pool].released = false;
+    ++pools_[pool].live;
+    LiveBlock live{.heap = it->second.get(), .stream = stream, .requested = bytes};
+    live.block = b;
+    live.bin = b->size;
+    live.unseen = !ObservesAllocation();
+    Account(addr, live, nullptr);
+    if (!live.unseen) Notify(AllocatorEventKind::kAlloc, addr, bytes, stream);
+    return addr;
+  }
+
   void BeginCapture() override {
     std::lock_guard lock(mu_);
     ++capture_depth_;
@@ -711,7 +734,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     StreamHeap* h = Heap(stream, pool);
     LiveBlock live{.heap = h, .stream = stream, .requested = bytes};
     DevicePtr ptr;
-    if (bytes <= options_.small_limit) {
+    // A pool's blocks all come from its large pool: AllocateAt can then restore any of
+    // them where it was.
+    if (bytes <= options_.small_limit && pool == kDefaultPool) {
       const int k = SizeClasses::ClassOf(bytes);
       live.bin = SizeClasses::ClassSize(k);
       live.size_class = k;

@@ -152,6 +152,13 @@ class DeviceAllocator {
     if (pool == kDefaultPool) return Allocate(bytes, stream);
     return absl::UnimplementedError("this policy has no private pools");
   }
+  // A private pool's block at exactly `addr`, which must be free memory of that pool's
+  // heap for `stream` (how a checkpointed pool state is restored); NotFound otherwise.
+  virtual absl::StatusOr<DevicePtr> AllocateAt(DevicePtr addr, std::size_t bytes,
+                                               StreamId stream, PoolId pool) {
+    (void)addr, (void)bytes, (void)stream, (void)pool;
+    return absl::UnimplementedError("this policy cannot place a block");
+  }
   // A stream capture begins / ends (they nest). In between, no call may break a capture:
   // no event query, synchronize, unmap or release.
   virtual void BeginCapture() {}

@@ -109,6 +109,37 @@ Block* LargePool::BestFit(std::size_t bytes) {
   return Carve(b, bytes);
 }
 
+Block* LargePool::CarveAt(DevicePtr addr, std::size_t bytes) {
+  Block* b = nullptr;
+  for (const auto& r : ranges_) {
+    if (addr < r->base || addr >= r->base + r->bytes) continue;
+    for (b = r->tail; b != nullptr && b->addr > addr; b = b->prev) {
+    }
+    break;
+  }
+  if (b == nullptr || !b->free || addr + bytes > b->end()) return nullptr;
+  EraseFree(b);
+  if (b->addr < addr) {  // b keeps the free front; a new node starts at addr
+    Block* rest = NewNode();
+    rest->addr = addr;
+    rest->size = b->end() - addr;
+    LinkAfter(b, rest);
+    b->size = addr - b->addr;
+    InsertFree(b);
+    b = rest;
+  }
+  if (b->size > bytes) {  // the free back
+    Block* back = NewNode();
+    back->addr = addr + bytes;
+    back->size = b->size - bytes;
+    LinkAfter(b, back);
+    b->size = bytes;
+    InsertFree(back);
+  }
+  b->free = false;
+  return b;
+}
+
 Block* LargePool::Coalesce(Block* b) {
   Block* p = b->prev;
   if (p != nullptr && p->free && p->end() == b->addr) {

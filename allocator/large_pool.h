@@ -70,6 +70,9 @@ class LargePool {
   // The smallest free block of at least `bytes` (a multiple of kBlockAlign), split to
   // size and marked used; null if none.
   Block* BestFit(std::size_t bytes);
+  // The free memory [addr, addr + bytes) of one range, split out and marked used; null if
+  // any of it is not free. Restores a block where it was (a checkpointed pool state).
+  Block* CarveAt(DevicePtr addr, std::size_t bytes);
   // Returns a used block; it coalesces with free neighbours.
   void Free(Block* block);
 

@@ -221,6 +221,25 @@ void* gpumem_alloc_in_pool(ssize_t size, int device, struct CUstream_st* stream,
   return h::Allocate(size, device, stream, pool);
 }
 
+void* gpumem_alloc_at(void* address, ssize_t size, int device, struct CUstream_st* stream,
+                      uint64_t pool) {
+  DeviceState* s = h::StartedDevice(device);
+  if (s == nullptr || size <= 0) {
+    h::SetError(absl::StrCat("gpumem_alloc_at: device ", device, " has not started or size ",
+                             size, " is not positive"));
+    return nullptr;
+  }
+  absl::StatusOr<gpumem::DevicePtr> ptr =
+      s->allocator->AllocateAt(reinterpret_cast<gpumem::DevicePtr>(address),
+                               static_cast<std::size_t>(size),
+                               reinterpret_cast<gpumem::StreamId>(stream), pool);
+  if (!ptr.ok()) {
+    h::SetError(absl::StrCat("gpumem_alloc_at: ", ptr.status().message()));
+    return nullptr;
+  }
+  return reinterpret_cast<void*>(*ptr);
+}
+
 void gpumem_free(void* ptr, ssize_t, int device, struct CUstream_st*) {
   if (ptr == nullptr) return;
   const auto p = reinterpret_cast<gpumem::DevicePtr>(ptr);

@@ -129,6 +129,30 @@ TEST_P(PoolTest, APoolGrowsWithNewPagesRatherThanStitchingTheDefaultPools) {
   alloc->Free(p);
 }
 
+// A checkpointed pool state is restored by putting each block back where it was, small
+// ones included, even after the pool coalesced them with their free neighbours.
+TEST_P(PoolTest, BlocksGoBackWhereTheyWereAfterThePoolCoalescedThem) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim, Options());
+  DevicePtr small = *alloc->AllocateInPool(4096, kS1, kPool);
+  DevicePtr large = *alloc->AllocateInPool(3 * kMiB, kS1, kPool);
+  DevicePtr keep = *alloc->AllocateInPool(kMiB, kS1, kPool);
+  alloc->Free(small);
+  alloc->Free(large);
+  ASSERT_EQ(*alloc->AllocateAt(large, 3 * kMiB, kS1, kPool), large);
+  ASSERT_EQ(*alloc->AllocateAt(small, 4096, kS1, kPool), small);
+  std::vector<DevicePtr> live{small, large, keep};
+  std::sort(live.begin(), live.end());
+  EXPECT_EQ(alloc->PoolLiveBlocks(kPool), live);
+  // Memory that is in use, outside the pool's heap, or in the default pool: refused.
+  EXPECT_FALSE(alloc->AllocateAt(keep, kMiB, kS1, kPool).ok());
+  EXPECT_FALSE(alloc->AllocateAt(large, 3 * kMiB, kS2, kPool).ok());
+  EXPECT_FALSE(alloc->AllocateAt(large, 3 * kMiB, kS1, kDefaultPool).ok());
+  for (DevicePtr p : live) alloc->Free(p);
+  alloc->ReleasePool(kPool);
+  EXPECT_EQ(alloc->stats().reserved_bytes, 0u);
+}
+
 INSTANTIATE_TEST_SUITE_P(ThreadCaches, PoolTest, ::testing::Bool());
 
 TEST(CaptureTest, MakesNoDeviceCallThatBreaksACaptureAndGrowsFromNewPages) {

@@ -235,6 +235,23 @@ TEST_F(CApiTest, PoolBlocksStayInTheirPoolUntilReleased) {
   EXPECT_EQ(Sim().counters().physical_bytes, 0u);
 }
 
+TEST_F(CApiTest, AllocAtPutsAPoolBlockBackWhereItWas) {
+  constexpr uint64_t kPool = 9;
+  void* a = gpumem_alloc_in_pool(5 * kMiB, 0, nullptr, kPool);
+  void* b = gpumem_alloc_in_pool(1000, 0, nullptr, kPool);
+  ASSERT_NE(a, nullptr);
+  gpumem_free(a, 0, -1, nullptr);
+  EXPECT_EQ(gpumem_alloc_at(a, 5 * kMiB, 0, nullptr, kPool), a);
+  EXPECT_EQ(gpumem_alloc_at(b, 1000, 0, nullptr, kPool), nullptr);  // b is live
+  char why[256];
+  gpumem_last_error(why, sizeof(why));
+  EXPECT_NE(std::string(why).find("not free"), std::string::npos) << why;
+  EXPECT_EQ(gpumem_alloc_at(a, 5 * kMiB, 7, nullptr, kPool), nullptr);  // never started
+  gpumem_free(a, 0, -1, nullptr);
+  gpumem_free(b, 0, -1, nullptr);
+  gpumem_release_pool(0, kPool);
+}
+
 TEST_F(CApiTest, EmptyPoolCacheKeepsLiveBlocks) {
   constexpr uint64_t kPool = 5;
   void* live = gpumem_alloc_in_pool(4 * kMiB, 0, nullptr, kPool);
