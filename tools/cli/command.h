@@ -16,5 +16,6 @@ void AddDumpCommand(CLI::App& app, int* status);
 void AddReportCommand(CLI::App& app, int* status);
 void AddExportCommand(CLI::App& app, int* status);
 void AddRunCommand(CLI::App& app, int* status);
+void AddDoctorCommand(CLI::App& app, int* status);
 
 }  // namespace gpumem::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   gpumem::cli::AddReportCommand(app, &status);
   gpumem::cli::AddExportCommand(app, &status);
   gpumem::cli::AddRunCommand(app, &status);
+  gpumem::cli::AddDoctorCommand(app, &status);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

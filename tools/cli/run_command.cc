@@ -15,13 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "hooks/config.h"
 #include "tools/cli/command.h"
-
-#ifndef GPUMEM_PYTHON_DIR
-#define GPUMEM_PYTHON_DIR ""
-#endif
-#ifndef GPUMEM_LIB_DIR
-#define GPUMEM_LIB_DIR ""
-#endif
+#include "tools/cli/tree_paths.h"
 
 namespace gpumem::cli {
 namespace {
@@ -37,11 +31,6 @@ struct RunArgs {
   bool no_cupti = false;
 };
 
-std::string FromEnvOr(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : fallback;
-}
-
 int Run(const RunArgs& args) {
   if (!args.backend.empty()) setenv("GPUMEM_BACKEND", args.backend.c_str(), 1);
   if (!args.capacity.empty()) setenv("GPUMEM_CAPACITY", args.capacity.c_str(), 1);
@@ -55,8 +44,8 @@ int Run(const RunArgs& args) {
     std::fprintf(stderr, "gpumem run: %s\n", std::string(config.status().message()).c_str());
     return kExitBadInput;
   }
-  std::string python_dir = FromEnvOr("GPUMEM_PYTHON_DIR", GPUMEM_PYTHON_DIR);
-  std::string lib_dir = FromEnvOr("GPUMEM_LIB_DIR", GPUMEM_LIB_DIR);
+  std::string python_dir = PythonDir();
+  std::string lib_dir = LibDir();
   std::string path = absl::StrCat(python_dir, "/gpumem/_preload:", python_dir);
   if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
     absl::StrAppend(&path, ":", old);
