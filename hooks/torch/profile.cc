@@ -2,7 +2,9 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -42,25 +44,47 @@ using ContextFn = std::tuple_element_t<1, HistoryParams>;          // CreateCont
 using RecordWhen = std::tuple_element_t<3, HistoryParams>;         // RecordContext
 using Context = std::invoke_result_t<ContextFn>;                   // shared_ptr<GatheredContext>
 
+// What the program itself asked of PyTorch's history (torch.cuda.memory.
+// _record_memory_history): gpumem's recorder stays in place and gathers PyTorch's
+// traceback for it as well.
+struct UserHistory {
+  bool on = false;
+  bool cpp = false;  // stacks="all": C++ frames too
+  std::size_t max_entries = 1;
+  RecordWhen when = RecordWhen::STATE;
+};
+std::atomic<bool> g_user_history{false};
+std::atomic<bool> g_user_cpp{false};
+
 // PyTorch's context recorder, called on the allocating thread before the allocator's lock
-// (for allocations only, at RecordContext::STATE). Returns no context: the stack goes to
-// gpumem's trace, not into PyTorch's snapshot.
+// (for allocations only, at RecordContext::STATE). The stack goes to gpumem's trace; the
+// program's own history, if it asked for one, gets PyTorch's traceback as usual.
 Context GatherContext() {
   t_pending.stack = gpumem_capture_stack();
   t_pending.set = true;
   if (gpumem_tracing() != 0) LinkNextAllocationToAutograd();
-  return Context{};
+  if (!g_user_history.load(std::memory_order_relaxed)) return Context{};
+  return ::torch::CapturedTraceback::gather(/*python=*/true, /*script=*/true,
+                                            g_user_cpp.load(std::memory_order_relaxed));
 }
 
 template <std::size_t... I>
-void EnableContextRecorder(std::index_sequence<I...>) {
+void EnableContextRecorder(const UserHistory& user, std::index_sequence<I...>) {
   HistoryParams params{};
   std::get<0>(params) = true;
   std::get<1>(params) = &GatherContext;
-  std::get<2>(params) = 1;  // PyTorch's own ring of trace entries: keep it minimal
-  std::get<3>(params) = RecordWhen::STATE;  // ask for context on allocations only
+  // Without the program's history, PyTorch's own ring is kept minimal and context is
+  // asked on allocations only.
+  std::get<2>(params) = user.on ? std::max<std::size_t>(user.max_entries, 1) : 1;
+  std::get<3>(params) = user.on && user.when > RecordWhen::STATE ? user.when : RecordWhen::STATE;
   // The rest (clearHistory, skip_actions, ...) keep their value-initialized defaults.
   cca::get()->recordHistory(std::get<I>(params)...);
+}
+
+void EnableContextRecorder(const UserHistory& user) {
+  g_user_cpp.store(user.cpp, std::memory_order_relaxed);
+  g_user_history.store(user.on, std::memory_order_relaxed);
+  EnableContextRecorder(user, std::make_index_sequence<std::tuple_size_v<HistoryParams>>{});
 }
 
 // Called by PyTorch under its allocator lock, on the thread that caused the event.
@@ -131,14 +155,25 @@ void profile() {
   UsePytorchUnwinder();
   // Trackers are called whether or not history is recorded; the context recorder only
   // runs with history on, so it is turned on with the smallest ring PyTorch allows.
-  EnableContextRecorder(std::make_index_sequence<std::tuple_size_v<HistoryParams>>{});
+  EnableContextRecorder(UserHistory{});
   cca::attachAllocatorTraceTracker([](const auto& te) { Track(te); });
   g_profiling.store(true);
 }
 
 bool profiling() { return g_profiling.load(); }
 
+void UserHistoryChanged(bool on, int when, bool cpp, std::size_t max_entries) {
+  if (!g_profiling.load()) return;
+  EnableContextRecorder(UserHistory{on, cpp, max_entries, static_cast<RecordWhen>(when)});
+}
+
 }  // namespace gpumem::torch
+
+extern "C" int gpumem_torch_profile_user_history(int on, int when, int cpp, std::size_t max_entries,
+                                                 char* err, std::size_t len) {
+  return gpumem::torch::CatchToCError(
+      [&] { gpumem::torch::UserHistoryChanged(on != 0, when, cpp != 0, max_entries); }, err, len);
+}
 
 extern "C" int gpumem_torch_profile(char* err, std::size_t len) {
   return gpumem::torch::CatchToCError([] { gpumem::torch::profile(); }, err, len);

@@ -46,6 +46,45 @@ def _attach_profiler():
     if _native.torch_lib().gpumem_torch_profile(buf, len(buf)) != 0:
         raise InstallError(buf.value.decode("utf-8", "replace"))
     _capacity.record_device_totals(torch)
+    global _profiler_attached
+    _profiler_attached = True
+    if _user_history is not None:
+        _apply_user_history(*_user_history)
+
+
+_CONTEXT_LEVELS = {None: 0, "state": 1, "alloc": 2, "all": 3}
+_profiler_attached = False
+_user_history = None  # (on, when, cpp, max_entries) the program last asked PyTorch for
+
+
+def _apply_user_history(on, when, cpp, entries):
+    import ctypes
+    buf = ctypes.create_string_buffer(1024)
+    if _native.torch_lib().gpumem_torch_profile_user_history(on, when, cpp, entries, buf,
+                                                             len(buf)) != 0:
+        warnings.warn("gpumem: " + buf.value.decode("utf-8", "replace"))
+
+
+def _keep_recorder_under_user_history(torch):
+    """torch.cuda.memory._record_memory_history replaces PyTorch's context recorder, which
+    profile-only mode uses to take each allocation's stack. After the program's call, put
+    gpumem's recorder back, serving the program's history as well (same ring size, same
+    tracebacks in its snapshots)."""
+    original = getattr(torch._C, "_cuda_record_memory_history", None)
+    if original is None or getattr(original, "_gpumem", False):
+        return
+    def record_memory_history(enabled, context="all", stacks="all", max_entries=2**62, *rest):
+        global _user_history
+        original(enabled, context, stacks, max_entries, *rest)
+        on = enabled is not None
+        when = _CONTEXT_LEVELS.get(context, 3) if on else 0
+        entries = max_entries if enabled == "all" else 1
+        _user_history = (int(on), when, int(stacks == "all"), min(entries, 2**62))
+        if _profiler_attached:  # else _attach_profiler applies it once CUDA is up
+            _apply_user_history(*_user_history)
+
+    record_memory_history._gpumem = True
+    torch._C._cuda_record_memory_history = record_memory_history
 
 
 def _watch_training(torch):
@@ -73,6 +112,7 @@ def profile():
             "torch;print(torch.utils.cmake_prefix_path)'))")
     if _native.lib().gpumem_profile_start() != 0:  # open the trace now: errors show here
         raise InstallError(_native.text(_native.lib().gpumem_last_error))
+    _keep_recorder_under_user_history(torch)
     if torch.cuda.is_initialized():
         _attach_profiler()
     else:

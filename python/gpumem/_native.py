@@ -97,6 +97,10 @@ def torch_lib():
         l.gpumem_torch_install.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         l.gpumem_torch_profile.restype = ctypes.c_int
         l.gpumem_torch_profile.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        l.gpumem_torch_profile_user_history.restype = ctypes.c_int
+        l.gpumem_torch_profile_user_history.argtypes = [
+            ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p,
+            ctypes.c_size_t]
         _torch_lib = l
     return _torch_lib
 

@@ -62,9 +62,10 @@ def memory_api():
             "num_ooms", "allocation.all.allocated", "allocated_bytes.large_pool.current"]
     missing = [k for k in keys if k not in stats]
     ok = (grown >= 256 * MiB and peak >= base + 256 * MiB and reserved >= 256 * MiB
-          and not missing and "Memory" in summary and after_free <= base
+          and not missing and "memory summary" in summary and after_free <= base
           and peak_reset < peak and 0 < free <= total and max_reserved >= reserved - 1)
     return ok, dict(grown=grown, peak=peak, reserved=reserved, missing=missing,
+                    summary_title=summary.splitlines()[1].strip(" |") if summary else "",
                     after_free=after_free, peak_after_reset=peak_reset)
 
 
@@ -247,19 +248,25 @@ def oom_retry():
         huge_failed = "Tried to allocate" in str(e)
     huge_s = time.perf_counter() - t0
     reserved_after_huge = torch.cuda.memory_reserved()
-    # A batch-size finder: double until OOM, then halve and keep the last that fits.
+    # A batch-size finder: double until OOM, keep the last batch that fitted. The try is
+    # in a function of its own, as finders write it, so that nothing the failed try made
+    # stays referenced from this frame.
     model = torch.nn.Linear(4096, 4096).cuda()
+
+    def fits(batch):
+        try:
+            model(torch.randn(batch, 4096, device="cuda")).sum().backward()
+            return True
+        except torch.OutOfMemoryError:
+            return False
+
     batch, last_ok, ooms = 1024, 0, 0
     while batch < (1 << 24):
-        try:
-            x = torch.randn(batch, 4096, device="cuda")
-            model(x).sum().backward()
-            del x
-            last_ok = batch
-            batch *= 2
-        except torch.OutOfMemoryError:
+        if not fits(batch):
             ooms += 1
             break
+        last_ok = batch
+        batch *= 2
     model.zero_grad(set_to_none=True)
     working = torch.cuda.max_memory_allocated()
     reserved = torch.cuda.memory_reserved()

@@ -35,8 +35,12 @@ def run_case(cli, mode, case, timeout, workdir):
         return {"case": case, "mode": mode, "ok": False, "detail": f"timed out after {timeout} s"}
     row = None
     for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
+        try:
+            parsed = json.loads(line)
+        except ValueError:
+            continue  # a library's own output (a trainer's log dict, say)
+        if isinstance(parsed, dict) and parsed.get("case") == case:
+            row = parsed
     if row is None:
         tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
         return {"case": case, "mode": mode, "ok": False, "detail": f"exit {p.returncode}: {tail}"}
