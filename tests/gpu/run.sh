@@ -123,7 +123,7 @@ fi
 
 if want emptyab; then
   echo "== torch.empty + del, native and gpumem taking turns"
-  $py "$repo/tests/gpu/torch_empty_ab.py" --rounds "${EMPTYAB_ROUNDS:-8}" \
+  $py "$repo/tests/gpu/torch_empty_ab.py" --rounds "${EMPTYAB_ROUNDS:-10}" --iterations 5000 \
     --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
 fi
 

@@ -1,6 +1,7 @@
 """torch.empty + del loops through Python, native allocator vs gpumem (one process each).
 
-usage: torch_empty_bench.py native|gpumem   (prints one JSON line per size)
+usage: torch_empty_bench.py native|gpumem [ITERATIONS]   (one JSON line per size; the best
+of 5 timed loops of ITERATIONS pairs, default 20000)
 """
 import json
 import sys
@@ -18,7 +19,7 @@ for size in [512, 64 << 10, 1 << 20, 16 << 20, 256 << 20]:
         del t
     best = None
     for _rep in range(5):
-        n = 20000
+        n = int(sys.argv[2]) if len(sys.argv) > 2 else 20000
         t0 = time.perf_counter()
         for _ in range(n):
             t = torch.empty(size, dtype=torch.uint8, device="cuda")
