@@ -16,11 +16,11 @@ or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 import json
 import warnings
 
-from . import _capacity, _native, _steps
+from . import _capacity, _device, _native, _steps
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
            "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "trace_events", "pause_trace",
-           "InstallError"]
+           "backend", "InstallError"]
 
 _installed = False
 _profile_queued = False
@@ -193,25 +193,30 @@ def installed():
     return _installed
 
 
-def stats(device=0):
-    """gpumem's figures for `device` (-1: all started devices) as a dict of ints. These are
-    what torch.cuda.memory_stats() cannot report under a pluggable allocator."""
+def stats(device=None):
+    """gpumem's figures for `device` as a dict of ints. These are what
+    torch.cuda.memory_stats() cannot report under a pluggable allocator.
+
+    Every function here that takes a device follows PyTorch: None (the default) is the
+    current device (torch.cuda.current_device() once torch is imported and CUDA is
+    initialized, else device 0), and an int, 'cuda:1' or a torch.device names one;
+    -1 means every device started so far where the function takes it."""
     s = _native.GpumemStats()
-    _native.lib().gpumem_stats(device, s)
+    _native.lib().gpumem_stats(_device.index(device), s)
     return {name: getattr(s, name) for name, _ in _native.GpumemStats._fields_}
 
 
-def memory_summary(device=-1):
-    return _native.text(_native.lib().gpumem_memory_summary, device)
+def memory_summary(device=None):
+    return _native.text(_native.lib().gpumem_memory_summary, _device.index(device))
 
 
-def snapshot(device=-1):
+def snapshot(device=None):
     """The figures and the backend's counters (mapped bytes, page creates, ...) as a dict."""
-    return json.loads(_native.text(_native.lib().gpumem_snapshot_json, device))
+    return json.loads(_native.text(_native.lib().gpumem_snapshot_json, _device.index(device)))
 
 
-def last_oom(device=0):
-    return _native.text(_native.lib().gpumem_last_oom, device)
+def last_oom(device=None):
+    return _native.text(_native.lib().gpumem_last_oom, _device.index(device))
 
 
 def step():
@@ -236,19 +241,20 @@ def pause_trace(paused=True):
     _native.lib().gpumem_trace_pause(1 if paused else 0)
 
 
-def empty_cache(device=-1):
-    _native.lib().gpumem_empty_cache(device)
+def empty_cache(device=None):
+    _native.lib().gpumem_empty_cache(_device.index(device))
 
 
-def set_capacity(nbytes, device=0):
-    if _native.lib().gpumem_set_capacity(int(nbytes), device) != 0:
+def set_capacity(nbytes, device=None):
+    index = _device.index(device)
+    if _native.lib().gpumem_set_capacity(int(nbytes), index) != 0:
         raise ValueError(_native.text(_native.lib().gpumem_last_error))
-    _capacity.record(device, nbytes, _capacity.SOURCE_SET_CAPACITY)
+    _capacity.record(index, nbytes, _capacity.SOURCE_SET_CAPACITY)
 
 
-def reset_peak_stats(device=-1):
-    _native.lib().gpumem_reset_peaks(device)
+def reset_peak_stats(device=None):
+    _native.lib().gpumem_reset_peaks(_device.index(device))
 
 
-def backend(device=0):
-    return _native.lib().gpumem_backend_name(device).decode()
+def backend(device=None):
+    return _native.lib().gpumem_backend_name(_device.index(device)).decode()

@@ -2,7 +2,7 @@
 (profile-only mode; gpumem's allocator records its own cap when a device starts), and
 every torch.cuda.set_per_process_memory_fraction call, which reaches the trace through
 nothing else in profile-only mode."""
-from . import _native
+from . import _device, _native
 
 # hooks/gpumem_trace.h: where a cap came from.
 SOURCE_DEVICE_TOTAL = 1
@@ -22,17 +22,6 @@ def record_device_totals(torch, lib=None):
         record(d, torch.cuda.get_device_properties(d).total_memory, SOURCE_DEVICE_TOTAL, lib)
 
 
-def _device_index(torch, device):
-    if device is None:
-        return torch.cuda.current_device()
-    if isinstance(device, int):
-        return device
-    index = getattr(device, "index", None)
-    if index is None and isinstance(device, str):
-        index = int(device.split(":")[1]) if ":" in device else None
-    return torch.cuda.current_device() if index is None else index
-
-
 def watch_memory_fraction(torch, lib=None):
     """Wraps torch.cuda.set_per_process_memory_fraction (once) so each call is recorded."""
     cuda = torch.cuda
@@ -42,7 +31,7 @@ def watch_memory_fraction(torch, lib=None):
 
     def set_per_process_memory_fraction(fraction, device=None):
         result = original(fraction, device)
-        index = _device_index(torch, device)
+        index = _device.index(device, torch)
         total = cuda.get_device_properties(index).total_memory
         record(index, int(fraction * total), SOURCE_MEMORY_FRACTION, lib)
         return result

@@ -45,7 +45,8 @@ def fake_torch():
     calls = []
     cuda = types.SimpleNamespace(
         set_per_process_memory_fraction=lambda f, d=None: calls.append((f, d)),
-        get_device_properties=lambda d: props, current_device=lambda: 0, device_count=lambda: 2)
+        get_device_properties=lambda d: props, current_device=lambda: 0, device_count=lambda: 2,
+        is_initialized=lambda: True)
     cuda.memory = types.SimpleNamespace(
         set_per_process_memory_fraction=cuda.set_per_process_memory_fraction)
     torch = types.SimpleNamespace(optim=types.SimpleNamespace(optimizer=optimizer), cuda=cuda)
