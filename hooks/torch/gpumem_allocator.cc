@@ -1,6 +1,7 @@
 // The hot path, the cache and the cap. Statistics: device_stats.cc; snapshots and
 // history: snapshot.cc; pools and checkpoints: pool_hooks.cc; out of memory: oom.cc.
 #include "hooks/torch/gpumem_allocator.h"
+#include "hooks/torch/layout.h"
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -24,13 +25,6 @@ void* UnexpectedAlloc(size_t, int, cudaStream_t) {
 }
 void UnexpectedFree(void*, size_t, int, cudaStream_t) {
   TORCH_CHECK(false, "gpumem: a free reached CUDAPluggableAllocator's free function");
-}
-
-std::string LastGpumemError() {
-  std::string s(gpumem_last_error(nullptr, 0), '\0');
-  gpumem_last_error(s.data(), s.size());
-  s.resize(s.size() - 1);
-  return s;
 }
 
 c10::DeviceIndex CurrentDevice() {

@@ -10,16 +10,10 @@
 
 #include "hooks/gpumem.h"
 #include "hooks/torch/gpumem_allocator.h"
+#include "hooks/torch/layout.h"
 
 namespace gpumem::torch {
 namespace {
-
-std::string LastGpumemError() {
-  std::string s(gpumem_last_error(nullptr, 0), '\0');
-  gpumem_last_error(s.data(), s.size());
-  s.resize(s.size() - 1);
-  return s;
-}
 
 std::string Size(std::uint64_t bytes) { return c10::CachingAllocator::format_size(bytes); }
 

@@ -9,6 +9,7 @@
 
 #include "hooks/gpumem.h"
 #include "hooks/torch/gpumem_allocator.h"
+#include "hooks/torch/layout.h"
 
 namespace gpumem::torch {
 namespace {
@@ -41,24 +42,12 @@ std::vector<void*> LiveBlocks(int device, std::uint64_t key) {
 
 // The pool's live blocks with their sizes and streams, from the device's layout.
 std::vector<PoolBlock> LiveBlockRecords(int device, std::uint64_t key) {
-  std::size_t block_total = 0;
-  std::vector<gpumem_segment_t> segments;
-  std::vector<gpumem_block_t> blocks;
-  for (;;) {
-    const std::size_t n = gpumem_layout(device, segments.data(), segments.size(), blocks.data(),
-                                        blocks.size(), &block_total);
-    if (n <= segments.size() && block_total <= blocks.size()) {
-      segments.resize(n);
-      break;
-    }
-    segments.resize(n + 16);
-    blocks.resize(block_total + 256);
-  }
+  const Layout l = ReadLayout(device);
   std::vector<PoolBlock> out;
   std::size_t next = 0;
-  for (const gpumem_segment_t& seg : segments) {
+  for (const gpumem_segment_t& seg : l.segments) {
     for (std::uint32_t i = 0; i < seg.block_count; ++i, ++next) {
-      const gpumem_block_t& b = blocks[next];
+      const gpumem_block_t& b = l.blocks[next];
       if (seg.pool == key && b.state == 1) {
         out.push_back({reinterpret_cast<void*>(b.address), b.requested_size,
                        reinterpret_cast<cudaStream_t>(seg.stream)});

@@ -11,31 +11,10 @@
 
 #include "hooks/gpumem.h"
 #include "hooks/torch/gpumem_allocator.h"
+#include "hooks/torch/layout.h"
 
 namespace gpumem::torch {
 namespace {
-
-struct Layout {
-  std::vector<gpumem_segment_t> segments;
-  std::vector<gpumem_block_t> blocks;
-};
-
-// The device's layout; asked again with room enough if it grew in between.
-Layout ReadLayout(int device) {
-  Layout l;
-  for (;;) {
-    std::size_t block_total = 0;
-    const std::size_t n = gpumem_layout(device, l.segments.data(), l.segments.size(),
-                                        l.blocks.data(), l.blocks.size(), &block_total);
-    if (n <= l.segments.size() && block_total <= l.blocks.size()) {
-      l.segments.resize(n);
-      l.blocks.resize(block_total);
-      return l;
-    }
-    l.segments.resize(n + 16);
-    l.blocks.resize(block_total + 256);
-  }
-}
 
 cca::AllocatorConfigInfo GpumemConfigInfo() {
   cca::AllocatorConfigInfo c{};
