@@ -16,7 +16,8 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_MODE", "allocator, profile",
      "allocator (default): gpumem is PyTorch's CUDA allocator; profile: PyTorch keeps its "
      "own caching allocator and gpumem records its allocations, frees and segments with "
-     "stacks into the trace (GPUMEM_TRACE, default gpumem-%p.gpumem; `gpumem run "
+     "stacks into the trace (GPUMEM_TRACE, default gpumem-%p.gpumem, per rank "
+     "gpumem-rank%r-%h-%p.gpumem; `gpumem run "
      "--profile-only`, gpumem.profile())"},
     {"GPUMEM_BACKEND", "auto, vmm, cudamalloc, sim",
      "device memory: CUDA virtual memory (pages that can be remapped), plain cudaMalloc "

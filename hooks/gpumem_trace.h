@@ -5,6 +5,7 @@
 #ifndef GPUMEM_TRACE_H_
 #define GPUMEM_TRACE_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -22,6 +23,11 @@ GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
  * device's total memory, 2 = GPUMEM_CAPACITY, 3 = set_per_process_memory_fraction,
  * 4 = gpumem_set_capacity. Returns 0, or -1 for a bad argument. */
 GPUMEM_TRACE_API int gpumem_trace_capacity(int device, uint64_t bytes, int source);
+
+/* Whether a trace could be recorded where GPUMEM_TRACE says, without creating it (the
+ * file opens when the process first uses a device): fills `buf` with why not, "" when it
+ * can. snprintf's rules: returns the whole text's length plus 1. */
+GPUMEM_TRACE_API size_t gpumem_trace_check(char* buf, size_t len);
 
 #ifdef __cplusplus
 }

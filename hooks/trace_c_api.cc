@@ -1,10 +1,40 @@
 // The extern "C" functions of gpumem_trace.h: argument checks, then the recorder.
 #include "hooks/gpumem_trace.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
 #include "hooks/trace_hook.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_format.h"
+#include "profiler/trace_path.h"
+
+namespace {
+
+// Why a trace could not be recorded as the environment says, or "".
+std::string TraceSetupError() {
+  absl::StatusOr<gpumem::RecorderOptions> options = gpumem::RecorderOptions::FromEnvironment();
+  if (!options.ok()) return std::string(options.status().message());
+  const std::string path =
+      gpumem::ExpandTracePath(options->path, gpumem::TraceNameParts::OfThisProcess());
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : path.substr(0, slash + 1);
+  if (::access(folder.c_str(), W_OK | X_OK) == 0) return "";
+  return "GPUMEM_TRACE='" + path + "': cannot record: folder " + folder +
+         " does not exist or is not writable";
+}
+
+}  // namespace
 
 extern "C" {
+
+size_t gpumem_trace_check(char* buf, size_t len) {
+  const std::string error = TraceSetupError();
+  if (buf != nullptr && len > 0) std::snprintf(buf, len, "%s", error.c_str());
+  return error.size() + 1;
+}
 
 int gpumem_trace_step_source(int source) {
   if (source < 0 || source > static_cast<int>(gpumem::format::StepSource::kOptimizerHook)) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "profiler/fork_advice.h"
@@ -21,6 +22,39 @@ namespace {
 // from static destructors), closed at exit so the trace gets its end chunk.
 std::atomic<Recorder*> g_recorder{nullptr};
 std::mutex g_open_mu;  // the allocator's start and profile mode may open it at once
+
+// Steps and caps said before the trace opens (the file opens when the process first
+// uses a device, so a process that never does writes nothing): kept, bounded, and
+// written first when it opens, stamped with the opening time.
+struct EarlyRecord {
+  bool step;
+  int device;
+  std::uint64_t bytes;
+  format::CapacitySource source;
+};
+constexpr std::size_t kMaxEarlyRecords = 4096;
+std::vector<EarlyRecord> g_early;  // guarded by g_open_mu
+
+// The recorder to write `record` to, or nullptr when it is kept until the trace opens.
+Recorder* OpenOrKeep(const EarlyRecord& record) {
+  if (Recorder* open = g_recorder.load(std::memory_order_acquire)) return open;
+  std::lock_guard<std::mutex> lock(g_open_mu);
+  if (Recorder* open = g_recorder.load()) return open;
+  if (g_early.size() < kMaxEarlyRecords) g_early.push_back(record);
+  return nullptr;
+}
+
+void WriteEarlyRecords(Recorder* recorder) {
+  for (const EarlyRecord& r : g_early) {
+    if (r.step) {
+      recorder->Step();
+    } else {
+      recorder->RecordCapacity(r.device, r.bytes, r.source);
+    }
+  }
+  g_early.clear();
+  g_early.shrink_to_fit();
+}
 
 void CloseAtExit() {
   Recorder* recorder = g_recorder.load();
@@ -49,7 +83,10 @@ absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
                                      "': cannot record: ", recorder.status().message()));
   }
   Recorder* opened = recorder->release();
+  WriteEarlyRecords(opened);
   g_recorder.store(opened);
+  // Under torchrun each rank says where its trace went.
+  std::fprintf(stderr, "gpumem: trace: %s\n", opened->writer().path().c_str());
   static bool registered = (std::atexit(CloseAtExit), true);
   (void)registered;
   return opened;
@@ -80,7 +117,7 @@ void NoteCudaInForkedChild(const char* what) {
   // The parent's trace belongs to the parent (its writer thread is not in this process):
   // the child gets a file of its own.
   const bool per_pid = options->path.find("%p") != std::string::npos;
-  options->path = ExpandTracePath(options->path, getpid(), RankFromEnvironment());
+  options->path = ExpandTracePath(options->path, TraceNameParts::OfThisProcess());
   if (!per_pid) options->path += ".child-" + std::to_string(getpid());
   options->writer.header["source"] = "gpumem (forked child)";
   absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
@@ -92,11 +129,13 @@ void NoteCudaInForkedChild(const char* what) {
 }
 
 void TraceStep(std::uint64_t) {
-  if (Recorder* recorder = TraceRecorder()) recorder->Step();
+  if (Recorder* recorder = OpenOrKeep({true, 0, 0, {}})) recorder->Step();
 }
 
 void TraceCapacity(int device, std::uint64_t bytes, format::CapacitySource source) {
-  if (Recorder* recorder = TraceRecorder()) recorder->RecordCapacity(device, bytes, source);
+  if (Recorder* recorder = OpenOrKeep({false, device, bytes, source})) {
+    recorder->RecordCapacity(device, bytes, source);
+  }
 }
 
 void FlushTraceForTesting() {

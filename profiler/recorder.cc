@@ -38,6 +38,7 @@ const char* StackModeName(StackMode mode) {
 
 absl::StatusOr<RecorderOptions> RecorderOptions::FromEnvironment() {
   RecorderOptions options;
+  options.path = DefaultTracePattern();
   if (const char* v = std::getenv("GPUMEM_TRACE"); v != nullptr && *v != '\0') {
     options.path = v;
   }
@@ -58,7 +59,7 @@ absl::StatusOr<RecorderOptions> RecorderOptions::FromEnvironment() {
 }
 
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options) {
-  options.writer.path = ExpandTracePath(options.path, getpid(), RankFromEnvironment());
+  options.writer.path = ExpandTracePath(options.path, TraceNameParts::OfThisProcess());
   options.writer.header["stacks"] = StackModeName(options.stacks);
   absl::StatusOr<std::unique_ptr<TraceWriter>> writer = TraceWriter::Open(options.writer);
   if (!writer.ok()) return writer.status();

@@ -31,7 +31,8 @@ struct RecorderOptions {
   bool measure_cost = false;
   std::size_t max_native_frames = 48;
   std::size_t max_python_frames = 64;
-  // File name; %p is the pid, %r the torchrun rank (profiler/trace_path.h).
+  // File name; %p is the pid, %r the rank, %l the local rank, %h the host
+  // (profiler/trace_path.h). FromEnvironment's default: DefaultTracePattern().
   std::string path = "gpumem-%p.gpumem";
   TraceWriterOptions writer;  // its path is set from `path`
 

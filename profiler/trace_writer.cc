@@ -120,8 +120,8 @@ std::uint32_t TraceWriter::ThreadId() {
 absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOptions options) {
   absl::StatusOr<MappedFile> file = MappedFile::Create(options.path);
   if (absl::IsFailedPrecondition(file.status())) {
-    // Two live processes with one name: torchrun's launcher has no RANK, so %r makes it
-    // rank 0's namesake. Neither may truncate the other's trace: this one moves aside.
+    // Two live processes with one name (a pattern without %p, e.g. run-%l.gpumem on two
+    // hosts sharing a folder). Neither may truncate the other's trace: this one moves aside.
     const std::string taken = options.path;
     options.path = PathWithPid(taken, getpid());
     file = MappedFile::Create(options.path);
@@ -140,8 +140,8 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
   timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   header["pid"] = std::to_string(getpid());
-  header["rank"] = EnvOr("RANK", "");
-  header["local_rank"] = EnvOr("LOCAL_RANK", "");
+  header["rank"] = GlobalRankFromEnvironment();
+  header["local_rank"] = LocalRankFromEnvironment();
   header["world_size"] = EnvOr("WORLD_SIZE", "");
   header["host"] = host;
   header["clock_origin_ns"] = std::to_string(NowNs());

@@ -96,8 +96,9 @@ def _watch_training(torch):
 def profile():
     """Profile-only mode: PyTorch keeps its own caching allocator and gpumem records its
     allocations, frees and segments with stacks into the trace (GPUMEM_TRACE, default
-    gpumem-<pid>.gpumem). Call it any time after `import torch`; recording starts when
-    CUDA initializes (at once if it already has). Needs libgpumem_torch.so."""
+    gpumem-<pid>.gpumem, gpumem-rank<rank>-<host>-<pid>.gpumem under torchrun or srun).
+    Call it any time after `import torch`; recording, and the trace file, start when CUDA
+    initializes (at once if it already has). Needs libgpumem_torch.so."""
     global _profile_queued
     if _profile_queued:
         return
@@ -110,8 +111,7 @@ def profile():
             "gpumem: profile-only mode needs libgpumem_torch.so, which is built only where "
             "CMake finds Torch (configure with -DCMAKE_PREFIX_PATH=$(python -c 'import "
             "torch;print(torch.utils.cmake_prefix_path)'))")
-    if _native.lib().gpumem_profile_start() != 0:  # open the trace now: errors show here
-        raise InstallError(_native.text(_native.lib().gpumem_last_error))
+    _check_trace()
     _keep_recorder_under_user_history(torch)
     if torch.cuda.is_initialized():
         _attach_profiler()
@@ -121,6 +121,15 @@ def profile():
         torch.cuda._lazy_call(_attach_profiler)
     _watch_training(torch)
     _profile_queued = True
+
+
+def _check_trace():
+    """Says now if the trace cannot be recorded. The file itself opens when CUDA starts:
+    a process that never uses CUDA (torchrun's launcher) writes no trace."""
+    check = getattr(_native.lib(), "gpumem_trace_check", None)
+    problem = _native.text(check) if check is not None else ""
+    if problem:
+        raise InstallError("gpumem: " + problem)
 
 
 def profiling():

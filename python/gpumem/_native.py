@@ -80,6 +80,9 @@ def lib():
             l.gpumem_trace_capacity.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
             l.gpumem_trace_step_source.restype = ctypes.c_int
             l.gpumem_trace_step_source.argtypes = [ctypes.c_int]
+        if hasattr(l, "gpumem_trace_check"):
+            l.gpumem_trace_check.restype = ctypes.c_size_t
+            l.gpumem_trace_check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
         _lib = l
     return _lib
 
