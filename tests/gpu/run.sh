@@ -6,7 +6,9 @@
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
-#        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
+#        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
+#        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
+#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -125,6 +127,13 @@ if want emptyab; then
   echo "== torch.empty + del, native and gpumem taking turns"
   $py "$repo/tests/gpu/torch_empty_ab.py" --rounds "${EMPTYAB_ROUNDS:-10}" --iterations 5000 \
     --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
+fi
+
+if want diagnosis; then
+  echo "== diagnosis matrix"
+  $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
+    ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --jsonl "$OUT/diagnosis.jsonl" \
+    2>"$OUT/diagnosis.err" | tee "$OUT/diagnosis.md"
 fi
 
 if want overhead; then

@@ -1,0 +1,92 @@
+"""The diagnosis matrix: every script of diagnosis_cases.py under `gpumem run` (gpumem's
+allocator) and `gpumem run --profile-only`, each with a trace, then `gpumem report --json`
+on it. Prints a Markdown table: how the run ended, the report's verdict, whether it is
+the expected class and names the `# LEAK` line, and what gpumem said on stderr while the
+run was alive (the early warning and the message at the OOM).
+
+usage: diagnosis_matrix.py GPUMEM_CLI [--cases a,b] [--modes gpumem,profile]
+                           [--jsonl FILE] [--timeout SECONDS]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CASES = os.path.join(HERE, "diagnosis_cases.py")
+MODES = {"gpumem": ["run", "--"], "profile": ["run", "--profile-only", "--"]}
+
+
+def listed():
+    out = subprocess.run([sys.executable, CASES, "list"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        name, expected, line_no = line.split()
+        rows[name] = (expected.replace("_", " "), int(line_no))
+    return rows
+
+
+def said(stderr, *words):
+    for line in stderr.splitlines():
+        if line.startswith("gpumem") and all(w in line.lower() for w in words):
+            return line[:160]
+    return ""
+
+
+def run(cli, mode, case, expected, leak_line, timeout, workdir):
+    trace = os.path.join(workdir, f"{case}-{mode}.gpumem")
+    env = dict(os.environ, GPUMEM_TRACE=trace, GPUMEM_STACKS="python", PYTHONUNBUFFERED="1",
+               NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+               NVSHMEM_DISABLE_NVLS="1")
+    try:
+        p = subprocess.run([cli] + MODES[mode] + [sys.executable, CASES, case], env=env,
+                           capture_output=True, text=True, timeout=timeout)
+        ended = "OOM" if "OutOfMemoryError" in p.stderr else f"exit {p.returncode}"
+        stderr = p.stderr
+    except subprocess.TimeoutExpired:
+        ended, stderr = f"timed out after {timeout} s", ""
+    r = subprocess.run([cli, "report", "--json", trace], capture_output=True, text=True)
+    verdict = json.loads(r.stdout).get("verdict", "") if r.returncode == 0 else r.stderr.strip()
+    site = f"diagnosis_cases.py:{leak_line}"
+    right_class = verdict.startswith(expected) or f"{expected}" in verdict.split(";")[0]
+    right_site = expected != "leak" or site in r.stdout
+    return {"case": case, "mode": mode, "expected": expected, "ended": ended,
+            "verdict": verdict, "ok": bool(right_class and right_site),
+            "warning": said(stderr, "grow"), "at_oom": said(stderr, "out of memory")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cli")
+    ap.add_argument("--cases", default="")
+    ap.add_argument("--modes", default="gpumem,profile")
+    ap.add_argument("--jsonl", default="")
+    ap.add_argument("--timeout", type=int, default=300)
+    args = ap.parse_args()
+    cases = listed()
+    names = args.cases.split(",") if args.cases else list(cases)
+    workdir = tempfile.mkdtemp(prefix="gpumem-diagnosis-")
+    out = open(args.jsonl, "w") if args.jsonl else None
+    rows = []
+    for name in names:
+        for mode in args.modes.split(","):
+            row = run(args.cli, mode, name, *cases[name], args.timeout, workdir)
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            if out:
+                out.write(json.dumps(row) + "\n")
+    print("| case | mode | ended | verdict | right | early warning | said at the OOM |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['mode']} | {r['ended']} | {r['verdict'][:90]} | "
+              f"{'yes' if r['ok'] else 'NO'} | {r['warning'][:60]} | {r['at_oom'][:60]} |")
+    wrong = sum(not r["ok"] for r in rows)
+    print(f"\n{len(rows) - wrong} passed, {wrong} failed")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
