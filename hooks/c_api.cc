@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
+#include "hooks/oom_verdict_hook.h"
 #include "hooks/trace_hook.h"
 #include "nlohmann/json.hpp"
 #include "profiler/native_stack.h"
@@ -146,6 +147,7 @@ void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::Poo
     message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
     const absl::StatusOr<Config>& config = ProcessConfig();
     if (!config.ok() || config->log_oom) std::fprintf(stderr, "%s\n", message.c_str());
+    ExplainAllocatorOom(s, report);  // before the caller raises: the process may die of it
   } else {
     message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
                            " bytes failed: ", ptr.status().message());
@@ -410,9 +412,15 @@ size_t gpumem_last_oom(int device, char* buf, size_t len) {
   return h::CopyOut(text, buf, len);
 }
 
+int gpumem_explain_oom(int device, const gpumem_oom_figures_t* figures) {
+  if (figures == nullptr) return -1;
+  return static_cast<int>(h::ExplainOom(device, *figures));
+}
+
 uint64_t gpumem_step(void) {
   std::uint64_t step = h::g_step.fetch_add(1) + 1;
   h::TraceStep(step);
+  h::SampleStepTotals(step);
   return step;
 }
 

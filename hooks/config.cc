@@ -34,7 +34,14 @@ const ConfigVariable kConfigVariables[] = {
      "1 (default): once threads keep contending for the allocator's lock, each thread "
      "reuses blocks it freed without taking it (off while GPUMEM_TRACE records); 0: every "
      "call takes the lock"},
-    {"GPUMEM_LOG_OOM", "0, 1", "1 (default): print the out-of-memory report to stderr"},
+    {"GPUMEM_LOG_OOM", "0, 1",
+     "1 (default): at an out-of-memory, print its figures and the verdict (leak, "
+     "fragmentation or genuine peak, the top live sites with their growth per step when "
+     "GPUMEM_TRACE records, the fix) to stderr"},
+    {"GPUMEM_LEAK_WARN_STEPS", "0, 1, 2, ... (at most 31 used)",
+     "while a trace records: one stderr line when a site's live memory has risen at this "
+     "many step ends in a row (default 5), with its growth per step and the step at which "
+     "the cap would be reached; repeated only when that projection moves; 0: off"},
     {"GPUMEM_VERBOSE", "0, 1",
      "1: print each device's backend and cap when it starts, and the recorder's own time "
      "when a trace closes"},
@@ -126,6 +133,13 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_THREAD_CACHE", v);
     if (!b.ok()) return b.status();
     config.thread_cache = *b;
+  }
+  if (const char* v = env("GPUMEM_LEAK_WARN_STEPS"); v != nullptr && *v != '\0') {
+    int steps = 0;
+    if (!absl::SimpleAtoi(v, &steps) || steps < 0) {
+      return Invalid("GPUMEM_LEAK_WARN_STEPS", v, "0 (off) or a number of steps");
+    }
+    config.leak_warn_steps = static_cast<std::size_t>(steps);
   }
   if (const char* v = env("GPUMEM_VERBOSE"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_VERBOSE", v);

@@ -4,6 +4,7 @@
 // in README.md mirrors kConfigVariables below.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -40,6 +41,14 @@ struct Config {
   bool thread_cache = true;  // GPUMEM_THREAD_CACHE: per-thread caches in front of the lock
   bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr
   bool verbose = false;    // GPUMEM_VERBOSE: print each device's backend at start
+  // GPUMEM_LEAK_WARN_STEPS: warn when a site's live memory rose at this many step ends in
+  // a row (0: never). 5: a training step returns to the same live set, and what a step
+  // legitimately adds (optimizer state at the first optimizer step, the grad scaler's
+  // first steps, caches filled by the first shapes) stops within two or three steps;
+  // five rises in a row, each adding to at least 1 MiB and 0.5% of the peak in all, is a
+  // leak, told ~5 steps after it starts while a run that OOMs after tens of steps still
+  // has most of them left.
+  std::size_t leak_warn_steps = 5;
 };
 
 // Reads a variable; returns nullptr when unset. Tests pass their own.

@@ -71,6 +71,23 @@ GPUMEM_API size_t gpumem_memory_summary(int device, char* buf, size_t len);
 GPUMEM_API size_t gpumem_snapshot_json(int device, char* buf, size_t len);
 /* The report of the device's last failed allocation; empty if none. */
 GPUMEM_API size_t gpumem_last_oom(int device, char* buf, size_t len);
+/* An out-of-memory in PyTorch's own allocator (profile-only mode: its OOM observer calls
+ * this before the exception is raised). Any figure may be 0 for unknown: gpumem fills what
+ * it knows (live bytes and the cap from the trace; under gpumem's allocator, its own). */
+typedef struct {
+  uint64_t requested_bytes;
+  uint64_t allocated_bytes;
+  uint64_t reserved_bytes;
+  uint64_t largest_free_bytes;
+  uint64_t capacity_bytes;
+  uint64_t driver_free_bytes;
+} gpumem_oom_figures_t;
+/* Prints the verdict to stderr (unless GPUMEM_LOG_OOM=0): leak, fragmentation or genuine
+ * peak with its evidence, the top live sites with their growth per step (while a trace
+ * records; else a hint to set GPUMEM_TRACE), and the fix; flushes the trace. gpumem's own
+ * allocator does this by itself when it refuses a request. Returns 0 leak,
+ * 1 fragmentation, 2 genuine peak; -1 when `figures` is NULL. */
+GPUMEM_API int gpumem_explain_oom(int device, const gpumem_oom_figures_t* figures);
 /* Marks the end of a training step; returns the number of steps so far. */
 GPUMEM_API uint64_t gpumem_step(void);
 /* Events recorded into the trace (GPUMEM_TRACE) so far; 0 without a trace. Each is in

@@ -74,6 +74,7 @@ absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
   absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
   if (!options.ok()) return options.status();
   options->measure_cost = config.verbose;
+  options->leak_warn_steps = config.leak_warn_steps;
   const std::string path = options->path;
   absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
   if (!recorder.ok()) {

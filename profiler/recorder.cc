@@ -14,6 +14,7 @@
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem {
 
@@ -66,8 +67,28 @@ absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options
   return std::unique_ptr<Recorder>(new Recorder(std::move(options), std::move(*writer)));
 }
 
+namespace {
+// A stack's site as the report names it: its innermost frame outside library code.
+std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
+  if (frames.empty()) return "<unknown stack>";
+  const StackTable::NamedFrame* chosen = &frames.front();
+  for (const StackTable::NamedFrame& f : frames) {
+    if (!report::IsLibraryFile(f.filename)) {
+      chosen = &f;
+      break;
+    }
+  }
+  return absl::StrCat(chosen->filename, ":", chosen->line, " ", chosen->function);
+}
+}  // namespace
+
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
-    : writer_(std::move(writer)), options_(std::move(options)), opened_ns_(TraceWriter::NowNs()) {}
+    : writer_(std::move(writer)),
+      options_(std::move(options)),
+      opened_ns_(TraceWriter::NowNs()),
+      live_(std::make_unique<LiveView>(options_.leak_warn_steps, [this](std::uint32_t stack) {
+        return SiteName(writer_->stacks().Frames(stack));
+      })) {}
 
 absl::Status Recorder::Close() {
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
@@ -197,6 +218,8 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   SetExtra(&r, extra);
   TakeAutogradLink(&r);
   writer_->Record(r);
+  if (type == format::RecordType::kAlloc) live_->OnAlloc(device, addr, size, stack_id);
+  if (type == format::RecordType::kFree) live_->OnFree(addr);
 }
 
 Recorder::CallScope::CallScope(Recorder* recorder) {
@@ -311,6 +334,11 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
   writer_->Record(r);
+  if (event.kind == AllocatorEventKind::kAlloc) {
+    live_->OnAlloc(event.device, event.ptr, event.bytes, stack_id);
+  } else if (event.kind == AllocatorEventKind::kFree) {
+    live_->OnFree(event.ptr);
+  }
 }
 
 std::uint64_t Recorder::Step() {
@@ -325,7 +353,19 @@ std::uint64_t Recorder::Step() {
     r.extra = source;
   }
   writer_->Record(r);
+  if (const std::string warnings = live_->OnStep(step); !warnings.empty()) {
+    std::fputs(warnings.c_str(), stderr);
+  }
   return step;
+}
+
+void Recorder::DescribeOom(std::int32_t device, OomVerdictInput* in) {
+  in->figures.finished_steps = steps();
+  if (in->figures.allocated == 0) in->figures.allocated = live_->Live(device);
+  if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
+  live_->Describe(device, in);
+  in->trace_path = writer_->path();
+  writer_->Flush();
 }
 
 void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
@@ -339,6 +379,7 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
   r.has_extra = true;
   r.extra = static_cast<std::uint8_t>(source);
   writer_->Record(r);
+  live_->SetCap(device, bytes);
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "allocator/observer.h"
+#include "profiler/live_view.h"
 #include "profiler/trace_writer.h"
 
 namespace gpumem {
@@ -35,6 +36,9 @@ struct RecorderOptions {
   // (profiler/trace_path.h). FromEnvironment's default: DefaultTracePattern().
   std::string path = "gpumem-%p.gpumem";
   TraceWriterOptions writer;  // its path is set from `path`
+  // A site whose live memory rose at this many step ends in a row gets a stderr warning
+  // (GPUMEM_LEAK_WARN_STEPS, read by hooks/config.h); 0: none.
+  std::size_t leak_warn_steps = 5;
 
   // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
   // Errors name the variable and its value.
@@ -112,6 +116,11 @@ class alignas(64) Recorder final : public AllocatorObserver {
   std::uint32_t AutogradNodeFrame(const std::string& name);
   static constexpr const char* kPythonNodeName = "PyNode";
 
+  // What the recorder knows of an OOM on `device` (its sites, their growth, the steps
+  // finished, the cap), filled into `in`; the trace is flushed, OOM record included.
+  void DescribeOom(std::int32_t device, OomVerdictInput* in);
+  std::uint64_t steps() const { return step_.load(std::memory_order_relaxed); }
+
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
   void Flush() { writer_->Flush(); }
   // Ends the trace; with measure_cost, prints CostSummary() to stderr first.
@@ -146,6 +155,8 @@ class alignas(64) Recorder final : public AllocatorObserver {
   static inline std::atomic<std::uint8_t> step_source_{0};
   Cost cost_;
   const std::int64_t opened_ns_;
+  // Live bytes by site and by step, for the early leak warning and the OOM verdict.
+  std::unique_ptr<LiveView> live_;
 };
 
 }  // namespace gpumem

@@ -77,6 +77,8 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
   def.id = next_stack_id_++;
   def.frames.reserve(n);
   for (const RawFrame& f : key) def.frames.push_back(InternFrameLocked(f, namer));
+  if (stack_frames_.size() <= def.id) stack_frames_.resize(def.id + 1);
+  stack_frames_[def.id] = def.frames;
   pending_stacks_.push_back(def);
   // The vector's buffer stays put when the map moves the vector (rehash): the cache may
   // point at it.
@@ -112,6 +114,7 @@ std::uint32_t StackTable::InternFrameLocked(const RawFrame& frame, const PythonN
     def.kind = format::FrameKind::kNative;
     pc = frame.a;
   }
+  KeepFrameLocked(def, pc);
   pending_frames_.push_back(std::move(def));
   pending_pcs_.push_back(pc);
   return it->second;
@@ -124,6 +127,7 @@ std::uint32_t StackTable::InternNamedFrame(format::FrameKind kind, const std::st
   auto [it, inserted] = named_ids_.try_emplace(key, next_frame_id_);
   if (!inserted) return it->second;
   FrameDef def{next_frame_id_++, kind, line, function, filename};
+  KeepFrameLocked(def, 0);
   pending_frames_.push_back(std::move(def));
   pending_pcs_.push_back(0);
   return it->second;
@@ -149,6 +153,29 @@ void StackTable::TakePending(std::vector<FrameDef>* frames, std::vector<StackDef
 std::size_t StackTable::stack_count() const {
   std::lock_guard<std::mutex> lock(mu_);
   return next_stack_id_ - 1;
+}
+
+void StackTable::KeepFrameLocked(const FrameDef& def, std::uint64_t pc) {
+  if (frames_.size() <= def.id) frames_.resize(def.id + 1);
+  frames_[def.id] = KeptFrame{NamedFrame{def.filename, def.function, def.line}, pc};
+}
+
+std::vector<StackTable::NamedFrame> StackTable::Frames(std::uint32_t id) const {
+  std::vector<NamedFrame> out;
+  std::vector<std::uint64_t> pcs;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id >= stack_frames_.size()) return out;
+    for (std::uint32_t f : stack_frames_[id]) {
+      const KeptFrame& kept = f < frames_.size() ? frames_[f] : KeptFrame{};
+      out.push_back(kept.names);
+      pcs.push_back(kept.pc);
+    }
+  }
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (pcs[i] != 0) SymbolizeNative(pcs[i], &out[i].function, &out[i].filename);
+  }
+  return out;
 }
 
 void SymbolizeNative(std::uint64_t pc, std::string* function, std::string* filename) {

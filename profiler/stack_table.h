@@ -102,6 +102,15 @@ class StackTable {
 
   std::size_t stack_count() const;
 
+  // The frames of stack `id`, innermost first, named (native ones symbolized now): for
+  // naming a site in the running process. Empty for an unknown id.
+  struct NamedFrame {
+    std::string filename;
+    std::string function;
+    std::int32_t line = 0;
+  };
+  std::vector<NamedFrame> Frames(std::uint32_t id) const;
+
  private:
   static constexpr std::size_t kShards = 16;
   // Looked up by span, so a known stack costs no allocation. Hashed with FrameHasher,
@@ -144,6 +153,15 @@ class StackTable {
   std::vector<FrameDef> pending_frames_;   // native ones still unsymbolized (function "")
   std::vector<std::uint64_t> pending_pcs_; // parallel to pending_frames_: pc or 0
   std::vector<StackDef> pending_stacks_;
+  // Kept after TakePending for Frames(): each stack's frame ids and each frame's names
+  // (by id; a native frame's pc, symbolized when asked).
+  std::vector<std::vector<std::uint32_t>> stack_frames_;
+  struct KeptFrame {
+    NamedFrame names;
+    std::uint64_t pc = 0;
+  };
+  std::vector<KeptFrame> frames_;
+  void KeepFrameLocked(const FrameDef& def, std::uint64_t pc);
 };
 
 // "function+0x1f" in "libfoo.so" for a program counter, demangled; "0x7f..." where

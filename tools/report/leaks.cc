@@ -4,78 +4,34 @@
 #include <cmath>
 
 namespace gpumem::report {
-namespace {
-
-// Thresholds. A suspect must grow steadily (a good straight-line fit, rising at most
-// step ends) and by an amount that matters: a share of the peak, or at least 1 MiB.
-constexpr std::size_t kMinSamples = 4;
-constexpr double kMinR2 = 0.8;
-constexpr double kMinRisingShare = 0.7;
-constexpr double kMinGrowthShareOfPeak = 0.005;
-constexpr std::uint64_t kMinGrowthBytes = 1 << 20;
-
-}  // namespace
-
-LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
-  LinearFit fit;
-  const double n = static_cast<double>(x.size());
-  if (x.size() < 2) return fit;
-  double mx = 0, my = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    mx += x[i];
-    my += y[i];
-  }
-  mx /= n;
-  my /= n;
-  double sxx = 0, sxy = 0, syy = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    sxx += (x[i] - mx) * (x[i] - mx);
-    sxy += (x[i] - mx) * (y[i] - my);
-    syy += (y[i] - my) * (y[i] - my);
-  }
-  if (sxx == 0) return fit;
-  fit.slope = sxy / sxx;
-  fit.intercept = my - fit.slope * mx;
-  fit.r2 = syy == 0 ? 0 : (sxy * sxy) / (sxx * syy);
-  return fit;
-}
 
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps) {
   LeakAnalysis out;
   const std::size_t samples = timeline.sample_step.size();
   // The first step end carries one-off state (optimizer state, caches): skip it when
   // there are enough steps to spare one.
-  const std::size_t first = samples > kMinSamples ? 1 : 0;
-  if (samples - first < kMinSamples) {
+  const std::size_t first = samples > kMinGrowthSamples ? 1 : 0;
+  if (samples - first < kMinGrowthSamples) {
     out.why_none = "too few step ends to measure growth (need 4)";
     return out;
   }
   out.samples_used = samples - first;
   std::vector<double> x;
   for (std::size_t j = first; j < samples; ++j) x.push_back(static_cast<double>(timeline.sample_step[j]));
-  const double min_growth =
-      std::max<double>(kMinGrowthBytes, kMinGrowthShareOfPeak * static_cast<double>(timeline.peak_allocated));
+  const double min_growth = MinLeakGrowth(timeline.peak_allocated);
   for (std::uint32_t s = 0; s < timeline.site_samples.size(); ++s) {
     const std::vector<std::uint64_t>& live = timeline.site_samples[s];
-    if (live.size() != samples || live.back() <= live[first]) continue;
-    const double growth = static_cast<double>(live.back() - live[first]);
-    if (growth < min_growth) continue;
-    std::vector<double> y;
-    std::size_t rising = 0;
-    for (std::size_t j = first; j < samples; ++j) {
-      y.push_back(static_cast<double>(live[j]));
-      if (j > first && live[j] > live[j - 1]) ++rising;
-    }
-    const double rising_share = static_cast<double>(rising) / static_cast<double>(samples - first - 1);
-    LinearFit fit = FitLine(x, y);
-    if (fit.slope <= 0 || fit.r2 < kMinR2 || rising_share < kMinRisingShare) continue;
+    if (live.size() != samples) continue;
+    const std::optional<Growth> growth =
+        SteadyGrowth(x, std::vector<std::uint64_t>(live.begin() + first, live.end()), min_growth);
+    if (!growth) continue;
     LeakSuspect suspect;
     suspect.site = s;
     suspect.name = sites.name(s);
-    suspect.bytes_per_step = fit.slope;
-    suspect.r2 = fit.r2;
-    suspect.rising_share = rising_share;
-    suspect.growth_bytes = live.back() - live[first];
+    suspect.bytes_per_step = growth->bytes_per_step;
+    suspect.r2 = growth->r2;
+    suspect.rising_share = growth->rising_share;
+    suspect.growth_bytes = growth->grown;
     suspect.live_at_last_sample = live.back();
     const SiteTotals& totals = timeline.sites[s];
     suspect.blocks_never_freed = totals.live_blocks_at_end;

@@ -11,16 +11,9 @@
 #include "tools/report/sites.h"
 #include "tools/report/steps.h"
 #include "tools/report/timeline.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
-
-struct LinearFit {
-  double slope = 0;      // per step
-  double intercept = 0;
-  double r2 = 0;         // 1 = a straight line
-};
-// Least squares of y over x; r2 is 0 when y is constant.
-LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
 
 struct LeakSuspect {
   std::uint32_t site = 0;

@@ -9,47 +9,6 @@
 #include "tools/replay/replayer.h"
 
 namespace gpumem::report {
-namespace {
-
-constexpr char kLeakFix[] =
-    "Find what keeps the suspect's tensors alive from one step to the next: keep numbers, "
-    "not tensors (loss.item() instead of appending the loss), detach() what is kept for "
-    "logging, del references you no longer need, and run evaluation under "
-    "torch.no_grad(). torch.cuda.empty_cache() does not cure a leak: the memory is still "
-    "referenced.";
-constexpr char kFragmentationFix[] =
-    "The memory exists but is cut into pieces: run with gpumem's allocator (it maps "
-    "free pages into one range instead of needing a contiguous piece), or set "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; allocating the largest, "
-    "longest-lived tensors first also helps.";
-constexpr char kPeakFix[] =
-    "The step genuinely needs more memory than the device has: use a smaller batch "
-    "(with gradient accumulation to keep the effective batch), activation checkpointing, "
-    "mixed precision (bf16/fp16 autocast), or shard optimizer state and parameters "
-    "across devices (FSDP / ZeRO).";
-
-}  // namespace
-
-const char* OomClassName(OomClass c) {
-  switch (c) {
-    case OomClass::kLeak: return "leak";
-    case OomClass::kFragmentation: return "fragmentation";
-    case OomClass::kPeak: return "peak";
-  }
-  return "peak";
-}
-
-std::string Bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  double v = bytes;
-  while (std::fabs(v) >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.2f %s", v, units[u]);
-}
-
 ReplayOutcome ReplayThroughGpumem(const trace::Trace& trace, std::uint64_t capacity,
                                   std::size_t oom_index) {
   ReplayOutcome out;
@@ -92,7 +51,7 @@ void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
       Bytes(x->leaked_bytes), " of the ", Bytes(p.allocated),
       " allocated was that growth. Without it the request of ", Bytes(p.request),
       " would have fit in ", Bytes(x->capacity), ".");
-  x->fix = kLeakFix;
+  x->fix = OomFix(OomClass::kLeak);
 }
 
 void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplanation* x) {
@@ -103,7 +62,7 @@ void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplana
       Bytes(p.reserved), ", allocated ", Bytes(p.allocated), "), more than the request of ",
       Bytes(p.request), ", but the largest free piece was ", Bytes(p.largest_free_piece),
       "; the driver had ", Bytes(p.device_free), " free.");
-  x->fix = kFragmentationFix;
+  x->fix = OomFix(OomClass::kFragmentation);
   if (!replay) return;
   x->replay = replay;
   if (!replay->ran) {
@@ -131,7 +90,7 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",
       Bytes(p.allocated + p.request), " against a capacity of ", Bytes(x->capacity),
       "; free cached memory (", Bytes(x->free_cached), ") could not cover it, and ", growth, ".");
-  x->fix = kPeakFix;
+  x->fix = OomFix(OomClass::kPeak);
 }
 
 }  // namespace
@@ -159,13 +118,19 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     x.free_cached = p.reserved > p.allocated ? p.reserved - p.allocated : 0;
     x.leaked_bytes = LeakedBytes(p, timeline, leaks);
     x.leak_bytes_per_step = leaks.bytes_per_step;
-    const std::uint64_t need = p.allocated + p.request;
-    const bool leak = p.step >= kMinStepsForLeak && !leaks.suspects.empty() &&
-                      x.leaked_bytes > 0 && need - std::min(need, x.leaked_bytes) <= x.capacity;
-    const bool fragmented = x.free_cached >= p.request && p.largest_free_piece < p.request;
-    if (leak) {
+    OomFigures figures;
+    figures.finished_steps = p.step;
+    figures.allocated = p.allocated;
+    figures.request = p.request;
+    figures.capacity = x.capacity;
+    figures.free_cached = x.free_cached;
+    figures.largest_free = p.largest_free_piece;
+    figures.growth_suspected = !leaks.suspects.empty();
+    figures.grown_bytes = x.leaked_bytes;
+    const OomClass cls = ClassifyOom(figures);
+    if (cls == OomClass::kLeak) {
       ExplainLeak(leaks, &x);
-    } else if (fragmented) {
+    } else if (cls == OomClass::kFragmentation) {
       ExplainFragmentation(replay, &x);
     } else {
       ExplainPeak(leaks, &x);

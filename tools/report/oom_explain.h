@@ -11,11 +11,9 @@
 #include "tools/report/leaks.h"
 #include "tools/report/steps.h"
 #include "tools/report/timeline.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
-
-enum class OomClass { kLeak, kFragmentation, kPeak };
-const char* OomClassName(OomClass c);
 
 // What replaying the trace through gpumem's allocator under the same capacity showed.
 struct ReplayOutcome {
@@ -31,10 +29,6 @@ struct KnownCapacity {
   std::uint64_t bytes = 0;
   std::string source;
 };
-
-// Below this many finished steps there is no growth to measure: an OOM is a peak or
-// fragmentation, never a leak.
-inline constexpr std::size_t kMinStepsForLeak = 3;
 
 struct OomExplanation {
   OomPoint at;
@@ -62,8 +56,5 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
 // decides; this only runs it).
 ReplayOutcome ReplayThroughGpumem(const trace::Trace& trace, std::uint64_t capacity,
                                   std::size_t oom_index);
-
-// Human-readable bytes: "1.50 GiB".
-std::string Bytes(double bytes);
 
 }  // namespace gpumem::report

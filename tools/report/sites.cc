@@ -5,30 +5,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
 
-bool IsLibraryFrame(const trace::Frame& frame) {
-  absl::string_view file = frame.filename;
-  if (file.empty()) return true;
-  // Installed packages (torch, transformers, ...), the stdlib, and interpreter internals.
-  static constexpr absl::string_view kLibraryMarks[] = {
-      "site-packages/", "dist-packages/", "/lib/python", "<frozen", "/torch/",
-      "/c10/",          "/aten/",         "/usr/include/", "/usr/lib/"};
-  for (absl::string_view mark : kLibraryMarks) {
-    if (absl::StrContains(file, mark)) return true;
-  }
-  if (absl::StartsWith(file, "torch/") || absl::StartsWith(file, "<")) return true;
-  // Native frames (gpumem traces carry them too): the allocator, libtorch, CUDA libraries.
-  static constexpr absl::string_view kNativeSuffixes[] = {".so", ".cpp", ".cc", ".h",
-                                                          ".hpp", ".cu", ".cuh", ".c"};
-  for (absl::string_view suffix : kNativeSuffixes) {
-    if (absl::EndsWith(file, suffix) || absl::StrContains(file, absl::StrCat(suffix, "."))) {
-      return true;
-    }
-  }
-  return false;
-}
+bool IsLibraryFrame(const trace::Frame& frame) { return IsLibraryFile(frame.filename); }
 
 std::string FrameName(const trace::Frame& frame) {
   return absl::StrCat(frame.filename, ":", frame.line, " ", frame.function);

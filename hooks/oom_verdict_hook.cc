@@ -1,0 +1,116 @@
+#include "hooks/oom_verdict_hook.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "hooks/trace_hook.h"
+#include "profiler/live_view.h"
+#include "profiler/oom_verdict.h"
+#include "profiler/recorder.h"
+
+namespace gpumem::hooks {
+namespace {
+
+std::mutex g_mu;
+SiteHistory g_totals;  // device totals at step ends, under kPinnedLow keys
+std::uint64_t g_steps = 0;
+
+// One full verdict per device, step and class: a program that catches OOMs (cuDNN's
+// workspace tries, batch-size finders) would otherwise print it at every attempt.
+struct Said {
+  std::uint64_t step = ~std::uint64_t{0};
+  report::OomClass cls = report::OomClass::kPeak;
+};
+absl::flat_hash_map<int, Said> g_said;
+
+bool LogOom() {
+  const absl::StatusOr<Config>& config = ProcessConfig();
+  return !config.ok() || config->log_oom;
+}
+
+// The growth and sites: from the recorder when a trace is open, else the step totals.
+void Describe(OomVerdictInput& in) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (Recorder* recorder = TraceRecorder()) {
+    recorder->DescribeOom(in.device, &in);
+  } else {
+    in.figures.finished_steps = g_steps;
+    DescribeTotalGrowth(g_totals, in.device, in.figures.allocated, &in);
+  }
+}
+
+void Print(const OomVerdictInput& in, report::OomClass cls) {
+  if (!LogOom()) return;
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    Said& said = g_said[in.device];
+    if (said.step == in.figures.finished_steps && said.cls == cls) {
+      text = "gpumem: device " + std::to_string(in.device) +
+             ": another out-of-memory in the same step, same verdict: " + VerdictName(cls) + "\n";
+    } else {
+      said = Said{in.figures.finished_steps, cls};
+      text = OomVerdictText(in, cls);
+    }
+  }
+  std::fputs(text.c_str(), stderr);
+}
+
+}  // namespace
+
+void ExplainAllocatorOom(DeviceState& s, const OomReport& report) {
+  OomVerdictInput in;
+  in.device = s.device;
+  in.gpumem_allocator = true;
+  in.figures.request = report.requested_bytes;
+  in.figures.allocated = report.allocated_bytes;
+  in.figures.capacity = report.capacity_bytes;
+  in.figures.largest_free = report.largest_free_bytes;
+  in.figures.free_cached =
+      report.reserved_bytes - std::min(report.reserved_bytes, report.allocated_bytes);
+  Describe(in);
+  Print(in, report::ClassifyOom(in.figures));
+}
+
+report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
+  OomVerdictInput in;
+  in.device = device;
+  in.figures.request = f.requested_bytes;
+  in.figures.allocated = f.allocated_bytes;
+  in.figures.capacity = f.capacity_bytes;
+  std::uint64_t reserved = f.reserved_bytes;
+  if (f.largest_free_bytes != 0) in.figures.largest_free = f.largest_free_bytes;
+  if (f.driver_free_bytes != 0) in.driver_free = f.driver_free_bytes;
+  if (DeviceState* s = StartedDevice(device)) {  // gpumem's allocator: its own figures
+    const AllocatorStats a = s->allocator->stats();
+    in.gpumem_allocator = true;
+    if (in.figures.allocated == 0) in.figures.allocated = a.allocated_bytes;
+    if (reserved == 0) reserved = a.reserved_bytes;
+    if (in.figures.capacity == 0) in.figures.capacity = s->capacity;
+    if (!in.figures.largest_free) in.figures.largest_free = a.largest_free_bytes;
+  }
+  Describe(in);  // fills allocated and the cap from the trace where still unknown
+  in.figures.free_cached = reserved > in.figures.allocated ? reserved - in.figures.allocated : 0;
+  if (in.figures.capacity == 0) in.figures.capacity = reserved + f.driver_free_bytes;
+  const report::OomClass cls = report::ClassifyOom(in.figures);
+  Print(in, cls);
+  return cls;
+}
+
+void SampleStepTotals(std::uint64_t step) {
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> live;
+  std::vector<std::uint64_t> pinned;
+  ForEachStartedDevice([&](DeviceState& s) {
+    const std::uint64_t key = LiveBlocks::Key(s.device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
+    live[key] = s.allocator->stats().allocated_bytes;
+    pinned.push_back(key);
+  });
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_steps = step;
+  g_totals.Add(step, live, pinned);
+}
+
+}  // namespace gpumem::hooks

@@ -1,0 +1,24 @@
+// The verdict at an out-of-memory, in the dying process (profiler/oom_verdict.h): from
+// gpumem's allocator when it refuses a request, or from PyTorch's OOM observer in
+// profile-only mode (gpumem_explain_oom). With a trace open the recorder names the sites;
+// without one, the device totals sampled at each step mark give the growth.
+#pragma once
+
+#include <cstdint>
+
+#include "allocator/device_allocator.h"
+#include "hooks/device_registry.h"
+#include "hooks/gpumem.h"
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem::hooks {
+
+// gpumem's allocator refused `report` on `s`.
+void ExplainAllocatorOom(DeviceState& s, const OomReport& report);
+// PyTorch's allocator (or any caller) ran out on `device`; 0 figures are unknown.
+report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& figures);
+// A step ended: samples each started device's allocated bytes (the growth a verdict
+// without a trace uses).
+void SampleStepTotals(std::uint64_t step);
+
+}  // namespace gpumem::hooks

@@ -1,0 +1,73 @@
+#include "profiler/leak_warning.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem {
+
+LeakWarner::LeakWarner(std::size_t steps) : steps_(std::min(steps, SiteHistory::kSteps - 1)) {}
+
+std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHistory::Series& s,
+                                              std::uint64_t step,
+                                              const DeviceFigures& device) const {
+  const std::size_t n = s.live.size();
+  if (n < steps_ + 1) return std::nullopt;
+  for (std::size_t i = n - steps_; i < n; ++i) {
+    if (s.live[i] <= s.live[i - 1]) return std::nullopt;
+  }
+  const std::uint64_t grown = s.live.back() - s.live[n - steps_ - 1];
+  if (static_cast<double>(grown) < report::MinLeakGrowth(device.step_peak)) return std::nullopt;
+  const std::vector<double> x(s.steps.end() - static_cast<std::ptrdiff_t>(steps_ + 1), s.steps.end());
+  std::vector<double> y;
+  for (std::size_t i = n - steps_ - 1; i < n; ++i) y.push_back(static_cast<double>(s.live[i]));
+  LeakWarning w;
+  w.key = key;
+  w.bytes_per_step = report::FitLine(x, y).slope;
+  w.live = s.live.back();
+  if (device.cap > 0 && w.bytes_per_step > 0) {
+    const double left = device.cap > device.step_peak
+                            ? std::ceil(static_cast<double>(device.cap - device.step_peak) /
+                                        w.bytes_per_step)
+                            : 1.0;
+    if (left < 1e12) w.oom_step = step + static_cast<std::uint64_t>(std::max(left, 1.0));
+  }
+  return w;
+}
+
+bool LeakWarner::Moved(const LeakWarning& before, const LeakWarning& now,
+                       std::uint64_t step) const {
+  if (before.oom_step && now.oom_step) {
+    const double left = std::max(1.0, static_cast<double>(*before.oom_step) - static_cast<double>(step));
+    const double moved = std::fabs(static_cast<double>(*now.oom_step) - static_cast<double>(*before.oom_step));
+    return moved > 0.25 * left;
+  }
+  if (before.oom_step.has_value() != now.oom_step.has_value()) return true;
+  return std::fabs(now.bytes_per_step - before.bytes_per_step) > 0.25 * before.bytes_per_step;
+}
+
+std::vector<LeakWarning> LeakWarner::Check(
+    std::uint64_t step, const SiteHistory& history,
+    const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices) {
+  std::vector<LeakWarning> out;
+  if (steps_ == 0) return out;
+  for (std::uint64_t key : history.Keys()) {
+    if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;  // totals: not a site
+    const auto device = devices.find(static_cast<std::int32_t>(key >> 32));
+    const std::optional<LeakWarning> w =
+        Rising(key, history.Of(key), step,
+               device == devices.end() ? DeviceFigures{} : device->second);
+    if (!w) continue;
+    const auto said = said_.find(key);
+    if (said != said_.end() && !Moved(said->second, *w, step)) continue;
+    said_[key] = *w;
+    out.push_back(*w);
+  }
+  std::sort(out.begin(), out.end(), [](const LeakWarning& a, const LeakWarning& b) {
+    return a.bytes_per_step > b.bytes_per_step;
+  });
+  return out;
+}
+
+}  // namespace gpumem

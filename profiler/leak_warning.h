@@ -1,0 +1,48 @@
+// The early leak warning: at a step end, a site whose live bytes rose at each of the last
+// `steps` step ends, by a growth worth calling a leak (report::MinLeakGrowth), gets one
+// stderr line with its rate and the step at which the device's cap would be reached.
+// It is said again only when that projection moves by more than a quarter of the steps
+// it had left (or, with no cap known, when the rate moves by more than a quarter).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "profiler/site_history.h"
+
+namespace gpumem {
+
+struct LeakWarning {
+  std::uint64_t key = 0;          // LiveBlocks::Key(device, site)
+  double bytes_per_step = 0;
+  std::uint64_t live = 0;
+  std::optional<std::uint64_t> oom_step;  // projected, from the cap in force
+};
+
+class LeakWarner {
+ public:
+  // 0 turns the warning off; more than SiteHistory::kSteps - 1 is that many.
+  explicit LeakWarner(std::size_t steps);
+
+  // `cap` and `peak` of a device: its cap (0: unknown) and the most live in the last step.
+  struct DeviceFigures {
+    std::uint64_t cap = 0;
+    std::uint64_t step_peak = 0;
+  };
+  std::vector<LeakWarning> Check(std::uint64_t step, const SiteHistory& history,
+                                 const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices);
+
+ private:
+  std::optional<LeakWarning> Rising(std::uint64_t key, const SiteHistory::Series& s,
+                                    std::uint64_t step, const DeviceFigures& device) const;
+  bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
+
+  std::size_t steps_;
+  absl::flat_hash_map<std::uint64_t, LeakWarning> said_;
+};
+
+}  // namespace gpumem

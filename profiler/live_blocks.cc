@@ -1,0 +1,73 @@
+#include "profiler/live_blocks.h"
+
+namespace gpumem {
+namespace {
+bool InRange(std::int32_t device) { return device >= 0 && device < LiveBlocks::kMaxDevices; }
+}  // namespace
+
+void LiveBlocks::AddLive(std::int32_t device, std::uint64_t size) {
+  if (!InRange(device)) return;
+  DeviceLive& d = devices_[device];
+  const std::uint64_t now = d.live.fetch_add(size, std::memory_order_relaxed) + size;
+  std::uint64_t peak = d.peak.load(std::memory_order_relaxed);
+  while (now > peak && !d.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
+  if (InRange(device)) devices_[device].live.fetch_sub(size, std::memory_order_relaxed);
+}
+
+void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
+                         std::uint32_t stack) {
+  const std::uint64_t key = Key(device, stack);
+  Shard& shard = ShardOf(addr);
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto [it, inserted] = shard.blocks.try_emplace(addr, Block{key, size});
+    if (!inserted) {  // a free we never saw: the old block is gone
+      shard.by_key[it->second.key] -= it->second.size;
+      SubLive(static_cast<std::int32_t>(it->second.key >> 32), it->second.size);
+      it->second = Block{key, size};
+    }
+    shard.by_key[key] += size;
+  }
+  AddLive(device, size);
+}
+
+void LiveBlocks::OnFree(std::uint64_t addr) {
+  Shard& shard = ShardOf(addr);
+  Block block;
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.blocks.find(addr);
+    if (it == shard.blocks.end()) return;
+    block = it->second;
+    shard.blocks.erase(it);
+    shard.by_key[block.key] -= block.size;
+  }
+  SubLive(static_cast<std::int32_t>(block.key >> 32), block.size);
+}
+
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
+  for (const Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [key, bytes] : shard.by_key) {
+      if (bytes != 0) out[key] += bytes;
+    }
+  }
+  return out;
+}
+
+std::uint64_t LiveBlocks::Live(std::int32_t device) const {
+  return InRange(device) ? devices_[device].live.load(std::memory_order_relaxed) : 0;
+}
+
+std::uint64_t LiveBlocks::TakeStepPeak(std::int32_t device) {
+  if (!InRange(device)) return 0;
+  DeviceLive& d = devices_[device];
+  return d.peak.exchange(d.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+}  // namespace gpumem

@@ -1,0 +1,61 @@
+// Live bytes by allocation stack while a trace records: the only per-allocation work of
+// the in-process verdict and the early leak warning (profiler/live_view.h). A free names
+// only its address, so each live block's stack and size are kept; everything else (sites,
+// history, fits) is done at step marks and at an OOM.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace gpumem {
+
+class LiveBlocks {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  // device << 32 | stack: what live bytes are counted by.
+  static std::uint64_t Key(std::int32_t device, std::uint32_t stack) {
+    return static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32 | stack;
+  }
+
+  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack);
+  // Frees of blocks never seen (allocated before the trace or while paused) are ignored.
+  void OnFree(std::uint64_t addr);
+
+  // Live bytes by Key(), summed over the shards (keys with none left out).
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> ByKey() const;
+  std::uint64_t Live(std::int32_t device) const;
+  // The most live at once on `device` since the last call; starts again from live now.
+  std::uint64_t TakeStepPeak(std::int32_t device);
+
+ private:
+  struct Block {
+    std::uint64_t key;
+    std::uint64_t size;
+  };
+  // Sharded by address so that threads allocating at once rarely share a lock.
+  struct alignas(64) Shard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::uint64_t, Block> blocks;
+    absl::flat_hash_map<std::uint64_t, std::uint64_t> by_key;
+  };
+  struct alignas(64) DeviceLive {
+    std::atomic<std::uint64_t> live{0};
+    std::atomic<std::uint64_t> peak{0};
+  };
+  static constexpr std::size_t kShards = 32;
+  Shard& ShardOf(std::uint64_t addr) {
+    return shards_[((addr >> 9) * 0x9E3779B97F4A7C15ull) >> 59];
+  }
+  void AddLive(std::int32_t device, std::uint64_t size);
+  void SubLive(std::int32_t device, std::uint64_t size);
+
+  std::array<Shard, kShards> shards_;
+  std::array<DeviceLive, kMaxDevices> devices_;
+};
+
+}  // namespace gpumem

@@ -1,0 +1,130 @@
+#include "profiler/live_view.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kVerdictSites = 5;
+
+std::uint64_t TotalKey(std::int32_t device) {
+  return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
+}
+
+std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
+
+}  // namespace
+
+LiveView::LiveView(std::size_t warn_steps, SiteNamer namer)
+    : namer_(std::move(namer)), warner_(warn_steps), warn_steps_(warn_steps) {}
+
+void LiveView::SetCap(std::int32_t device, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  devices_[device].cap = bytes;
+}
+
+std::uint64_t LiveView::Cap(std::int32_t device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = devices_.find(device);
+  return it == devices_.end() ? 0 : it->second.cap;
+}
+
+std::uint32_t LiveView::SiteOfLocked(std::uint32_t stack) {
+  const auto known = site_of_stack_.find(stack);
+  if (known != site_of_stack_.end()) return known->second;
+  std::string name = stack == 0 ? "<no stack recorded>" : namer_(stack);
+  auto [it, added] = site_ids_.try_emplace(name, static_cast<std::uint32_t>(site_names_.size()));
+  if (added) site_names_.push_back(std::move(name));
+  site_of_stack_[stack] = it->second;
+  return it->second;
+}
+
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked() {
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
+  for (const auto& [key, bytes] : blocks_.ByKey()) {
+    const std::int32_t device = DeviceOf(key);
+    out[LiveBlocks::Key(device, SiteOfLocked(static_cast<std::uint32_t>(key)))] += bytes;
+    out[TotalKey(device)] += bytes;
+  }
+  return out;
+}
+
+std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
+  const std::int32_t device = DeviceOf(w.key);
+  const std::string projection =
+      w.oom_step ? absl::StrCat("at this rate device ", device, " reaches its cap of ",
+                                report::Bytes(static_cast<double>(devices_[device].cap)),
+                                " at step ", *w.oom_step)
+                 : std::string("no cap known to project the out-of-memory step");
+  return absl::StrCat("gpumem: leak warning at step ", step, ": ",
+                      site_names_[static_cast<std::uint32_t>(w.key)], " grew at each of the last ",
+                      warn_steps_, " step ends, +", report::Bytes(w.bytes_per_step),
+                      "/step (live ", report::Bytes(static_cast<double>(w.live)), "); ",
+                      projection, "\n");
+}
+
+std::string LiveView::OnStep(std::uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> live = BySiteLocked();
+  std::vector<std::uint64_t> pinned;
+  for (const auto& [key, bytes] : live) {
+    if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) pinned.push_back(key);
+  }
+  for (std::uint64_t key : pinned) {
+    devices_[DeviceOf(key)].step_peak = blocks_.TakeStepPeak(DeviceOf(key));
+  }
+  history_.Add(step, live, pinned);
+  std::string lines;
+  for (const LeakWarning& w : warner_.Check(step, history_, devices_)) {
+    absl::StrAppend(&lines, WarningLine(w, step));
+  }
+  return lines;
+}
+
+void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
+  std::lock_guard<std::mutex> lock(mu_);
+  in->sites_recorded = true;
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked();
+  const double min_growth = report::MinLeakGrowth(in->figures.allocated);
+  std::vector<VerdictSite> growing, others;
+  for (const auto& [key, bytes] : now) {
+    if (DeviceOf(key) != device || (key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;
+    VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0};
+    const SiteHistory::Series s = history_.Of(key);
+    if (const std::optional<report::Growth> g = report::SteadyGrowth(s.steps, s.live, min_growth)) {
+      site.bytes_per_step = g->bytes_per_step;
+      in->growth_per_step += g->bytes_per_step;
+      in->growth_steps = std::max(in->growth_steps, s.live.size());
+      if (bytes > s.live.front()) in->figures.grown_bytes += bytes - s.live.front();
+      growing.push_back(std::move(site));
+    } else {
+      others.push_back(std::move(site));
+    }
+  }
+  in->figures.growth_suspected = !growing.empty();
+  std::sort(growing.begin(), growing.end(), [](const VerdictSite& a, const VerdictSite& b) {
+    return a.bytes_per_step > b.bytes_per_step;
+  });
+  std::sort(others.begin(), others.end(),
+            [](const VerdictSite& a, const VerdictSite& b) { return a.live > b.live; });
+  for (VerdictSite& s : others) growing.push_back(std::move(s));
+  if (growing.size() > kVerdictSites) growing.resize(kVerdictSites);
+  in->sites = std::move(growing);
+}
+
+void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
+                         std::uint64_t allocated_now, OomVerdictInput* in) {
+  const SiteHistory::Series s = history.Of(TotalKey(device));
+  const std::optional<report::Growth> g =
+      report::SteadyGrowth(s.steps, s.live, report::MinLeakGrowth(allocated_now));
+  if (!g) return;
+  in->figures.growth_suspected = true;
+  in->growth_per_step = g->bytes_per_step;
+  in->growth_steps = s.live.size();
+  if (allocated_now > s.live.front()) in->figures.grown_bytes = allocated_now - s.live.front();
+}
+
+}  // namespace gpumem

@@ -1,0 +1,64 @@
+// The recorder's in-process view of live memory by site and by step: LiveBlocks counts
+// each allocation and free, and at each step mark the sites' live bytes go into a bounded
+// SiteHistory, the early leak warning is checked (LeakWarner), and an OOM is described
+// from both (OomVerdictInput). Sites are named as the report names them: the innermost
+// frame outside library code.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "profiler/leak_warning.h"
+#include "profiler/live_blocks.h"
+#include "profiler/oom_verdict.h"
+#include "profiler/site_history.h"
+
+namespace gpumem {
+
+class LiveView {
+ public:
+  // The site of a stack id ("file:line function").
+  using SiteNamer = std::function<std::string(std::uint32_t stack)>;
+  // `warn_steps`: GPUMEM_LEAK_WARN_STEPS (0: no warning).
+  LiveView(std::size_t warn_steps, SiteNamer namer);
+
+  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
+    blocks_.OnAlloc(device, addr, size, stack);
+  }
+  void OnFree(std::uint64_t addr) { blocks_.OnFree(addr); }
+  void SetCap(std::int32_t device, std::uint64_t bytes);
+
+  // Step `step` ended: samples the sites; returns the warning lines due (or "").
+  std::string OnStep(std::uint64_t step);
+  // Fills the sites, the growth and the step figures of an OOM on `device`.
+  void Describe(std::int32_t device, OomVerdictInput* in);
+  std::uint64_t Live(std::int32_t device) const { return blocks_.Live(device); }
+  std::uint64_t Cap(std::int32_t device);
+
+ private:
+  // Live bytes by LiveBlocks::Key(device, site), with device totals under kPinnedLow.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> BySiteLocked();
+  std::uint32_t SiteOfLocked(std::uint32_t stack);
+  std::string WarningLine(const LeakWarning& w, std::uint64_t step);
+
+  LiveBlocks blocks_;
+  std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
+  SiteNamer namer_;
+  SiteHistory history_;
+  LeakWarner warner_;
+  const std::size_t warn_steps_;
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> site_of_stack_;
+  absl::flat_hash_map<std::string, std::uint32_t> site_ids_;
+  std::vector<std::string> site_names_;
+  absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices_;
+};
+
+// Total live bytes of `device` at step ends (`history`'s pinned key): when they grow
+// steadily, the growth figures of `in` (for a verdict without sites).
+void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
+                         std::uint64_t allocated_now, OomVerdictInput* in);
+
+}  // namespace gpumem

@@ -1,0 +1,85 @@
+#include "profiler/oom_verdict.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace gpumem {
+
+using report::Bytes;
+using report::OomClass;
+
+const char* VerdictName(OomClass cls) {
+  return cls == OomClass::kPeak ? "genuine peak" : report::OomClassName(cls);
+}
+
+namespace {
+
+std::string Evidence(const OomVerdictInput& in, OomClass cls) {
+  const report::OomFigures& f = in.figures;
+  const std::string driver =
+      in.driver_free ? absl::StrCat("; the driver had ", Bytes(*in.driver_free), " free") : "";
+  switch (cls) {
+    case OomClass::kLeak:
+      return absl::StrCat("live memory grew by ", Bytes(in.growth_per_step), " per step over the last ",
+                          in.growth_steps, " step ends; ", Bytes(f.grown_bytes), " of the ",
+                          Bytes(f.allocated), " allocated is that growth, and without it the request of ",
+                          Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
+    case OomClass::kFragmentation:
+      return absl::StrCat(
+          Bytes(f.free_cached), " was cached free (more than the request of ", Bytes(f.request),
+          ") but the largest free piece was ",
+          f.largest_free ? Bytes(*f.largest_free) : std::string("smaller than the request"),
+          "; allocated ", Bytes(f.allocated), " of the cap of ", Bytes(f.capacity), driver);
+    case OomClass::kPeak:
+      break;
+  }
+  const std::string growth =
+      f.finished_steps < report::kMinStepsForLeak
+          ? absl::StrCat("only ", f.finished_steps, " step", f.finished_steps == 1 ? "" : "s",
+                         " had finished, too few to call growth a leak")
+          : "live memory at step ends did not grow enough to explain it";
+  return absl::StrCat("allocated ", Bytes(f.allocated), " plus the request of ", Bytes(f.request),
+                      " is ", Bytes(f.allocated + f.request), " against the cap of ",
+                      Bytes(f.capacity), "; cached free memory (", Bytes(f.free_cached),
+                      ") could not cover it", driver, "; ", growth);
+}
+
+void AppendSites(const OomVerdictInput& in, std::string* out) {
+  if (!in.sites_recorded) {
+    absl::StrAppend(out, "gpumem:   sites: not recorded; run with GPUMEM_TRACE=<file> (or "
+                         "`gpumem run`) and this message names the site that holds or grows "
+                         "the memory\n");
+    return;
+  }
+  if (in.sites.empty()) return;
+  absl::StrAppend(out, "gpumem:   top live sites (live, growth per step):\n");
+  for (const VerdictSite& s : in.sites) {
+    const std::string growth =
+        s.bytes_per_step > 0 ? absl::StrCat("+", Bytes(s.bytes_per_step), "/step") : "steady";
+    absl::StrAppendFormat(out, "gpumem:     %-12s %-18s %s\n", Bytes(static_cast<double>(s.live)),
+                          growth, s.name);
+  }
+}
+
+}  // namespace
+
+std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
+  std::string out = absl::StrCat("gpumem: device ", in.device, ": out of memory: verdict: ",
+                                 VerdictName(cls), "\n");
+  absl::StrAppend(&out, "gpumem:   evidence: ", Evidence(in, cls), ".\n");
+  AppendSites(in, &out);
+  absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls), "\n");
+  if (cls == OomClass::kFragmentation && in.gpumem_allocator) {
+    absl::StrAppend(&out, "gpumem:   note: gpumem's allocator remaps idle pages and retries "
+                          "before it fails, so fragmentation should not end a run under it "
+                          "(GPUMEM_STITCH=0 turns that off); if it is on, please report this "
+                          "with the trace\n");
+  }
+  if (!in.trace_path.empty()) {
+    absl::StrAppend(&out, "gpumem:   trace: ", in.trace_path,
+                    " (flushed with this OOM; `gpumem report ", in.trace_path, "`)\n");
+  }
+  return out;
+}
+
+}  // namespace gpumem

@@ -1,0 +1,40 @@
+// The verdict the dying process prints at an out-of-memory, before the exception reaches
+// the program: the class (leak / fragmentation / genuine peak, by report::ClassifyOom),
+// its evidence in figures, the top live sites with their growth per step, and the fix.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem {
+
+struct VerdictSite {
+  std::string name;           // "file:line function"
+  std::uint64_t live = 0;
+  double bytes_per_step = 0;  // its steady growth; 0 when it does not grow steadily
+};
+
+struct OomVerdictInput {
+  std::int32_t device = 0;
+  report::OomFigures figures;
+  bool gpumem_allocator = false;  // gpumem's allocator refused (it defragments first)
+  std::optional<std::uint64_t> driver_free;
+  bool sites_recorded = false;    // a trace is open: the sites below have names
+  std::vector<VerdictSite> sites;  // growing ones first, then the largest
+  double growth_per_step = 0;     // the growing sites together (or the total's)
+  std::size_t growth_steps = 0;   // step ends the growth was measured over
+  std::string trace_path;         // flushed with this OOM; empty without a trace
+};
+
+// Several lines, each starting "gpumem: ", ending in '\n'.
+std::string OomVerdictText(const OomVerdictInput& in, report::OomClass cls);
+
+// "genuine peak" for kPeak, else report::OomClassName.
+const char* VerdictName(report::OomClass cls);
+
+}  // namespace gpumem

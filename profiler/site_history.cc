@@ -1,0 +1,69 @@
+#include "profiler/site_history.h"
+
+#include <algorithm>
+
+namespace gpumem {
+
+void SiteHistory::Push(Ring& ring, std::uint64_t value) const {
+  ring.values[head_] = value;
+  ring.samples = std::min(ring.samples + 1, kSteps);
+}
+
+void SiteHistory::Add(std::uint64_t step,
+                      const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live,
+                      const std::vector<std::uint64_t>& pinned) {
+  head_ = count_ == 0 ? 0 : (head_ + 1) % kSteps;
+  steps_[head_] = step;
+  count_ = std::min(count_ + 1, kSteps);
+  for (std::uint64_t key : pinned) sites_.try_emplace(key);
+  for (auto& [key, ring] : sites_) {
+    const auto it = live.find(key);
+    Push(ring, it == live.end() ? 0 : it->second);
+  }
+  TakeIn(live);
+}
+
+void SiteHistory::TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> newcomers;  // (bytes, key)
+  for (const auto& [key, bytes] : live) {
+    if (bytes > 0 && !sites_.contains(key)) newcomers.emplace_back(bytes, key);
+  }
+  if (newcomers.empty()) return;
+  std::sort(newcomers.rbegin(), newcomers.rend());
+  // The smallest tracked sites (by live bytes now), which newcomers larger than them replace.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> smallest;
+  for (const auto& [key, ring] : sites_) {
+    if ((key & 0xFFFFFFFFu) != kPinnedLow) smallest.emplace_back(ring.values[head_], key);
+  }
+  std::sort(smallest.begin(), smallest.end());
+  std::size_t next_out = 0;
+  for (const auto& [bytes, key] : newcomers) {
+    if (sites_.size() >= kMaxSites) {
+      if (next_out >= smallest.size() || smallest[next_out].first >= bytes) break;
+      sites_.erase(smallest[next_out++].second);
+    }
+    Ring& ring = sites_[key];
+    Push(ring, bytes);
+  }
+}
+
+SiteHistory::Series SiteHistory::Of(std::uint64_t key) const {
+  Series out;
+  const auto it = sites_.find(key);
+  if (it == sites_.end()) return out;
+  const Ring& ring = it->second;
+  for (std::size_t i = ring.samples; i > 0; --i) {
+    const std::size_t at = (head_ + kSteps - (i - 1)) % kSteps;
+    out.steps.push_back(static_cast<double>(steps_[at]));
+    out.live.push_back(ring.values[at]);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> SiteHistory::Keys() const {
+  std::vector<std::uint64_t> keys;
+  for (const auto& [key, ring] : sites_) keys.push_back(key);
+  return keys;
+}
+
+}  // namespace gpumem

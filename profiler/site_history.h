@@ -1,0 +1,49 @@
+// Live bytes of each site at the last step ends, in bounded memory: the largest kMaxSites
+// sites (by live bytes; a site pushed out starts a new series when it comes back) over a
+// ring of the last kSteps step ends. What the early leak warning and the verdict at an
+// OOM fit their growth to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace gpumem {
+
+class SiteHistory {
+ public:
+  static constexpr std::size_t kSteps = 32;
+  static constexpr std::size_t kMaxSites = 256;
+
+  // One step end: each site's live bytes (sites not named had none). `pinned` keys, whose
+  // low 32 bits are kPinnedLow (the device totals), are never pushed out.
+  static constexpr std::uint64_t kPinnedLow = 0xFFFFFFFFu;
+  void Add(std::uint64_t step, const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live,
+           const std::vector<std::uint64_t>& pinned);
+
+  // A site's samples since it was last taken in, oldest first.
+  struct Series {
+    std::vector<double> steps;
+    std::vector<std::uint64_t> live;
+  };
+  Series Of(std::uint64_t key) const;
+  std::vector<std::uint64_t> Keys() const;
+  std::uint64_t last_step() const { return count_ == 0 ? 0 : steps_[head_]; }
+
+ private:
+  struct Ring {
+    std::uint64_t values[kSteps] = {};
+    std::size_t samples = 0;  // since it was taken in, at most kSteps
+  };
+  void Push(Ring& ring, std::uint64_t value) const;
+  void TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live);
+
+  std::uint64_t steps_[kSteps] = {};
+  std::size_t head_ = 0;
+  std::size_t count_ = 0;
+  absl::flat_hash_map<std::uint64_t, Ring> sites_;
+};
+
+}  // namespace gpumem

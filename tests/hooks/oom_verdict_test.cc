@@ -1,0 +1,183 @@
+// The verdict at an out-of-memory, in the dying process, with a trace open: gpumem's
+// allocator (gpumem_alloc returning NULL) and PyTorch's in profile-only mode (events
+// through gpumem_record_event, then gpumem_explain_oom); and the early leak warning at
+// step marks. GPUMEM_LEAK_WARN_STEPS=0 (a second ctest run of EarlyWarning) silences it.
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "hooks/device_registry.h"
+#include "hooks/gpumem.h"
+#include "hooks/gpumem_trace.h"
+#include "hooks/trace_hook.h"
+#include "profiler/raw_record.h"
+#include "profiler/recorder.h"
+
+namespace gpumem::hooks {
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+
+const std::string& TracePath() {
+  static const std::string* path = new std::string(
+      ::testing::TempDir() + "oom_verdict_test_" + std::to_string(getpid()) + ".gpumem");
+  return *path;
+}
+class Environment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    setenv("GPUMEM_BACKEND", "sim", 1);
+    setenv("GPUMEM_TRACE", TracePath().c_str(), 1);
+    setenv("GPUMEM_STACKS", "native", 1);
+    ResetRegistryForTesting();
+    ASSERT_EQ(gpumem_profile_start(), 0);
+  }
+  void TearDown() override { std::remove(TracePath().c_str()); }
+};
+const auto* const kEnvironment = ::testing::AddGlobalTestEnvironment(new Environment);
+
+int Count(const std::string& text, const std::string& part) {
+  int n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1)) ++n;
+  return n;
+}
+
+// A stack whose site is "file:line function", as profile-only mode's Python stacks are.
+std::uint32_t SiteStack(const char* file, int line, const char* function) {
+  TraceWriter& writer = TraceRecorder()->writer();
+  const std::uint32_t frame =
+      writer.stacks().InternNamedFrame(format::FrameKind::kPython, function, file, line);
+  const RawFrame raw{frame, 0, RawFrame::kNamedTag};
+  return writer.stacks().Intern(&raw, 1);
+}
+
+// PyTorch's allocator in profile-only mode, as libgpumem_torch reports it.
+struct FakeTorchDevice {
+  int device;
+  std::uint64_t next = 0x7f0000000000ull;
+  std::uint64_t Alloc(std::uint64_t size, std::uint32_t stack) {
+    next += size + (1 << 20) * static_cast<std::uint64_t>(device + 1);
+    gpumem_record_event(GPUMEM_EVENT_ALLOC, device, next, size, 0, stack, 0);
+    return next;
+  }
+  void Free(std::uint64_t addr) { gpumem_record_event(GPUMEM_EVENT_FREE, device, addr, 0, 0, 0, 0); }
+};
+
+TEST(OomVerdictTest, AllocatorLeakNamesGrowthPerStep) {
+  ASSERT_EQ(gpumem_set_capacity(96 * kMiB, 0), 0);
+  gpumem_step();
+  std::vector<void*> kept;
+  ::testing::internal::CaptureStderr();
+  for (int step = 0; step < 200; ++step) {
+    void* transient = gpumem_alloc(4 * kMiB, 0, nullptr);
+    void* leaked = gpumem_alloc(2 * kMiB, 0, nullptr);
+    if (transient == nullptr || leaked == nullptr) {
+      if (transient != nullptr) gpumem_free(transient, 0, 0, nullptr);
+      if (leaked != nullptr) kept.push_back(leaked);
+      break;
+    }
+    kept.push_back(leaked);
+    gpumem_free(transient, 4 * kMiB, 0, nullptr);
+    gpumem_step();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  for (void* p : kept) gpumem_free(p, 0, 0, nullptr);
+  EXPECT_NE(err.find("verdict: leak"), std::string::npos) << err;
+  EXPECT_NE(err.find("+2.00 MiB/step"), std::string::npos) << err;
+  EXPECT_NE(err.find("top live sites"), std::string::npos) << err;
+  EXPECT_NE(err.find("trace: " + TracePath()), std::string::npos) << err;
+  EXPECT_NE(err.find("fix: "), std::string::npos) << err;
+}
+
+TEST(OomVerdictTest, AllocatorTooBigRequestIsGenuinePeak) {
+  gpumem_step();
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_alloc(1 << 30, 0, nullptr), nullptr);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("verdict: genuine peak"), std::string::npos) << err;
+  EXPECT_EQ(err.find("GPUMEM_TRACE=<file>"), std::string::npos) << err;  // sites are recorded
+}
+
+TEST(OomVerdictTest, ProfileModeLeakNamesTheSite) {
+  FakeTorchDevice torch{1};
+  ASSERT_EQ(gpumem_trace_capacity(1, 256 * kMiB, 3), 0);
+  const std::uint32_t leak = SiteStack("train.py", 42, "train_step");
+  const std::uint32_t model = SiteStack("model.py", 10, "forward");
+  torch.Alloc(50 * kMiB, model);  // the weights: live, not growing
+  for (int step = 0; step < 12; ++step) {
+    const std::uint64_t activations = torch.Alloc(30 * kMiB, model);
+    torch.Alloc(3 * kMiB, leak);
+    torch.Free(activations);
+    gpumem_step();
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 200 * kMiB;
+  f.reserved_bytes = 130 * kMiB;
+  f.driver_free_bytes = 10 * kMiB;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(1, &f), 0);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("device 1: out of memory: verdict: leak"), std::string::npos) << err;
+  EXPECT_NE(err.find("+3.00 MiB/step     train.py:42 train_step"), std::string::npos) << err;
+  EXPECT_NE(err.find("steady             model.py:10 forward"), std::string::npos) << err;
+  EXPECT_NE(err.find("cap of 256.00 MiB"), std::string::npos) << err;
+}
+
+TEST(OomVerdictTest, ProfileModeFragmentationFromCachedPieces) {
+  FakeTorchDevice torch{3};
+  ASSERT_EQ(gpumem_trace_capacity(3, 1024 * kMiB, 3), 0);
+  torch.Alloc(400 * kMiB, SiteStack("frag.py", 5, "load"));
+  gpumem_step();
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 300 * kMiB;
+  f.reserved_bytes = 1000 * kMiB;  // 600 MiB cached, in pieces PyTorch could not use
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(3, &f), 1);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("verdict: fragmentation"), std::string::npos) << err;
+  EXPECT_NE(err.find("expandable_segments"), std::string::npos) << err;
+}
+
+// 1 MiB more at each step: the warning comes once, at the 5th rise; a steady rate keeps
+// the projected step where it was, so it is not repeated; a rate 8 times higher moves
+// the projection, and it is said again until the projection settles.
+TEST(OomVerdictTest, EarlyWarning) {
+  const char* env = std::getenv("GPUMEM_LEAK_WARN_STEPS");
+  const bool off = env != nullptr && std::string(env) == "0";
+  FakeTorchDevice torch{2};
+  ASSERT_EQ(gpumem_trace_capacity(2, 1024 * kMiB, 3), 0);
+  const std::uint32_t grow = SiteStack("warn.py", 7, "grow");
+  torch.Alloc(10 * kMiB, SiteStack("warn.py", 3, "setup"));
+  torch.Alloc(1 * kMiB, grow);
+  gpumem_step();  // the site's first step end: 1 MiB
+  std::vector<std::string> said;
+  for (int i = 1; i <= 25; ++i) {
+    torch.Alloc((i <= 15 ? 1 : 8) * kMiB, grow);
+    ::testing::internal::CaptureStderr();
+    gpumem_step();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    said.push_back(Count(err, "warn.py:7 grow") > 0 ? err : "");
+  }
+  if (off) {
+    for (const std::string& s : said) EXPECT_EQ(s, "");
+    return;
+  }
+  for (int i = 1; i <= 15; ++i) {
+    EXPECT_EQ(!said[i - 1].empty(), i == 5) << "step " << i << ": " << said[i - 1];
+  }
+  EXPECT_NE(said[4].find("+1.00 MiB/step"), std::string::npos) << said[4];
+  EXPECT_NE(said[4].find("reaches its cap of 1.00 GiB at step"), std::string::npos) << said[4];
+  int fast = 0;
+  for (int i = 16; i <= 25; ++i) fast += !said[i - 1].empty();
+  EXPECT_GE(fast, 1);
+  EXPECT_LE(fast, 5);
+  for (int i = 22; i <= 25; ++i) EXPECT_EQ(said[i - 1], "") << "step " << i;
+}
+
+}  // namespace
+}  // namespace gpumem::hooks

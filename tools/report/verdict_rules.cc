@@ -1,0 +1,155 @@
+#include "tools/report/verdict_rules.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace gpumem::report {
+namespace {
+
+constexpr char kLeakFix[] =
+    "Find what keeps the suspect's tensors alive from one step to the next: keep numbers, "
+    "not tensors (loss.item() instead of appending the loss), detach() what is kept for "
+    "logging, del references you no longer need, and run evaluation under "
+    "torch.no_grad(). torch.cuda.empty_cache() does not cure a leak: the memory is still "
+    "referenced.";
+constexpr char kFragmentationFix[] =
+    "The memory exists but is cut into pieces: run with gpumem's allocator (it maps "
+    "free pages into one range instead of needing a contiguous piece), or set "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; allocating the largest, "
+    "longest-lived tensors first also helps.";
+constexpr char kPeakFix[] =
+    "The step genuinely needs more memory than the device has: use a smaller batch "
+    "(with gradient accumulation to keep the effective batch), activation checkpointing, "
+    "mixed precision (bf16/fp16 autocast), or shard optimizer state and parameters "
+    "across devices (FSDP / ZeRO).";
+
+// A site grows steadily: a good straight-line fit, rising at most step ends, and by an
+// amount that matters (MinLeakGrowth).
+constexpr double kMinR2 = 0.8;
+constexpr double kMinRisingShare = 0.7;
+constexpr double kMinGrowthShareOfPeak = 0.005;
+constexpr std::uint64_t kMinGrowthBytes = 1 << 20;
+
+}  // namespace
+
+const char* OomClassName(OomClass c) {
+  switch (c) {
+    case OomClass::kLeak: return "leak";
+    case OomClass::kFragmentation: return "fragmentation";
+    case OomClass::kPeak: return "peak";
+  }
+  return "peak";
+}
+
+const char* OomFix(OomClass c) {
+  switch (c) {
+    case OomClass::kLeak: return kLeakFix;
+    case OomClass::kFragmentation: return kFragmentationFix;
+    case OomClass::kPeak: return kPeakFix;
+  }
+  return kPeakFix;
+}
+
+LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
+  LinearFit fit;
+  const double n = static_cast<double>(x.size());
+  if (x.size() < 2) return fit;
+  double mx = 0, my = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    mx += x[i];
+    my += y[i];
+  }
+  mx /= n;
+  my /= n;
+  double sxx = 0, sxy = 0, syy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    sxx += (x[i] - mx) * (x[i] - mx);
+    sxy += (x[i] - mx) * (y[i] - my);
+    syy += (y[i] - my) * (y[i] - my);
+  }
+  if (sxx == 0) return fit;
+  fit.slope = sxy / sxx;
+  fit.intercept = my - fit.slope * mx;
+  fit.r2 = syy == 0 ? 0 : (sxy * sxy) / (sxx * syy);
+  return fit;
+}
+
+double MinLeakGrowth(std::uint64_t peak_allocated) {
+  return std::max<double>(kMinGrowthBytes,
+                          kMinGrowthShareOfPeak * static_cast<double>(peak_allocated));
+}
+
+std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
+                                   const std::vector<std::uint64_t>& live, double min_growth) {
+  if (live.size() < kMinGrowthSamples || live.size() != steps.size() ||
+      live.back() <= live.front()) {
+    return std::nullopt;
+  }
+  Growth g;
+  g.grown = live.back() - live.front();
+  if (static_cast<double>(g.grown) < min_growth) return std::nullopt;
+  std::vector<double> y;
+  std::size_t rising = 0;
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    y.push_back(static_cast<double>(live[j]));
+    if (j > 0 && live[j] > live[j - 1]) ++rising;
+  }
+  g.rising_share = static_cast<double>(rising) / static_cast<double>(live.size() - 1);
+  const LinearFit fit = FitLine(steps, y);
+  g.bytes_per_step = fit.slope;
+  g.r2 = fit.r2;
+  if (fit.slope <= 0 || fit.r2 < kMinR2 || g.rising_share < kMinRisingShare) return std::nullopt;
+  return g;
+}
+
+OomClass ClassifyOom(const OomFigures& f) {
+  const std::uint64_t need = f.allocated + f.request;
+  if (f.finished_steps >= kMinStepsForLeak && f.growth_suspected && f.grown_bytes > 0 &&
+      need - std::min(need, f.grown_bytes) <= f.capacity) {
+    return OomClass::kLeak;
+  }
+  // Without the largest piece, enough cached memory that the allocator could not use
+  // means it was in pieces too small.
+  if (f.free_cached >= f.request && f.largest_free.value_or(0) < f.request) {
+    return OomClass::kFragmentation;
+  }
+  return OomClass::kPeak;
+}
+
+bool IsLibraryFile(absl::string_view file) {
+  if (file.empty()) return true;
+  // Installed packages (torch, transformers, ...), the stdlib, and interpreter internals.
+  static constexpr absl::string_view kLibraryMarks[] = {
+      "site-packages/", "dist-packages/", "/lib/python", "<frozen", "/torch/",
+      "/c10/",          "/aten/",         "/usr/include/", "/usr/lib/"};
+  for (absl::string_view mark : kLibraryMarks) {
+    if (absl::StrContains(file, mark)) return true;
+  }
+  if (absl::StartsWith(file, "torch/") || absl::StartsWith(file, "<")) return true;
+  // Native frames (gpumem traces carry them too): the allocator, libtorch, CUDA libraries.
+  static constexpr absl::string_view kNativeSuffixes[] = {".so", ".cpp", ".cc", ".h",
+                                                          ".hpp", ".cu", ".cuh", ".c"};
+  for (absl::string_view suffix : kNativeSuffixes) {
+    if (absl::EndsWith(file, suffix) || absl::StrContains(file, absl::StrCat(suffix, "."))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string Bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  double v = bytes;
+  while (std::fabs(v) >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  return u == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.2f %s", v, units[u]);
+}
+
+}  // namespace gpumem::report

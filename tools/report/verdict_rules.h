@@ -1,0 +1,71 @@
+// The rules shared by the offline report and the verdict the dying process prints
+// (profiler/live_view.h): what counts as steady growth, how an OOM is classed, the fix for
+// each class, where a site is and how bytes read. One copy, so that the process at its OOM
+// and `gpumem report` afterwards say the same thing about the same figures.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace gpumem::report {
+
+enum class OomClass { kLeak, kFragmentation, kPeak };
+const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak"
+const char* OomFix(OomClass c);
+
+// Below this many finished steps there is no growth to measure: an OOM is a peak or
+// fragmentation, never a leak.
+inline constexpr std::size_t kMinStepsForLeak = 3;
+
+struct LinearFit {
+  double slope = 0;      // per step
+  double intercept = 0;
+  double r2 = 0;         // 1 = a straight line
+};
+// Least squares of y over x; r2 is 0 when y is constant.
+LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+
+// Step ends a growth fit needs.
+inline constexpr std::size_t kMinGrowthSamples = 4;
+
+struct Growth {
+  double bytes_per_step = 0;  // the fit's slope
+  double r2 = 0;
+  double rising_share = 0;    // share of step-to-step changes that are increases
+  std::uint64_t grown = 0;    // last - first
+};
+// The least growth worth calling a leak: 1 MiB, or 0.5% of the peak if more.
+double MinLeakGrowth(std::uint64_t peak_allocated);
+// Live bytes of one site at step ends `steps`: a Growth when they grow steadily (a good
+// straight-line fit, rising at most step ends) by at least `min_growth`, else nullopt.
+std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
+                                   const std::vector<std::uint64_t>& live, double min_growth);
+
+// What an OOM is classed from.
+struct OomFigures {
+  std::size_t finished_steps = 0;
+  std::uint64_t allocated = 0;
+  std::uint64_t request = 0;
+  std::uint64_t capacity = 0;
+  std::uint64_t free_cached = 0;    // reserved - allocated
+  std::optional<std::uint64_t> largest_free;  // nullopt: the allocator does not say
+  bool growth_suspected = false;    // some site (or the total) grows steadily
+  std::uint64_t grown_bytes = 0;    // what that growth added by the OOM
+};
+// Leak when steady growth explains it (without the growth the request would have fit),
+// fragmentation when enough was cached but in no piece big enough, else a genuine peak.
+OomClass ClassifyOom(const OomFigures& f);
+
+// Files of code the user does not edit (torch, installed packages, the standard library,
+// native libraries): a site is the innermost frame outside them.
+bool IsLibraryFile(absl::string_view file);
+
+// Human-readable bytes: "1.50 GiB".
+std::string Bytes(double bytes);
+
+}  // namespace gpumem::report
