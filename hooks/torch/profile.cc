@@ -127,6 +127,21 @@ void Track(const Entry& te) {
                       static_cast<std::uint64_t>(te.size_), stream, stack, 0);
 }
 
+// PyTorch's OOM observer, called before OutOfMemoryError is raised (after its allocator
+// lock is released): the verdict goes to stderr and the trace is flushed then.
+// `limit`: the per-process fraction's cap, else the device's total.
+void ExplainOom(std::int64_t device, std::size_t requested, std::size_t limit,
+                std::size_t device_free) {
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = requested;
+  f.capacity_bytes = limit;
+  f.driver_free_bytes = device_free;
+  const auto stats = cca::get()->getDeviceStats(static_cast<c10::DeviceIndex>(device));
+  f.allocated_bytes = static_cast<std::uint64_t>(stats.allocated_bytes[0].current);  // 0: all
+  f.reserved_bytes = static_cast<std::uint64_t>(stats.reserved_bytes[0].current);
+  gpumem_explain_oom(static_cast<int>(device), &f);
+}
+
 }  // namespace
 
 void profile() {
@@ -157,6 +172,7 @@ void profile() {
   // runs with history on, so it is turned on with the smallest ring PyTorch allows.
   EnableContextRecorder(UserHistory{});
   cca::attachAllocatorTraceTracker([](const auto& te) { Track(te); });
+  cca::attachOutOfMemoryObserver(&ExplainOom);
   g_profiling.store(true);
 }
 
