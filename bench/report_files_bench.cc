@@ -24,7 +24,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
-#include "profiler/trace_writer.h"
+#include "bench/gpumem_trace_out.h"
 #include "tools/report/synthetic.h"
 #include "tools/trace/trace.h"
 
@@ -65,71 +65,6 @@ bool WriteTsv(const trace::Trace& t, const std::string& tsv_path, const std::str
   flush();
   tsv.close();
   return ok && gzclose(gz) == Z_OK && tsv.good();
-}
-
-format::RecordType RecordTypeOf(trace::Action a) {
-  switch (a) {
-    case trace::Action::kAlloc: return format::RecordType::kAlloc;
-    case trace::Action::kFreeRequested: return format::RecordType::kFree;
-    case trace::Action::kSegmentAlloc: return format::RecordType::kSegmentAlloc;
-    case trace::Action::kSegmentFree: return format::RecordType::kSegmentFree;
-    case trace::Action::kSegmentMap: return format::RecordType::kMap;
-    case trace::Action::kSegmentUnmap: return format::RecordType::kUnmap;
-    case trace::Action::kOom: return format::RecordType::kOom;
-    default: return format::RecordType::kStep;
-  }
-}
-
-// Records `t` through TraceWriter as the profiler would: frames and stacks interned in
-// its StackTable, one record per event. gpumem traces have no "free completed" (the
-// allocator frees at once), so those are left out. Returns the records written.
-std::uint64_t WriteGpumem(const trace::Trace& t, const std::string& path) {
-  TraceWriterOptions options;
-  options.path = path;
-  if (t.device_capacity) options.header["device_capacity"] = std::to_string(*t.device_capacity);
-  absl::StatusOr<std::unique_ptr<TraceWriter>> writer = TraceWriter::Open(options);
-  if (!writer.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(writer.status().message()).c_str());
-    return 0;
-  }
-  StackTable& table = (*writer)->stacks();
-  std::vector<std::uint32_t> stack_ids(t.stacks.size(), 0);
-  for (std::size_t s = 1; s < t.stacks.size(); ++s) {
-    std::vector<RawFrame> raw;
-    for (std::uint32_t f : t.stacks[s]) {
-      const trace::Frame& frame = t.frames[f];
-      const std::uint32_t id = table.InternNamedFrame(format::FrameKind::kPython, frame.function,
-                                                      frame.filename, frame.line);
-      raw.push_back(RawFrame{id, 0, RawFrame::kNamedTag});
-    }
-    stack_ids[s] = table.Intern(raw.data(), raw.size());
-  }
-  const std::int64_t origin = TraceWriter::NowNs();
-  std::uint64_t step = 0;
-  for (const trace::Event& e : t.events) {
-    if (e.action == trace::Action::kFreeCompleted) continue;
-    RawRecord r;
-    r.type = RecordTypeOf(e.action);
-    r.time_ns = origin + e.time_us * 1000;
-    r.addr = e.addr;
-    r.size = e.action == trace::Action::kStep ? ++step : e.size;
-    r.stream = e.stream;
-    r.stack_id = stack_ids[e.stack_id];
-    r.thread = 1;
-    r.device = e.device;
-    if (e.action == trace::Action::kOom) {
-      r.extra = e.device_free;
-      r.has_extra = true;
-    }
-    (*writer)->Record(r);
-  }
-  const std::uint64_t written = (*writer)->recorded();
-  absl::Status closed = (*writer)->Close();
-  if (!closed.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(closed.message()).c_str());
-    return 0;
-  }
-  return written;
 }
 
 struct RunResult {
@@ -206,7 +141,7 @@ int Main(int argc, char** argv) {
     // A third of the events are "free completed", which gpumem traces do not have: make
     // the trace longer so that the gpumem file, too, holds `events` events.
     const trace::Trace t = report::synthetic::LargeTrace(events * 3 / 2, 10000, 64, kLeakPerStep);
-    gm_events = WriteGpumem(t, gm);
+    gm_events = WriteGpumemTrace(t, gm);
     if (gm_events == 0) return 1;
   }
   auto mib = [](const std::string& p) { return static_cast<double>(std::filesystem::file_size(p)) / (1 << 20); };

@@ -140,10 +140,11 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
   timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   header["pid"] = std::to_string(getpid());
-  header["rank"] = GlobalRankFromEnvironment();
-  header["local_rank"] = LocalRankFromEnvironment();
-  header["world_size"] = EnvOr("WORLD_SIZE", "");
-  header["host"] = host;
+  // Where the job is: the caller's values win (traces rewritten for another rank).
+  header.try_emplace("rank", GlobalRankFromEnvironment());
+  header.try_emplace("local_rank", LocalRankFromEnvironment());
+  header.try_emplace("world_size", EnvOr("WORLD_SIZE", ""));
+  header.try_emplace("host", host);
   header["clock_origin_ns"] = std::to_string(NowNs());
   header["start_unix_ns"] =
       std::to_string(std::int64_t{wall.tv_sec} * 1000000000 + wall.tv_nsec);

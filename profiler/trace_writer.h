@@ -28,8 +28,9 @@ namespace gpumem {
 
 struct TraceWriterOptions {
   std::string path;
-  // Extra header entries (stack mode, device names, the command line...). pid, ranks,
-  // host and the clock origin are added by the writer.
+  // Extra header entries (stack mode, device names, the command line...). pid, the
+  // clock origin and, unless given here, rank, local_rank, world_size and host are added
+  // by the writer.
   std::map<std::string, std::string> header;
   int flush_interval_ms = 20;
   // Per thread, in the file (64 bytes each): a region per thread alive at once. Rounded

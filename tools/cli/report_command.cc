@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/report_ranks.h"
 #include "tools/report/html_report.h"
 #include "tools/report/json_report.h"
 #include "tools/report/merge.h"
@@ -64,6 +65,10 @@ int Run(const ReportArgs& args) {
     absl::StatusOr<report::StepSite> site = report::ParseStepSite(args.step_site);
     if (!site.ok()) return BadInput(std::string(site.status().message()));
     options.step_site = *site;
+  }
+  // Ranks of a job: read one by one, bounded memory (the HTML page needs them all).
+  if (args.traces.size() > 1 && args.html.empty()) {
+    return ReportRanks(args.traces, options, args.json);
   }
   // Load everything first: one bad file fails the whole command before any output.
   std::vector<trace::Trace> traces;

@@ -1,69 +1,144 @@
 #include "tools/report/merge.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gpumem::report {
+namespace {
 
-Merged MergeRanks(const std::vector<Report>& reports) {
-  Merged m;
+constexpr double kMiB = 1 << 20;
+constexpr double kPeakApart = 0.10;  // a peak this far from the median's differs
+constexpr double kPeakFloor = 64 * kMiB;  // ... and by at least this much
+
+template <typename T, typename Get>
+double Median(const std::vector<T>& items, Get get) {
+  std::vector<double> v;
+  v.reserve(items.size());
+  for (const T& x : items) v.push_back(static_cast<double>(get(x)));
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+std::string Step(std::size_t step) { return absl::StrCat("step ", step + 1); }
+
+std::string LeakReason(const RankSummary& s, double median_leak) {
+  const double apart = std::max(2 * median_leak, median_leak + kMiB);
+  if (s.leak_site.empty() || s.leak_bytes_per_step < apart) return "";
+  std::string why = absl::StrCat("leaks ", Bytes(s.leak_bytes_per_step), "/step at ",
+                                 s.leak_site, " (median rank ", Bytes(median_leak), "/step)");
+  if (s.projected_oom_step) absl::StrAppend(&why, ", out of memory at ", Step(*s.projected_oom_step));
+  return why;
+}
+
+std::string PeakReason(const RankSummary& s, double median_peak) {
+  const double peak = static_cast<double>(s.peak_allocated);
+  if (std::abs(peak - median_peak) < std::max(kPeakApart * median_peak, kPeakFloor)) return "";
+  return absl::StrFormat("peak allocated %s, %+.0f%% against the median rank's %s",
+                         Bytes(peak), (peak / median_peak - 1) * 100, Bytes(median_peak));
+}
+
+// Why `s` stands out among ranks with these medians; "" when it does not.
+std::string Differs(const RankSummary& s, double median_leak, double median_peak,
+                    bool most_ran_out) {
+  std::vector<std::string> why;
+  if (std::string r = LeakReason(s, median_leak); !r.empty()) why.push_back(r);
+  if (std::string r = PeakReason(s, median_peak); !r.empty()) why.push_back(r);
+  if (s.ooms > 0 && !most_ran_out) {
+    why.push_back(absl::StrCat(s.ooms, " out-of-memory errors, the first at ",
+                               Step(*s.first_oom_step)));
+  }
+  if (!s.damage.empty()) why.push_back("trace damaged or cut short: " + s.damage);
+  return absl::StrJoin(why, "; ");
+}
+
+void MarkDiffering(Merged* m) {
+  const double median_leak = Median(m->ranks, [](const RankSummary& s) { return s.leak_bytes_per_step; });
+  const double median_peak = Median(m->ranks, [](const RankSummary& s) { return s.peak_allocated; });
+  const std::size_t ran_out = std::count_if(m->ranks.begin(), m->ranks.end(),
+                                            [](const RankSummary& s) { return s.ooms > 0; });
+  for (RankSummary& s : m->ranks) {
+    s.differs = Differs(s, median_leak, median_peak, 2 * ran_out > m->ranks.size());
+  }
+}
+
+void FindMissing(Merged* m) {
+  std::int64_t world = 0;
+  std::set<std::int64_t> seen;
+  for (const RankSummary& s : m->ranks) {
+    if (s.rank_from == "header") seen.insert(*s.rank);
+    if (s.world_size) world = std::max(world, *s.world_size);
+  }
+  for (std::int64_t r = 0; r < world && !seen.empty(); ++r) {
+    if (!seen.count(r)) m->missing_ranks.push_back(r);
+  }
+}
+
+// The step a rank runs out at: an OOM it had, else its leak's projection.
+std::optional<std::size_t> OutAt(const RankSummary& s) {
+  return s.first_oom_step ? s.first_oom_step : s.projected_oom_step;
+}
+
+std::string FirstOut(const std::vector<RankSummary>& ranks) {
+  const RankSummary* first = nullptr;
+  for (const RankSummary& s : ranks) {
+    if (OutAt(s) && (first == nullptr || *OutAt(s) < *OutAt(*first))) first = &s;
+  }
+  if (first == nullptr) return "no rank runs out of memory at these rates";
+  if (first->first_oom_step) {
+    return absl::StrCat("rank ", *first->rank, " runs out first: out of memory at ",
+                        Step(*first->first_oom_step));
+  }
+  return absl::StrCat("rank ", *first->rank, " runs out first: at ",
+                      Step(*first->projected_oom_step), " at its leak rate (",
+                      Bytes(first->leak_bytes_per_step), "/step at ", first->leak_site, ")");
+}
+
+void SetImbalance(Merged* m) {
   std::uint64_t lowest = UINT64_MAX, highest = 0;
-  std::size_t highest_rank = 0;
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const Report& r = reports[i];
-    RankSummary s;
-    s.source = r.trace->source;
-    s.peak_allocated = r.timeline.peak_allocated;
-    s.peak_reserved = r.timeline.peak_reserved;
-    s.leak_bytes_per_step = r.leaks.bytes_per_step;
-    s.ooms = r.ooms.size();
+  const RankSummary* top = &m->ranks.front();
+  for (const RankSummary& s : m->ranks) {
     lowest = std::min(lowest, s.peak_allocated);
     if (s.peak_allocated >= highest) {
       highest = s.peak_allocated;
-      highest_rank = i;
+      top = &s;
     }
-    m.ranks.push_back(std::move(s));
   }
-  if (m.ranks.empty()) return m;
-  for (RankSummary& s : m.ranks) {
-    s.peak_vs_lowest = lowest == 0 ? 1.0 : static_cast<double>(s.peak_allocated) / static_cast<double>(lowest);
+  for (RankSummary& s : m->ranks) {
+    s.peak_vs_lowest = lowest == 0 ? 1.0 : static_cast<double>(s.peak_allocated) / lowest;
   }
-  m.imbalance = lowest == 0 ? 1.0 : static_cast<double>(highest) / static_cast<double>(lowest);
-  m.summary = absl::StrFormat(
-      "peak allocated ranges from %s to %s (%.1f%% apart); the highest is %s, which runs out "
-      "first if memory gets tight",
+  m->imbalance = lowest == 0 ? 1.0 : static_cast<double>(highest) / lowest;
+  m->summary = absl::StrFormat(
+      "peak allocated ranges from %s to %s (%.1f%% apart); the highest is rank %d (%s), which "
+      "runs out first if memory gets tight",
       Bytes(static_cast<double>(lowest)), Bytes(static_cast<double>(highest)),
-      (m.imbalance - 1) * 100, m.ranks[highest_rank].source);
+      (m->imbalance - 1) * 100, *top->rank, top->source);
+}
+
+}  // namespace
+
+Merged MergeRanks(std::vector<RankSummary> ranks, std::vector<UnreadTrace> unread) {
+  Merged m;
+  m.ranks = std::move(ranks);
+  m.unread = std::move(unread);
+  std::stable_sort(m.ranks.begin(), m.ranks.end(),
+                   [](const RankSummary& a, const RankSummary& b) { return a.rank < b.rank; });
+  FindMissing(&m);
+  if (m.ranks.empty()) return m;
+  SetImbalance(&m);
+  MarkDiffering(&m);
+  m.first_out = FirstOut(m.ranks);
   return m;
 }
 
-nlohmann::json MergedToJson(const Merged& m) {
-  nlohmann::json j;
-  j["imbalance"] = m.imbalance;
-  j["summary"] = m.summary;
-  j["ranks"] = nlohmann::json::array();
-  for (const RankSummary& s : m.ranks) {
-    j["ranks"].push_back({{"source", s.source},
-                          {"peak_allocated", s.peak_allocated},
-                          {"peak_reserved", s.peak_reserved},
-                          {"leak_bytes_per_step", s.leak_bytes_per_step},
-                          {"ooms", s.ooms},
-                          {"peak_vs_lowest", s.peak_vs_lowest}});
-  }
-  return j;
-}
-
-std::string FormatMerged(const Merged& m) {
-  std::string out = "Ranks compared:\n";
-  for (const RankSummary& s : m.ranks) {
-    absl::StrAppend(&out, absl::StrFormat("  %-40s peak %12s  %+6.1f%%  leak %s/step  %d OOMs\n", s.source,
-                                          Bytes(static_cast<double>(s.peak_allocated)),
-                                          (s.peak_vs_lowest - 1) * 100, Bytes(s.leak_bytes_per_step), s.ooms));
-  }
-  absl::StrAppend(&out, "  ", m.summary, "\n");
-  return out;
+Merged MergeRanks(const std::vector<Report>& reports) {
+  std::vector<RankSummary> ranks;
+  for (std::size_t i = 0; i < reports.size(); ++i) ranks.push_back(SummarizeRank(reports[i], i));
+  return MergeRanks(std::move(ranks));
 }
 
 }  // namespace gpumem::report

@@ -19,6 +19,18 @@
 namespace gpumem::trace {
 namespace {
 
+// Rank, local rank, world size and host from the header (empty values: not in a job).
+void ReadRunInfo(const std::map<std::string, std::string>& header, RunInfo* run) {
+  for (auto [key, field] : {std::pair{"rank", &run->rank},
+                            std::pair{"local_rank", &run->local_rank},
+                            std::pair{"world_size", &run->world_size}}) {
+    std::int64_t value;
+    auto it = header.find(key);
+    if (it != header.end() && absl::SimpleAtoi(it->second, &value)) *field = value;
+  }
+  if (auto it = header.find("host"); it != header.end()) run->host = it->second;
+}
+
 using format::ByteReader;
 using format::RecordType;
 using format::UnZigZag;
@@ -484,6 +496,7 @@ Trace Reader::Build() {
   std::int64_t origin = events.empty() ? 0 : events.front().time_us;  // ns here
   auto it = info_->header.find("clock_origin_ns");
   if (it != info_->header.end()) (void)absl::SimpleAtoi(it->second, &origin);
+  ReadRunInfo(info_->header, &trace_.run);
   it = info_->header.find("device_capacity");
   std::uint64_t capacity;
   if (it != info_->header.end() && absl::SimpleAtoi(it->second, &capacity)) {

@@ -101,8 +101,18 @@ struct CapacityChange {
   CapacitySource source = CapacitySource::kUnknown;
 };
 
+// Which process of a job recorded the trace, where the file says (gpumem trace headers:
+// torchrun's or Slurm's variables; docs/trace-format.md).
+struct RunInfo {
+  std::optional<std::int64_t> rank;
+  std::optional<std::int64_t> local_rank;
+  std::optional<std::int64_t> world_size;
+  std::string host;
+};
+
 struct Trace {
   std::string source;  // the file it came from
+  RunInfo run;
   std::string format;  // "pytorch-snapshot", "tsv", "gpumem"
   std::vector<Event> events;
   std::vector<Frame> frames;                      // interned
