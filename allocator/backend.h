@@ -52,6 +52,14 @@ class Backend {
   virtual std::uint64_t capacity() const = 0;
   // False where the device cannot remap memory (no VMM): only the segment calls work.
   virtual bool supports_vmm() const = 0;
+  // Bytes of device memory anyone in the process could still get (cuMemGetInfo's free):
+  // libraries that allocate outside the allocator need some. A driver call: the allocator
+  // asks only before creating memory, never per allocation. The default: what the cap
+  // leaves.
+  virtual std::uint64_t DeviceFreeBytes() const {
+    const std::uint64_t held = counters().physical_bytes;
+    return capacity() > held ? capacity() - held : 0;
+  }
 
   // --- virtual memory (cuMemAddressReserve / cuMemAddressFree)
   virtual absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) = 0;

@@ -38,6 +38,20 @@ constexpr std::size_t kMaxRangeVa = std::size_t{4} << 30;
 // Requests beyond this cannot be rounded without overflow; no device has that much.
 constexpr std::size_t kMaxRequest = std::size_t{1} << 62;
 
+// The allocator whose growth this thread is in: its driver calls may fail and call back
+// (a tracer's callback asking for ReleaseIdle) while it holds its own lock.
+thread_local const void* t_growing = nullptr;
+class GrowingScope {
+ public:
+  explicit GrowingScope(const void* allocator) : previous_(t_growing) { t_growing = allocator; }
+  ~GrowingScope() { t_growing = previous_; }
+  GrowingScope(const GrowingScope&) = delete;
+  GrowingScope& operator=(const GrowingScope&) = delete;
+
+ private:
+  const void* previous_;
+};
+
 // One shared total of the accounting (see CachingAllocator::AddFast) and its peak.
 struct SharedTotal {
   std::atomic<std::uint64_t> g{0};
@@ -309,10 +323,12 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // A no-op while a capture is under way: releasing memory would break it.
   void EmptyCache() override {
     std::lock_guard lock(mu_);
-    if (Capturing()) return;
-    FlushCaches();
-    pages_.BeginSlowPath();
-    ReleaseAllCached();
+    GiveBackIdle();
+  }
+
+  void ReleaseIdle() override {
+    if (t_growing == this) return;  // our own driver call failed: the slow path handles it
+    EmptyCache();
   }
 
   AllocatorStats stats() const override {
@@ -937,6 +953,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
 
   Block* AllocateLarge(StreamHeap& h, std::size_t bytes) {
     if (Block* b = h.large.BestFit(bytes)) return b;
+    GrowingScope growing(this);
     Block* b = CannotFit(bytes)    ? nullptr
                : Capturing()       ? AllocateCapturing(h, bytes)
                                    : AllocateSlow(h, bytes);
@@ -991,6 +1008,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     RetireLent();
     if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
     if (Block* b = h.large.BestFit(bytes)) return b;
+    if (attempt == 0 && EatsHeadroom(h, bytes)) return GrowFromIdle(h, bytes);
     absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
     if (grown.ok()) return *grown;
     if (attempt == 1) {
@@ -998,6 +1016,39 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       ++stats_.trim_count;
     }
     return nullptr;
+  }
+
+  // Whether growth for `bytes` would create memory that leaves the driver less free than
+  // the headroom (CachingAllocatorOptions::headroom_bytes). The one free-memory query.
+  bool EatsHeadroom(StreamHeap& h, std::size_t bytes) const {
+    if (options_.headroom_bytes == 0) return false;
+    const std::uint64_t created = NewBytesFor(h, bytes);
+    if (created == 0) return false;
+    const std::uint64_t free = backend_.DeviceFreeBytes();
+    return free < created || free - created < options_.headroom_bytes;
+  }
+
+  // At most the memory growth for `bytes` creates: the pages that the page cache lacks,
+  // or a segment.
+  std::uint64_t NewBytesFor(const StreamHeap& h, std::size_t bytes) const {
+    if (!pages_.vmm()) return bytes;
+    const std::size_t need = h.large.PlanGrowth(bytes).pages();
+    const std::size_t cached = pages_.cached_pages();
+    return need > cached ? (need - cached) * pages_.page_bytes() : 0;
+  }
+
+  // Growth that keeps the headroom where it can: every idle page goes to the page cache,
+  // growth maps from there first, and the idle pages it leaves go back to the device.
+  Block* GrowFromIdle(StreamHeap& h, std::size_t bytes) {
+    ++stats_.trim_count;
+    CollectIdleOf([this](const StreamHeap& heap) { return Reclaimable(heap); });
+    Block* b = h.large.BestFit(bytes);
+    if (b == nullptr) {
+      absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/false);
+      if (grown.ok()) b = *grown;
+    }
+    pages_.ReleaseCached();
+    return b;
   }
 
   // `budget`: new pages are preferred to stitching within the growth budget. Off on the
@@ -1058,6 +1109,15 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // The free memory of the heaps `which` picks released; every cached page too.
   template <typename Which>
   void ReleaseCachedOf(Which which) {
+    CollectIdleOf(which);
+    pages_.ReleaseCached();
+    ReleaseDonePools();
+  }
+
+  // Every idle page of the heaps `which` picks into the page cache; their empty slabs and
+  // free segments returned.
+  template <typename Which>
+  void CollectIdleOf(Which which) {
     FlushCaches();
     pages_.Quiesce();
     CollectPending();
@@ -1068,8 +1128,24 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       h->large.TakeIdlePages(std::numeric_limits<std::size_t>::max(), nullptr);
       h->large.ReleaseFreeSegments();
     }
-    pages_.ReleaseCached();
-    ReleaseDonePools();
+  }
+
+  // Every idle byte back to the device (mu_ held); not during a capture, which releasing
+  // would break.
+  void GiveBackIdle() {
+    if (Capturing()) return;
+    FlushCaches();
+    pages_.BeginSlowPath();
+    ReleaseAllCached();
+  }
+
+  // Whether any memory could go back: cached or idle pages, empty slabs, free segments.
+  bool HoldsIdle() const {
+    if (pages_.cached_pages() > 0 || EmptySlabBytes() > 0) return true;
+    for (const auto& [key, h] : heaps_) {
+      if (h->large.IdlePages() > 0 || (!pages_.vmm() && h->large.largest_free() > 0)) return true;
+    }
+    return false;
   }
 
   std::uint64_t LargestFree() const {
@@ -1177,6 +1253,10 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     last_oom_.largest_free_bytes = LargestFree();
     last_oom_.capacity_bytes = backend_.capacity();
     Notify(AllocatorEventKind::kOom, 0, bytes, stream);
+    // Caught or not, an OOM leaves the device full: what no live block uses goes back,
+    // so the libraries that allocate next (a cuBLAS handle, an NCCL communicator) find it.
+    // Only when something is idle: waiting for the device to fail a request is costly.
+    if (HoldsIdle()) GiveBackIdle();
     return absl::ResourceExhaustedError(last_oom_.ToString());
   }
 

@@ -6,7 +6,8 @@
 // behind one lock, with per-thread caches (ThreadCache) in front of it. Reserved memory
 // grows only when no held page can serve a request: free blocks first, then idle pages
 // remapped where they are needed, then new pages; under pressure every cached byte is
-// released before an OOM is reported.
+// released before an OOM is reported, and after one. A headroom of device memory is kept
+// free for the libraries that allocate outside the allocator.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +40,14 @@ struct CachingAllocatorOptions {
   // gpt2, resnet50 and leaky_mlp, at ratios <= 1.017; negative values: always stitch.
   double new_page_headroom = 0.0125;
   double max_new_page_headroom = 0.0175;
+  // Device memory kept free for the rest of the process (cuBLAS and cuDNN handles and
+  // workspaces, NCCL communicators, ...), as the driver counts it (Backend::
+  // DeviceFreeBytes, asked only when growth is about to create memory). When creating
+  // would leave less, every idle page is given back first and growth maps from them. A
+  // request that still needs the reserve is served if the device has the memory: an
+  // allocation that fits beats an OOM, and the reserve is for allocations that fail
+  // less loudly. 0: off, no query.
+  std::uint64_t headroom_bytes = 0;
   // Requests up to this size (at most 1 MiB) come from size-class slabs; larger ones are
   // carved exactly (512 B rounding) from the large pool. Measured on the real traces,
   // classes above 64 KiB (up to 6.25 % rounding, one block per slab) cost more memory

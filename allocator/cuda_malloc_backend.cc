@@ -202,6 +202,15 @@ void CudaMallocBackend::Synchronize() {
   }
 }
 
+std::uint64_t CudaMallocBackend::DeviceFreeBytes() const {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  ScopedContext scope(api_, context_);
+  if (api_.cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) {
+    return Backend::DeviceFreeBytes();
+  }
+  return free_bytes;
+}
+
 BackendCounters CudaMallocBackend::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;

@@ -36,6 +36,9 @@ class CudaMallocBackend : public Backend {
   std::size_t granularity() const override { return granularity_; }
   std::uint64_t capacity() const override { return capacity_.load(); }
   bool supports_vmm() const override { return false; }
+  // cuMemGetInfo's free bytes (the cap limits gpumem, not the libraries this is for);
+  // what the cap leaves if the call fails.
+  std::uint64_t DeviceFreeBytes() const override;
 
   absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override;
   void ReleaseAddressRange(DevicePtr base, std::size_t bytes) override;

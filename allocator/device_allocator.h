@@ -129,6 +129,12 @@ class DeviceAllocator {
   // Release every cached byte not in use (torch.cuda.empty_cache()).
   virtual void EmptyCache() = 0;
 
+  // Gives back idle memory that something outside the allocator needs (a library's
+  // driver allocation failed). Unlike EmptyCache, it may be called from inside the
+  // allocator's own driver calls (a tracer's callback on them): there it does nothing,
+  // since the allocator releases and retries on its own.
+  virtual void ReleaseIdle() { EmptyCache(); }
+
   virtual AllocatorStats stats() const = 0;
   virtual void ResetPeaks() = 0;
   virtual OomReport last_oom() const = 0;

@@ -31,10 +31,11 @@ void SimBackend::Misuse(const std::string& what) const {
 }
 
 absl::Status SimBackend::Charge(std::size_t bytes, const char* what) {
-  if (counters_.physical_bytes + bytes > options_.capacity) {
+  if (counters_.physical_bytes + other_users_bytes_ + bytes > options_.capacity) {
     return absl::ResourceExhaustedError(
         absl::StrCat(what, " of ", bytes, " bytes exceeds capacity: ", counters_.physical_bytes,
-                     " of ", options_.capacity, " in use"));
+                     " (and ", other_users_bytes_, " of other users) of ", options_.capacity,
+                     " in use"));
   }
   counters_.physical_bytes += bytes;
   if (counters_.physical_bytes > counters_.peak_physical_bytes) {
@@ -253,6 +254,17 @@ std::size_t SimBackend::live_events() const {
 void SimBackend::set_capacity(std::uint64_t capacity) {
   std::lock_guard lock(mu_);
   options_.capacity = capacity;
+}
+
+void SimBackend::set_other_users_bytes(std::uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  other_users_bytes_ = bytes;
+}
+
+std::uint64_t SimBackend::DeviceFreeBytes() const {
+  std::lock_guard lock(mu_);
+  const std::uint64_t held = counters_.physical_bytes + other_users_bytes_;
+  return options_.capacity > held ? options_.capacity - held : 0;
 }
 
 BackendCounters SimBackend::counters() const {

@@ -34,6 +34,8 @@ class SimBackend final : public Backend {
   std::size_t granularity() const override { return options_.granularity; }
   std::uint64_t capacity() const override { return options_.capacity; }
   bool supports_vmm() const override { return options_.vmm; }
+  // The capacity less what this backend and the simulated other users hold.
+  std::uint64_t DeviceFreeBytes() const override;
 
   absl::StatusOr<DevicePtr> ReserveAddressRange(std::size_t bytes) override;
   void ReleaseAddressRange(DevicePtr base, std::size_t bytes) override;
@@ -66,6 +68,9 @@ class SimBackend final : public Backend {
   std::vector<Piece> Backing(DevicePtr ptr, std::size_t bytes) const;
   std::size_t live_events() const;
   void set_capacity(std::uint64_t capacity);
+  // Device memory held by the rest of the process (cuBLAS, NCCL, ...): it counts against
+  // the capacity, so raising it shrinks the free memory and makes creation fail sooner.
+  void set_other_users_bytes(std::uint64_t bytes);
 
  private:
   struct Mapping {
@@ -85,6 +90,7 @@ class SimBackend final : public Backend {
   SimBackendOptions options_;
   mutable std::mutex mu_;
   BackendCounters counters_;
+  std::uint64_t other_users_bytes_ = 0;
   DevicePtr next_va_;
   DevicePtr next_segment_;
   std::map<DevicePtr, std::size_t> ranges_;      // reserved VA: base -> bytes

@@ -11,13 +11,14 @@ namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
     Backend& backend, int device, AllocatorObserver* observer, bool stitch,
-    bool thread_cache) {
+    bool thread_cache, std::uint64_t headroom_bytes) {
 #ifdef GPUMEM_HAVE_CACHING_ALLOCATOR
   CachingAllocatorOptions options;
   options.device = device;
   options.observer = observer;
   options.stitch = stitch;
   options.thread_cache = thread_cache;
+  options.headroom_bytes = headroom_bytes;
   return MakeCachingAllocator(backend, options);
 #else
   // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
   (void)observer;
   (void)stitch;
   (void)thread_cache;
+  (void)headroom_bytes;
   return MakePolicy("gpumem", backend);
 #endif
 }

@@ -1,6 +1,7 @@
 // The allocation policy libgpumem.so runs on each device: gpumem's caching allocator.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -12,6 +13,6 @@ namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
     Backend& backend, int device, AllocatorObserver* observer, bool stitch = true,
-    bool thread_cache = true);
+    bool thread_cache = true, std::uint64_t headroom_bytes = 0);
 
 }  // namespace gpumem::hooks

@@ -288,6 +288,10 @@ void gpumem_empty_cache(int device) {
   });
 }
 
+void gpumem_release_idle(int device) {
+  h::OnDevices(device, [](DeviceState& s) { s.allocator->ReleaseIdle(); });
+}
+
 int gpumem_set_memory_fraction(double fraction, int device) {
   if (!(fraction > 0.0 && fraction <= 1.0) || device < 0 || device >= h::kMaxDevices) {
     h::SetError(absl::StrCat("gpumem_set_memory_fraction(", fraction, ", ", device,

@@ -26,6 +26,10 @@ const ConfigVariable kConfigVariables[] = {
      "most device memory gpumem may hold per device; unset: the whole device"},
     {"GPUMEM_MEMORY_FRACTION", "a number in (0, 1]",
      "cap as a share of the device's memory (like torch.cuda.set_per_process_memory_fraction)"},
+    {"GPUMEM_HEADROOM", "bytes: 0, 256M, 1G (K/M/G/T = 1024^n)",
+     "device memory kept free for libraries that allocate outside gpumem (cuBLAS, cuDNN, "
+     "NCCL, cuFFT): idle pages are given back before growth would leave less; default "
+     "512M (0 on the sim backend); 0: off"},
     {"GPUMEM_TRACE", "a file path", "record every allocation to this gpumem trace file"},
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
@@ -118,6 +122,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     }
     config.memory_fraction = f;
   }
+  if (const char* v = env("GPUMEM_HEADROOM"); v != nullptr && *v != '\0') {
+    absl::StatusOr<std::uint64_t> bytes = absl::string_view(v) == "0" ? 0 : ParseBytes(v);
+    if (!bytes.ok()) return Invalid("GPUMEM_HEADROOM", v, "0 or a size such as 256M or 1G");
+    config.headroom = *bytes;
+  }
   if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config.trace_path = v;
   if (const char* v = env("GPUMEM_LOG_OOM"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
@@ -151,6 +160,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     if (!b.ok()) return b.status();
   }
   return config;
+}
+
+std::uint64_t HeadroomFor(const Config& config, bool simulated) {
+  if (config.headroom) return *config.headroom;
+  return simulated ? 0 : kDefaultHeadroom;
 }
 
 absl::StatusOr<Config> ParseConfigFromEnvironment() {

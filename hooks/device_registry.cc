@@ -61,9 +61,10 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   if (r.pending_capacity[device]) state->capacity = *r.pending_capacity[device];
   state->backend.set_capacity(state->capacity);
   TraceCapacity(device, state->capacity, CapacitySourceAtStart(r, *config, device));
+  const std::uint64_t headroom = HeadroomFor(*config, state->backend.name == "sim");
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
       MakeDeviceAllocator(*state->backend.backend, device, **r.observer, config->stitch,
-                          config->thread_cache);
+                          config->thread_cache, headroom);
   if (!allocator.ok()) return allocator.status();
   state->allocator = *std::move(allocator);
   if (config->verbose) {

@@ -38,6 +38,11 @@ GPUMEM_API void gpumem_record_stream(void* ptr, int device, struct CUstream_st* 
 GPUMEM_API void gpumem_init(int device_count);
 /* Releases every cached byte that no live block uses (torch.cuda.empty_cache). */
 GPUMEM_API void gpumem_empty_cache(int device);
+/* Something outside gpumem failed to get device memory (a library's cuMemAlloc or
+ * cudaMalloc, seen by the CUPTI tracer): gives back what no live block uses so that its
+ * retry succeeds. Safe to call from a callback on gpumem's own driver calls (it then does
+ * nothing: gpumem releases and retries by itself); -1: every started device. */
+GPUMEM_API void gpumem_release_idle(int device);
 /* Caps the device at `fraction` of its memory / at `bytes`. 0 on success, -1 on a bad
  * argument (the reason: gpumem_last_error). Before the device starts,
  * the cap waits for it. */

@@ -16,6 +16,9 @@ class CheckedBackend final : public Backend {
   std::function<void()> on_synchronize;                      // after the sim synchronized
   std::function<void(DevicePtr, std::size_t)> on_unmap;      // before the unmap
   std::atomic<int> synchronizations{0};
+  // Called where a cuMemCreate fails, as a CUPTI callback on it would be.
+  std::function<void()> on_create_failure;
+  mutable std::atomic<int> free_queries{0};  // DeviceFreeBytes calls
   // Reported instead of the sim's capacity when set: a device shared with other processes
   // refuses memory below what it claims.
   std::uint64_t claimed_capacity = 0;
@@ -32,7 +35,13 @@ class CheckedBackend final : public Backend {
     sim_.ReleaseAddressRange(base, bytes);
   }
   absl::StatusOr<PhysicalHandle> CreatePhysical(std::size_t bytes) override {
-    return sim_.CreatePhysical(bytes);
+    absl::StatusOr<PhysicalHandle> h = sim_.CreatePhysical(bytes);
+    if (!h.ok() && on_create_failure) on_create_failure();
+    return h;
+  }
+  std::uint64_t DeviceFreeBytes() const override {
+    ++free_queries;
+    return sim_.DeviceFreeBytes();
   }
   void ReleasePhysical(PhysicalHandle handle) override { sim_.ReleasePhysical(handle); }
   absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,

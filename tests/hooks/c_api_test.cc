@@ -20,7 +20,7 @@ class CApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* v : {"GPUMEM_CAPACITY", "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE",
-                          "GPUMEM_LOG_OOM", "GPUMEM_VERBOSE"}) {
+                          "GPUMEM_LOG_OOM", "GPUMEM_VERBOSE", "GPUMEM_HEADROOM"}) {
       unsetenv(v);
     }
     setenv("GPUMEM_BACKEND", "sim", 1);
@@ -88,6 +88,41 @@ TEST_F(CApiTest, EmptyCacheReturnsEveryByte) {
   EXPECT_EQ(st.reserved_bytes, 0u);
   EXPECT_EQ(Sim().counters().physical_bytes, 0u);
   EXPECT_GE(st.peak_reserved_bytes, 10 * kMiB);
+}
+
+// A library's cudaMalloc failed (the CUPTI tracer saw it): the idle memory goes back so
+// that its retry finds room, and live blocks stay.
+TEST_F(CApiTest, ReleaseIdleAfterAnOutsideFailureLetsTheRetrySucceed) {
+  setenv("GPUMEM_CAPACITY", "256M", 1);
+  ResetRegistryForTesting();
+  void* idle = gpumem_alloc(160 * kMiB, 0, nullptr);
+  void* live = gpumem_alloc(32 * kMiB, 0, nullptr);
+  ASSERT_NE(idle, nullptr);
+  ASSERT_NE(live, nullptr);
+  gpumem_free(idle, 160 * kMiB, 0, nullptr);
+  Sim().set_other_users_bytes(48 * kMiB);  // cuBLAS's handle so far
+  ASSERT_LT(Sim().DeviceFreeBytes(), 64 * kMiB);  // its 64 MiB workspace fails
+  gpumem_release_idle(0);
+  EXPECT_GE(Sim().DeviceFreeBytes(), 64 * kMiB);  // the retry fits
+  gpumem_stats_t st;
+  ASSERT_EQ(gpumem_stats(0, &st), 0);
+  EXPECT_EQ(st.allocated_bytes, 32 * kMiB);
+  gpumem_free(live, 32 * kMiB, 0, nullptr);
+  gpumem_release_idle(5);  // a device never started: nothing
+}
+
+TEST_F(CApiTest, HeadroomIsKeptWhenSet) {
+  setenv("GPUMEM_CAPACITY", "256M", 1);
+  setenv("GPUMEM_HEADROOM", "64M", 1);
+  ResetRegistryForTesting();
+  void* idle = gpumem_alloc(128 * kMiB, 0, nullptr);
+  ASSERT_NE(idle, nullptr);
+  gpumem_free(idle, 128 * kMiB, 0, nullptr);
+  Sim().set_other_users_bytes(96 * kMiB);
+  void* other_stream = gpumem_alloc(16 * kMiB, 0, reinterpret_cast<CUstream_st*>(1));
+  ASSERT_NE(other_stream, nullptr);
+  EXPECT_GE(Sim().DeviceFreeBytes(), 64 * kMiB);
+  gpumem_free(other_stream, 16 * kMiB, 0, reinterpret_cast<CUstream_st*>(1));
 }
 
 TEST_F(CApiTest, OutOfMemoryReturnsNullWithAReport) {

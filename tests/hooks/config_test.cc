@@ -73,6 +73,8 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
       {"GPUMEM_CAPACITY", "-5G", "a positive size"},
       {"GPUMEM_CAPACITY", "0", "a positive size"},
       {"GPUMEM_CAPACITY", "12X", "a positive size"},
+      {"GPUMEM_HEADROOM", "lots", "0 or a size"},
+      {"GPUMEM_HEADROOM", "-1G", "0 or a size"},
       {"GPUMEM_MEMORY_FRACTION", "1.5", "(0, 1]"},
       {"GPUMEM_MEMORY_FRACTION", "0", "(0, 1]"},
       {"GPUMEM_MEMORY_FRACTION", "half", "(0, 1]"},
@@ -91,6 +93,19 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
         << message;
     EXPECT_NE(message.find(c.accepted), std::string::npos) << message;
   }
+}
+
+TEST(ConfigTest, HeadroomDefaultsTo512MiBOnADeviceAndNothingOnTheSimulation) {
+  absl::StatusOr<Config> unset = Parse({});
+  ASSERT_TRUE(unset.ok());
+  EXPECT_EQ(HeadroomFor(*unset, /*simulated=*/false), std::uint64_t{512} << 20);
+  EXPECT_EQ(HeadroomFor(*unset, /*simulated=*/true), 0u);
+  absl::StatusOr<Config> set = Parse({{"GPUMEM_HEADROOM", "1G"}});
+  ASSERT_TRUE(set.ok());
+  EXPECT_EQ(HeadroomFor(*set, /*simulated=*/true), std::uint64_t{1} << 30);
+  absl::StatusOr<Config> off = Parse({{"GPUMEM_HEADROOM", "0"}});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(HeadroomFor(*off, /*simulated=*/false), 0u);
 }
 
 TEST(ConfigTest, ParseBytesUnits) {

@@ -1,0 +1,123 @@
+// The headroom gpumem keeps free for libraries that allocate outside it, and the idle
+// memory it gives back after an OOM or when such a library's allocation failed.
+#include <gtest/gtest.h>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/sim_backend.h"
+#include "tests/allocator/gpumem_checked_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr StreamId kS1 = 1;
+
+SimBackendOptions OneGiB() {
+  SimBackendOptions o;
+  o.capacity = 1024 * kMiB;
+  return o;
+}
+
+// 256 MiB held idle on the default stream.
+std::unique_ptr<DeviceAllocator> WithIdle(Backend& backend, std::uint64_t headroom) {
+  CachingAllocatorOptions options;
+  options.headroom_bytes = headroom;
+  auto a = MakeCachingAllocator(backend, options);
+  absl::StatusOr<DevicePtr> p = a->Allocate(256 * kMiB, kDefaultStream);
+  EXPECT_TRUE(p.ok()) << p.status();
+  a->Free(*p);
+  return a;
+}
+
+TEST(HeadroomTest, GrowthGivesIdlePagesBackWhenFreeMemoryRunsShort) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 128 * kMiB);
+  sim.set_other_users_bytes(640 * kMiB);  // 128 MiB free: less than the reserve after growth
+  absl::StatusOr<DevicePtr> p = a->Allocate(64 * kMiB, kS1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(a->stats().reserved_bytes, 64 * kMiB);  // only what is in use
+  EXPECT_GE(sim.DeviceFreeBytes(), 128 * kMiB);
+  EXPECT_EQ(a->stats().trim_count, 1u);
+}
+
+TEST(HeadroomTest, IdlePagesStayWhileTheDeviceHasRoom) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 128 * kMiB);
+  sim.set_other_users_bytes(256 * kMiB);
+  ASSERT_TRUE(a->Allocate(64 * kMiB, kS1).ok());
+  EXPECT_GE(a->stats().reserved_bytes, 256 * kMiB);
+  EXPECT_EQ(a->stats().trim_count, 0u);
+}
+
+TEST(HeadroomTest, ARequestThatNeedsTheReserveIsStillServed) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 512 * kMiB);
+  sim.set_other_users_bytes(600 * kMiB);
+  absl::StatusOr<DevicePtr> p = a->Allocate(300 * kMiB, kS1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(a->stats().reserved_bytes, 300 * kMiB);
+}
+
+TEST(HeadroomTest, OffAsksTheDriverNothing) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 0);
+  sim.set_other_users_bytes(700 * kMiB);
+  ASSERT_TRUE(a->Allocate(64 * kMiB, kS1).ok());
+  EXPECT_EQ(backend.free_queries.load(), 0);
+}
+
+TEST(HeadroomTest, AskedOnlyWhenGrowthCreatesMemory) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 64 * kMiB);
+  const int after_start = backend.free_queries.load();
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<DevicePtr> p = a->Allocate(128 * kMiB, kDefaultStream);
+    ASSERT_TRUE(p.ok());
+    a->Free(*p);
+  }
+  EXPECT_EQ(backend.free_queries.load(), after_start);
+}
+
+TEST(HeadroomTest, AnOomGivesIdleMemoryBack) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 0);
+  absl::StatusOr<DevicePtr> live = a->Allocate(100 * kMiB, kS1);
+  ASSERT_TRUE(live.ok());
+  // A batch-size finder's request that cannot fit: it fails before trimming anything.
+  EXPECT_FALSE(a->Allocate(2048 * kMiB, kDefaultStream).ok());
+  EXPECT_EQ(a->last_oom().reserved_bytes, 256 * kMiB);  // the live block was stitched
+  EXPECT_EQ(a->stats().reserved_bytes, 100 * kMiB);  // the live block's pages stay
+  a->Free(*live);
+}
+
+TEST(HeadroomTest, ReleaseIdleGivesIdleMemoryBack) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 0);
+  a->ReleaseIdle();
+  EXPECT_EQ(a->stats().reserved_bytes, 0u);
+}
+
+// A tracer's callback on gpumem's own failed cuMemCreate asks for a release while the
+// allocator holds its lock: it must return at once, not deadlock.
+TEST(HeadroomTest, ReleaseIdleFromInsideGrowthDoesNothing) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 0);
+  int calls = 0;
+  backend.on_create_failure = [&] {
+    ++calls;
+    a->ReleaseIdle();
+  };
+  sim.set_other_users_bytes(900 * kMiB);
+  EXPECT_TRUE(a->Allocate(64 * kMiB, kS1).ok());  // stitched from the idle pages
+  EXPECT_FALSE(a->Allocate(512 * kMiB, kS1).ok());
+  EXPECT_GT(calls, 0);
+}
+
+}  // namespace
+}  // namespace gpumem
