@@ -100,6 +100,35 @@ void BM_Recorder(benchmark::State& state, StackMode mode, std::size_t ring = 1 <
   std::remove(path.c_str());
 }
 
+// A training loop's pattern: each block freed soon after (here: the one before), so the
+// live set stays small, with the live view (live bytes by site) on and off.
+void BM_RecorderAllocFree(benchmark::State& state, bool live_view) {
+  RecorderOptions options;
+  options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
+  options.stacks = StackMode::kNone;
+  options.live_view = live_view;
+  auto recorder = Recorder::Open(options);
+  if (!recorder.ok()) {
+    state.SkipWithError(std::string(recorder.status().message()).c_str());
+    return;
+  }
+  AllocatorEvent alloc{AllocatorEventKind::kAlloc, 0, 0x7f0000000000, 4096, 0};
+  AllocatorEvent free{AllocatorEventKind::kFree, 0, 0, 4096, 0};
+  for (auto _ : state) {
+    free.ptr = alloc.ptr;
+    alloc.ptr += 4096;
+    Site1(recorder->get(), alloc);
+    benchmark::DoNotOptimize(Work(kPacedRounds));
+    Site1(recorder->get(), free);
+    benchmark::DoNotOptimize(Work(kPacedRounds));
+  }
+  state.SetItemsProcessed(2 * state.iterations());
+  (*recorder)->Flush();
+  const std::string path = (*recorder)->writer().path();
+  (void)(*recorder)->Close();
+  std::remove(path.c_str());
+}
+
 BENCHMARK(BM_EmptyObserver);
 BENCHMARK_CAPTURE(BM_Recorder, no_stacks, StackMode::kNone);
 BENCHMARK_CAPTURE(BM_Recorder, native_stacks, StackMode::kNative);
@@ -111,6 +140,8 @@ BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring, StackMode::kNone,
 BENCHMARK(BM_EmptyObserverPaced);
 BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring_paced, StackMode::kNone,
                   TraceWriterOptions{}.ring_records, kPacedRounds);
+BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_off, false);
+BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on, true);
 
 // `depth` Python frames (code object, bytecode offset), as a deep model makes them.
 std::vector<RawFrame> PythonFrames(std::int64_t depth) {

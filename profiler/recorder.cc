@@ -86,9 +86,12 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
     : writer_(std::move(writer)),
       options_(std::move(options)),
       opened_ns_(TraceWriter::NowNs()),
-      live_(std::make_unique<LiveView>(options_.leak_warn_steps, [this](std::uint32_t stack) {
-        return SiteName(writer_->stacks().Frames(stack));
-      })) {}
+      live_(options_.live_view ? std::make_unique<LiveView>(
+                                     options_.leak_warn_steps,
+                                     [this](std::uint32_t stack) {
+                                       return SiteName(writer_->stacks().Frames(stack));
+                                     })
+                               : nullptr) {}
 
 absl::Status Recorder::Close() {
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
@@ -218,6 +221,7 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   SetExtra(&r, extra);
   TakeAutogradLink(&r);
   writer_->Record(r);
+  if (live_ == nullptr) return;
   if (type == format::RecordType::kAlloc) live_->OnAlloc(device, addr, size, stack_id);
   if (type == format::RecordType::kFree) live_->OnFree(addr);
 }
@@ -334,6 +338,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
   writer_->Record(r);
+  if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
     live_->OnAlloc(event.device, event.ptr, event.bytes, stack_id);
   } else if (event.kind == AllocatorEventKind::kFree) {
@@ -353,6 +358,7 @@ std::uint64_t Recorder::Step() {
     r.extra = source;
   }
   writer_->Record(r);
+  if (live_ == nullptr) return step;
   if (const std::string warnings = live_->OnStep(step); !warnings.empty()) {
     std::fputs(warnings.c_str(), stderr);
   }
@@ -361,9 +367,11 @@ std::uint64_t Recorder::Step() {
 
 void Recorder::DescribeOom(std::int32_t device, OomVerdictInput* in) {
   in->figures.finished_steps = steps();
-  if (in->figures.allocated == 0) in->figures.allocated = live_->Live(device);
-  if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
-  live_->Describe(device, in);
+  if (live_ != nullptr) {
+    if (in->figures.allocated == 0) in->figures.allocated = live_->Live(device);
+    if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
+    live_->Describe(device, in);
+  }
   in->trace_path = writer_->path();
   writer_->Flush();
 }
@@ -379,7 +387,7 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
   r.has_extra = true;
   r.extra = static_cast<std::uint8_t>(source);
   writer_->Record(r);
-  live_->SetCap(device, bytes);
+  if (live_ != nullptr) live_->SetCap(device, bytes);
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {

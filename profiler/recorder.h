@@ -39,6 +39,9 @@ struct RecorderOptions {
   // A site whose live memory rose at this many step ends in a row gets a stderr warning
   // (GPUMEM_LEAK_WARN_STEPS, read by hooks/config.h); 0: none.
   std::size_t leak_warn_steps = 5;
+  // Live bytes by site (the OOM verdict's sites, the leak warning). Off only to measure
+  // what it costs (bench/recorder_bench.cc).
+  bool live_view = true;
 
   // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
   // Errors name the variable and its value.
