@@ -29,6 +29,11 @@ GPUMEM_TRACE_API int gpumem_trace_capacity(int device, uint64_t bytes, int sourc
  * can. snprintf's rules: returns the whole text's length plus 1. */
 GPUMEM_TRACE_API size_t gpumem_trace_check(char* buf, size_t len);
 
+/* A note about the run in the trace (an annotation on `device`, -1 for none): e.g. that
+ * the process died of an out-of-memory a library reported as its own error. Returns 0,
+ * or -1 for a NULL or empty text. */
+GPUMEM_TRACE_API int gpumem_trace_note(int device, const char* text);
+
 #ifdef __cplusplus
 }
 #endif

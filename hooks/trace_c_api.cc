@@ -50,4 +50,13 @@ int gpumem_trace_capacity(int device, uint64_t bytes, int source) {
   return 0;
 }
 
+int gpumem_trace_note(int device, const char* text) {
+  if (text == nullptr || *text == '\0') return -1;
+  if (gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder()) {
+    recorder->Annotate(device, text, true);
+    recorder->Flush();  // the process is about to end
+  }
+  return 0;
+}
+
 }  // extern "C"

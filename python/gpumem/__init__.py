@@ -16,7 +16,7 @@ or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 import json
 import warnings
 
-from . import _capacity, _device, _native, _steps
+from . import _capacity, _device, _exit_oom, _native, _steps
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
            "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "trace_events", "pause_trace",
@@ -87,10 +87,12 @@ def _keep_recorder_under_user_history(torch):
     torch._C._cuda_record_memory_history = record_memory_history
 
 
-def _watch_training(torch):
-    """Both modes: step marks at optimizer steps, memory-fraction caps in the trace."""
+def _watch_training(torch, profile_mode):
+    """Both modes: step marks at optimizer steps, memory-fraction caps in the trace, and a
+    library's CUDA error that ends the program named as the out-of-memory it is."""
     _steps.watch_optimizers(torch)
     _capacity.watch_memory_fraction(torch)
+    _exit_oom.install(torch, profile_mode)
 
 
 def profile():
@@ -119,7 +121,7 @@ def profile():
         # PyTorch's allocator takes a tracker only once CUDA is up; queue it with
         # torch.cuda's lazy init rather than initializing CUDA early ourselves.
         torch.cuda._lazy_call(_attach_profiler)
-    _watch_training(torch)
+    _watch_training(torch, True)
     _profile_queued = True
 
 
@@ -174,7 +176,7 @@ def install():
                 "Fix: call gpumem.install() right after `import torch`, or start the program "
                 "with `gpumem run -- python ...` / GPUMEM=1.") from e
     _watch_cuda_in_forked_children(torch)
-    _watch_training(torch)
+    _watch_training(torch, False)
     _installed = True
 
 

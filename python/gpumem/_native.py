@@ -83,6 +83,9 @@ def lib():
         if hasattr(l, "gpumem_trace_check"):
             l.gpumem_trace_check.restype = ctypes.c_size_t
             l.gpumem_trace_check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+        if hasattr(l, "gpumem_trace_note"):
+            l.gpumem_trace_note.restype = ctypes.c_int
+            l.gpumem_trace_note.argtypes = [ctypes.c_int, ctypes.c_char_p]
         _lib = l
     return _lib
 

@@ -1,0 +1,92 @@
+"""A program that dies of a CUDA library's error (cuBLAS, cuDNN, NCCL) is told it is an
+out-of-memory, with the allocator's idle bytes and the fixes, through sys.excepthook and
+threading.excepthook chained in front of the hooks in place; other exceptions pass
+untouched. On a fake torch and a fake libgpumem.
+
+usage: exit_oom_test.py PYTHON_DIR. Exits non-zero on failure.
+"""
+import io
+import sys
+import threading
+import types
+import unittest
+
+sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "python")
+sys.modules["torch"] = None  # the package imports without torch
+from gpumem import _exit_oom, _native  # noqa: E402
+del sys.modules["torch"]
+
+MIB = 1 << 20
+
+
+class FakeLib:
+    def __init__(self):
+        self.notes = []
+
+    def gpumem_stats(self, device, out):
+        out.reserved_bytes, out.allocated_bytes, out.oom_count = 900 * MIB, 100 * MIB, 1
+        return 0
+
+    def gpumem_trace_note(self, device, text):
+        self.notes.append(text.decode())
+        return 0
+
+
+def fake_torch():
+    stats = {"reserved_bytes.all.current": 3000 * MIB, "allocated_bytes.all.current": 1000 * MIB,
+             "num_ooms": 2}
+    cuda = types.SimpleNamespace(memory_stats=lambda: stats, mem_get_info=lambda: (4 * MIB, 80 << 30))
+    return types.SimpleNamespace(cuda=cuda)
+
+
+class ExitOom(unittest.TestCase):
+    def setUp(self):
+        self.lib = FakeLib()
+        _native._lib = self.lib
+        self.saved = (sys.excepthook, threading.excepthook, sys.stderr)
+        self.seen = []
+        sys.excepthook = lambda *a: self.seen.append(a[1])
+        threading.excepthook = lambda args: self.seen.append(args.exc_value)
+        sys.stderr = io.StringIO()
+
+    def tearDown(self):
+        sys.excepthook, threading.excepthook, sys.stderr = self.saved
+        _native._lib = None
+
+    def test_cublas_error_in_profile_mode_names_the_oom(self):
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`")
+        sys.excepthook(RuntimeError, err, None)
+        out = sys.stderr.getvalue()
+        self.assertIn("this is an out-of-memory: CUBLAS_STATUS_ALLOC_FAILED", out)
+        self.assertIn("PyTorch's caching allocator held 2000.0 MiB idle", out)
+        self.assertIn("since the 2 out-of-memory errors the program caught", out)
+        self.assertIn("the driver had 4.0 MiB free", out)
+        self.assertIn("torch.cuda.empty_cache()", out)
+        self.assertIn("set_per_process_memory_fraction", out)
+        self.assertEqual(self.seen, [err])  # the previous hook still runs
+        self.assertEqual(len(self.lib.notes), 1)  # and the trace has it
+
+    def test_nccl_error_in_a_thread_under_gpumem(self):
+        _exit_oom.install(fake_torch(), profile_mode=False)
+        cause = RuntimeError("NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled cuda error")
+        err = RuntimeError("DistBackendError")
+        err.__cause__ = cause
+        threading.excepthook(types.SimpleNamespace(exc_type=RuntimeError, exc_value=err,
+                                                   exc_traceback=None, thread=None))
+        out = sys.stderr.getvalue()
+        self.assertIn("NCCL error", out)
+        self.assertIn("gpumem's allocator held 800.0 MiB idle", out)
+        self.assertEqual(self.seen, [err])
+
+    def test_other_exceptions_pass_silently(self):
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = ValueError("bad shape")
+        sys.excepthook(ValueError, err, None)
+        self.assertEqual(sys.stderr.getvalue(), "")
+        self.assertEqual(self.seen, [err])
+        self.assertEqual(self.lib.notes, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
