@@ -4,6 +4,7 @@
 // calling thread's stack, into a gpumem trace (docs/profiler.md). It also notices CUDA
 // being used in a child forked from a process that had CUDA, and says how to fix it.
 #include <cupti.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -45,10 +46,12 @@ std::atomic<bool> g_fork_reported{false};
 // under the runtime's name.
 thread_local const char* t_runtime_api = nullptr;
 thread_local bool t_runtime_recorded = false;
+thread_local bool t_runtime_failed = false;  // its driver call failed: released already
 
 constexpr std::uint64_t kHandleBit = std::uint64_t{1} << 63;  // cuMemCreate handles
 
 void AfterForkInChild() { g_forked_child.store(true); }
+
 
 void ReportForkedChild(const char* function) {
   if (g_fork_reported.exchange(true)) return;
@@ -76,6 +79,17 @@ std::int32_t DeviceOf(const CUpti_CallbackData* cb) {
   std::uint32_t id = 0;
   if (cuptiGetDeviceId(cb->context, &id) != CUPTI_SUCCESS) return 0;
   return static_cast<std::int32_t>(id);
+}
+
+// A library's device allocation failed: under gpumem's allocator (libgpumem.so loaded),
+// its idle memory goes back so that a retry succeeds. Found at run time: this library
+// also runs without it (profile-only mode, PyTorch's own allocator).
+void ReleaseIdleFor(const MemoryCall& call, const CUpti_CallbackData* cb) {
+  if (!TakesDeviceMemory(call)) return;
+  using ReleaseIdle = void (*)(int);
+  static const auto release =
+      reinterpret_cast<ReleaseIdle>(dlsym(RTLD_DEFAULT, "gpumem_release_idle"));
+  if (release != nullptr) release(call.device.value_or(DeviceOf(cb)));
 }
 
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
@@ -123,19 +137,26 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
     // The runtime made no driver memory call we saw (or did it through a path CUPTI
     // does not report): record the runtime call itself.
     const auto* rv = static_cast<const int*>(cb->functionReturnValue);
-    if (!t_runtime_recorded && (rv == nullptr || *rv == 0)) {
+    const bool ok = rv == nullptr || *rv == 0;
+    if ((!ok && !t_runtime_failed) || (ok && !t_runtime_recorded)) {
       if (std::optional<MemoryCall> call = DecodeRuntimeCall(cbid, cb->functionParams)) {
-        Record(*call, cb, nullptr);
+        if (ok) Record(*call, cb, nullptr);
+        else ReleaseIdleFor(*call, cb);
       }
     }
     t_runtime_api = nullptr;
+    t_runtime_failed = false;
     return;
   }
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT) return;
   const auto* rv = static_cast<const CUresult*>(cb->functionReturnValue);
-  if (rv != nullptr && *rv != CUDA_SUCCESS) return;
   std::optional<MemoryCall> call = DecodeDriverCall(cbid, cb->functionParams);
   if (!call) return;
+  if (rv != nullptr && *rv != CUDA_SUCCESS) {
+    ReleaseIdleFor(*call, cb);
+    if (t_runtime_api != nullptr) t_runtime_failed = true;
+    return;
+  }
   Record(*call, cb, t_runtime_api);
   if (t_runtime_api != nullptr) t_runtime_recorded = true;
 }

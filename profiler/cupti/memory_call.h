@@ -24,6 +24,12 @@ struct MemoryCall {
   std::optional<int> device;  // where the parameters say (cuMemCreate's location)
 };
 
+// Whether the call asks for device memory (cuMemAlloc*, cuMemCreate, cudaMalloc*, ...):
+// when one fails, gpumem's allocator is asked to give idle memory back.
+inline bool TakesDeviceMemory(const MemoryCall& call) {
+  return call.type == format::RecordType::kSegmentAlloc && !call.host;
+}
+
 // Every callback id the tracer subscribes to, per domain.
 const CUpti_CallbackId* DriverCallbackIds(std::size_t* n);
 const CUpti_CallbackId* RuntimeCallbackIds(std::size_t* n);

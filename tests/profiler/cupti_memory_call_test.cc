@@ -28,6 +28,25 @@ TEST(MemoryCallTest, DriverAllocReadsTheFilledOutputPointer) {
   EXPECT_FALSE(c->host);
 }
 
+// A failed call of these makes gpumem give idle memory back; frees, maps and pinned host
+// memory do not.
+TEST(MemoryCallTest, DeviceAllocationsAreTheCallsThatTakeDeviceMemory) {
+  CUdeviceptr ptr = 0;
+  cuMemAlloc_v2_params alloc{&ptr, 32 << 20};
+  EXPECT_TRUE(
+      TakesDeviceMemory(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &alloc)));
+  void* out = nullptr;
+  cudaMalloc_v3020_params rt{&out, 32 << 20};
+  EXPECT_TRUE(TakesDeviceMemory(*DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, &rt)));
+  cuMemFree_v2_params f{0x1000};
+  EXPECT_FALSE(TakesDeviceMemory(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, &f)));
+  cudaHostAlloc_v3020_params host{&out, 8192, 0};
+  EXPECT_FALSE(
+      TakesDeviceMemory(*DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, &host)));
+  cuMemMap_params map{0x1000, 2 << 20, 0, 0, 0};
+  EXPECT_FALSE(TakesDeviceMemory(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemMap, &map)));
+}
+
 TEST(MemoryCallTest, AsyncCallsCarryTheirStream) {
   CUdeviceptr ptr = 0x1000;
   auto stream = reinterpret_cast<CUstream>(0xabc0);
