@@ -1,6 +1,7 @@
 // gpumem: the command-line front door. Subcommands are defined one per file.
 #include <cstdio>
 
+#include "gpumem_build_info.h"  // generated: version, commit, parts built in
 #include "tools/cli/command.h"
 
 int main(int argc, char** argv) {
@@ -9,7 +10,7 @@ int main(int argc, char** argv) {
       "Replay real allocation traces through allocation policies, record and read gpumem\n"
       "traces, and diagnose out-of-memory failures (leak, fragmentation or genuine peak)."};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "gpumem 0.1.0");
+  app.set_version_flag("--version", GPUMEM_VERSION_TEXT);
   int status = gpumem::cli::kExitOk;
   gpumem::cli::AddReplayCommand(app, &status);
   gpumem::cli::AddDumpCommand(app, &status);

@@ -1,8 +1,13 @@
 // gpumem report: leak, fragmentation and OOM diagnosis of one or more traces, as a
 // terminal summary, JSON, or a self-contained HTML page.
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -10,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
 #include "tools/cli/report_ranks.h"
@@ -30,6 +36,7 @@ struct ReportArgs {
   bool json = false;
   std::string capacity;
   std::string step_site;
+  bool open = false;
 };
 
 int BadInput(const std::string& message) {
@@ -39,6 +46,37 @@ int BadInput(const std::string& message) {
   }
   std::fprintf(stderr, "gpumem report: %s\n", line.c_str());
   return kExitBadInput;
+}
+
+// file:// URL of `path`, which terminals make clickable; bytes outside [A-Za-z0-9/._~-]
+// are percent-encoded.
+std::string FileUrl(const std::string& path) {
+  std::error_code error;
+  std::filesystem::path absolute = std::filesystem::absolute(path, error);
+  std::string url = "file://";
+  for (unsigned char c : (error ? path : absolute.lexically_normal().string())) {
+    if (std::isalnum(c) || std::strchr("/._~-", c) != nullptr) {
+      url += static_cast<char>(c);
+    } else {
+      absl::StrAppend(&url, absl::StrFormat("%%%02X", c));
+    }
+  }
+  return url;
+}
+
+// Opens `url` with xdg-open (or $BROWSER); false where neither could run.
+bool OpenUrl(const std::string& url) {
+  for (const char* opener : {static_cast<const char*>(std::getenv("BROWSER")), "xdg-open"}) {
+    if (opener == nullptr || *opener == '\0') continue;
+    char* argv[] = {const_cast<char*>(opener), const_cast<char*>(url.c_str()), nullptr};
+    pid_t pid = 0;
+    int status = 0;
+    if (posix_spawnp(&pid, opener, nullptr, nullptr, argv, environ) == 0 &&
+        waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+      return true;
+    }
+  }
+  return false;
 }
 
 // A one-line bar on stderr, redrawn in place; only for a terminal and a long job.
@@ -93,6 +131,7 @@ int Run(const ReportArgs& args) {
     out.close();
     if (!out) return BadInput(absl::StrCat(args.html, ": cannot write the HTML report"));
   }
+  const std::string url = args.html.empty() ? "" : FileUrl(args.html);
   if (args.json) {
     nlohmann::json j;
     if (reports.size() == 1) {
@@ -103,13 +142,18 @@ int Run(const ReportArgs& args) {
       j["merged"] = report::MergedToJson(report::MergeRanks(reports));
     }
     std::printf("%s\n", j.dump(2).c_str());
+    // stdout holds only the JSON.
+    if (!url.empty()) std::fprintf(stderr, "HTML report: %s\n", url.c_str());
   } else {
     const bool color = isatty(STDOUT_FILENO);
     for (std::size_t i = 0; i < reports.size(); ++i) {
       std::printf("%s%s", i ? "\n" : "", report::FormatTerminal(reports[i], color).c_str());
     }
     if (reports.size() > 1) std::printf("\n%s", report::FormatMerged(report::MergeRanks(reports)).c_str());
-    if (!args.html.empty()) std::printf("\nHTML report: %s\n", args.html.c_str());
+    if (!url.empty()) std::printf("\nHTML report: %s\n", url.c_str());
+  }
+  if (args.open && !OpenUrl(url)) {
+    std::fprintf(stderr, "gpumem report: no xdg-open or $BROWSER here; open %s\n", url.c_str());
   }
   return kExitOk;
 }
@@ -126,7 +170,10 @@ void AddReportCommand(CLI::App& app, int* status) {
                   "gpumem traces, PyTorch snapshot pickles or .trace.tsv(.gz) files; several "
                   "(one per rank of a job) also get a merged view")
       ->required();
-  cmd->add_option("--html", args->html, "also write a self-contained HTML viewer to FILE");
+  CLI::Option* html =
+      cmd->add_option("--html", args->html, "also write a self-contained HTML viewer to FILE");
+  cmd->add_flag("--open", args->open, "open the HTML report in a browser (xdg-open, $BROWSER)")
+      ->needs(html);
   cmd->add_flag("--json", args->json, "print one JSON object instead of the summary");
   cmd->add_option("--capacity", args->capacity,
                   "device memory to project against, e.g. 80GiB (default: the trace's)");
