@@ -5,7 +5,8 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libabsl-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev liblzma-dev zlib1g-dev libzstd-dev
-          clang chromium)
+          clang chromium
+          python3-venv python3-setuptools python3-wheel)  # pip install --no-build-isolation .
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -17,6 +17,7 @@ import json
 import warnings
 
 from . import _capacity, _device, _exit_oom, _native, _steps
+from ._version import __version__  # noqa: F401
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
            "empty_cache", "set_capacity", "reset_peak_stats", "last_oom", "trace_events", "pause_trace",
