@@ -40,15 +40,22 @@ def batch(n=2048, width=1024):
     return torch.randn(n, width, device="cuda")
 
 
+def fit(net, opt, x, retain_graph=False):
+    """One training step as a script writes it; returns the output and the loss."""
+    out = net(x)
+    loss = out.pow(2).mean()
+    opt.zero_grad()
+    loss.backward(retain_graph=retain_graph)
+    opt.step()
+    return out, loss
+
+
 @case("leak")
 def running_loss_tensor():
     net, total = model(), 0
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        loss = net(batch()).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        _, loss = fit(net, opt, batch())
         total = total + loss * 1.0  # LEAK: keeps every step's graph
     return total
 
@@ -59,10 +66,7 @@ def validation_without_no_grad():
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     val_loss = 0
     for _ in range(100000):
-        loss = net(batch()).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        fit(net, opt, batch())
         val_loss = val_loss + net(batch(512)).pow(2).mean()  # LEAK: graph of each validation
     return val_loss
 
@@ -72,11 +76,7 @@ def outputs_kept_in_a_list():
     net, outputs = model(), []
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        out = net(batch())
-        loss = out.pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        out, _ = fit(net, opt, batch())
         outputs.append(out)  # LEAK: each step's activations stay
     return outputs
 
@@ -88,10 +88,7 @@ def cache_keyed_by_step():
     for step in range(100000):
         x = batch()
         cache[step] = x * 2  # LEAK: a new entry every step
-        loss = net(x).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        fit(net, opt, x)
     return cache
 
 
@@ -101,10 +98,7 @@ def forward_hook_keeps_activations():
     net[0].register_forward_hook(lambda mod, inp, out: seen.append(out))  # LEAK: hook's list
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        loss = net(batch()).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        fit(net, opt, batch())
     return seen
 
 
@@ -113,10 +107,7 @@ def retain_graph_left_in():
     net, losses = model(), []
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        loss = net(batch()).pow(2).mean()
-        opt.zero_grad()
-        loss.backward(retain_graph=True)
-        opt.step()
+        _, loss = fit(net, opt, batch(), retain_graph=True)
         losses.append(loss)  # LEAK: the retained graph stays with each loss
     return losses
 
@@ -136,10 +127,7 @@ def one_long_batch_late():
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for step in range(60):
         n = 2048 if step < 40 else 2048 * 64  # LEAK: the long batch (a peak, not a leak)
-        loss = net(batch(n)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        fit(net, opt, batch(n))
 
 
 def leak_line(name):
