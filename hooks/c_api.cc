@@ -145,9 +145,7 @@ void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::Poo
   if (absl::IsResourceExhausted(ptr.status())) {
     gpumem::OomReport report = s.allocator->last_oom();
     message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
-    const absl::StatusOr<Config>& config = ProcessConfig();
-    if (!config.ok() || config->log_oom) std::fprintf(stderr, "%s\n", message.c_str());
-    ExplainAllocatorOom(s, report);  // before the caller raises: the process may die of it
+    ExplainAllocatorOom(s, report, message);  // before the caller raises: it may be fatal
   } else {
     message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
                            " bytes failed: ", ptr.status().message());

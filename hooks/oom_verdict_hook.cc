@@ -23,7 +23,12 @@ std::uint64_t g_steps = 0;
 struct Said {
   std::uint64_t step = ~std::uint64_t{0};
   report::OomClass cls = report::OomClass::kPeak;
+  std::uint64_t repeats = 0;  // further OOMs of that step and class
 };
+
+// Further OOMs of one step are counted, and said at the 1st, 2nd, 4th, 8th...: a step
+// of cuDNN workspace tries fails dozens of times and survives.
+bool PowerOfTwo(std::uint64_t n) { return n != 0 && (n & (n - 1)) == 0; }
 absl::flat_hash_map<int, Said> g_said;
 
 bool LogOom() {
@@ -42,18 +47,23 @@ void Describe(OomVerdictInput& in) {
   }
 }
 
-void Print(const OomVerdictInput& in, report::OomClass cls) {
+// `headline`: printed before a full verdict only (the allocator's one-line OOM report).
+void Print(const OomVerdictInput& in, report::OomClass cls, const std::string& headline = "") {
   if (!LogOom()) return;
   std::string text;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     Said& said = g_said[in.device];
     if (said.step == in.figures.finished_steps && said.cls == cls) {
-      text = "gpumem: device " + std::to_string(in.device) +
-             ": another out-of-memory in the same step, same verdict: " + VerdictName(cls) + "\n";
+      if (PowerOfTwo(++said.repeats)) {
+        text = "gpumem: device " + std::to_string(in.device) + ": " +
+               std::to_string(said.repeats + 1) +
+               " out-of-memory errors in this step so far, same verdict: " + VerdictName(cls) +
+               " (a program that catches them, as cuDNN's workspace tries do, goes on)\n";
+      }
     } else {
       said = Said{in.figures.finished_steps, cls};
-      text = OomVerdictText(in, cls);
+      text = headline + OomVerdictText(in, cls);
     }
   }
   std::fputs(text.c_str(), stderr);
@@ -61,7 +71,7 @@ void Print(const OomVerdictInput& in, report::OomClass cls) {
 
 }  // namespace
 
-void ExplainAllocatorOom(DeviceState& s, const OomReport& report) {
+void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::string& headline) {
   OomVerdictInput in;
   in.device = s.device;
   in.gpumem_allocator = true;
@@ -72,7 +82,7 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report) {
   in.figures.free_cached =
       report.reserved_bytes - std::min(report.reserved_bytes, report.allocated_bytes);
   Describe(in);
-  Print(in, report::ClassifyOom(in.figures));
+  Print(in, report::ClassifyOom(in.figures), headline.empty() ? headline : headline + "\n");
 }
 
 report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {

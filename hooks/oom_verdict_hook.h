@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "allocator/device_allocator.h"
 #include "hooks/device_registry.h"
@@ -14,7 +15,9 @@
 namespace gpumem::hooks {
 
 // gpumem's allocator refused `report` on `s`.
-void ExplainAllocatorOom(DeviceState& s, const OomReport& report);
+// `headline` (the one-line OOM report) comes before the full verdict, not before the
+// counted repeats of one step.
+void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::string& headline);
 // PyTorch's allocator (or any caller) ran out on `device`; 0 figures are unknown.
 report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& figures);
 // A step ended: samples each started device's allocated bytes (the growth a verdict

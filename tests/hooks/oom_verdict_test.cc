@@ -103,6 +103,19 @@ TEST(OomVerdictTest, AllocatorTooBigRequestIsGenuinePeak) {
   EXPECT_EQ(err.find("GPUMEM_TRACE=<file>"), std::string::npos) << err;  // sites are recorded
 }
 
+// cuDNN's workspace tries fail dozens of times in one step and the step goes on: one full
+// verdict, then the count at the 1st, 2nd, 4th and 8th repeat only.
+TEST(OomVerdictTest, CaughtOomsOfOneStepAreCountedNotRepeated) {
+  gpumem_step();
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(gpumem_alloc(ssize_t{1} << 50, 0, nullptr), nullptr);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Count(err, "out of memory: verdict: genuine peak"), 1) << err;
+  EXPECT_EQ(Count(err, "out of memory: requested"), 1) << err;  // the report line too
+  EXPECT_EQ(Count(err, "out-of-memory errors in this step so far"), 4) << err;
+  EXPECT_NE(err.find("9 out-of-memory errors in this step so far"), std::string::npos) << err;
+}
+
 TEST(OomVerdictTest, ProfileModeLeakNamesTheSite) {
   FakeTorchDevice torch{1};
   ASSERT_EQ(gpumem_trace_capacity(1, 256 * kMiB, 3), 0);
