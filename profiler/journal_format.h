@@ -178,7 +178,8 @@ inline std::optional<RawRecord> ReadJournalRecord(const unsigned char* slot,
   if (r.commit != index + 1 || r.check != JournalCheck(w, index)) return std::nullopt;
   const bool event = (r.type >= static_cast<std::uint8_t>(RecordType::kAlloc) &&
                       r.type <= static_cast<std::uint8_t>(RecordType::kSegmentFree)) ||
-                     r.type == static_cast<std::uint8_t>(RecordType::kCapacity);
+                     r.type == static_cast<std::uint8_t>(RecordType::kCapacity) ||
+                     r.type == static_cast<std::uint8_t>(RecordType::kFailedAlloc);
   const bool folded_link = (r.flags & kJournalFlagForwardLink) != 0;
   if ((!event && r.type != static_cast<std::uint8_t>(RecordType::kAutograd)) ||
       (r.flags & ~(kJournalFlagExtra | kJournalFlagForwardLink)) != 0 ||

@@ -26,6 +26,33 @@ std::string FilePrefix() {
   return out;
 }
 
+namespace {
+
+constexpr const char* kMemoryApiNames[] = {
+    "unknown",           "cuMemAlloc",      "cuMemAllocPitch",         "cuMemAllocManaged",
+    "cuMemCreate",       "cuMemAllocAsync", "cuMemAllocFromPoolAsync", "cudaMalloc",
+    "cudaMallocPitch",   "cudaMallocManaged", "cudaMallocAsync",       "cudaMallocFromPoolAsync",
+};
+static_assert(sizeof(kMemoryApiNames) / sizeof(kMemoryApiNames[0]) == kMaxMemoryApi + 1);
+
+}  // namespace
+
+const char* MemoryApiName(std::uint64_t api) {
+  return kMemoryApiNames[api <= kMaxMemoryApi ? api : 0];
+}
+
+MemoryApi MemoryApiOf(absl::string_view name) {
+  // Decoded names may carry a version or stream suffix ("_v2", "_ptsz"); the underscore
+  // keeps "cuMemAllocPitch_v2" from being taken for cuMemAlloc.
+  for (std::uint8_t i = 1; i <= kMaxMemoryApi; ++i) {
+    const absl::string_view n = kMemoryApiNames[i];
+    if (name.substr(0, n.size()) == n && (name.size() == n.size() || name[n.size()] == '_')) {
+      return static_cast<MemoryApi>(i);
+    }
+  }
+  return MemoryApi::kUnknown;
+}
+
 bool HasMagic(absl::string_view data) {
   return data.size() >= sizeof(kMagic) && std::memcmp(data.data(), kMagic, sizeof(kMagic)) == 0;
 }

@@ -27,9 +27,10 @@
 namespace gpumem::format {
 
 inline constexpr char kMagic[8] = {'\x89', 'G', 'P', 'U', 'M', 'E', 'M', '\n'};
-inline constexpr std::uint32_t kVersion = 3;
-// Version 2 is version 3 without capacity records; version 1 is version 2 without journal
-// chunks and marks: readers still read both.
+inline constexpr std::uint32_t kVersion = 4;
+// Version 3 is version 4 without failed-allocation records; version 2 is version 3 without
+// capacity records; version 1 is version 2 without journal chunks and marks: readers still
+// read them all.
 inline constexpr std::uint32_t kOldestReadableVersion = 1;
 inline constexpr std::size_t kPrefixSize = 16;
 inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
@@ -74,8 +75,12 @@ enum class RecordType : std::uint8_t {
   kAutograd = 12,     // autograd link of the event record that follows it
   kJournalMark = 13,  // journal region r: its records before index n are in chunks
   kCapacity = 14,     // the device's memory cap from now on; extra = CapacitySource
+  // A device-memory call outside gpumem's allocator failed: size = the request, addr =
+  // FailedCallWord (the call and its error), extra = the driver's free bytes if known.
+  // The last type the 4 bits can hold.
+  kFailedAlloc = 15,
 };
-inline constexpr std::uint8_t kMaxRecordType = 14;
+inline constexpr std::uint8_t kMaxRecordType = 15;
 
 // A step record's extra: what marked the step.
 enum class StepSource : std::uint8_t { kUnknown = 0, kExplicit = 1, kOptimizerHook = 2 };
@@ -88,6 +93,38 @@ enum class CapacitySource : std::uint8_t {
   kSetCapacity = 4,     // gpumem_set_capacity
 };
 inline constexpr std::uint8_t kMaxCapacitySource = 4;
+
+// The memory call a failed-allocation record names: the device-memory calls the CUPTI
+// tracer decodes (profiler/cupti/memory_call.cc). Values are stored: append only.
+enum class MemoryApi : std::uint8_t {
+  kUnknown = 0,
+  kCuMemAlloc = 1,
+  kCuMemAllocPitch = 2,
+  kCuMemAllocManaged = 3,
+  kCuMemCreate = 4,
+  kCuMemAllocAsync = 5,
+  kCuMemAllocFromPoolAsync = 6,
+  kCudaMalloc = 7,
+  kCudaMallocPitch = 8,
+  kCudaMallocManaged = 9,
+  kCudaMallocAsync = 10,
+  kCudaMallocFromPoolAsync = 11,
+};
+inline constexpr std::uint8_t kMaxMemoryApi = 11;
+// "cuMemAlloc", "cudaMalloc", ...; "unknown" for any value not in the enum.
+const char* MemoryApiName(std::uint64_t api);
+// The call of a decoded name ("cuMemAlloc_v2", "cudaMallocAsync_ptsz"): kUnknown if none.
+MemoryApi MemoryApiOf(absl::string_view name);
+// A runtime (cuda*) call: its error is a cudaError_t, else a CUresult.
+inline bool IsRuntimeApi(MemoryApi api) { return api >= MemoryApi::kCudaMalloc; }
+// A failed-allocation record's addr: the error code in the low 32 bits, the call above.
+inline std::uint64_t FailedCallWord(MemoryApi api, std::uint32_t error) {
+  return (std::uint64_t{static_cast<std::uint8_t>(api)} << 32) | error;
+}
+inline std::uint32_t FailedCallError(std::uint64_t word) {
+  return static_cast<std::uint32_t>(word);
+}
+inline std::uint64_t FailedCallApi(std::uint64_t word) { return word >> 32; }
 
 // Flags: the high 4 bits of an event record's first byte. "Same as the previous event of
 // this chunk" flags let the common case cost one byte per field.

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -92,6 +93,40 @@ void ReleaseIdleFor(const MemoryCall& call, const CUpti_CallbackData* cb) {
   if (release != nullptr) release(call.device.value_or(DeviceOf(cb)));
 }
 
+// What the driver has free on the current context's device, if it can say: the failed
+// call's context is current in its callback. Found at run time like gpumem_release_idle.
+std::optional<std::uint64_t> DriverFreeBytes() {
+  using MemGetInfo = CUresult (*)(std::size_t*, std::size_t*);
+  static const auto get_info =
+      reinterpret_cast<MemGetInfo>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
+  std::size_t free = 0, total = 0;
+  if (get_info == nullptr || get_info(&free, &total) != CUDA_SUCCESS) return std::nullopt;
+  return free;
+}
+
+// The API frame: the call's name, or the runtime call that made it.
+std::uint32_t ApiFrame(Recorder* recorder, const MemoryCall& call, const char* runtime_api) {
+  const std::string function = runtime_api != nullptr ? runtime_api : call.api;
+  const std::string file = runtime_api != nullptr
+                               ? std::string("[cuda-runtime] via ") + call.api
+                               : std::string(call.runtime ? "[cuda-runtime]" : "[cuda-driver]");
+  return recorder->writer().stacks().InternNamedFrame(format::FrameKind::kApi, function, file,
+                                                      0);
+}
+
+// A device-memory call that failed, with the driver's free memory at that moment: the
+// library that made it (cuBLAS, cuDNN, NCCL) often reports it as something else.
+// Out of line: native stacks leave out exactly this frame and OnCallback's.
+__attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti_CallbackData* cb,
+                                             const char* runtime_api, std::uint32_t error) {
+  Recorder* recorder = g_tracer->recorder;
+  if (recorder == nullptr || !TakesDeviceMemory(call)) return;
+  const std::uint64_t word = format::FailedCallWord(format::MemoryApiOf(call.api), error);
+  recorder->RecordEvent(format::RecordType::kFailedAlloc, call.device.value_or(DeviceOf(cb)),
+                        word, call.size, call.stream, ApiFrame(recorder, call, runtime_api),
+                        DriverFreeBytes(), /*skip=*/2);
+}
+
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
 __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_CallbackData* cb,
                                       const char* runtime_api) {
@@ -113,14 +148,8 @@ __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_Callba
       }
     }
   }
-  const std::string function = runtime_api != nullptr ? runtime_api : call.api;
-  const std::string file = runtime_api != nullptr
-                               ? std::string("[cuda-runtime] via ") + call.api
-                               : std::string(call.runtime ? "[cuda-runtime]" : "[cuda-driver]");
-  const std::uint32_t api_frame = recorder->writer().stacks().InternNamedFrame(
-      format::FrameKind::kApi, function, file, 0);
-  recorder->RecordEvent(call.type, device, call.addr, size, call.stream, api_frame,
-                        std::nullopt, /*skip=*/2);
+  recorder->RecordEvent(call.type, device, call.addr, size, call.stream,
+                        ApiFrame(recorder, call, runtime_api), std::nullopt, /*skip=*/2);
 }
 
 __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -140,8 +169,12 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
     const bool ok = rv == nullptr || *rv == 0;
     if ((!ok && !t_runtime_failed) || (ok && !t_runtime_recorded)) {
       if (std::optional<MemoryCall> call = DecodeRuntimeCall(cbid, cb->functionParams)) {
-        if (ok) Record(*call, cb, nullptr);
-        else ReleaseIdleFor(*call, cb);
+        if (ok) {
+          Record(*call, cb, nullptr);
+        } else {
+          RecordFailure(*call, cb, nullptr, static_cast<std::uint32_t>(*rv));
+          ReleaseIdleFor(*call, cb);
+        }
       }
     }
     t_runtime_api = nullptr;
@@ -153,6 +186,7 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
   std::optional<MemoryCall> call = DecodeDriverCall(cbid, cb->functionParams);
   if (!call) return;
   if (rv != nullptr && *rv != CUDA_SUCCESS) {
+    RecordFailure(*call, cb, t_runtime_api, static_cast<std::uint32_t>(*rv));
     ReleaseIdleFor(*call, cb);
     if (t_runtime_api != nullptr) t_runtime_failed = true;
     return;

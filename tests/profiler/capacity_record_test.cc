@@ -1,12 +1,11 @@
 // The capacity record (type 14) and the step record's source read back, from the chunks
 // of a closed trace and from the journal of a killed one.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 
 #include "profiler/recorder.h"
+#include "tests/profiler/killed_recorder.h"
 #include "tests/profiler/trace_test_util.h"
 #include "tools/trace/gpumem_reader.h"
 
@@ -63,17 +62,7 @@ TEST(CapacityRecordTest, ClosedTraceReadsBack) {
 
 TEST(CapacityRecordTest, KilledTraceReadsBackFromTheJournal) {
   RecorderOptions options = Options("caps-killed.gpumem");
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto recorder = Recorder::Open(options);
-    if (!recorder.ok()) _exit(1);
-    RecordCapsAndSteps(recorder->get());
-    _exit(0);  // no close: the records are in the journal only
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ASSERT_TRUE(testing::RecordInKilledChild(options, &RecordCapsAndSteps));
   auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path);
   ASSERT_TRUE(t.ok()) << t.status();
   ExpectCapsAndSteps(*t);

@@ -135,6 +135,26 @@ TEST(MemoryCallTest, EverySubscribedMemoryIdDecodes) {
   EXPECT_FALSE(DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, zeros).has_value());
 }
 
+// A failed device-memory call is recorded under its MemoryApi: every call that takes
+// device memory must have one, or its failure would read as "unknown".
+TEST(MemoryCallTest, EveryDeviceMemoryCallHasAFailedCallName) {
+  alignas(16) unsigned char zeros[256] = {};
+  std::size_t n = 0;
+  const CUpti_CallbackId* ids = DriverCallbackIds(&n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::optional<MemoryCall> c = DecodeDriverCall(ids[i], zeros);
+    if (!c || !TakesDeviceMemory(*c)) continue;
+    EXPECT_NE(format::MemoryApiOf(c->api), format::MemoryApi::kUnknown) << c->api;
+    EXPECT_FALSE(format::IsRuntimeApi(format::MemoryApiOf(c->api))) << c->api;
+  }
+  ids = RuntimeCallbackIds(&n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::optional<MemoryCall> c = DecodeRuntimeCall(ids[i], zeros);
+    if (!c || !TakesDeviceMemory(*c)) continue;
+    EXPECT_TRUE(format::IsRuntimeApi(format::MemoryApiOf(c->api))) << c->api;
+  }
+}
+
 TEST(CuptiTraceNameTest, DerivesFromGpumemTrace) {
   EXPECT_EQ(CuptiTracePattern("/x/c.gpumem", "run.gpumem"), "/x/c.gpumem");
   EXPECT_EQ(CuptiTracePattern(nullptr, "run-%r.gpumem"), "run-%r.cupti.gpumem");

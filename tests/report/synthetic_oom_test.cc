@@ -4,6 +4,7 @@
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
+#include "tools/report/terminal_report.h"
 
 namespace gpumem::report {
 namespace {
@@ -66,6 +67,62 @@ TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {
   EXPECT_EQ(j["steps"]["method"], "step-events");
   EXPECT_TRUE(j["projected_oom_step"].is_null());
   EXPECT_TRUE(j["leak_suspects"].empty());
+}
+
+// A batch-size finder's caught OOM, 20 steps, then cuBLAS's workspace fails outside the
+// allocator: the run died of that failure, and the finder's OOM is only recovered.
+TEST(SyntheticOom, FailedOutsideCallAfterACaughtOomIsTheVerdict) {
+  trace::Trace t = synthetic::FinderThenFailedCublasTrace();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_TRUE(r.ooms[0].recovered);
+  EXPECT_FALSE(r.ooms[0].fatal);
+  EXPECT_FALSE(r.fatal_oom.has_value());
+  EXPECT_EQ(r.recovered_ooms, 1u);
+  ASSERT_EQ(r.failed_outside.size(), 1u);
+  ASSERT_EQ(r.fatal_failed_outside, 0u);
+  const FailedOutside& f = r.failed_outside[0];
+  EXPECT_EQ(f.step + 1, 21u);
+  EXPECT_EQ(f.idle, synthetic::kFinderIdle);
+  EXPECT_EQ(f.error_name, "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(f.site, "train.py:77 validate");
+  const std::string verdict = Verdict(r);
+  EXPECT_NE(verdict.find("out of memory outside the allocator"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("cuMemAlloc of 32.00 MiB"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("448.00 MiB idle"), std::string::npos) << verdict;
+  EXPECT_NE(verdict.find("1 OOM caught and recovered from"), std::string::npos) << verdict;
+  const std::string text = FormatTerminal(r, false);
+  EXPECT_NE(text.find("torch.cuda.empty_cache()"), std::string::npos) << text;
+  EXPECT_NE(text.find("GPUMEM_HEADROOM"), std::string::npos) << text;
+  EXPECT_EQ(text.find("did not die of an OOM"), std::string::npos) << text;
+}
+
+TEST(SyntheticOom, JsonListsFailedAllocations) {
+  trace::Trace t = synthetic::FinderThenFailedCublasTrace();
+  nlohmann::json j = ReportToJson(BuildReport(t, {}));
+  ASSERT_EQ(j["failed_allocations"].size(), 1u);
+  const nlohmann::json& f = j["failed_allocations"][0];
+  EXPECT_EQ(f["call"], "cuMemAlloc");
+  EXPECT_EQ(f["size"], synthetic::kCublasWorkspace);
+  EXPECT_EQ(f["error_name"], "CUDA_ERROR_OUT_OF_MEMORY");
+  EXPECT_EQ(f["step"], 21);
+  EXPECT_EQ(f["site"], "train.py:77 validate");
+  EXPECT_EQ(f["idle_in_cache"], synthetic::kFinderIdle);
+  EXPECT_TRUE(f["ended_the_run"].get<bool>());
+  EXPECT_TRUE(j["fatal_oom"].is_null());
+  EXPECT_TRUE(j["ooms"][0]["recovered"].get<bool>());
+}
+
+// A failure the program went on from (steps end after it) is listed, not the verdict.
+TEST(SyntheticOom, FailedOutsideCallFollowedBySteps) {
+  trace::Trace t = synthetic::FinderThenFailedCublasTrace();
+  t.failed_allocations[0].time_us = t.events[t.events.size() / 2].time_us;
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.failed_outside.size(), 1u);
+  EXPECT_FALSE(r.fatal_failed_outside.has_value());
+  EXPECT_EQ(Verdict(r).find("outside the allocator"), std::string::npos);
+  EXPECT_NE(FormatTerminal(r, false).find("Failed allocations outside the allocator"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -20,6 +20,28 @@ std::string LeakVerdict(const Report& r) {
   return "no leak: live memory at step ends does not grow";
 }
 
+nlohmann::json FailedOutsideJson(const FailedOutside& f) {
+  nlohmann::json j;
+  j["call"] = f.call.call;
+  j["size"] = f.call.size;
+  j["error"] = f.call.error;
+  j["error_name"] = f.error_name;
+  j["device"] = f.call.device;
+  j["time_us"] = f.call.time_us;
+  j["step"] = f.step + 1;
+  j["site"] = f.site;
+  j["device_free"] = f.call.device_free ? nlohmann::json(*f.call.device_free) : nlohmann::json(nullptr);
+  j["allocated"] = f.allocated;
+  j["reserved"] = f.reserved;
+  j["idle_in_cache"] = f.idle;
+  j["ended_the_run"] = f.ended_the_run;
+  if (f.ended_the_run) {
+    j["evidence"] = FailedOutsideEvidence(f);
+    j["fix"] = FailedOutsideFix();
+  }
+  return j;
+}
+
 }  // namespace
 
 std::string Verdict(const Report& r) {
@@ -28,6 +50,13 @@ std::string Verdict(const Report& r) {
           ? ""
           : absl::StrCat(r.recovered_ooms, " OOM", r.recovered_ooms == 1 ? "" : "s",
                          " caught and recovered from");
+  if (r.fatal_failed_outside) {
+    const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
+    return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ",
+                        f.call.call, " of ", Bytes(f.call.size), " failed while the allocator held ",
+                        Bytes(f.idle), " idle",
+                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"));
+  }
   if (r.fatal_oom) {
     const OomExplanation& x = r.ooms[*r.fatal_oom];
     return absl::StrCat("out of memory in step ", x.at.step + 1, ": ", ClassText(x.cls),
@@ -116,6 +145,9 @@ nlohmann::json ReportToJson(const Report& r) {
   out["fatal_oom"] = r.fatal_oom ? json(*r.fatal_oom) : json(nullptr);
   out["recovered_ooms"] = r.recovered_ooms;
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
+  json failed = json::array();
+  for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));
+  out["failed_allocations"] = std::move(failed);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;
   return out;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/report/failed_outside.h"
 #include "tools/report/leaks.h"
 #include "tools/report/oom_explain.h"
 #include "tools/report/sites.h"
@@ -33,6 +34,9 @@ struct Report {
   std::vector<OomExplanation> ooms;
   std::optional<std::size_t> fatal_oom;  // index into ooms: the OOM that ended the run
   std::size_t recovered_ooms = 0;        // OOMs the program caught and went on from
+  std::vector<FailedOutside> failed_outside;  // failed device-memory calls of other libraries
+  // Index into failed_outside: the failure that ended the run, after any OOM.
+  std::optional<std::size_t> fatal_failed_outside;
   std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based

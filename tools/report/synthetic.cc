@@ -97,6 +97,37 @@ trace::Trace PeakTrace() {
   return b.Take();
 }
 
+trace::Trace FinderThenFailedCublasTrace() {
+  Builder b;
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t finder = b.Stack(20, "find_batch_size");
+  const std::uint32_t act = b.Stack(40, "train_step");
+  const std::uint32_t state = b.Stack(45, "train_step");
+  const std::uint32_t validate = b.Stack(77, "validate");
+  b.Segment(kBase, 256 * kMiB);
+  b.Alloc(kBase, 256 * kMiB, params);
+  std::uint64_t next = kBase + 256 * kMiB;
+  std::uint64_t batch_segment = 0;
+  for (std::uint64_t batch = 64 * kMiB; batch <= 256 * kMiB; batch *= 2) {
+    b.Segment(next, batch);
+    b.Alloc(next, batch, finder);
+    b.Free(next, batch, finder);
+    batch_segment = next;
+    next += batch;
+  }
+  b.Oom(512 * kMiB, 320 * kMiB);  // reserved 704 MiB of 1024: caught by the finder
+  b.Segment(next, 288 * kMiB);      // reserved 992 MiB
+  b.Alloc(next, 288 * kMiB, state);
+  for (int step = 0; step < 20; ++step) {
+    b.Alloc(batch_segment, 256 * kMiB, act);
+    b.Free(batch_segment, 256 * kMiB, act);
+    b.Step();
+  }
+  constexpr std::uint32_t kCudaErrorOutOfMemory = 2;
+  b.FailedAlloc("cuMemAlloc", kCublasWorkspace, kCudaErrorOutOfMemory, 16 * kMiB, validate);
+  return b.Take();
+}
+
 trace::Trace LargeTrace(std::size_t events, std::size_t events_per_step, std::size_t sites,
                         std::uint64_t leak_per_step) {
   Builder b;

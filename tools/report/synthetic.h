@@ -27,6 +27,15 @@ trace::Trace FragmentationTrace();
 // needs 13 x 64 MiB: no growth at step ends, no free cached memory, a genuine peak.
 trace::Trace PeakTrace();
 
+// A batch-size finder doubles a 64 MiB batch over 256 MiB of parameters until the 512 MiB
+// batch runs out of memory; the program catches it and trains 20 steps with the 256 MiB
+// batch and 288 MiB of optimizer state. The finder's segments stay cached (448 MiB idle
+// after each step), so cuBLAS's 32 MiB workspace (cuMemAlloc, with 16 MiB free on the
+// driver) fails in validation: the last thing in the trace.
+inline constexpr std::uint64_t kFinderIdle = 448 * kMiB;
+inline constexpr std::uint64_t kCublasWorkspace = 32 * kMiB;
+trace::Trace FinderThenFailedCublasTrace();
+
 // About `events` events: steps of `events_per_step` from `sites` sites, a leak of
 // `leak_per_step` bytes a step from train.py:42, segment events and step markers. For
 // the speed benchmarks.

@@ -63,6 +63,18 @@ class Builder {
     Add(Action::kOom, device_free, request);
     trace_.events.back().device_free = device_free;
   }
+  // A failed device-memory call of another library (cuBLAS asking the driver).
+  void FailedAlloc(const std::string& call, std::uint64_t size, std::uint32_t error,
+                   std::uint64_t device_free, std::uint32_t stack) {
+    trace::FailedAllocation f;
+    f.time_us = time_us_ += 10;
+    f.size = size;
+    f.call = call;
+    f.error = error;
+    f.device_free = device_free;
+    f.stack_id = stack;
+    trace_.failed_allocations.push_back(f);
+  }
   trace::Trace Take() { return std::move(trace_); }
   std::size_t size() const { return trace_.events.size(); }
   void Reserve(std::size_t n) { trace_.events.reserve(n); }

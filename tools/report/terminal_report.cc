@@ -55,10 +55,31 @@ void AppendOtherOoms(const Report& r, std::string* out) {
   }
 }
 
+constexpr std::size_t kFailedOutsideListed = 5;
+
+// The failure that ended the run with its evidence and fix; the others one line each.
+void AppendFailedOutside(const Report& r, bool color, std::string* out) {
+  if (r.fatal_failed_outside) {
+    const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
+    absl::StrAppend(out, "\n", Paint(color, "1;31", "Out of memory outside the allocator, which ended the run"),
+                    ":\n  ", FailedOutsideEvidence(f), "\n  Fix: ", FailedOutsideFix(), "\n");
+  }
+  const std::size_t others = r.failed_outside.size() - (r.fatal_failed_outside ? 1 : 0);
+  if (others == 0) return;
+  absl::StrAppend(out, "\nFailed allocations outside the allocator (other libraries):\n");
+  for (std::size_t i = 0; i < others && i < kFailedOutsideListed; ++i) {
+    absl::StrAppend(out, "  ", DescribeFailedOutside(r.failed_outside[i]), "\n");
+  }
+  if (others > kFailedOutsideListed) {
+    absl::StrAppend(out, "  ... and ", others - kFailedOutsideListed, " more (--json lists all)\n");
+  }
+}
+
 void AppendOoms(const Report& r, bool color, std::string* out) {
+  AppendFailedOutside(r, color, out);
   if (r.fatal_oom) AppendFatalOom(r.ooms[*r.fatal_oom], color, out);
   AppendOtherOoms(r, out);
-  if (!r.ooms.empty() && !r.fatal_oom) {
+  if (!r.ooms.empty() && !r.fatal_oom && !r.fatal_failed_outside) {
     absl::StrAppend(out, "\nThe run did not die of an OOM it saw: every OOM above was caught and "
                          "the program went on.\n");
   }
@@ -79,7 +100,7 @@ std::string FormatTerminal(const Report& r, bool color) {
   if (r.capacity) absl::StrAppend(&out, ", capacity ", Bytes(*r.capacity), " (", r.capacity_source, ")");
   absl::StrAppend(&out, "\n\n");
 
-  const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty();
+  const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty() || !r.failed_outside.empty();
   absl::StrAppend(&out, Paint(color, bad ? "1;31" : "1;32", absl::StrCat("Verdict: ", Verdict(r))), "\n");
 
   if (!r.leaks.suspects.empty()) {

@@ -64,6 +64,22 @@ CapacitySource CapacitySourceOf(std::uint64_t extra) {
   return static_cast<CapacitySource>(extra <= format::kMaxCapacitySource ? extra : 0);
 }
 
+// Time stays in nanoseconds and the stack id the file's until Build().
+FailedAllocation FailedAllocationOf(const Event& e, std::optional<std::uint64_t> extra) {
+  const std::uint64_t api = format::FailedCallApi(e.addr);
+  FailedAllocation f;
+  f.time_us = e.time_us;
+  f.device = e.device;
+  f.size = e.size;
+  f.call = format::MemoryApiName(api);
+  f.runtime = api <= format::kMaxMemoryApi &&
+              format::IsRuntimeApi(static_cast<format::MemoryApi>(api));
+  f.error = format::FailedCallError(e.addr);
+  f.device_free = extra;
+  f.stack_id = e.stack_id;
+  return f;
+}
+
 // Microseconds from the clock origin; wraps rather than overflows on garbage times.
 std::int64_t SinceOrigin(std::int64_t ns, std::int64_t origin) {
   return static_cast<std::int64_t>(static_cast<std::uint64_t>(ns) -
@@ -108,6 +124,7 @@ class Reader {
   std::vector<AutogradLink> links_;
   std::size_t capacity_records_ = 0;  // counted by the end chunk with the events
   std::vector<CapacityChange> capacity_;  // time_us in nanoseconds until Build()
+  std::size_t failed_records_ = 0;  // counted by the end chunk with the events
   std::optional<std::uint64_t> end_events_;
   std::optional<std::uint32_t> last_seq_;
   struct JournalSpan {
@@ -252,7 +269,10 @@ bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
       if (!r.GetVarint(&v)) return fail();
       extra = v;
     }
-    if (link && rtype == RecordType::kCapacity) return fail();  // links name events only
+    // Links name events only.
+    if (link && (rtype == RecordType::kCapacity || rtype == RecordType::kFailedAlloc)) {
+      return fail();
+    }
     if (link) {
       link->event = events_.size();
       links_.push_back(*link);
@@ -407,6 +427,11 @@ void Reader::RecoverJournal() {
 }
 
 void Reader::Take(Event e, RecordType type, std::optional<std::uint64_t> extra) {
+  if (type == RecordType::kFailedAlloc) {
+    ++failed_records_;
+    trace_.failed_allocations.push_back(FailedAllocationOf(e, extra));
+    return;
+  }
   if (type == RecordType::kCapacity) {
     ++capacity_records_;
     capacity_.push_back({e.time_us, e.device, e.size, CapacitySourceOf(extra.value_or(0))});
@@ -482,9 +507,9 @@ absl::StatusOr<Trace> Reader::Read() {
         " of ", size_, " bytes) and ", info_->journal_events,
         " from the raw journal (recorded, not yet compressed); the data stops at offset ",
         pos, stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
-  } else if (end_events_ && *end_events_ != events_.size() + capacity_records_) {
+  } else if (end_events_ && *end_events_ != events_.size() + capacity_records_ + failed_records_) {
     trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
-                                           " events but ", events_.size() + capacity_records_,
+                                           " events but ", events_.size() + capacity_records_ + failed_records_,
                                            " were read"));
   }
   events_.MoveTo(&trace_.events);
@@ -535,6 +560,10 @@ Trace Reader::Build() {
       }
     }
   }
+  for (FailedAllocation& f : trace_.failed_allocations) {
+    auto sit = stack_ids.find(f.stack_id);
+    f.stack_id = sit == stack_ids.end() ? 0 : sit->second;
+  }
   if (unknown_stacks > 0) {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", unknown_stacks,
                                            " events use stacks defined in damaged chunks or "
@@ -571,6 +600,11 @@ Trace Reader::Build() {
   for (Event& e : events) e.time_us = SinceOrigin(e.time_us, origin);
   for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
   for (CapacityChange& c : capacity_) c.time_us = SinceOrigin(c.time_us, origin);
+  for (FailedAllocation& f : trace_.failed_allocations) f.time_us = SinceOrigin(f.time_us, origin);
+  std::stable_sort(trace_.failed_allocations.begin(), trace_.failed_allocations.end(),
+                   [](const FailedAllocation& a, const FailedAllocation& b) {
+                     return a.time_us < b.time_us;
+                   });
   std::stable_sort(capacity_.begin(), capacity_.end(),
                    [](const CapacityChange& a, const CapacityChange& b) { return a.time_us < b.time_us; });
   trace_.capacity_changes = std::move(capacity_);

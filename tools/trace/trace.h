@@ -101,6 +101,21 @@ struct CapacityChange {
   CapacitySource source = CapacitySource::kUnknown;
 };
 
+// A device-memory call outside the allocator that failed (gpumem traces, record type 15):
+// cuBLAS, cuDNN or NCCL asking the driver for memory it did not have.
+struct FailedAllocation {
+  std::int64_t time_us = 0;
+  std::int32_t device = 0;
+  std::uint64_t size = 0;
+  std::string call;            // "cuMemAlloc", "cudaMalloc", ...; "unknown"
+  bool runtime = false;        // error is a cudaError_t, else a CUresult
+  std::uint32_t error = 0;
+  std::optional<std::uint64_t> device_free;  // the driver's free bytes, where known
+  std::uint32_t stack_id = 0;
+};
+// "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", ...; "error N" for others.
+std::string FailedCallErrorName(const FailedAllocation& f);
+
 // Which process of a job recorded the trace, where the file says (gpumem trace headers:
 // torchrun's or Slurm's variables; docs/trace-format.md).
 struct RunInfo {
@@ -122,6 +137,7 @@ struct Trace {
   std::vector<Annotation> annotations;
   std::optional<std::uint64_t> device_capacity;   // where the file records it
   std::vector<CapacityChange> capacity_changes;   // in time order
+  std::vector<FailedAllocation> failed_allocations;  // in time order
   bool expandable_segments = false;               // the recording allocator's setting
   std::vector<std::string> warnings;              // recoverable oddities found while reading
 

@@ -1,0 +1,91 @@
+#include "tools/report/failed_outside.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "tools/report/oom_fate.h"
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem::report {
+namespace {
+
+// Events at or before `time_us`: the failure's place among the events.
+std::size_t EventsBefore(const trace::Trace& trace, std::int64_t time_us) {
+  auto it = std::upper_bound(trace.events.begin(), trace.events.end(), time_us,
+                             [](std::int64_t t, const trace::Event& e) { return t < e.time_us; });
+  return static_cast<std::size_t>(it - trace.events.begin());
+}
+
+void StateBefore(const Timeline& timeline, std::int64_t time_us, FailedOutside* f) {
+  for (auto it = timeline.series.rbegin(); it != timeline.series.rend(); ++it) {
+    if (it->time_us > time_us) continue;
+    f->allocated = it->allocated_end;
+    f->reserved = it->reserved_end;
+    f->idle = f->reserved > f->allocated ? f->reserved - f->allocated : 0;
+    return;
+  }
+}
+
+// Nothing after it that a surviving program does: a step end, an allocator OOM, or more
+// allocations than an unwinding exception makes.
+bool NothingSurvivedAfter(const trace::Trace& trace, const Steps& steps, std::size_t index) {
+  if (steps.StepOf(trace.events.size()) > steps.StepOf(index)) return false;
+  std::uint64_t allocs = 0;
+  for (std::size_t i = index; i < trace.events.size(); ++i) {
+    const trace::Action a = trace.events[i].action;
+    if (a == trace::Action::kOom || a == trace::Action::kStep) return false;
+    if (a == trace::Action::kAlloc && ++allocs >= kAllocsAfterRecovery) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const SiteTable& sites,
+                                             const Steps& steps, const Timeline& timeline) {
+  std::vector<FailedOutside> out;
+  for (const trace::FailedAllocation& call : trace.failed_allocations) {
+    FailedOutside f;
+    f.call = call;
+    f.error_name = trace::FailedCallErrorName(call);
+    f.step = steps.StepOf(EventsBefore(trace, call.time_us));
+    if (call.stack_id < trace.stacks.size() && call.stack_id != 0) {
+      f.site = sites.name(sites.site_of_stack(call.stack_id));
+    }
+    StateBefore(timeline, call.time_us, &f);
+    out.push_back(std::move(f));
+  }
+  if (!out.empty()) {
+    out.back().ended_the_run =
+        NothingSurvivedAfter(trace, steps, EventsBefore(trace, out.back().call.time_us));
+  }
+  return out;
+}
+
+std::string DescribeFailedOutside(const FailedOutside& f) {
+  return absl::StrCat(f.call.call, " of ", Bytes(f.call.size), " failed (", f.error_name,
+                      ") in step ", f.step + 1, f.site.empty() ? "" : absl::StrCat(" at ", f.site));
+}
+
+std::string FailedOutsideEvidence(const FailedOutside& f) {
+  const std::string driver_free =
+      f.call.device_free ? absl::StrCat("; the driver had ", Bytes(*f.call.device_free), " free")
+                         : "";
+  return absl::StrCat(
+      "a library asked the driver for memory outside the allocator: ", DescribeFailedOutside(f),
+      driver_free, ". The allocator held ", Bytes(f.idle), " idle in its cache then (reserved ",
+      Bytes(f.reserved), ", allocated ", Bytes(f.allocated),
+      "), memory the call could have had. The library reports this as its own error "
+      "(CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_INTERNAL_ERROR, an NCCL \"unhandled cuda "
+      "error\"), which does not say memory.");
+}
+
+std::string FailedOutsideFix() {
+  return "call torch.cuda.empty_cache() after catching an OOM (e.g. in a batch-size finder); "
+         "create cuBLAS/cuDNN handles and NCCL communicators before filling memory (run one "
+         "validation batch and one collective before a batch-size finder); leave a reserve "
+         "with torch.cuda.set_per_process_memory_fraction or GPUMEM_HEADROOM; or run under "
+         "gpumem's allocator (gpumem run), which gives idle memory back when such a call fails.";
+}
+
+}  // namespace gpumem::report
