@@ -8,7 +8,8 @@
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
-#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); overhead: tests/gpu/overhead.sh, recording cost;
+#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
+#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -134,6 +135,13 @@ if want diagnosis; then
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --jsonl "$OUT/diagnosis.jsonl" \
     2>"$OUT/diagnosis.err" | tee "$OUT/diagnosis.md"
+fi
+
+if want hiddenoom; then
+  echo "== out-of-memory raised by libraries, both modes"
+  $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
+    --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" \
+    2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
 fi
 
 if want overhead; then

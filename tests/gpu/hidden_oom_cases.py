@@ -1,0 +1,125 @@
+"""Out-of-memory that does not say so: a batch-size finder fills the GPU, catches its OOM
+and keeps the last batch that fitted, trains 20 steps, then something takes device
+memory outside the allocator. Natively that fails with a library's own error; under
+gpumem's allocator the headroom and the release after an OOM leave room for it; in
+profile-only mode gpumem names it an out-of-memory. For diagnosis_matrix.py
+(`--script hidden_oom_cases.py`): each case has the verdict expected under
+profile-only mode and under gpumem's allocator ("completes": the run ends normally).
+
+usage: hidden_oom_cases.py CASE | list
+"""
+import os
+import sys
+import threading
+
+import torch
+
+CASES = {}
+
+
+def case(profile, gpumem):
+    def register(fn):
+        fn.expected = {"profile": profile, "gpumem": gpumem}
+        CASES[fn.__name__] = fn
+        return fn
+    return register
+
+
+def finder_then_train(steps=20):
+    """The finder as hand-written ones go, then training at the size it found."""
+    net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                              torch.nn.Linear(4096, 4096)).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def fits(n):
+        try:
+            net(torch.randn(n, 4096, device="cuda")).sum().backward()
+            return True
+        except torch.OutOfMemoryError:
+            return False
+
+    batch = 4096
+    while fits(batch * 2):
+        batch *= 2
+    for _ in range(steps):
+        loss = net(torch.randn(batch, 4096, device="cuda")).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net
+
+
+@case("out of memory outside the allocator", "completes")
+def finder_then_cublas_in_a_new_thread():
+    net = finder_then_train()
+    errors = []
+
+    def validate():  # a new thread: cuBLAS makes a handle and a workspace for it
+        try:
+            with torch.no_grad():
+                net(torch.randn(64, 4096, device="cuda")).sum().item()
+        except Exception as e:  # re-raised in the main thread, as trainers do
+            errors.append(e)
+
+    t = threading.Thread(target=validate)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+
+
+@case("out of memory outside the allocator", "completes")
+def finder_then_lazy_nccl():
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(29600 + os.getpid() % 1000))
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    finder_then_train()
+    t = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(t)  # the communicator and its buffers are made here
+    dist.destroy_process_group()
+
+
+@case("out of memory outside the allocator", "completes")
+def finder_then_cufft_plan():
+    finder_then_train()
+    x = torch.randn(1 << 24, device="cuda")
+    torch.fft.rfft(x).abs().sum().item()  # a cuFFT plan and its work area
+
+
+@case("leak", "leak")
+def leak_fills_before_a_new_handle():
+    net = torch.nn.Linear(4096, 4096).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    kept = []
+    for _ in range(100000):
+        out = net(torch.randn(8192, 4096, device="cuda"))
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        kept.append(out)  # LEAK
+        if len(kept) % 50 == 0:  # now and then a new stream: new cuBLAS workspace
+            with torch.cuda.stream(torch.cuda.Stream()):
+                net(torch.randn(64, 4096, device="cuda")).sum().item()
+
+
+def leak_line(name):
+    import inspect
+    lines, first = inspect.getsourcelines(CASES[name])
+    return next((first + i for i, line in enumerate(lines) if "# LEAK" in line), 0)
+
+
+def main():
+    name = sys.argv[1]
+    if name == "list":
+        for n, fn in CASES.items():
+            e = fn.expected
+            print(n, e["profile"].replace(" ", "_"), e["gpumem"].replace(" ", "_"),
+                  leak_line(n))
+        return
+    CASES[name]()
+
+
+if __name__ == "__main__":
+    main()
