@@ -1,0 +1,25 @@
+// Alloc+free pairs through the C ABI (gpumem_alloc / gpumem_free), for counting
+// instructions rather than timing them: wall time on the shared machines swings, a
+// callgrind count of the same binary does not.
+//   GPUMEM_BACKEND=sim valgrind --tool=callgrind c_api_pair_count 100000 512
+//   GPUMEM_BACKEND=sim valgrind --tool=callgrind c_api_pair_count 1 512
+// (the difference of the two totals / 99999 is the instructions of one pair).
+#include <cstdio>
+#include <cstdlib>
+
+#include "hooks/gpumem.h"
+
+int main(int argc, char** argv) {
+  const long pairs = argc > 1 ? std::atol(argv[1]) : 100000;
+  const long size = argc > 2 ? std::atol(argv[2]) : 512;
+  for (long i = 0; i < pairs; ++i) {
+    void* p = gpumem_alloc(size, 0, nullptr);
+    if (p == nullptr) {
+      std::fprintf(stderr, "gpumem_alloc failed (without a GPU: GPUMEM_BACKEND=sim)\n");
+      return 1;
+    }
+    gpumem_free(p, size, 0, nullptr);
+  }
+  std::printf("%ld pairs of %ld bytes\n", pairs, size);
+  return 0;
+}
