@@ -79,7 +79,8 @@ void GpumemAllocator::Delete(void* ptr) {
 
 void GpumemAllocator::DeleteTracked(void* ptr) {
   const TrackedBlock block = instance_->history_.OnFree(ptr);
-  const int device = block.size != 0 ? block.device : gpumem_block_device(ptr);
+  // An untracked block (allocated before tracking began): gpumem_free finds its device.
+  const int device = block.size != 0 ? block.device : -1;
   gpumem_free(ptr, 0, device, nullptr);
   if (block.size != 0 && c10::memoryProfilingEnabled()) {
     gpumem_stats_t st{};
