@@ -13,6 +13,8 @@ A program that calls gpumem.step() itself keeps its own marks: from its first ca
 the hooks mark nothing (that first call marks nothing either when a hook has already
 marked, so the iteration is not counted twice).
 """
+import importlib
+
 from . import _native
 
 # hooks/gpumem_trace.h: what marks the steps.
@@ -72,9 +74,21 @@ def marker():
     return _marker
 
 
+def _optimizer_module(torch):
+    """torch.optim.optimizer, imported here if need be: gpumem installs right after
+    `import torch`, and torch (2.11) has not imported torch.optim by then."""
+    name = getattr(torch, "__name__", None)
+    if name:
+        try:
+            return importlib.import_module(name + ".optim.optimizer")
+        except ImportError:
+            return None
+    return getattr(getattr(torch, "optim", None), "optimizer", None)
+
+
 def watch_optimizers(torch):
     """Registers the global optimizer step hook once (torch >= 2.0 has it)."""
-    optimizer_module = getattr(getattr(torch, "optim", None), "optimizer", None)
+    optimizer_module = _optimizer_module(torch)
     register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
     if register is None or getattr(optimizer_module, "_gpumem_step_hook", False):
         return False

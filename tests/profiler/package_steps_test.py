@@ -4,7 +4,11 @@ set_per_process_memory_fraction; and the package imports with no torch at all.
 
 usage: package_steps_test.py PYTHON_DIR. Exits non-zero on failure.
 """
+import importlib
+import os
+import shutil
 import sys
+import tempfile
 import types
 import unittest
 
@@ -116,6 +120,26 @@ class Hooks(unittest.TestCase):
         self.assertTrue(_steps.watch_optimizers(torch))
         self.assertFalse(_steps.watch_optimizers(torch))
         self.assertEqual(len(hooks), 1)
+
+    def test_imports_optim_that_torch_has_not_imported_yet(self):
+        # torch imports torch.optim lazily: right after `import torch`, when gpumem
+        # installs, the attribute is not there yet.
+        root = tempfile.mkdtemp()
+        package = os.path.join(root, "lazytorch")
+        os.makedirs(os.path.join(package, "optim"))
+        open(os.path.join(package, "__init__.py"), "w").close()
+        open(os.path.join(package, "optim", "__init__.py"), "w").close()
+        with open(os.path.join(package, "optim", "optimizer.py"), "w") as f:
+            f.write("hooks = []\nregister_optimizer_step_post_hook = hooks.append\n")
+        sys.path.insert(0, root)
+        try:
+            torch = importlib.import_module("lazytorch")
+            self.assertFalse(hasattr(torch, "optim"))
+            self.assertTrue(_steps.watch_optimizers(torch))
+            self.assertEqual(len(sys.modules["lazytorch.optim.optimizer"].hooks), 1)
+        finally:
+            sys.path.remove(root)
+            shutil.rmtree(root)
 
     def test_old_torch_without_hooks(self):
         self.assertFalse(_steps.watch_optimizers(types.SimpleNamespace()))
