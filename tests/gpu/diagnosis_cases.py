@@ -14,9 +14,11 @@ MiB = 1 << 20
 CASES = {}
 
 
-def case(expected):
+def case(expected, under_gpumem=None):
+    """expected: the verdict under profile-only mode (PyTorch's allocator), and under
+    gpumem's allocator unless under_gpumem says otherwise ("completes": ends normally)."""
     def register(fn):
-        fn.expected = expected
+        fn.expected = {"profile": expected, "gpumem": under_gpumem or expected}
         CASES[fn.__name__] = fn
         return fn
     return register
@@ -40,26 +42,41 @@ def batch(n=2048, width=1024):
     return torch.randn(n, width, device="cuda")
 
 
-def fit(net, opt, x, retain_graph=False):
+def fit(net, opt, x):
     """One training step as a script writes it; returns the output and the loss."""
     out = net(x)
     loss = out.pow(2).mean()
     opt.zero_grad()
-    loss.backward(retain_graph=retain_graph)
+    loss.backward()
     opt.step()
     return out, loss
 
 
-@case("leak")
+@case("no leak")
 def running_loss_tensor():
+    """`total += loss` after backward keeps autograd nodes on the host, not device memory:
+    the right answer is no device leak (the run ends normally)."""
     net, total = model(), 0
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for _ in range(100000):
+    for _ in range(3000):
         _, loss = fit(net, opt, batch())
-        total = total + loss * 1.0  # LEAK: keeps every step's graph
+        total = total + loss * 1.0
     return total
 
 
+@case("leak")
+def predictions_kept_for_epoch_metric():
+    """A slow leak far from an OOM (4 KiB a step): still named, with its line."""
+    net, preds = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(3000):
+        out, _ = fit(net, opt, batch(512))
+        preds.append(out.argmax(1))  # LEAK: kept on the device until the epoch ends
+    return preds
+
+
+# In the cases below the named site is where the kept memory was allocated: the line of
+# the forward whose output (or graph) is kept, which is what an allocation trace can see.
 @case("leak")
 def validation_without_no_grad():
     net = model()
@@ -76,8 +93,12 @@ def outputs_kept_in_a_list():
     net, outputs = model(), []
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        out, _ = fit(net, opt, batch())
-        outputs.append(out)  # LEAK: each step's activations stay
+        out = net(batch())  # LEAK: kept below, one output a step
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        outputs.append(out)
     return outputs
 
 
@@ -95,10 +116,13 @@ def cache_keyed_by_step():
 @case("leak")
 def forward_hook_keeps_activations():
     net, seen = model(), []
-    net[0].register_forward_hook(lambda mod, inp, out: seen.append(out))  # LEAK: hook's list
+    net[0].register_forward_hook(lambda mod, inp, out: seen.append(out))  # keeps net[0]'s output
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        fit(net, opt, batch())
+        loss = net(batch()).pow(2).mean()  # LEAK: the forward whose first output the hook keeps
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     return seen
 
 
@@ -107,8 +131,11 @@ def retain_graph_left_in():
     net, losses = model(), []
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
-        _, loss = fit(net, opt, batch(), retain_graph=True)
-        losses.append(loss)  # LEAK: the retained graph stays with each loss
+        loss = net(batch()).pow(2).mean()  # LEAK: its saved activations stay with the graph
+        opt.zero_grad()
+        loss.backward(retain_graph=True)
+        opt.step()
+        losses.append(loss)
     return losses
 
 
@@ -130,6 +157,22 @@ def one_long_batch_late():
         fit(net, opt, batch(n))
 
 
+@case("fragmentation", under_gpumem="completes")
+def fragmented_under_cap():
+    """Variable-size buffers carved from one cached segment, every other one kept: the
+    free memory is there but in pieces. gpumem's allocator stitches pages; PyTorch's
+    cannot release the half-used segment and the cap stops a new one."""
+    gib = float(os.environ.get("GPUMEM_CASE_CAP_GIB", "4"))
+    big = torch.empty(int(gib * 0.85 * (1 << 30)), dtype=torch.uint8, device="cuda")
+    del big
+    pieces = [torch.empty(96 * MiB + i * MiB, dtype=torch.uint8, device="cuda")
+              for i in range(int(gib * 0.85 * 1024) // 110)]
+    kept = pieces[::2]  # LEAK: the kept pieces pin the segment (fragmentation, not a leak)
+    del pieces
+    whole = torch.empty(int(gib * 0.3 * (1 << 30)), dtype=torch.uint8, device="cuda")
+    return kept, whole
+
+
 def leak_line(name):
     src = CASES[name].__code__
     import inspect
@@ -143,9 +186,10 @@ def leak_line(name):
 def main():
     name = sys.argv[1]
     if name == "list":
-        for n, fn in CASES.items():  # one expectation for both modes
-            expected = fn.expected.replace(" ", "_")
-            print(n, expected, expected, leak_line(n))
+        for n, fn in CASES.items():
+            e = fn.expected
+            print(n, e["profile"].replace(" ", "_"), e["gpumem"].replace(" ", "_"),
+                  leak_line(n))
         return
     cap_device()
     CASES[name]()

@@ -6,6 +6,7 @@ run was alive (the early warning and the message at the OOM).
 
 usage: diagnosis_matrix.py GPUMEM_CLI [--script FILE] [--cases a,b]
                            [--modes gpumem,profile] [--jsonl FILE] [--timeout SECONDS]
+                           [--reports DIR]
 --script: the case file (default diagnosis_cases.py; hidden_oom_cases.py holds the
 out-of-memory errors that libraries raise in their own words). A case file's `list`
 prints: name, the verdict expected under profile-only, under gpumem's allocator
@@ -40,7 +41,16 @@ def said(stderr, *words):
     return ""
 
 
-def run(cli, script, mode, case, expectations, leak_line, timeout, workdir):
+def raised(stderr):
+    """The exception that ended the run: the last traceback line naming an error."""
+    for line in reversed(stderr.splitlines()):
+        head = line.split(":", 1)[0]
+        if not line.startswith(" ") and head.endswith(("Error", "Exception")):
+            return "OOM" if "OutOfMemoryError" in head else line[:120]
+    return ""
+
+
+def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, reports=""):
     expected = expectations[mode]
     trace = os.path.join(workdir, f"{case}-{mode}.gpumem")
     env = dict(os.environ, GPUMEM_TRACE=trace, GPUMEM_STACKS="python", PYTHONUNBUFFERED="1",
@@ -49,11 +59,14 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir):
     try:
         p = subprocess.run([cli] + MODES[mode] + [sys.executable, script, case], env=env,
                            capture_output=True, text=True, timeout=timeout)
-        ended = "OOM" if "OutOfMemoryError" in p.stderr else f"exit {p.returncode}"
         stderr = p.stderr
+        ended = "exit 0" if p.returncode == 0 else raised(stderr) or f"exit {p.returncode}"
     except subprocess.TimeoutExpired:
         ended, stderr = f"timed out after {timeout} s", ""
     r = subprocess.run([cli, "report", "--json", trace], capture_output=True, text=True)
+    if reports:
+        with open(os.path.join(reports, f"{case}-{mode}.json"), "w") as f:
+            f.write(r.stdout or r.stderr)
     verdict = json.loads(r.stdout).get("verdict", "") if r.returncode == 0 else r.stderr.strip()
     site = f"{os.path.basename(script)}:{leak_line}"
     if expected == "completes":
@@ -63,7 +76,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir):
         right_site = expected != "leak" or site in r.stdout
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
-            "warning": said(stderr, "grow"), "at_oom": said(stderr, "out of memory")}
+            "warning": said(stderr, "leak warning"), "at_oom": said(stderr, "verdict:"),
+            "stderr_tail": stderr.splitlines()[-25:]}
 
 
 def main():
@@ -73,7 +87,8 @@ def main():
     ap.add_argument("--cases", default="")
     ap.add_argument("--modes", default="gpumem,profile")
     ap.add_argument("--jsonl", default="")
-    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--timeout", type=int, default=150)
+    ap.add_argument("--reports", default="", help="folder to keep each report's JSON in")
     args = ap.parse_args()
     cases = listed(args.script)
     names = args.cases.split(",") if args.cases else list(cases)
@@ -82,7 +97,8 @@ def main():
     rows = []
     for name in names:
         for mode in args.modes.split(","):
-            row = run(args.cli, args.script, mode, name, *cases[name], args.timeout, workdir)
+            row = run(args.cli, args.script, mode, name, *cases[name], args.timeout, workdir,
+                      args.reports)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
             if out:

@@ -25,27 +25,38 @@ def case(profile, gpumem):
     return register
 
 
+def train_step(net, opt, n):
+    loss = net(torch.randn(n, 4096, device="cuda")).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def finder_then_train(steps=20):
-    """The finder as hand-written ones go, then training at the size it found."""
+    """A finder as Lightning's binsearch mode goes: double the batch until a training step
+    fails, then bisect between the last that fitted and the first that failed (to 64
+    rows, about 8 MiB), catching each OOM; then train at the largest batch that fitted.
+    Natively that leaves the driver almost nothing."""
     net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
                               torch.nn.Linear(4096, 4096)).cuda()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-6)
 
     def fits(n):
         try:
-            net(torch.randn(n, 4096, device="cuda")).sum().backward()
+            train_step(net, opt, n)
             return True
         except torch.OutOfMemoryError:
             return False
 
-    batch = 4096
-    while fits(batch * 2):
-        batch *= 2
+    low = 4096
+    while fits(low * 2):
+        low *= 2
+    high = low * 2
+    while high - low > 64:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
     for _ in range(steps):
-        loss = net(torch.randn(batch, 4096, device="cuda")).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        train_step(net, opt, low)
     return net
 
 
@@ -93,12 +104,12 @@ def leak_fills_before_a_new_handle():
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     kept = []
     for _ in range(100000):
-        out = net(torch.randn(8192, 4096, device="cuda"))
+        out = net(torch.randn(8192, 4096, device="cuda"))  # LEAK: kept below
         loss = out.pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        kept.append(out)  # LEAK
+        kept.append(out)
         if len(kept) % 50 == 0:  # now and then a new stream: new cuBLAS workspace
             with torch.cuda.stream(torch.cuda.Stream()):
                 net(torch.randn(64, 4096, device="cuda")).sum().item()

@@ -134,6 +134,7 @@ if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --jsonl "$OUT/diagnosis.jsonl" \
+    --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/diagnosis.err" | tee "$OUT/diagnosis.md"
 fi
 
@@ -141,6 +142,7 @@ if want hiddenoom; then
   echo "== out-of-memory raised by libraries, both modes"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" \
+    --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
 fi
 
