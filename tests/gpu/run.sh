@@ -4,12 +4,16 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
+#                         [diagnosis] [hiddenoom] [multigpu]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
-#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory); overhead: tests/gpu/overhead.sh, recording cost;
+#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory);
+#        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
+#        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
+#        MULTIGPU_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -144,6 +148,13 @@ if want hiddenoom; then
     --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
+fi
+
+if want multigpu; then
+  echo "== multi-GPU layouts under torchrun, native and gpumem taking turns"
+  $py "$repo/tests/gpu/multi_gpu_matrix.py" "$build/bin/gpumem" \
+    ${MULTIGPU_LAYOUTS:+--layouts $MULTIGPU_LAYOUTS} --rounds "${MULTIGPU_ROUNDS:-3}" \
+    --jsonl "$OUT/multi-gpu.jsonl" 2>"$OUT/multi-gpu.err" | tee "$OUT/multi-gpu.md"
 fi
 
 if want overhead; then

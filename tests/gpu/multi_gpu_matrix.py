@@ -1,0 +1,128 @@
+"""The multi-GPU matrix: multi_gpu_train.py under torchrun on every GPU of the machine, for
+each layout (DDP, FSDP2 resharding and keeping parameters, tensor parallel), under
+PyTorch's allocator and `gpumem run`, taking turns for --rounds rounds so that drift
+hits both. Prints a Markdown table per layout: same losses (rank 0, first round), each
+rank's figures under gpumem (device = local rank, memory_allocated = gpumem's own, peak
+reserved / peak allocated), the memory the driver reports per rank, and step time
+gpumem / native as the geometric mean of paired round ratios with a 95% interval.
+
+usage: multi_gpu_matrix.py GPUMEM_CLI [--layouts ddp,fsdp2,fsdp2-keep,tp] [--rounds 3]
+                           [--steps 40] [--jsonl FILE]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from step_time_ab import goal_word, paired_interval  # noqa: E402
+
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                "NVSHMEM_DISABLE_NVLS": "1"}
+LOSS_TOLERANCE = 1e-2  # relative; bf16 autocast, and cuBLAS may pick other kernels
+
+
+def launch(cli, mode, layout, gpus, steps, port):
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={gpus}", f"--master_port={port}",
+                os.path.join(HERE, "multi_gpu_train.py"), layout, "--steps", str(steps)]
+    cmd = torchrun if mode == "native" else [cli, "run", "--"] + torchrun
+    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    rows = []
+    for line in p.stdout.splitlines():
+        if line.startswith("{"):
+            row = json.loads(line)
+            rows.append(dict(row, mode=mode))
+    if p.returncode != 0 or len(rows) != gpus:
+        tail = "\n".join(p.stderr.splitlines()[-15:])
+        print(f"{layout} {mode}: exit {p.returncode}, {len(rows)} ranks reported\n{tail}",
+              file=sys.stderr, flush=True)
+    return rows
+
+
+def losses_match(native, gpumem):
+    a = next((r["losses"] for r in native if r["rank"] == 0), None)
+    b = next((r["losses"] for r in gpumem if r["rank"] == 0), None)
+    if not a or not b or len(a) != len(b):
+        return False, float("nan")
+    worst = max(abs(x - y) / max(abs(x), 1e-9) for x, y in zip(a, b))
+    return worst <= LOSS_TOLERANCE, worst
+
+
+def rank_figures(rows):
+    """Per rank under gpumem: right device, gpumem's figures in PyTorch's API, ratio."""
+    out = []
+    for r in sorted(rows, key=lambda r: r["rank"]):
+        same = abs(r.get("gpumem_allocated", -1) - r["allocated"]) <= (1 << 20)
+        right = r["device"] == r["rank"] % max(1, r["world"]) and r["peak_allocated"] > 0 and same
+        ratio = r["peak_reserved"] / max(1, r["peak_allocated"])
+        out.append((r["rank"], right, ratio, r["driver_used"]))
+    return out
+
+
+def step_ratio(rounds):
+    """Paired per-round ratios of rank 0's median step time, gpumem over native."""
+    ratios = []
+    for native, gpumem in rounds:
+        n = next((r for r in native if r["rank"] == 0), None)
+        g = next((r for r in gpumem if r["rank"] == 0), None)
+        if n and g and n["step_times"] and g["step_times"]:
+            ratios.append(statistics.median(g["step_times"]) / statistics.median(n["step_times"]))
+    return paired_interval(ratios) if len(ratios) >= 2 else None
+
+
+def summarize(layout, rounds):
+    native, gpumem = rounds[0]
+    ok, worst = losses_match(native, gpumem)
+    lines = [f"### {layout}", "", f"- same losses (rank 0, max relative difference "
+             f"{worst:.2e}, tolerance {LOSS_TOLERANCE:g}): {'yes' if ok else 'NO'}"]
+    good = bool(gpumem)
+    for rank, right, ratio, driver in rank_figures(gpumem):
+        n = next((r for r in native if r["rank"] == rank), None)
+        native_ratio = n["peak_reserved"] / max(1, n["peak_allocated"]) if n else float("nan")
+        lines.append(f"- rank {rank}: figures right {'yes' if right else 'NO'}; peak "
+                     f"reserved/allocated {ratio:.3f} (native {native_ratio:.3f}); driver "
+                     f"in use {driver / 2**30:.2f} GiB (native "
+                     f"{(n['driver_used'] if n else 0) / 2**30:.2f} GiB)")
+        good = good and right and ratio <= 1.02
+    r = step_ratio(rounds)
+    if r:
+        point, low, high = r
+        lines.append(f"- step time gpumem/native over {len(rounds)} rounds: {point:.3f} "
+                     f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
+    return "\n".join(lines) + "\n", ok and good
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cli")
+    ap.add_argument("--layouts", default="ddp,fsdp2,fsdp2-keep,tp")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--gpus", type=int, default=0, help="ranks (default: every GPU)")
+    ap.add_argument("--jsonl", default="")
+    args = ap.parse_args()
+    gpus = args.gpus or int(subprocess.check_output(
+        [sys.executable, "-c", "import torch;print(torch.cuda.device_count())"]).strip())
+    out = open(args.jsonl, "w") if args.jsonl else None
+    failed = 0
+    for layout in args.layouts.split(","):
+        rounds = []
+        for i in range(args.rounds):
+            pair = [launch(args.cli, mode, layout, gpus, args.steps, 29500 + 2 * i + j)
+                    for j, mode in enumerate(("native", "gpumem"))]
+            rounds.append(tuple(pair))
+            for row in pair[0] + pair[1]:
+                print(json.dumps(dict(row, round=i)), file=out or sys.stderr, flush=True)
+        text, ok = summarize(layout, rounds)
+        print(text, flush=True)
+        failed += not ok
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

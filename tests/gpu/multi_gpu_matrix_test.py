@@ -1,0 +1,67 @@
+"""multi_gpu_matrix.py's judgement on made-up rank rows (no GPU): losses compared at rank
+0, a rank whose figures are another device's or not gpumem's is wrong, peak reserved /
+allocated above 1.02 fails, step time from paired rounds."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import multi_gpu_matrix as m  # noqa: E402
+
+GiB = 1 << 30
+
+
+def row(rank, mode, losses=(3.0, 2.5), time=0.1, device=None, allocated=GiB, gpumem=None,
+        peak_allocated=4 * GiB, peak_reserved=4 * GiB):
+    r = {"rank": rank, "world": 2, "mode": mode, "losses": list(losses),
+         "step_times": [time] * 5, "device": rank if device is None else device,
+         "allocated": allocated, "peak_allocated": peak_allocated,
+         "peak_reserved": peak_reserved, "driver_used": 5 * GiB}
+    if mode == "gpumem":
+        r["gpumem_allocated"] = allocated if gpumem is None else gpumem
+    return r
+
+
+def pair(time=0.1, **gpumem_rank1):
+    native = [row(0, "native"), row(1, "native")]
+    gpumem = [row(0, "gpumem", time=time), row(1, "gpumem", **gpumem_rank1)]
+    return native, gpumem
+
+
+class Judgement(unittest.TestCase):
+    def test_all_right(self):
+        text, ok = m.summarize("fsdp2", [pair(), pair(0.1)])
+        self.assertTrue(ok, text)
+        self.assertIn("same losses", text)
+        self.assertIn("step time gpumem/native over 2 rounds: 1.000", text)
+
+    def test_other_losses(self):
+        native, gpumem = pair()
+        gpumem[0]["losses"] = [3.0, 2.0]
+        _, ok = m.summarize("ddp", [(native, gpumem)])
+        self.assertFalse(ok)
+
+    def test_rank_reporting_device_zero(self):
+        text, ok = m.summarize("ddp", [pair(device=0)])
+        self.assertFalse(ok)
+        self.assertIn("rank 1: figures right NO", text)
+
+    def test_torch_api_not_gpumem_figures(self):
+        _, ok = m.summarize("tp", [pair(gpumem=0)])
+        self.assertFalse(ok)
+
+    def test_reserved_over_allocated_limit(self):
+        _, ok = m.summarize("tp", [pair(peak_reserved=int(4.2 * GiB))])
+        self.assertFalse(ok)
+
+    def test_no_gpumem_rows(self):
+        _, ok = m.summarize("ddp", [([row(0, "native")], [])])
+        self.assertFalse(ok)
+
+    def test_slower_step_time(self):
+        text, _ = m.summarize("ddp", [pair(0.12), pair(0.121), pair(0.119)])
+        self.assertIn("within 1%: NOT MET", text)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,144 @@
+"""A Llama-style model trained by torchrun ranks, written as users write it (no gpumem
+call), with one of four parallel layouts: DDP, FSDP2 (`fully_shard` per block, parameters
+resharded after forward or kept), or tensor parallel (DTensor, `parallelize_module`).
+Batches of varying length, bf16 autocast. Each rank prints one JSON line: its losses, step
+times, and the memory figures PyTorch's API gives for the current device (what gpumem
+answers under its allocator), plus gpumem's own where it is installed.
+
+usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp}
+       [--steps 40] [--warmup 10] [--dim 1024] [--layers 8]
+"""
+import argparse
+import json
+import os
+import random
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB = 32000
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.head_dim = dim // heads
+        self.norm1, self.norm2 = nn.RMSNorm(dim), nn.RMSNorm(dim)
+        self.q, self.k, self.v, self.o = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+        self.up = nn.Linear(dim, 4 * dim, bias=False)
+        self.down = nn.Linear(4 * dim, dim, bias=False)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        # -1 heads: under tensor parallel each rank holds its share of the heads.
+        q, k, v = (p(h).view(b, s, -1, self.head_dim).transpose(1, 2)
+                   for p in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, -1))
+        return x + self.down(F.silu(self.up(self.norm2(x))))
+
+
+class Model(nn.Module):
+    def __init__(self, dim, layers, heads=16):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.norm = nn.RMSNorm(dim)
+        self.head = nn.Linear(dim, VOCAB, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.norm(x))
+
+
+def parallelize(model, layout, device):
+    world = dist.get_world_size()
+    if layout == "ddp":
+        return nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    if layout.startswith("fsdp2"):
+        from torch.distributed.fsdp import fully_shard
+        reshard = layout == "fsdp2"
+        for block in model.blocks:
+            fully_shard(block, reshard_after_forward=reshard)
+        return fully_shard(model, reshard_after_forward=reshard)
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
+                                                   parallelize_module)
+    mesh = init_device_mesh("cuda", (world,))
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
+            "o": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
+    for block in model.blocks:
+        parallelize_module(block, mesh, plan)
+    return model
+
+
+def batch(step, rank, layout, device, size=8):
+    # Tensor-parallel ranks share each batch; data-parallel ranks each get their own.
+    rng = random.Random(step * 1000 + (0 if layout == "tp" else rank))
+    length = rng.choice(range(128, 1025, 64))
+    g = torch.Generator().manual_seed(rng.randrange(1 << 30))
+    tokens = torch.randint(0, VOCAB, (size, length + 1), generator=g)
+    return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+def figures():
+    free, total = torch.cuda.mem_get_info()
+    out = {"device": torch.cuda.current_device(),
+           "allocated": torch.cuda.memory_allocated(),
+           "peak_allocated": torch.cuda.max_memory_allocated(),
+           "peak_reserved": torch.cuda.max_memory_reserved(),
+           "driver_used": total - free}
+    try:
+        import gpumem
+        if gpumem.installed():
+            out["gpumem_allocated"] = gpumem.stats()["allocated_bytes"]
+    except ImportError:
+        pass
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("layout", choices=["ddp", "fsdp2", "fsdp2-keep", "tp"])
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--layers", type=int, default=8)
+    args = ap.parse_args()
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local)
+    torch.cuda.set_device(device)
+    dist.init_process_group("nccl", device_id=device)
+    torch.manual_seed(0)
+    model = parallelize(Model(args.dim, args.layers).to(device), args.layout, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    losses, times = [], []
+    for step in range(args.steps):
+        tokens, targets = batch(step, rank, args.layout, device)
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = model(tokens)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - start)
+    row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
+           "allocator": torch.cuda.memory.get_allocator_backend(), "losses": losses,
+           "step_times": times, **figures()}
+    print(json.dumps(row), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
