@@ -21,7 +21,8 @@ Slab* SmallPool::AddSlab(int c, Block* block) {
   s->count = static_cast<std::uint32_t>(SizeClasses::SlabCount(c));
   s->used = 0;
   s->fresh = 0;  // slots are handed out in address order, without a list to fill
-  s->free_slots.clear();
+  s->free_slots.resize(s->count);
+  s->free_count = 0;
   slabs_.push_back(s);
   empty_bytes_ += block->size;
   bytes_ += block->size;

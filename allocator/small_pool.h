@@ -24,7 +24,10 @@ struct Slab {
   std::uint32_t count = 0;
   std::uint32_t used = 0;
   std::uint32_t fresh = 0;                // slots [fresh, count) were never handed out
-  std::vector<std::uint32_t> free_slots;  // returned slots, reused first
+  // Returned slots, reused first: a stack of free_count in room for every slot, so a free
+  // never grows it (no reallocation path, and no frame for one, in the free).
+  std::vector<std::uint32_t> free_slots;
+  std::uint32_t free_count = 0;
   Slab* prev = nullptr;  // in its class's list of slabs with a free slot
   Slab* next = nullptr;
   bool listed = false;
@@ -42,9 +45,8 @@ class SmallPool {
     Slab* s = avail_[c];
     if (s == nullptr) return 0;
     std::uint32_t i;
-    if (!s->free_slots.empty()) {
-      i = s->free_slots.back();
-      s->free_slots.pop_back();
+    if (s->free_count != 0) {
+      i = s->free_slots[--s->free_count];
     } else {
       i = s->fresh++;
     }
@@ -55,7 +57,8 @@ class SmallPool {
   }
 
   void Free(Slab* s, DevicePtr ptr) {
-    s->free_slots.push_back(static_cast<std::uint32_t>((ptr - s->block->addr) / s->slot_bytes));
+    s->free_slots[s->free_count++] =
+        static_cast<std::uint32_t>((ptr - s->block->addr) / s->slot_bytes);
     if (--s->used == 0) empty_bytes_ += s->block->size;
     if (!s->listed) List(s);
   }

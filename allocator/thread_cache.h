@@ -31,7 +31,7 @@
 
 namespace gpumem {
 
-struct StreamHeap;  // the allocator's per-stream pools (caching_allocator.cc)
+struct StreamHeap;  // the allocator's per-stream pools (caching_allocator_impl.h)
 
 // A block handed out, as the allocator knows it.
 struct LiveBlock {

@@ -1,0 +1,297 @@
+// The caching allocator's slow path and the memory it gives back: growth when no free
+// block fits (stitching idle pages or creating new ones within a budget, keeping the
+// headroom), the retries that wait for the device and trim, the OOM report, and
+// EmptyCache / ReleaseIdle.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+
+#include "allocator/caching_allocator_impl.h"
+
+namespace gpumem {
+namespace {
+
+// The allocator whose growth this thread is in: its driver calls may fail and call back
+// (a tracer's callback asking for ReleaseIdle) while it holds its own lock.
+thread_local const void* t_growing = nullptr;
+class GrowingScope {
+ public:
+  explicit GrowingScope(const void* allocator) : previous_(t_growing) { t_growing = allocator; }
+  ~GrowingScope() { t_growing = previous_; }
+  GrowingScope(const GrowingScope&) = delete;
+  GrowingScope& operator=(const GrowingScope&) = delete;
+
+ private:
+  const void* previous_;
+};
+
+}  // namespace
+
+// A no-op while a capture is under way: releasing memory would break it.
+void CachingAllocator::EmptyCache() {
+  std::lock_guard lock(mu_);
+  GiveBackIdle();
+}
+
+void CachingAllocator::ReleaseIdle() {
+  if (t_growing == this) return;  // our own driver call failed: the slow path handles it
+  EmptyCache();
+}
+
+OomReport CachingAllocator::last_oom() const {
+  std::lock_guard lock(mu_);
+  return last_oom_;
+}
+
+// Unmaps the old addresses of lent pages whose work is done (all, once quiet).
+void CachingAllocator::RetireLent() {
+  for (auto& [key, h] : heaps_) {
+    if (h->large.lent_pages() > 0) h->large.RetireLent(/*all=*/pages_.quiet());
+  }
+}
+
+std::size_t CachingAllocator::EmptySlabBytes() const {
+  std::size_t n = 0;
+  for (const auto& [key, h] : heaps_) n += h->small.empty_bytes();
+  return n;
+}
+
+void CachingAllocator::ReleaseEmptySlabs() {
+  for (auto& [key, h] : heaps_) ReleaseEmptySlabs(*h);
+}
+
+// Empty slabs back to their heap's large pool (its memory stays in the heap's pool).
+void CachingAllocator::ReleaseEmptySlabs(StreamHeap& h) {
+  LargePool& large = h.large;
+  h.small.ReleaseEmpty([&](Block* b) {
+    slab_bytes_removed_ += b->size;
+    ++slabs_removed_;
+    large.Free(b);
+  });
+}
+
+Block* CachingAllocator::AllocateLarge(StreamHeap& h, std::size_t bytes) {
+  if (Block* b = h.large.BestFit(bytes)) return b;
+  GrowingScope growing(this);
+  Block* b = CannotFit(bytes)    ? nullptr
+             : Capturing()       ? AllocateCapturing(h, bytes)
+                                 : AllocateSlow(h, bytes);
+  SampleReserved();
+  return b;
+}
+
+// Whether `bytes` more cannot fit even with every idle byte reclaimed: live and
+// pending blocks pin their bytes at least. Such a request fails before any page is
+// created, mapped or unmapped.
+bool CachingAllocator::CannotFit(std::size_t bytes) const {
+  const std::uint64_t capacity = backend_.capacity();
+  const std::uint64_t pinned = ExactLive().bytes + pending_bytes_;
+  return bytes > capacity || pinned > capacity - bytes;
+}
+
+// A capture is under way: free blocks and new pages only. Nothing is unmapped, waited
+// for or released, so a request that does not fit fails (OOM) without trimming.
+Block* CachingAllocator::AllocateCapturing(StreamHeap& h, std::size_t bytes) {
+  FlushCaches();
+  ReleaseEmptySlabs(h);
+  if (Block* b = h.large.BestFit(bytes)) return b;
+  absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/true);
+  return grown.ok() ? *grown : nullptr;
+}
+
+// No free block fits. In order: take back what pending frees and empty slabs hold, grow
+// from idle and new pages; if the device is full, wait for all queued work and retry;
+// then release every cached byte and retry once more.
+Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes) {
+  pages_.BeginSlowPath();
+  // Blocks in thread caches first, so growth sees all the free memory it would without
+  // them: the large ones (cached small blocks hold slab slots, which rarely make room),
+  // then, before anything grows, every one.
+  if (FlushCaches(/*large_only=*/true)) {
+    if (Block* b = h.large.BestFit(bytes)) return b;
+  }
+  FlushCaches();
+  const std::uint64_t stitches = stats_.stitch_count;
+  Block* b = nullptr;
+  int attempt = 0;
+  for (; attempt < 3 && b == nullptr; ++attempt) b = AttemptGrowth(h, bytes, attempt);
+  if (attempt > 1 || stats_.stitch_count != stitches) ++retries_;
+  return b;
+}
+
+// One round of AllocateSlow: the later ones wait for the device, stitch whatever the
+// budget says and, after the second, trim every cached byte.
+Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt) {
+  if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
+  CollectPending();
+  RetireLent();
+  if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
+  if (Block* b = h.large.BestFit(bytes)) return b;
+  if (attempt == 0 && EatsHeadroom(h, bytes)) return GrowFromIdle(h, bytes);
+  absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
+  if (grown.ok()) return *grown;
+  if (attempt == 1) {
+    ReleaseAllCached();
+    ++stats_.trim_count;
+  }
+  return nullptr;
+}
+
+// Whether growth for `bytes` would create memory that leaves the driver less free than
+// the headroom (CachingAllocatorOptions::headroom_bytes). The one free-memory query.
+bool CachingAllocator::EatsHeadroom(StreamHeap& h, std::size_t bytes) const {
+  if (options_.headroom_bytes == 0) return false;
+  const std::uint64_t created = NewBytesFor(h, bytes);
+  if (created == 0) return false;
+  const std::uint64_t free = backend_.DeviceFreeBytes();
+  return free < created || free - created < options_.headroom_bytes;
+}
+
+// At most the memory growth for `bytes` creates: the pages that the page cache lacks,
+// or a segment.
+std::uint64_t CachingAllocator::NewBytesFor(const StreamHeap& h, std::size_t bytes) const {
+  if (!pages_.vmm()) return bytes;
+  const std::size_t need = h.large.PlanGrowth(bytes).pages();
+  const std::size_t cached = pages_.cached_pages();
+  return need > cached ? (need - cached) * pages_.page_bytes() : 0;
+}
+
+// Growth that keeps the headroom where it can: every idle page goes to the page cache,
+// growth maps from there first, and the idle pages it leaves go back to the device.
+Block* CachingAllocator::GrowFromIdle(StreamHeap& h, std::size_t bytes) {
+  ++stats_.trim_count;
+  CollectIdleOf([this](const StreamHeap& heap) { return Reclaimable(heap); });
+  Block* b = h.large.BestFit(bytes);
+  if (b == nullptr) {
+    absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/false);
+    if (grown.ok()) b = *grown;
+  }
+  pages_.ReleaseCached();
+  return b;
+}
+
+// `budget`: new pages are preferred to stitching within the growth budget. Off on the
+// retries: the device refused pages, so idle ones are stitched before anything is trimmed.
+absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, bool budget) {
+  if (!pages_.vmm()) return h.large.Grow({}, bytes);
+  const LargePool::Plan plan = h.large.PlanGrowth(bytes);
+  const std::size_t need = plan.pages();
+  std::size_t reused = pages_.cached_pages();
+  bool lent = false;
+  // No stitching during a capture: it would unmap (or lend, recording an event).
+  if (options_.stitch && !Capturing() && need > pages_.cached_pages() &&
+      !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
+    const std::size_t want = need - pages_.cached_pages();
+    // This stream's own idle pages are lent: the new block's work follows theirs in
+    // stream order, so nothing waits. Other streams' pages need the device idle.
+    std::size_t taken = h.large.TakeIdlePages(want, plan.extent, /*lend=*/true);
+    lent = taken > 0;
+    // Another pool's pages are never taken, nor are this pool's given to another.
+    for (auto& [key, other] : heaps_) {
+      if (taken == want) break;
+      if (other.get() != &h && other->pool == h.pool) {
+        taken += other->large.TakeIdlePages(want - taken, nullptr);
+      }
+    }
+    reused += taken;
+    stitched_bytes_ += taken * pages_.page_bytes();
+  }
+  absl::StatusOr<Block*> b = h.large.Grow(plan, bytes);
+  if (b.ok() && reused > 0) ++stats_.stitch_count;
+  // Lent pages left in the cache could go to another stream's growth: make them safe.
+  if (lent && !b.ok()) pages_.Quiesce();
+  return b;
+}
+
+// Whether `pages` new pages keep reserved within the budget for growth without
+// stitching (CachingAllocatorOptions::new_page_headroom), counting the request of
+// `bytes` being served in the peak.
+bool CachingAllocator::NewPagesFit(std::size_t pages, std::size_t bytes) const {
+  const double peak = static_cast<double>(
+      std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes));
+  const double after =
+      static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
+  const double learned = peak * (1.0 + options_.new_page_headroom) +
+                         static_cast<double>(stitched_bytes_);
+  const double budget = std::min(
+      learned,
+      peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)));
+  return after <= budget && after <= static_cast<double>(backend_.capacity());
+}
+
+// Every idle page unmapped and released, empty slabs and free segments returned; the
+// memory of pools in use stays.
+void CachingAllocator::ReleaseAllCached() {
+  ReleaseCachedOf([this](const StreamHeap& h) { return Reclaimable(h); });
+}
+
+// The free memory of the heaps `which` picks released; every cached page too.
+void CachingAllocator::ReleaseCachedOf(HeapFilter which) {
+  CollectIdleOf(which);
+  pages_.ReleaseCached();
+  ReleaseDonePools();
+}
+
+// Every idle page of the heaps `which` picks into the page cache; their empty slabs and
+// free segments returned.
+void CachingAllocator::CollectIdleOf(HeapFilter which) {
+  FlushCaches();
+  pages_.Quiesce();
+  CollectPending();
+  for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
+  for (auto& [key, h] : heaps_) {
+    if (!which(*h)) continue;
+    ReleaseEmptySlabs(*h);
+    h->large.TakeIdlePages(std::numeric_limits<std::size_t>::max(), nullptr);
+    h->large.ReleaseFreeSegments();
+  }
+}
+
+// Every idle byte back to the device (mu_ held); not during a capture, which releasing
+// would break.
+void CachingAllocator::GiveBackIdle() {
+  if (Capturing()) return;
+  FlushCaches();
+  pages_.BeginSlowPath();
+  ReleaseAllCached();
+}
+
+// Whether any memory could go back: cached or idle pages, empty slabs, free segments.
+bool CachingAllocator::HoldsIdle() const {
+  if (pages_.cached_pages() > 0 || EmptySlabBytes() > 0) return true;
+  for (const auto& [key, h] : heaps_) {
+    if (h->large.IdlePages() > 0 || (!pages_.vmm() && h->large.largest_free() > 0)) return true;
+  }
+  return false;
+}
+
+std::uint64_t CachingAllocator::LargestFree() const {
+  std::uint64_t largest = 0;
+  std::uint64_t idle = pages_.cached_pages();
+  for (const auto& [key, h] : heaps_) {
+    largest = std::max<std::uint64_t>(largest, h->large.largest_free());
+    idle += h->large.IdlePages();
+  }
+  // Idle pages can be stitched into one range of any shape.
+  if (pages_.vmm()) largest = std::max<std::uint64_t>(largest, idle * pages_.page_bytes());
+  return largest;
+}
+
+absl::Status CachingAllocator::Oom(std::size_t bytes, StreamId stream) {
+  FlushCaches();  // cached blocks are free memory in the report
+  ++stats_.oom_count;
+  last_oom_.requested_bytes = bytes;
+  last_oom_.allocated_bytes = ExactLive().bytes;
+  last_oom_.reserved_bytes = pages_.reserved_bytes();
+  last_oom_.largest_free_bytes = LargestFree();
+  last_oom_.capacity_bytes = backend_.capacity();
+  Notify(AllocatorEventKind::kOom, 0, bytes, stream);
+  // Caught or not, an OOM leaves the device full: what no live block uses goes back,
+  // so the libraries that allocate next (a cuBLAS handle, an NCCL communicator) find it.
+  // Only when something is idle: waiting for the device to fail a request is costly.
+  if (HoldsIdle()) GiveBackIdle();
+  return absl::ResourceExhaustedError(last_oom_.ToString());
+}
+
+}  // namespace gpumem
