@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "hooks/trace_hook.h"
+#include "profiler/driver_memory.h"
 #include "profiler/live_view.h"
 #include "profiler/oom_verdict.h"
 #include "profiler/recorder.h"
@@ -47,6 +48,14 @@ void Describe(OomVerdictInput& in) {
   }
 }
 
+// The driver's count of the device's memory, where it can say (never initializes CUDA).
+void AddDriverFigures(OomVerdictInput& in) {
+  const std::optional<DriverMemory> d = SampleDriverMemory();
+  if (!d || d->device != in.device) return;
+  if (!in.driver_free) in.driver_free = d->free;
+  in.driver_total = d->total;
+}
+
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).
 void Print(const OomVerdictInput& in, report::OomClass cls, const std::string& headline = "") {
   if (!LogOom()) return;
@@ -81,6 +90,8 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::str
   in.figures.largest_free = report.largest_free_bytes;
   in.figures.free_cached =
       report.reserved_bytes - std::min(report.reserved_bytes, report.allocated_bytes);
+  in.reserved = report.reserved_bytes;
+  AddDriverFigures(in);
   Describe(in);
   Print(in, report::ClassifyOom(in.figures), headline.empty() ? headline : headline + "\n");
 }
@@ -104,6 +115,8 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
   }
   Describe(in);  // fills allocated and the cap from the trace where still unknown
   in.figures.free_cached = reserved > in.figures.allocated ? reserved - in.figures.allocated : 0;
+  if (reserved != 0) in.reserved = reserved;
+  AddDriverFigures(in);
   if (in.figures.capacity == 0) in.figures.capacity = reserved + f.driver_free_bytes;
   const report::OomClass cls = report::ClassifyOom(in.figures);
   Print(in, cls);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
@@ -130,7 +131,8 @@ void NoteCudaInForkedChild(const char* what) {
 }
 
 void TraceStep(std::uint64_t) {
-  if (Recorder* recorder = OpenOrKeep({true, 0, 0, {}})) recorder->Step();
+  // The driver's figures ride in the step record, where it can say them.
+  if (Recorder* recorder = OpenOrKeep({true, 0, 0, {}})) recorder->Step(SampleDriverMemory());
 }
 
 void TraceCapacity(int device, std::uint64_t bytes, format::CapacitySource source) {

@@ -1,5 +1,7 @@
 #include "profiler/oom_verdict.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
@@ -61,12 +63,24 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
   }
 }
 
+// "the allocator held 70.1 GiB, outside it 3.4 GiB ... of 79.2 GiB": where the driver said.
+void AppendOutside(const OomVerdictInput& in, std::string* out) {
+  if (!in.driver_free || !in.driver_total || !in.reserved) return;
+  const std::uint64_t used = *in.driver_total - std::min(*in.driver_total, *in.driver_free);
+  const std::uint64_t outside = used - std::min(used, *in.reserved);
+  absl::StrAppend(out, "gpumem:   memory: the allocator held ", Bytes(*in.reserved),
+                  ", outside it ", Bytes(outside),
+                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces) of ", Bytes(*in.driver_total),
+                  "; `gpumem report` on the trace splits it by library\n");
+}
+
 }  // namespace
 
 std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   std::string out = absl::StrCat("gpumem: device ", in.device, ": out of memory: verdict: ",
                                  VerdictName(cls), "\n");
   absl::StrAppend(&out, "gpumem:   evidence: ", Evidence(in, cls), ".\n");
+  AppendOutside(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls), "\n");
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {

@@ -24,6 +24,10 @@ struct OomVerdictInput {
   report::OomFigures figures;
   bool gpumem_allocator = false;  // gpumem's allocator refused (it defragments first)
   std::optional<std::uint64_t> driver_free;
+  // The device's total (the driver's) and the allocator's reserved bytes: with driver_free,
+  // what the allocator held against what the rest of the process held outside it.
+  std::optional<std::uint64_t> driver_total;
+  std::optional<std::uint64_t> reserved;
   bool sites_recorded = false;    // a trace is open: the sites below have names
   std::vector<VerdictSite> sites;  // growing ones first, then the largest
   double growth_per_step = 0;     // the growing sites together (or the total's)

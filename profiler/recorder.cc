@@ -346,13 +346,18 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   }
 }
 
-std::uint64_t Recorder::Step() {
+std::uint64_t Recorder::Step(const std::optional<DriverMemory>& driver) {
   const std::uint64_t step = step_.fetch_add(1, std::memory_order_relaxed) + 1;
   RawRecord r;
   r.time_ns = TraceWriter::NowNs();
   r.type = format::RecordType::kStep;
   r.size = step;
   r.thread = TraceWriter::ThreadId();
+  if (driver) {
+    r.device = driver->device;
+    r.addr = driver->free;
+    r.stream = driver->total;
+  }
   if (const std::uint8_t source = step_source_.load(std::memory_order_relaxed); source != 0) {
     r.has_extra = true;
     r.extra = source;

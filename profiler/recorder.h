@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "allocator/observer.h"
+#include "profiler/driver_memory.h"
 #include "profiler/live_view.h"
 #include "profiler/trace_writer.h"
 
@@ -59,7 +60,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // A training-step boundary; returns the number of the step that begins. Its record
   // names the step source last set (what marks the steps: gpumem.step() or the Python
   // package's optimizer step hooks), if any.
-  std::uint64_t Step();
+  // `driver`: the driver's figures at this step end (docs/trace-format.md: the step record's
+  // address is the free bytes, its stream the total, its device the device).
+  std::uint64_t Step(const std::optional<DriverMemory>& driver = std::nullopt);
   // Process-wide: it may be said before the recorder opens (the allocator opens it with
   // the first device).
   static void SetStepSource(format::StepSource source) {

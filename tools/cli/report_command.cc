@@ -19,6 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
 #include "tools/cli/report_ranks.h"
+#include "tools/report/cupti_companion.h"
 #include "tools/report/html_report.h"
 #include "tools/report/json_report.h"
 #include "tools/report/merge.h"
@@ -104,13 +105,16 @@ int Run(const ReportArgs& args) {
     if (!site.ok()) return BadInput(std::string(site.status().message()));
     options.step_site = *site;
   }
+  // A CUPTI trace named with its main trace is read with it (report/cupti_companion.h).
+  const std::vector<std::string> paths = report::WithoutCompanions(args.traces);
   // Ranks of a job: read one by one, bounded memory (the HTML page needs them all).
-  if (args.traces.size() > 1 && args.html.empty()) {
-    return ReportRanks(args.traces, options, args.json);
+  if (paths.size() > 1 && args.html.empty()) {
+    return ReportRanks(paths, options, args.json);
   }
   // Load everything first: one bad file fails the whole command before any output.
   std::vector<trace::Trace> traces;
-  for (const std::string& path : args.traces) {
+  std::vector<std::optional<trace::Trace>> cupti;
+  for (const std::string& path : paths) {
     std::error_code size_error;
     const std::uintmax_t bytes = std::filesystem::file_size(path, size_error);
     const bool long_read = !size_error && bytes >= (std::uintmax_t{64} << 20);
@@ -118,11 +122,14 @@ int Run(const ReportArgs& args) {
         trace::LoadTrace(path, MakeProgress(path + " (reading)", long_read));
     if (!t.ok()) return BadInput(std::string(t.status().message()));
     traces.push_back(std::move(*t));
+    cupti.push_back(report::LoadCuptiCompanion(path));
   }
   std::vector<report::Report> reports;
   reports.reserve(traces.size());
-  for (const trace::Trace& t : traces) {
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const trace::Trace& t = traces[i];
     options.progress = MakeProgress(t.source, t.events.size() >= 2'000'000);
+    options.cupti = cupti[i] ? &*cupti[i] : nullptr;
     reports.push_back(report::BuildReport(t, options));
   }
   if (!args.html.empty()) {

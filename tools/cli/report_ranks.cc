@@ -9,6 +9,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/report/cupti_companion.h"
 #include "tools/report/json_report.h"
 #include "tools/report/merge.h"
 #include "tools/report/terminal_report.h"
@@ -39,7 +40,10 @@ RankOutput Analyse(const std::string& path, std::size_t index,
     out.unread = {path, std::string(t.status().message())};
     return out;
   }
-  const report::Report r = report::BuildReport(*t, options);
+  const std::optional<trace::Trace> cupti = report::LoadCuptiCompanion(path);
+  report::ReportOptions with_cupti = options;
+  with_cupti.cupti = cupti ? &*cupti : nullptr;
+  const report::Report r = report::BuildReport(*t, with_cupti);
   out.read = true;
   out.summary = report::SummarizeRank(r, index);
   out.text = json ? report::ReportToJson(r).dump(2)

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/oom_explain.h"
+#include "tools/report/outside_format.h"
 
 namespace gpumem::report {
 
@@ -42,6 +43,12 @@ nlohmann::json FailedOutsideJson(const FailedOutside& f) {
   return j;
 }
 
+// "; the allocator held 70.1 GiB, NCCL 2.3 GiB of 79.2 GiB" where that is known.
+std::string WhoHeld(const Report& r) {
+  const std::string part = OutsideVerdictPart(r.outside);
+  return part.empty() ? "" : absl::StrCat("; ", part);
+}
+
 }  // namespace
 
 std::string Verdict(const Report& r) {
@@ -55,12 +62,14 @@ std::string Verdict(const Report& r) {
     return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ",
                         f.call.call, " of ", Bytes(f.call.size), " failed while the allocator held ",
                         Bytes(f.idle), " idle",
-                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"));
+                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"),
+                        WhoHeld(r));
   }
   if (r.fatal_oom) {
     const OomExplanation& x = r.ooms[*r.fatal_oom];
     return absl::StrCat("out of memory in step ", x.at.step + 1, ": ", ClassText(x.cls),
-                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"));
+                        recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"),
+                        WhoHeld(r));
   }
   if (!r.ooms.empty()) {
     return absl::StrCat("the run did not die of an OOM it saw (",
@@ -148,6 +157,7 @@ nlohmann::json ReportToJson(const Report& r) {
   json failed = json::array();
   for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));
   out["failed_allocations"] = std::move(failed);
+  out["outside_allocator"] = OutsideToJson(r.outside);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;
   return out;

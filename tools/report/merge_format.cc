@@ -19,6 +19,7 @@ nlohmann::json RankToJson(const RankSummary& s) {
           {"steps", s.steps},
           {"peak_allocated", s.peak_allocated},
           {"peak_reserved", s.peak_reserved},
+          {"outside_allocator", OrNull(s.outside_allocator)},
           {"leak_bytes_per_step", s.leak_bytes_per_step},
           {"leak_site", s.leak_site},
           {"projected_oom_step", OrNull(s.projected_oom_step)},
@@ -80,12 +81,14 @@ std::string FormatMerged(const Merged& m) {
   std::string out = absl::StrCat("Ranks compared (", m.ranks.size(), " traces):\n");
   AppendDiffering(m, &out);
   AppendProblems(m, &out);
-  absl::StrAppend(&out, absl::StrFormat("  %5s %14s %8s %14s %10s %5s  %s\n", "rank", "peak alloc",
-                                        "vs low", "leak/step", "OOM step", "OOMs", "trace"));
+  absl::StrAppend(&out, absl::StrFormat("  %5s %14s %8s %14s %14s %10s %5s  %s\n", "rank",
+                                        "peak alloc", "vs low", "outside alloc", "leak/step",
+                                        "OOM step", "OOMs", "trace"));
   for (const RankSummary& s : m.ranks) {
     absl::StrAppend(&out, absl::StrFormat(
-        "  %5d %14s %+7.1f%% %14s %10s %5d  %s%s\n", *s.rank,
+        "  %5d %14s %+7.1f%% %14s %14s %10s %5d  %s%s\n", *s.rank,
         Bytes(static_cast<double>(s.peak_allocated)), (s.peak_vs_lowest - 1) * 100,
+        s.outside_allocator ? Bytes(static_cast<double>(*s.outside_allocator)) : "unknown",
         Bytes(s.leak_bytes_per_step), StepOrDash(s.first_oom_step ? s.first_oom_step
                                                                    : s.projected_oom_step),
         s.ooms, s.source, s.differs.empty() ? "" : "  <-"));

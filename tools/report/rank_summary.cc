@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "tools/report/outside_format.h"
+
 namespace gpumem::report {
 namespace {
 
@@ -48,6 +50,7 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
   s.steps = report.steps.count;
   s.peak_allocated = report.timeline.peak_allocated;
   s.peak_reserved = report.timeline.peak_reserved;
+  s.outside_allocator = OutsideAtPeak(report.outside);
   s.leak_bytes_per_step = report.leaks.bytes_per_step;
   if (!report.leaks.suspects.empty()) s.leak_site = report.leaks.suspects.front().name;
   s.projected_oom_step = report.projected_oom_step;

@@ -20,6 +20,8 @@ struct RankSummary {
   std::size_t steps = 0;
   std::uint64_t peak_allocated = 0;
   std::uint64_t peak_reserved = 0;
+  // Device memory outside the allocator at the peak (docs/multi-gpu.md); nullopt: unknown.
+  std::optional<std::uint64_t> outside_allocator;
   double leak_bytes_per_step = 0;
   std::string leak_site;  // the largest suspect's "file:line function"
   std::optional<std::size_t> projected_oom_step;  // 0-based

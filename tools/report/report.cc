@@ -60,6 +60,19 @@ void TakeFailedOutside(Report* r) {
   r->fatal_oom.reset();
 }
 
+// Where the run died of memory, if it did: the outside figures are taken there.
+std::optional<OutsideEnd> Death(const Report& r) {
+  if (r.fatal_failed_outside) {
+    const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
+    return OutsideEnd{f.time_us, f.device_free, "failed allocation"};
+  }
+  if (!r.fatal_oom) return std::nullopt;
+  const OomPoint& p = r.ooms[*r.fatal_oom].at;
+  std::optional<std::uint64_t> free;
+  if (p.device_free != 0) free = p.device_free;
+  return OutsideEnd{p.time_us, free, "OOM"};
+}
+
 }  // namespace
 
 Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
@@ -81,6 +94,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.recovered_ooms += r.ooms[i].recovered;
   }
   TakeFailedOutside(&r);
+  r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), Death(r));
   AddWarnings(r);
   return r;
 }

@@ -10,6 +10,7 @@
 #include "tools/report/failed_outside.h"
 #include "tools/report/leaks.h"
 #include "tools/report/oom_explain.h"
+#include "tools/report/outside_allocator.h"
 #include "tools/report/sites.h"
 #include "tools/report/steps.h"
 #include "tools/report/timeline.h"
@@ -22,6 +23,9 @@ struct ReportOptions {
   std::optional<StepSite> step_site;
   std::size_t series_points = 2000;
   bool replay_fragmentation = true;  // replay through gpumem to show what it would do
+  // The CUPTI tracer's trace of the same process (NAME.cupti.gpumem), or null: the device
+  // memory other libraries took outside the allocator.
+  const trace::Trace* cupti = nullptr;
   Progress progress;
 };
 
@@ -40,6 +44,7 @@ struct Report {
   std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based
+  OutsideAllocator outside;  // device memory outside the allocator, at the peak and the end
   std::vector<std::string> warnings;
 
   explicit Report(const trace::Trace& t) : trace(&t), sites(t) {}

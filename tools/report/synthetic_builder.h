@@ -36,6 +36,29 @@ class Builder {
     return frames_.InternStack(ids);
   }
 
+  // A stack of exactly these frames (innermost first): a CUPTI record's API frame and
+  // the native frames of the library that called it.
+  std::uint32_t RawStack(const std::vector<trace::Frame>& frames) {
+    std::vector<std::uint32_t> ids;
+    for (const trace::Frame& f : frames) ids.push_back(frames_.Intern(f));
+    return frames_.InternStack(ids);
+  }
+  // An event on another device (-1: pinned host memory).
+  void AddOn(std::int32_t device, Action action, std::uint64_t addr, std::uint64_t size,
+             std::uint32_t stack = 0) {
+    Add(action, addr, size, stack);
+    trace_.events.back().device = device;
+  }
+  // A step end with the driver's figures (docs/trace-format.md).
+  void StepWithDriver(std::uint64_t free, std::uint64_t total, std::int32_t device = 0) {
+    std::uint64_t number = 1;  // the step's number, as the recorder writes it
+    for (const trace::Event& e : trace_.events) number += e.action == Action::kStep;
+    Step();
+    trace_.events.back().size = number;
+    trace_.events.back().addr = free;
+    trace_.events.back().stream = total;
+    trace_.events.back().device = device;
+  }
   void Add(Action action, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = 0) {
     trace::Event e;
     e.action = action;

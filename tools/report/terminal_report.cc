@@ -4,6 +4,7 @@
 #include "absl/strings/str_format.h"
 #include "tools/report/json_report.h"
 #include "tools/report/oom_explain.h"
+#include "tools/report/outside_format.h"
 
 namespace gpumem::report {
 namespace {
@@ -139,6 +140,7 @@ std::string FormatTerminal(const Report& r, bool color) {
     }
   }
   AppendOoms(r, color, &out);
+  absl::StrAppend(&out, "\n", FormatOutside(r.outside));
   for (const std::string& w : r.warnings) absl::StrAppend(&out, "\nwarning: ", w);
   if (!r.warnings.empty()) absl::StrAppend(&out, "\n");
   return out;

@@ -23,7 +23,8 @@ namespace {
 void ReadRunInfo(const std::map<std::string, std::string>& header, RunInfo* run) {
   for (auto [key, field] : {std::pair{"rank", &run->rank},
                             std::pair{"local_rank", &run->local_rank},
-                            std::pair{"world_size", &run->world_size}}) {
+                            std::pair{"world_size", &run->world_size},
+                            std::pair{"clock_origin_ns", &run->clock_origin_ns}}) {
     std::int64_t value;
     auto it = header.find(key);
     if (it != header.end() && absl::SimpleAtoi(it->second, &value)) *field = value;

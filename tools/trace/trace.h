@@ -54,6 +54,8 @@ struct Event {
   std::uint64_t stream = 0;
   std::int64_t time_us = 0;
   std::uint64_t device_free = 0;  // kOom only
+  // kStep of gpumem traces: addr = the driver's free bytes on `device` at this step end,
+  // stream = its total bytes (0 = unknown; docs/trace-format.md).
 };
 
 // A block or free piece of a segment, from a snapshot's end state.
@@ -123,6 +125,9 @@ struct RunInfo {
   std::optional<std::int64_t> local_rank;
   std::optional<std::int64_t> world_size;
   std::string host;
+  // CLOCK_MONOTONIC at the file's opening: lines a process's two traces (gpumem's and
+  // the CUPTI tracer's) up in time.
+  std::optional<std::int64_t> clock_origin_ns;
 };
 
 struct Trace {

@@ -1,0 +1,44 @@
+// The verdict at an OOM says what the allocator held against what the rest of the process
+// held outside it, where the driver gave its figures; without them it says nothing of it.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "profiler/oom_verdict.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+OomVerdictInput Peak() {
+  OomVerdictInput in;
+  in.device = 1;
+  in.figures.request = 4 * kGiB;
+  in.figures.allocated = 68 * kGiB;
+  in.figures.capacity = 80 * kGiB;
+  in.figures.finished_steps = 10;
+  return in;
+}
+
+TEST(OomVerdictOutside, SaysWhatWasHeldOutsideTheAllocator) {
+  OomVerdictInput in = Peak();
+  in.reserved = 70 * kGiB;
+  in.driver_free = kGiB;
+  in.driver_total = 80 * kGiB;
+  const std::string text = OomVerdictText(in, report::OomClass::kPeak);
+  EXPECT_NE(text.find("gpumem:   memory: the allocator held 70.00 GiB, outside it 9.00 GiB (CUDA "
+                      "context, NCCL, cuBLAS, cuDNN workspaces) of 80.00 GiB"),
+            std::string::npos)
+      << text;
+}
+
+TEST(OomVerdictOutside, SilentWithoutTheDriversFigures) {
+  OomVerdictInput in = Peak();
+  in.reserved = 70 * kGiB;
+  in.driver_free = kGiB;  // no total: the driver was not asked
+  EXPECT_EQ(OomVerdictText(in, report::OomClass::kPeak).find("outside it"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpumem

@@ -1,0 +1,223 @@
+// Memory outside the allocator: per-library figures from CUPTI records, the allocator's
+// own driver calls left out, the remainder the driver counts, the JSON shape, the merged
+// column, the OOM verdict's text, a CUPTI trace read beside its main trace, and a trace
+// without any of it.
+#include <cstdio>
+#include <fstream>
+
+#include "gtest/gtest.h"
+#include "tools/report/cupti_companion.h"
+#include "tools/report/json_report.h"
+#include "tools/report/merge.h"
+#include "tools/report/outside_format.h"
+#include "tools/report/outside_library.h"
+#include "tools/report/report.h"
+#include "tools/report/synthetic.h"
+#include "tools/report/synthetic_builder.h"
+#include "tools/report/synthetic_outside.h"
+#include "tools/report/terminal_report.h"
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem::report {
+namespace {
+
+using A = synthetic::OutsideAnswer;
+
+std::uint64_t Lib(const OutsideMoment& m, OutsideLibrary l) {
+  return m.by_library[static_cast<std::size_t>(l)];
+}
+
+void ExpectLibraries(const OutsideMoment& m, std::uint64_t nccl) {
+  EXPECT_EQ(Lib(m, OutsideLibrary::kNccl), nccl);
+  EXPECT_EQ(Lib(m, OutsideLibrary::kCublas), A::kCublas);
+  EXPECT_EQ(Lib(m, OutsideLibrary::kCudnn), A::kCudnn);
+  EXPECT_EQ(Lib(m, OutsideLibrary::kOther), A::kOther);
+  EXPECT_EQ(Lib(m, OutsideLibrary::kUnknown), A::kUnknown);
+  EXPECT_EQ(m.pinned_host, A::kPinned);
+  EXPECT_EQ(m.reserved, A::kReserved);  // the allocator's own driver calls are not outside
+}
+
+TEST(OutsideLibrary, NamedByTheSharedObject) {
+  EXPECT_EQ(LibraryOfFile("/usr/lib/x86_64-linux-gnu/libnccl.so.2"), OutsideLibrary::kNccl);
+  EXPECT_EQ(LibraryOfFile("/x/libcublasLt.so.12"), OutsideLibrary::kCublas);
+  EXPECT_EQ(LibraryOfFile("libcublas.so"), OutsideLibrary::kCublas);
+  EXPECT_EQ(LibraryOfFile("/x/libcudnn_ops.so.9"), OutsideLibrary::kCudnn);
+  EXPECT_EQ(LibraryOfFile("/x/libc10_cuda.so"), OutsideLibrary::kAllocator);
+  EXPECT_EQ(LibraryOfFile("/x/libgpumem.so"), OutsideLibrary::kAllocator);
+  EXPECT_EQ(LibraryOfFile("/x/libtorch_cuda.so"), OutsideLibrary::kOther);
+  EXPECT_EQ(LibraryOfFile("/x/libcudart.so.12"), OutsideLibrary::kUnknown);  // look further out
+  EXPECT_EQ(LibraryOfFile("/x/libgpumem_cupti.so"), OutsideLibrary::kUnknown);
+}
+
+TEST(OutsideAllocator, PeakIsTheStepWithMostDriverMemoryInUse) {
+  const trace::Trace t = synthetic::OutsideAllocatorTrace(false);
+  const Report r = BuildReport(t, {});
+  const OutsideAllocator& o = r.outside;
+  EXPECT_TRUE(o.calls_recorded);
+  EXPECT_TRUE(o.driver_sampled);
+  ASSERT_TRUE(o.peak && o.end);
+  EXPECT_EQ(o.peak->step, A::kPeakStep);
+  ExpectLibraries(*o.peak, A::kNccl + A::kNcclPeakExtra);
+  EXPECT_EQ(o.peak->driver_used, A::UsedAtEnd() + A::kNcclPeakExtra);
+  EXPECT_EQ(o.peak->remainder(), A::kContext);
+  EXPECT_EQ(o.end->step, A::kSteps);
+  ExpectLibraries(*o.end, A::kNccl);  // the extra buffer was released
+  EXPECT_EQ(o.end->remainder(), A::kContext);
+  EXPECT_EQ(o.end_is, "end");
+}
+
+// Under gpumem's allocator (or expandable segments) without native stacks: physical memory
+// created and then mapped where the allocator mapped its pages is the allocator's own;
+// memory another library created and mapped elsewhere is outside.
+TEST(OutsideAllocator, CreatedThenMappedByTheAllocatorIsItsOwn) {
+  synthetic::Builder b;
+  using trace::Action;
+  const std::uint32_t create = b.RawStack({{"[cuda-driver]", 0, "cuMemCreate"}});
+  const std::uint32_t map = b.RawStack({{"[cuda-driver]", 0, "cuMemMap"}});
+  b.Add(Action::kSegmentMap, 0x7e0000000000, 20 * A::kMiB);  // the allocator's own record
+  b.Add(Action::kSegmentAlloc, 0x5001, 20 * A::kMiB, create);  // a handle
+  b.Add(Action::kSegmentMap, 0x7e0000000000, 20 * A::kMiB, map);
+  b.Add(Action::kSegmentAlloc, 0x5002, 20 * A::kMiB, create);  // NCCL's, mapped elsewhere
+  b.Add(Action::kSegmentMap, 0x7d0000000000, 20 * A::kMiB, map);
+  b.StepWithDriver(A::kTotal - 40 * A::kMiB - A::kContext, A::kTotal);
+  const trace::Trace t = b.Take();
+  const OutsideAllocator o = BuildReport(t, {}).outside;
+  ASSERT_TRUE(o.end);
+  EXPECT_EQ(o.end->reserved, 20 * A::kMiB);
+  EXPECT_EQ(Lib(*o.end, OutsideLibrary::kUnknown), 20 * A::kMiB);
+  EXPECT_EQ(o.end->remainder(), A::kContext);
+}
+
+TEST(OutsideAllocator, JsonShape) {
+  const trace::Trace t = synthetic::OutsideAllocatorTrace(false);
+  const nlohmann::json j = ReportToJson(BuildReport(t, {}))["outside_allocator"];
+  EXPECT_EQ(j["known"], true);
+  EXPECT_EQ(j["device"], 0);
+  EXPECT_EQ(j["end_is"], "end");
+  const nlohmann::json& p = j["peak"];
+  EXPECT_EQ(p["step"], A::kPeakStep);
+  EXPECT_EQ(p["allocator_reserved"], A::kReserved);
+  EXPECT_EQ(p["outside"]["nccl"], A::kNccl + A::kNcclPeakExtra);
+  EXPECT_EQ(p["outside"]["cublas"], A::kCublas);
+  EXPECT_EQ(p["outside"]["cudnn"], A::kCudnn);
+  EXPECT_EQ(p["outside"]["other"], A::kOther);
+  EXPECT_EQ(p["outside"]["unknown"], A::kUnknown);
+  EXPECT_EQ(p["outside"]["total"], A::Outside() + A::kNcclPeakExtra);
+  EXPECT_EQ(p["pinned_host"], A::kPinned);
+  EXPECT_EQ(p["driver_total"], A::kTotal);
+  EXPECT_EQ(p["driver_used"], A::UsedAtEnd() + A::kNcclPeakExtra);
+  EXPECT_EQ(p["remainder"], A::kContext);
+  EXPECT_EQ(j["end"]["outside"]["nccl"], A::kNccl);
+}
+
+TEST(OutsideAllocator, TerminalNamesEachLibraryAndTheRemainder) {
+  const trace::Trace t = synthetic::OutsideAllocatorTrace(false);
+  const std::string text = FormatTerminal(BuildReport(t, {}), false);
+  EXPECT_NE(text.find("Memory outside the allocator (device 0)"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("at the peak (step 3): allocator reserved 8.00 GiB; outside it NCCL 3.00 GiB, "
+                "cuBLAS 256.00 MiB, cuDNN 128.00 MiB, other 32.00 MiB, unknown 64.00 MiB; "
+                "pinned host memory 512.00 MiB"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("600.00 MiB CUDA context and calls CUPTI did not see"), std::string::npos)
+      << text;
+}
+
+TEST(OutsideAllocator, OomVerdictSaysWhoHeldTheDevice) {
+  const trace::Trace t = synthetic::OutsideAllocatorTrace(true);
+  const Report r = BuildReport(t, {});
+  ASSERT_TRUE(r.fatal_oom);
+  EXPECT_EQ(r.outside.end_is, "OOM");
+  ASSERT_TRUE(r.outside.end);
+  EXPECT_EQ(r.outside.end->driver_used, A::UsedAtEnd());
+  EXPECT_EQ(r.outside.end->remainder(), A::kContext);
+  const std::string verdict = Verdict(r);
+  EXPECT_NE(verdict.find("; the allocator held 8.00 GiB, NCCL 2.00 GiB, cuBLAS 256.00 MiB, cuDNN "
+                         "128.00 MiB, other 32.00 MiB, unknown 64.00 MiB, context and unseen "
+                         "600.00 MiB of 80.00 GiB"),
+            std::string::npos)
+      << verdict;
+  EXPECT_EQ(ReportToJson(r)["outside_allocator"]["end_is"], "OOM");
+}
+
+TEST(OutsideAllocator, WithoutCuptiTheDriverStillGivesTheTotalOutside) {
+  trace::Trace t = synthetic::OutsideAllocatorTrace(true);
+  std::erase_if(t.events, [&](const trace::Event& e) { return IsDriverCall(t, e.stack_id); });
+  const Report r = BuildReport(t, {});
+  EXPECT_FALSE(r.outside.calls_recorded);
+  ASSERT_TRUE(r.outside.end);
+  EXPECT_EQ(r.outside.end->outside(), 0u);
+  EXPECT_EQ(r.outside.end->remainder(), A::Outside() + A::kContext);
+  EXPECT_NE(Verdict(r).find("; the allocator held 8.00 GiB, outside it 3.05 GiB of 80.00 GiB"),
+            std::string::npos)
+      << Verdict(r);
+  EXPECT_TRUE(ReportToJson(r)["outside_allocator"]["end"]["outside"].is_null());
+}
+
+TEST(OutsideAllocator, AnOldTraceSaysUnknown) {
+  const trace::Trace t = synthetic::PeakTrace();
+  const Report r = BuildReport(t, {});
+  EXPECT_FALSE(r.outside.known());
+  const nlohmann::json j = ReportToJson(r)["outside_allocator"];
+  EXPECT_EQ(j["known"], false);
+  EXPECT_TRUE(j["peak"]["outside"].is_null());
+  EXPECT_TRUE(j["peak"]["driver_used"].is_null());
+  EXPECT_TRUE(j["peak"]["remainder"].is_null());
+  EXPECT_NE(FormatTerminal(r, false).find("Memory outside the allocator (device 0):\n  unknown"),
+            std::string::npos);
+  EXPECT_EQ(Verdict(r).find("allocator held"), std::string::npos) << Verdict(r);
+  EXPECT_EQ(SummarizeRank(r, 0).outside_allocator, std::nullopt);
+}
+
+TEST(OutsideAllocator, CuptiTraceBesideTheMainOneIsLinedUpByClockOrigin) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  const trace::Trace cupti = synthetic::OutsideCuptiTrace();
+  ReportOptions options;
+  options.cupti = &cupti;
+  const Report r = BuildReport(main, options);
+  ASSERT_TRUE(r.outside.peak);
+  EXPECT_TRUE(r.outside.calls_recorded);
+  EXPECT_EQ(r.outside.peak->step, A::kPeakStep);
+  ExpectLibraries(*r.outside.peak, A::kNccl + A::kNcclPeakExtra);
+  EXPECT_EQ(r.outside.peak->remainder(), A::kContext);
+  // Without the origins the CUPTI records would seem 0.5 s early: the buffer NCCL held
+  // over step 3 would be gone before any step ended.
+  trace::Trace unaligned = cupti;
+  unaligned.run.clock_origin_ns.reset();
+  options.cupti = &unaligned;
+  EXPECT_EQ(Lib(*BuildReport(main, options).outside.peak, OutsideLibrary::kNccl), A::kNccl);
+}
+
+TEST(OutsideAllocator, MergedTableHasTheOutsideColumn) {
+  trace::Trace a = synthetic::OutsideAllocatorTrace(false);
+  trace::Trace b = synthetic::PeakTrace();
+  a.source = "run-0.gpumem";
+  b.source = "run-1.gpumem";
+  std::vector<RankSummary> ranks = {SummarizeRank(BuildReport(a, {}), 0),
+                                    SummarizeRank(BuildReport(b, {}), 1)};
+  EXPECT_EQ(ranks[0].outside_allocator, A::Outside() + A::kNcclPeakExtra + A::kContext);
+  const Merged m = MergeRanks(std::move(ranks));
+  const std::string text = FormatMerged(m);
+  EXPECT_NE(text.find("outside alloc"), std::string::npos) << text;
+  EXPECT_NE(text.find(Bytes(static_cast<double>(A::Outside() + A::kNcclPeakExtra + A::kContext))),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("unknown"), std::string::npos) << text;
+  const nlohmann::json j = MergedToJson(m);
+  EXPECT_EQ(j["ranks"][0]["outside_allocator"], A::Outside() + A::kNcclPeakExtra + A::kContext);
+  EXPECT_TRUE(j["ranks"][1]["outside_allocator"].is_null());
+}
+
+TEST(CuptiCompanion, NamesAndGlobs) {
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.gpumem"), "out/run-3.cupti.gpumem");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.cupti.gpumem"), "");
+  EXPECT_EQ(CuptiCompanionPath("x.pickle"), "");
+  EXPECT_EQ(WithoutCompanions(
+                {"run-0.cupti.gpumem", "run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}),
+            (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}));
+  EXPECT_EQ(LoadCuptiCompanion("/nonexistent/run-0.gpumem"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace gpumem::report

@@ -1,0 +1,47 @@
+#include "tools/report/cupti_companion.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/match.h"
+#include "tools/trace/load.h"
+
+namespace gpumem::report {
+namespace {
+constexpr char kExt[] = ".gpumem";
+constexpr char kCuptiExt[] = ".cupti.gpumem";
+}  // namespace
+
+std::string CuptiCompanionPath(const std::string& path) {
+  if (!absl::EndsWith(path, kExt) || absl::EndsWith(path, kCuptiExt)) return "";
+  return path.substr(0, path.size() - (sizeof(kExt) - 1)) + kCuptiExt;
+}
+
+std::vector<std::string> WithoutCompanions(const std::vector<std::string>& paths) {
+  std::vector<std::string> out;
+  for (const std::string& p : paths) {
+    const bool companion = std::any_of(paths.begin(), paths.end(), [&](const std::string& main) {
+      return CuptiCompanionPath(main) == p;
+    });
+    if (!companion) out.push_back(p);
+  }
+  return out;
+}
+
+std::optional<trace::Trace> LoadCuptiCompanion(const std::string& path) {
+  const std::string companion = CuptiCompanionPath(path);
+  std::error_code error;
+  if (companion.empty() || !std::filesystem::exists(companion, error)) return std::nullopt;
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(companion);
+  if (!t.ok()) {
+    std::fprintf(stderr,
+                 "warning: %s: not read (%s): memory outside the allocator is not "
+                 "split by library\n",
+                 companion.c_str(), std::string(t.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *std::move(t);
+}
+
+}  // namespace gpumem::report

@@ -1,0 +1,122 @@
+#include "tools/report/outside_allocator.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "tools/report/outside_changes.h"
+
+namespace gpumem::report {
+namespace {
+
+struct State {
+  std::array<std::int64_t, kBuckets> bytes{};
+
+  std::uint64_t Get(std::size_t bucket) const {
+    return static_cast<std::uint64_t>(std::max<std::int64_t>(bytes[bucket], 0));
+  }
+  std::uint64_t Held() const {  // the allocator's and the outside libraries' device memory
+    std::uint64_t sum = Get(kReservedBucket);
+    for (std::size_t i = 0; i < kOutsideLibraries; ++i) sum += Get(i);
+    return sum;
+  }
+  OutsideMoment Moment(std::int64_t time_us) const {
+    OutsideMoment m;
+    m.time_us = time_us;
+    m.reserved = Get(kReservedBucket);
+    m.pinned_host = Get(kPinnedBucket);
+    for (std::size_t i = 0; i < kOutsideLibraries; ++i) m.by_library[i] = Get(i);
+    return m;
+  }
+};
+
+// Replays the changes up to and including `time_us`, from where `next` stands.
+void Advance(const std::vector<MemoryChange>& changes, std::int64_t time_us, std::size_t* next,
+             State* s) {
+  for (; *next < changes.size() && changes[*next].time_us <= time_us; ++*next) {
+    s->bytes[changes[*next].bucket] += changes[*next].bytes;
+  }
+}
+
+void SetDriver(OutsideMoment* m, std::uint64_t free, std::optional<std::uint64_t> total) {
+  m->driver_total = total;
+  if (total) m->driver_used = *total - std::min(*total, free);
+}
+
+// One moment per driver reading; the peak is the one with the most memory in use.
+void FromSamples(const OutsideChanges& c, std::optional<std::uint64_t> total,
+                 OutsideAllocator* out) {
+  State s;
+  std::size_t next = 0;
+  for (const DriverSample& d : c.samples) {
+    Advance(c.changes, d.time_us, &next, &s);
+    OutsideMoment m = s.Moment(d.time_us);
+    m.step = d.step;
+    SetDriver(&m, d.free, d.total ? d.total : total);
+    const std::uint64_t used = m.driver_used.value_or(m.reserved + m.outside());
+    if (!out->peak ||
+        used > out->peak->driver_used.value_or(out->peak->reserved + out->peak->outside())) {
+      out->peak = m;
+    }
+    out->end = m;
+  }
+}
+
+// Without driver readings: the moment the allocator and the outside libraries held most.
+void FromChanges(const OutsideChanges& c, OutsideAllocator* out) {
+  State s;
+  std::uint64_t best = 0;
+  for (const MemoryChange& change : c.changes) {
+    s.bytes[change.bucket] += change.bytes;
+    if (s.Held() >= best) {
+      best = s.Held();
+      out->peak = s.Moment(change.time_us);
+    }
+  }
+  out->end = s.Moment(c.changes.empty() ? 0 : c.changes.back().time_us);
+}
+
+OutsideMoment AtDeath(const OutsideChanges& c, const OutsideEnd& died,
+                      std::optional<std::uint64_t> total) {
+  State s;
+  std::size_t next = 0;
+  Advance(c.changes, died.time_us, &next, &s);
+  OutsideMoment m = s.Moment(died.time_us);
+  if (died.driver_free) SetDriver(&m, *died.driver_free, total);
+  return m;
+}
+
+}  // namespace
+
+std::uint64_t OutsideMoment::outside() const {
+  std::uint64_t sum = 0;
+  for (std::uint64_t b : by_library) sum += b;
+  return sum;
+}
+
+std::optional<std::uint64_t> OutsideMoment::remainder() const {
+  if (!driver_used) return std::nullopt;
+  const std::uint64_t seen = reserved + outside();
+  return *driver_used > seen ? *driver_used - seen : 0;
+}
+
+OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Trace* cupti,
+                                      int device, const std::optional<OutsideEnd>& died) {
+  OutsideAllocator out;
+  out.device = device;
+  const OutsideChanges c = CollectOutsideChanges(trace, cupti, device);
+  out.calls_recorded = c.calls_recorded;
+  out.driver_sampled = !c.samples.empty();
+  const std::optional<std::uint64_t> total = DriverTotal(trace, device);
+  if (out.driver_sampled) {
+    FromSamples(c, total, &out);
+  } else {
+    FromChanges(c, &out);
+  }
+  if (died) {
+    out.end = AtDeath(c, *died, total);
+    out.end_is = died->what;
+  }
+  return out;
+}
+
+}  // namespace gpumem::report
