@@ -11,6 +11,7 @@
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
+#include "tools/report/synthetic_outside.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::report {
@@ -107,6 +108,28 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_NE(page.dom.find("class=\"oom-mark\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"ranks\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"no-suspects\""), std::string::npos);
+}
+
+// The band under the timeline: a bar per moment with the allocator, each library and the
+// remainder; the merged table's outside-allocator column; "unknown" for an old trace.
+TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  trace::Trace outside = synthetic::OutsideAllocatorTrace(true);
+  trace::Trace old = synthetic::PeakTrace();
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(outside, {}));
+  reports.push_back(BuildReport(old, {}));
+  Page page = Load(chromium, reports, "outside");
+  ExpectNoConsoleErrors(page);
+  EXPECT_NE(page.dom.find("data-card=\"outside-allocator\""), std::string::npos);
+  EXPECT_NE(page.dom.find("data-moment=\"peak\""), std::string::npos);
+  EXPECT_NE(page.dom.find("data-moment=\"OOM\""), std::string::npos);
+  for (const char* part : {"reserved", "nccl", "cublas", "cudnn", "other", "unknown", "remainder"}) {
+    EXPECT_NE(page.dom.find(std::string("data-part=\"") + part + "\""), std::string::npos) << part;
+  }
+  EXPECT_NE(page.dom.find("unknown: no CUPTI records and no driver readings"), std::string::npos);
+  EXPECT_NE(page.dom.find("<th>outside allocator</th>"), std::string::npos);
 }
 
 }  // namespace
