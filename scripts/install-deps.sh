@@ -5,6 +5,7 @@
 set -euo pipefail
 packages=(build-essential cmake pkg-config libabsl-dev libgtest-dev libgmock-dev
           libbenchmark-dev nlohmann-json3-dev libcli11-dev liblzma-dev zlib1g-dev libzstd-dev
+          libprotobuf-dev protobuf-compiler  # gpumem export --format pprof (optional)
           clang chromium
           python3-venv python3-setuptools python3-wheel)  # pip install --no-build-isolation .
 missing=()

@@ -1,6 +1,7 @@
 // gpumem export: a trace in another tool's format: Perfetto / Chrome JSON (memory
-// counters, steps and OOMs on a timeline) or a PyTorch memory snapshot pickle (opens in
-// PyTorch's memory_viz).
+// counters, steps and OOMs on a timeline), a PyTorch memory snapshot pickle (opens in
+// PyTorch's memory_viz) or a pprof heap profile at one moment (go tool pprof, speedscope,
+// Pyroscope).
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/cli/command.h"
+#include "tools/cli/export_pprof.h"
 #include "tools/report/perfetto_export.h"
 #include "tools/report/steps.h"
 #include "tools/trace/load.h"
@@ -20,6 +22,7 @@ struct ExportArgs {
   std::string trace;
   std::string format;
   std::string output;
+  std::string at;  // pprof only: peak (default), oom, step:N
 };
 
 int BadInput(const std::string& message) {
@@ -31,11 +34,29 @@ int BadInput(const std::string& message) {
   return kExitBadInput;
 }
 
+// The moment a pprof profile is taken at; checked before the trace is read.
+absl::StatusOr<report::ProfilePoint> PprofPoint(const ExportArgs& args) {
+  if (args.format != "pprof") {
+    if (!args.at.empty()) return absl::InvalidArgumentError("--at applies to --format pprof only");
+    return report::ProfilePoint{};
+  }
+  if (!PprofBuilt()) return PprofExport(trace::Trace(), {}, nullptr).status();
+  return report::ParseProfilePoint(args.at.empty() ? "peak" : args.at);
+}
+
 int Run(const ExportArgs& args) {
+  absl::StatusOr<report::ProfilePoint> at = PprofPoint(args);
+  if (!at.ok()) return BadInput(std::string(at.status().message()));
   absl::StatusOr<trace::Trace> t = trace::LoadTrace(args.trace);
   if (!t.ok()) return BadInput(std::string(t.status().message()));
   std::string data;
-  if (args.format == "perfetto") {
+  if (args.format == "pprof") {
+    std::string moment;
+    absl::StatusOr<std::string> profile = PprofExport(*t, *at, &moment);
+    if (!profile.ok()) return BadInput(std::string(profile.status().message()));
+    std::fprintf(stderr, "profiled %s\n", moment.c_str());
+    data = std::move(*profile);
+  } else if (args.format == "perfetto") {
     report::Steps steps = report::FindSteps(*t, std::nullopt);
     data = report::ExportPerfetto(*t, steps).dump();
   } else {
@@ -58,13 +79,17 @@ void AddExportCommand(CLI::App& app, int* status) {
   CLI::App* cmd = app.add_subcommand(
       "export",
       "Write a trace for another viewer: perfetto (Chrome/Perfetto JSON: allocated and "
-      "reserved per device, steps and OOMs) or pytorch-snapshot (a pickle for PyTorch's "
-      "memory_viz).");
+      "reserved per device, steps and OOMs), pytorch-snapshot (a pickle for PyTorch's "
+      "memory_viz) or pprof (a gzipped profile.proto: live memory by stack at one moment and "
+      "what each stack allocated up to it, for go tool pprof, speedscope, Pyroscope).");
   cmd->add_option("trace", args->trace, "a gpumem trace, PyTorch snapshot or .trace.tsv(.gz)")->required();
-  cmd->add_option("--format", args->format, "perfetto | pytorch-snapshot")
+  cmd->add_option("--format", args->format, "perfetto | pytorch-snapshot | pprof")
       ->required()
-      ->check(CLI::IsMember({"perfetto", "pytorch-snapshot"}));
+      ->check(CLI::IsMember({"perfetto", "pytorch-snapshot", "pprof"}));
   cmd->add_option("-o,--output", args->output, "the file to write")->required();
+  cmd->add_option("--at", args->at,
+                  "pprof: the moment whose live memory is profiled: peak (default), oom (the OOM "
+                  "that ended the run, else the first), step:N (the end of step N, from 1)");
   cmd->callback([args, status] { *status = Run(*args); });
 }
 
