@@ -28,6 +28,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "allocator/allocator_mutex.h"
 #include "allocator/backend.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/device_allocator.h"
@@ -164,23 +165,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
 
   // --- The locked path.
 
-  // Whether mu_ is held by someone right now: a look at glibc's lock word, one load of the
-  // line the lock is about to take anyway. try_lock would tell the same at ~4 ns more per
-  // call (a glibc function call; allocator_bench's single-threaded small pair 53 -> 50 ns).
-  bool LockLooksHeld() {
-#if defined(__GLIBC__)
-    return __atomic_load_n(&mu_.native_handle()->__data.__lock, __ATOMIC_RELAXED) != 0;
-#else
-    if (!mu_.try_lock()) return true;
-    mu_.unlock();
-    return false;
-#endif
-  }
-
   // Takes mu_ (the caller adopts it), noting contention: caches start once threads keep
-  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread).
+  // meeting at the lock (CachingAllocatorOptions::thread_cache_single_thread). Whether the
+  // lock is held is one load of the line that the lock is about to take anyway.
   void LockNotingContention() {
-    const bool held = LockLooksHeld();
+    const bool held = mu_.held();
     mu_.lock();
     if (held) ++contended_calls_;
     if (cache_on_ && ++locked_calls_ >= options_.thread_cache_lock_window) {
@@ -479,7 +468,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
 
   using KindPeaks = std::array<std::uint64_t, 3>;
 
-  mutable std::mutex mu_;
+  mutable AllocatorMutex mu_;
   Backend& backend_;
   CachingAllocatorOptions options_;
   PageHeap pages_;  // outlives the heaps, which return their pages to it
