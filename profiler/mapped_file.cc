@@ -75,6 +75,13 @@ absl::Status MappedFile::Grow(std::size_t needed) {
   // Double while small, then grow 256 MiB at a time: few remaps, bounded waste.
   while (capacity < needed) capacity += std::min<std::size_t>(capacity, 256u << 20);
   int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(capacity));
+  constexpr std::size_t kStep = 1 << 20;
+  if (err == ENOSPC && capacity > (needed + kStep - 1) / kStep * kStep) {
+    // A nearly full disk: reserve only the next MiB, so the trace stops within a MiB of
+    // where the disk filled rather than up to 256 MiB before.
+    capacity = (needed + kStep - 1) / kStep * kStep;
+    err = ::posix_fallocate(fd_, 0, static_cast<off_t>(capacity));
+  }
   if (err != 0) return Errno(path_, "cannot reserve space", err);
   Unmap();
   void* map = ::mmap(nullptr, capacity, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);

@@ -56,6 +56,14 @@ absl::StatusOr<RecorderOptions> RecorderOptions::FromEnvironment() {
     }
     options.writer.flush_interval_ms = ms;
   }
+  if (const char* v = std::getenv("GPUMEM_TRACE_SYNC_MS"); v != nullptr && *v != '\0') {
+    int ms;
+    if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GPUMEM_TRACE_SYNC_MS='", v, "': expected a non-negative integer (0: never)"));
+    }
+    options.writer.sync_interval_ms = ms;
+  }
   return options;
 }
 

@@ -44,7 +44,8 @@ struct RecorderOptions {
   // what it costs (bench/recorder_bench.cc).
   bool live_view = true;
 
-  // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS.
+  // GPUMEM_TRACE (path), GPUMEM_STACKS (none|python|native|all), GPUMEM_TRACE_FLUSH_MS,
+  // GPUMEM_TRACE_SYNC_MS.
   // Errors name the variable and its value.
   static absl::StatusOr<RecorderOptions> FromEnvironment();
 };

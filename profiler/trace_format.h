@@ -172,6 +172,7 @@ class ByteReader {
   explicit ByteReader(absl::string_view data) : data_(data) {}
   bool done() const { return pos_ >= data_.size(); }
   std::size_t pos() const { return pos_; }
+  std::size_t remaining() const { return data_.size() - pos_; }
   bool GetByte(std::uint8_t* v) {
     if (pos_ >= data_.size()) return false;
     *v = static_cast<std::uint8_t>(data_[pos_++]);

@@ -1,5 +1,6 @@
 #include "profiler/trace_writer.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -160,6 +161,14 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
   writer->WriteChunk(format::ChunkKind::kHeader, payload);
   if (!writer->status_.ok()) return writer->status_;
   writer->thread_ = std::make_unique<std::thread>([w = writer.get()] { w->Run(); });
+  if (writer->options_.sync_interval_ms > 0) {
+    // Its own descriptor: Close() may close the file's while a sync is under way.
+    writer->sync_fd_ = ::fcntl(writer->file_.fd(), F_DUPFD_CLOEXEC, 0);
+    if (writer->sync_fd_ >= 0) {
+      writer->sync_thread_ = std::make_unique<std::thread>(
+          [w = writer.get(), fd = writer->sync_fd_] { w->SyncLoop(fd); });
+    }
+  }
   return writer;
 }
 
@@ -173,10 +182,41 @@ TraceWriter::~TraceWriter() {
   if (fork_epoch_ != g_fork_epoch.load(std::memory_order_relaxed)) {
     // A forked child: the writer thread does not exist here and the file is the parent's.
     (void)thread_.release();
+    (void)sync_thread_.release();
+    if (sync_fd_ >= 0) ::close(sync_fd_);
     file_.Abandon();
     return;
   }
   (void)Close();
+}
+
+void TraceWriter::SyncLoop(int fd) {
+  pthread_setname_np(pthread_self(), "gpumem-sync");
+  const auto interval = std::chrono::milliseconds(options_.sync_interval_ms);
+  std::uint64_t synced = 0;
+  std::unique_lock<std::mutex> lock(sync_mu_);
+  while (!sync_cv_.wait_for(lock, interval, [&] { return sync_stop_; })) {
+    const std::uint64_t written = chunks_written_.load(std::memory_order_acquire);
+    if (written == synced) continue;
+    lock.unlock();
+    // Chunks are in the page cache once copied; this puts every one written before it on
+    // the disk. Journal pages go along (a page written back takes one minor fault on its
+    // next record).
+    if (::fdatasync(fd) == 0) chunks_synced_.store(written, std::memory_order_release);
+    synced = written;
+    lock.lock();
+  }
+  ::close(fd);
+}
+
+void TraceWriter::StopSyncing() {
+  if (sync_thread_ == nullptr || !sync_thread_->joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    sync_stop_ = true;
+  }
+  sync_cv_.notify_one();
+  sync_thread_->join();
 }
 
 TraceWriter::Ring* TraceWriter::ThreadRing() {
@@ -330,6 +370,7 @@ absl::Status TraceWriter::Close() {
   }
   wake_cv_.notify_one();
   if (thread_ != nullptr && thread_->joinable()) thread_->join();
+  StopSyncing();
   closed_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
   flushed_cv_.notify_all();
@@ -503,7 +544,11 @@ void TraceWriter::WriteChunk(format::ChunkKind kind, const std::string& payload)
   std::lock_guard<std::mutex> lock(file_mu_);
   format::AppendChunk(&chunk, kind, seq_++, payload, options_.zstd_level);
   absl::Status s = file_.Append(chunk.data(), chunk.size());
-  if (!s.ok()) SetError(s);
+  if (!s.ok()) {
+    SetError(s);
+    return;
+  }
+  chunks_written_.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace gpumem

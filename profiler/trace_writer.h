@@ -33,10 +33,16 @@ struct TraceWriterOptions {
   // by the writer.
   std::map<std::string, std::string> header;
   int flush_interval_ms = 20;
+  // A thread of its own fdatasync()s the file this often when chunks were written since
+  // the last sync, so that a machine crash (not only a killed process) keeps what was
+  // compressed before the last sync; 0 never syncs. Drains never wait for the disk.
+  int sync_interval_ms = 1000;
   // Per thread, in the file (64 bytes each): a region per thread alive at once. Rounded
   // down to a power of two, at least 16.
   std::size_t ring_records = 2048;
-  std::size_t records_per_chunk = 16384;
+  // The unit of loss of a file cut short (a full disk, an interrupted copy): the reader
+  // keeps every complete chunk, so a cut loses at most the chunk it falls in.
+  std::size_t records_per_chunk = 4096;
   int zstd_level = 1;
 };
 
@@ -65,6 +71,9 @@ class TraceWriter {
   const std::string& path() const { return file_.path(); }
   // The first write error, if any (the recording stops there).
   absl::Status status() const;
+  // Chunks written so far, and how many of them the sync thread has put on the disk.
+  std::uint64_t chunks_written() const { return chunks_written_.load(std::memory_order_acquire); }
+  std::uint64_t chunks_synced() const { return chunks_synced_.load(std::memory_order_acquire); }
 
   static std::int64_t NowNs();
   static std::uint32_t ThreadId();
@@ -77,6 +86,9 @@ class TraceWriter {
   void Append(Ring* ring, const RawRecord& record);
   std::shared_ptr<Ring> NewRing();
   void Run();
+  // The sync thread: fdatasync on `fd` (its own descriptor) while chunks keep coming.
+  void SyncLoop(int fd);
+  void StopSyncing();
   void DrainOnce();
   void WriteChunk(format::ChunkKind kind, const std::string& payload);
   void SetError(const absl::Status& status);
@@ -124,6 +136,14 @@ class TraceWriter {
   };
   std::vector<Pending> batch_;
   std::unique_ptr<std::thread> thread_;  // leaked, not joined, in a forked child
+
+  std::atomic<std::uint64_t> chunks_written_{0};
+  std::atomic<std::uint64_t> chunks_synced_{0};
+  std::mutex sync_mu_;
+  std::condition_variable sync_cv_;
+  bool sync_stop_ = false;
+  std::unique_ptr<std::thread> sync_thread_;  // as thread_
+  int sync_fd_ = -1;  // the sync thread's descriptor of the file; it closes it
 };
 
 }  // namespace gpumem

@@ -47,6 +47,14 @@ TEST(RecorderTest, OptionsComeFromTheEnvironment) {
   EXPECT_EQ(options->path, "runs/run-%r.gpumem");
   EXPECT_EQ(options->stacks, StackMode::kNative);
   EXPECT_EQ(options->writer.flush_interval_ms, 7);
+  EXPECT_EQ(options->writer.sync_interval_ms, 1000);
+  setenv("GPUMEM_TRACE_SYNC_MS", "0", 1);  // never sync
+  options = RecorderOptions::FromEnvironment();
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->writer.sync_interval_ms, 0);
+  setenv("GPUMEM_TRACE_SYNC_MS", "-5", 1);
+  EXPECT_FALSE(RecorderOptions::FromEnvironment().ok());
+  unsetenv("GPUMEM_TRACE_SYNC_MS");
   setenv("GPUMEM_TRACE_FLUSH_MS", "soon", 1);
   EXPECT_FALSE(RecorderOptions::FromEnvironment().ok());
   unsetenv("GPUMEM_TRACE");

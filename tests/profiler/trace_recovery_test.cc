@@ -106,6 +106,10 @@ TEST_F(RecoveryTest, CutAtEveryChunkBoundaryKeepsEveryCompleteChunk) {
   for (int k = 0; k <= kChunks; ++k) {
     const std::size_t cut = (*spans_)[k + 1].offset;
     auto t = trace::ParseGpumemTrace(absl::string_view(*bytes_).substr(0, cut), "cut.gpumem");
+    if (k == 0) {  // no event before the cut: nothing readable is an error
+      EXPECT_TRUE(absl::IsDataLoss(t.status())) << t.status();
+      continue;
+    }
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_EQ(PrefixLength(*t), std::size_t(k) * kPerChunk) << "cut at " << cut;
     EXPECT_TRUE(AnyWarningHas(*t, "did not finish")) << "cut at " << cut;
@@ -126,10 +130,19 @@ TEST_F(RecoveryTest, CutInsideAChunkKeepsTheChunksBeforeIt) {
       const std::size_t cut = span.offset + into;
       auto t =
           trace::ParseGpumemTrace(absl::string_view(*bytes_).substr(0, cut), "cut.gpumem");
+      const std::string where = "at offset " + std::to_string(span.offset);
+      if (k == 0) {  // no event before the cut: nothing readable is an error
+        EXPECT_TRUE(absl::IsDataLoss(t.status())) << t.status();
+        EXPECT_NE(t.status().message().find(where), std::string::npos) << t.status();
+        continue;
+      }
       ASSERT_TRUE(t.ok()) << t.status();
       EXPECT_EQ(PrefixLength(*t), std::size_t(k) * kPerChunk) << "cut at " << cut;
-      EXPECT_TRUE(AnyWarningHas(*t, "at offset " + std::to_string(span.offset)))
+      EXPECT_TRUE(AnyWarningHas(*t, where))
           << "the warning must say where the data stops; cut at " << cut;
+      ASSERT_TRUE(t->loss.has_value());
+      EXPECT_EQ(t->loss->events_kept, std::size_t(k) * kPerChunk);
+      EXPECT_EQ(t->loss->bytes_lost, into) << "the cut chunk's bytes; cut at " << cut;
     }
   }
 }

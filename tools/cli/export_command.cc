@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/cli/command.h"
+#include "tools/cli/loss_warning.h"
 #include "tools/cli/export_pprof.h"
 #include "tools/report/perfetto_export.h"
 #include "tools/report/steps.h"
@@ -40,7 +41,7 @@ absl::StatusOr<report::ProfilePoint> PprofPoint(const ExportArgs& args) {
     if (!args.at.empty()) return absl::InvalidArgumentError("--at applies to --format pprof only");
     return report::ProfilePoint{};
   }
-  if (!PprofBuilt()) return PprofExport(trace::Trace(), {}, nullptr).status();
+  if (absl::Status available = PprofAvailable(); !available.ok()) return available;
   return report::ParseProfilePoint(args.at.empty() ? "peak" : args.at);
 }
 
@@ -49,6 +50,7 @@ int Run(const ExportArgs& args) {
   if (!at.ok()) return BadInput(std::string(at.status().message()));
   absl::StatusOr<trace::Trace> t = trace::LoadTrace(args.trace);
   if (!t.ok()) return BadInput(std::string(t.status().message()));
+  WarnOfLoss(*t);
   std::string data;
   if (args.format == "pprof") {
     std::string moment;

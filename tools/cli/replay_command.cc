@@ -15,6 +15,7 @@
 #include "allocator/policies.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/loss_warning.h"
 #include "tools/replay/min_cap.h"
 #include "tools/replay/replayer.h"
 #include "tools/replay/size_parser.h"
@@ -236,6 +237,7 @@ int RunReplay(const ReplayArgs& args) {
   for (const std::string& path : args.traces) {
     absl::StatusOr<trace::Trace> trace = trace::LoadTrace(path);
     if (!trace.ok()) return BadInput(std::string(trace.status().message()));
+    WarnOfLoss(*trace);
     replay::ReplayOptions options;
     options.capacity = cap->bytes;
     // Device activity is counted per training step: the trace's own (or inferred) steps,

@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/loss_warning.h"
 #include "tools/cli/report_ranks.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/html_report.h"
@@ -121,6 +122,7 @@ int Run(const ReportArgs& args) {
     absl::StatusOr<trace::Trace> t =
         trace::LoadTrace(path, MakeProgress(path + " (reading)", long_read));
     if (!t.ok()) return BadInput(std::string(t.status().message()));
+    WarnOfLoss(*t);
     traces.push_back(std::move(*t));
     cupti.push_back(report::LoadCuptiCompanion(path));
   }

@@ -9,6 +9,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/loss_warning.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/json_report.h"
 #include "tools/report/merge.h"
@@ -40,6 +41,7 @@ RankOutput Analyse(const std::string& path, std::size_t index,
     out.unread = {path, std::string(t.status().message())};
     return out;
   }
+  WarnOfLoss(*t);
   const std::optional<trace::Trace> cupti = report::LoadCuptiCompanion(path);
   report::ReportOptions with_cupti = options;
   with_cupti.cupti = cupti ? &*cupti : nullptr;

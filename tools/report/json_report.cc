@@ -160,6 +160,14 @@ nlohmann::json ReportToJson(const Report& r) {
   out["outside_allocator"] = OutsideToJson(r.outside);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;
+  // A recording that did not finish: what the trace kept and lost (null: it finished).
+  out["loss"] = json(nullptr);
+  if (const std::optional<trace::TraceLoss>& l = r.trace->loss) {
+    out["loss"] = {{"events_kept", l->events_kept}, {"last_event_us", l->last_event_us},
+                   {"file_bytes", l->file_bytes},   {"bytes_kept", l->bytes_kept},
+                   {"bytes_lost", l->bytes_lost},   {"data_end", l->data_end},
+                   {"summary", l->summary}};
+  }
   return out;
 }
 

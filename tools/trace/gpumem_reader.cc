@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "profiler/journal_format.h"
 #include "profiler/trace_format.h"
 #include "tools/trace/autograd_links.h"
@@ -98,14 +99,40 @@ class Reader {
   absl::StatusOr<Trace> Read();
 
  private:
+  // Decoding state of one records chunk: deltas and links restart with every chunk.
+  struct ChunkState {
+    Event prev{};
+    bool have_prev = false;
+    std::optional<AutogradLink> link;  // applies to the next event record
+  };
+
   // True if a chunk with a valid header and checksum starts at `pos`.
   std::optional<format::ChunkHeader> ValidChunkAt(std::size_t pos) const;
+  // A journal chunk whose checked head is whole but whose slots run past the end of the
+  // file (a killed run's file, cut short): its slots before the end still read.
+  std::optional<format::ChunkHeader> CutJournalAt(std::size_t pos) const;
   std::size_t FindNextChunk(std::size_t from) const;
+  // Reads chunks from the file prefix on; returns where the data stops and why.
+  std::size_t ReadChunks(std::string* stop_reason);
   void ReadChunk(std::size_t pos, const format::ChunkHeader& h);
   bool ReadRecords(const std::string& payload, std::size_t* bad_at);
+  // One record after its first byte; false if it is malformed.
+  bool ReadRecord(ByteReader& r, std::uint8_t first, ChunkState* state);
+  bool ReadFrame(ByteReader& r);
+  bool ReadStack(ByteReader& r);
+  bool ReadLink(ByteReader& r, ChunkState* state);
+  bool ReadMark(ByteReader& r);
+  bool ReadAnnotation(ByteReader& r, std::uint8_t flags);
+  bool ReadEvent(ByteReader& r, RecordType type, std::uint8_t flags, ChunkState* state);
   void ReadHeader(const std::string& payload, std::size_t pos);
   void ReadJournalChunk(std::size_t pos, const format::ChunkHeader& h);
   void RecoverJournal();
+  // The journal records of one region past its last mark, in index order.
+  std::vector<std::pair<std::uint64_t, RawRecord>> JournalRecordsPastMark(
+      std::uint32_t region, std::uint64_t mark);
+  void TakeJournalRecords(const std::vector<std::pair<std::uint64_t, RawRecord>>& found);
+  // An unfinished recording: what it kept and lost (Trace::loss and the first warning).
+  void DescribeLoss(std::size_t data_end, const std::string& stop_reason);
   // An event-shaped record: an event, or a capacity change (not an event).
   void Take(Event e, RecordType type, std::optional<std::uint64_t> extra);
   Trace Build();
@@ -131,7 +158,10 @@ class Reader {
   struct JournalSpan {
     std::size_t records_at;  // file offset of slot 0
     std::uint32_t capacity;
+    std::uint32_t present;   // slots in the file: capacity unless the file was cut in them
   };
+  std::uint64_t bytes_skipped_ = 0;  // damaged stretches resynchronised past
+  std::int64_t last_event_ns_ = 0;   // the latest event read
   std::map<std::uint32_t, JournalSpan> journals_;     // by region id
   std::map<std::uint32_t, std::uint64_t> journal_marks_;  // region -> next index
 };
@@ -173,120 +203,138 @@ void Reader::ReadHeader(const std::string& payload, std::size_t pos) {
 
 bool Reader::ReadRecords(const std::string& payload, std::size_t* bad_at) {
   ByteReader r(payload);
-  Event prev{};
-  bool have_prev = false;
-  std::optional<AutogradLink> link;  // applies to the next event record
+  ChunkState state;
   while (!r.done()) {
     const std::size_t start = r.pos();
-    auto fail = [&] {
-      *bad_at = start;
-      return false;
-    };
     std::uint8_t first;
     r.GetByte(&first);
-    const std::uint8_t type = first & 0x0f;
-    const std::uint8_t flags = first & 0xf0;
-    if (type == 0 || type > format::kMaxRecordType) return fail();
-    const auto rtype = static_cast<RecordType>(type);
-    if (rtype == RecordType::kFrame) {
-      std::uint64_t id, line;
-      std::uint8_t kind;
-      Frame f;
-      if (!r.GetVarint(&id) || !r.GetByte(&kind) || !r.GetVarint(&line) ||
-          !r.GetString(&f.function) || !r.GetString(&f.filename)) {
-        return fail();
-      }
-      f.line = static_cast<std::int32_t>(UnZigZag(line));
-      frames_[static_cast<std::uint32_t>(id)] = std::move(f);
-      continue;
+    if (!ReadRecord(r, first, &state)) {
+      *bad_at = start;
+      return false;
     }
-    if (rtype == RecordType::kStack) {
-      std::uint64_t id, n;
-      if (!r.GetVarint(&id) || !r.GetVarint(&n) || n > payload.size()) return fail();
-      std::vector<std::uint32_t> ids(n);
-      for (auto& f : ids) {
-        std::uint64_t v;
-        if (!r.GetVarint(&v)) return fail();
-        f = static_cast<std::uint32_t>(v);
-      }
-      stacks_[static_cast<std::uint32_t>(id)] = std::move(ids);
-      continue;
-    }
-    if (rtype == RecordType::kAutograd) {
-      std::uint64_t seq, thread, node;
-      if (link || !r.GetVarint(&seq) || !r.GetVarint(&thread) || !r.GetVarint(&node)) {
-        return fail();
-      }
-      link = AutogradLink{0, seq, static_cast<std::uint32_t>(thread), node != 0,
-                          static_cast<std::uint32_t>(node)};
-      continue;
-    }
-    if (rtype == RecordType::kJournalMark) {
-      std::uint64_t region, next;
-      if (!r.GetVarint(&region) || !r.GetVarint(&next) || region > UINT32_MAX) return fail();
-      std::uint64_t& mark = journal_marks_[static_cast<std::uint32_t>(region)];
-      mark = std::max(mark, next);
-      continue;
-    }
-    if (rtype == RecordType::kAnnotation) {
-      std::uint64_t t, device;
-      Annotation a;
-      if (!r.GetVarint(&t) || !r.GetVarint(&device) || !r.GetString(&a.name)) return fail();
-      a.start = (flags & format::kFlagAnnotationStart) != 0;
-      a.time_us = UnZigZag(t);  // nanoseconds until Build() rebases them
-      a.device = static_cast<std::int32_t>(UnZigZag(device));
-      trace_.annotations.push_back(std::move(a));
-      continue;
-    }
-    Event e = prev;
-    std::uint64_t v;
-    if (!r.GetVarint(&v)) return fail();
-    e.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(prev.time_us) +
-                                          static_cast<std::uint64_t>(UnZigZag(v)));  // ns
-    if ((flags & format::kFlagSameThread) == 0) {
-      if (!r.GetVarint(&v)) return fail();
-      e.thread = static_cast<std::uint32_t>(v);
-    } else if (!have_prev) {
-      return fail();
-    }
-    if ((flags & format::kFlagSameDeviceStream) == 0) {
-      std::uint64_t device;
-      if (!r.GetVarint(&device) || !r.GetVarint(&e.stream)) return fail();
-      e.device = static_cast<std::int32_t>(UnZigZag(device));
-    } else if (!have_prev) {
-      return fail();
-    }
-    if (!r.GetVarint(&v)) return fail();
-    e.addr = prev.addr + static_cast<std::uint64_t>(UnZigZag(v));
-    if (!r.GetVarint(&e.size)) return fail();
-    if ((flags & format::kFlagSameStack) == 0) {
-      if (!r.GetVarint(&v)) return fail();
-      e.stack_id = static_cast<std::uint32_t>(v);
-    } else if (!have_prev) {
-      return fail();
-    }
-    std::optional<std::uint64_t> extra;
-    if ((flags & format::kFlagExtra) != 0) {
-      if (!r.GetVarint(&v)) return fail();
-      extra = v;
-    }
-    // Links name events only.
-    if (link && (rtype == RecordType::kCapacity || rtype == RecordType::kFailedAlloc)) {
-      return fail();
-    }
-    if (link) {
-      link->event = events_.size();
-      links_.push_back(*link);
-      link.reset();
-    }
-    Take(e, rtype, extra);
-    prev = e;
-    have_prev = true;
   }
-  if (link) {  // a link with no event after it
+  if (state.link) {  // a link with no event after it
     *bad_at = r.pos();
     return false;
   }
+  return true;
+}
+
+bool Reader::ReadRecord(ByteReader& r, std::uint8_t first, ChunkState* state) {
+  const std::uint8_t type = first & 0x0f;
+  const std::uint8_t flags = first & 0xf0;
+  if (type == 0 || type > format::kMaxRecordType) return false;
+  const auto rtype = static_cast<RecordType>(type);
+  switch (rtype) {
+    case RecordType::kFrame: return ReadFrame(r);
+    case RecordType::kStack: return ReadStack(r);
+    case RecordType::kAutograd: return ReadLink(r, state);
+    case RecordType::kJournalMark: return ReadMark(r);
+    case RecordType::kAnnotation: return ReadAnnotation(r, flags);
+    default: return ReadEvent(r, rtype, flags, state);
+  }
+}
+
+bool Reader::ReadFrame(ByteReader& r) {
+  std::uint64_t id, line;
+  std::uint8_t kind;
+  Frame f;
+  if (!r.GetVarint(&id) || !r.GetByte(&kind) || !r.GetVarint(&line) ||
+      !r.GetString(&f.function) || !r.GetString(&f.filename)) {
+    return false;
+  }
+  f.line = static_cast<std::int32_t>(UnZigZag(line));
+  frames_[static_cast<std::uint32_t>(id)] = std::move(f);
+  return true;
+}
+
+bool Reader::ReadStack(ByteReader& r) {
+  std::uint64_t id, n;
+  // Each frame id takes a byte at least: a count beyond the chunk is malformed.
+  if (!r.GetVarint(&id) || !r.GetVarint(&n) || n > r.remaining()) return false;
+  std::vector<std::uint32_t> ids(n);
+  for (auto& f : ids) {
+    std::uint64_t v;
+    if (!r.GetVarint(&v)) return false;
+    f = static_cast<std::uint32_t>(v);
+  }
+  stacks_[static_cast<std::uint32_t>(id)] = std::move(ids);
+  return true;
+}
+
+bool Reader::ReadLink(ByteReader& r, ChunkState* state) {
+  std::uint64_t seq, thread, node;
+  if (state->link || !r.GetVarint(&seq) || !r.GetVarint(&thread) || !r.GetVarint(&node)) {
+    return false;
+  }
+  state->link = AutogradLink{0, seq, static_cast<std::uint32_t>(thread), node != 0,
+                             static_cast<std::uint32_t>(node)};
+  return true;
+}
+
+bool Reader::ReadMark(ByteReader& r) {
+  std::uint64_t region, next;
+  if (!r.GetVarint(&region) || !r.GetVarint(&next) || region > UINT32_MAX) return false;
+  std::uint64_t& mark = journal_marks_[static_cast<std::uint32_t>(region)];
+  mark = std::max(mark, next);
+  return true;
+}
+
+bool Reader::ReadAnnotation(ByteReader& r, std::uint8_t flags) {
+  std::uint64_t t, device;
+  Annotation a;
+  if (!r.GetVarint(&t) || !r.GetVarint(&device) || !r.GetString(&a.name)) return false;
+  a.start = (flags & format::kFlagAnnotationStart) != 0;
+  a.time_us = UnZigZag(t);  // nanoseconds until Build() rebases them
+  a.device = static_cast<std::int32_t>(UnZigZag(device));
+  trace_.annotations.push_back(std::move(a));
+  return true;
+}
+
+// Event fields, each delta against the chunk's previous event (docs/trace-format.md).
+bool Reader::ReadEvent(ByteReader& r, RecordType type, std::uint8_t flags, ChunkState* state) {
+  const Event& prev = state->prev;
+  // "Same as before" flags are invalid on a chunk's first event.
+  if (!state->have_prev && (flags & (format::kFlagSameThread | format::kFlagSameDeviceStream |
+                                     format::kFlagSameStack)) != 0) {
+    return false;
+  }
+  Event e = prev;
+  std::uint64_t v;
+  if (!r.GetVarint(&v)) return false;
+  e.time_us = static_cast<std::int64_t>(static_cast<std::uint64_t>(prev.time_us) +
+                                        static_cast<std::uint64_t>(UnZigZag(v)));  // ns
+  if ((flags & format::kFlagSameThread) == 0) {
+    if (!r.GetVarint(&v)) return false;
+    e.thread = static_cast<std::uint32_t>(v);
+  }
+  if ((flags & format::kFlagSameDeviceStream) == 0) {
+    std::uint64_t device;
+    if (!r.GetVarint(&device) || !r.GetVarint(&e.stream)) return false;
+    e.device = static_cast<std::int32_t>(UnZigZag(device));
+  }
+  if (!r.GetVarint(&v)) return false;
+  e.addr = prev.addr + static_cast<std::uint64_t>(UnZigZag(v));
+  if (!r.GetVarint(&e.size)) return false;
+  if ((flags & format::kFlagSameStack) == 0) {
+    if (!r.GetVarint(&v)) return false;
+    e.stack_id = static_cast<std::uint32_t>(v);
+  }
+  std::optional<std::uint64_t> extra;
+  if ((flags & format::kFlagExtra) != 0) {
+    if (!r.GetVarint(&v)) return false;
+    extra = v;
+  }
+  if (state->link) {
+    // Links name events only.
+    if (type == RecordType::kCapacity || type == RecordType::kFailedAlloc) return false;
+    state->link->event = events_.size();
+    links_.push_back(*state->link);
+    state->link.reset();
+  }
+  Take(e, type, extra);
+  state->prev = e;
+  state->have_prev = true;
   return true;
 }
 
@@ -348,10 +396,25 @@ void Reader::ReadJournalChunk(std::size_t pos, const format::ChunkHeader& h) {
                                            "; skipped"));
     return;
   }
+  const std::size_t records_at =
+      pos + format::kChunkHeaderSize + format::kJournalHeaderBytes + j->lead;
+  const std::size_t in_file = size_ > records_at ? size_ - records_at : 0;
+  const auto present = static_cast<std::uint32_t>(
+      std::min<std::size_t>(j->capacity, in_file / format::kJournalRecordBytes));
   ++info_->chunks;
-  info_->bytes_used += format::kChunkHeaderSize + h.stored_len;
-  journals_[j->region] = {pos + format::kChunkHeaderSize + format::kJournalHeaderBytes + j->lead,
-                          j->capacity};
+  info_->bytes_used += std::min<std::size_t>(format::kChunkHeaderSize + h.stored_len, size_ - pos);
+  journals_[j->region] = {records_at, j->capacity, present};
+}
+
+std::optional<format::ChunkHeader> Reader::CutJournalAt(std::size_t pos) const {
+  if (size_ - pos < format::kChunkHeaderSize + format::kJournalHeaderBytes) return std::nullopt;
+  std::optional<format::ChunkHeader> h = format::ParseChunkHeader(data_ + pos);
+  if (!h || h->kind != format::ChunkKind::kJournal ||
+      h->stored_len <= size_ - pos - format::kChunkHeaderSize ||
+      !format::ChunkChecksumOk(data_ + pos, *h)) {
+    return std::nullopt;
+  }
+  return h;
 }
 
 // A killed writer's last records: in each region, those past the last journal mark (the
@@ -361,26 +424,8 @@ void Reader::RecoverJournal() {
   for (const auto& [region, span] : journals_) {
     auto mark_it = journal_marks_.find(region);
     const std::uint64_t mark = mark_it == journal_marks_.end() ? 0 : mark_it->second;
-    std::vector<std::pair<std::uint64_t, RawRecord>> found;
-    for (std::uint32_t p = 0; p < span.capacity; ++p) {
-      const unsigned char* slot = data_ + span.records_at +
-                                  std::size_t{p} * format::kJournalRecordBytes;
-      std::uint64_t commit;
-      std::memcpy(&commit, slot + offsetof(format::JournalRecord, commit), sizeof(commit));
-      if (commit == 0) continue;
-      const std::uint64_t index = commit - 1;
-      if (index % span.capacity != p || index < mark || index - mark >= span.capacity) {
-        continue;  // consumed already, or an older lap's record
-      }
-      std::optional<RawRecord> r = format::ReadJournalRecord(slot, index);
-      if (!r) {
-        ++info_->journal_damaged;
-        continue;
-      }
-      found.emplace_back(index, *r);
-    }
-    std::sort(found.begin(), found.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
+    const std::vector<std::pair<std::uint64_t, RawRecord>> found =
+        JournalRecordsPastMark(region, mark);
     for (std::size_t i = 0; i < found.size(); ++i) {
       if (found[i].first != mark + i) {
         trace_.warnings.push_back(absl::StrCat(
@@ -389,41 +434,68 @@ void Reader::RecoverJournal() {
         break;
       }
     }
-    std::optional<std::pair<std::uint64_t, RawRecord>> link;  // the slot before an alloc
-    std::size_t events = 0;
-    for (const auto& [index, r] : found) {
-      if (r.type == RecordType::kAutograd) {
-        link.emplace(index, r);
-        continue;
-      }
-
-      // A link in a slot of its own, or folded into the allocation's (ReadJournalRecord).
-      RawRecord linked = r;
-      if (link && link->first + 1 == index && r.type == RecordType::kAlloc) {
-        format::AttachJournalLink(link->second, &linked);
-      }
-      if (linked.has_autograd) {
-        links_.push_back(AutogradLink{events_.size(), linked.autograd_seq,
-                                      linked.autograd_thread, linked.autograd_node_frame != 0,
-                                      linked.autograd_node_frame});
-      }
-      link.reset();
-      Event e{};
-      e.time_us = r.time_ns;  // nanoseconds until Build()
-      e.thread = r.thread;
-      e.device = r.device;
-      e.stream = r.stream;
-      e.addr = r.addr;
-      e.size = r.size;
-      e.stack_id = r.stack_id;
-      Take(e, r.type, r.has_extra ? std::optional<std::uint64_t>(r.extra) : std::nullopt);
-      ++events;
-    }
-    info_->journal_events += events;
+    TakeJournalRecords(found);
   }
   if (info_->journal_damaged > 0) {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", info_->journal_damaged,
                                            " damaged journal records were left out"));
+  }
+}
+
+std::vector<std::pair<std::uint64_t, RawRecord>> Reader::JournalRecordsPastMark(
+    std::uint32_t region, std::uint64_t mark) {
+  const JournalSpan& span = journals_.at(region);
+  std::vector<std::pair<std::uint64_t, RawRecord>> found;
+  for (std::uint32_t p = 0; p < span.present; ++p) {
+    const unsigned char* slot =
+        data_ + span.records_at + std::size_t{p} * format::kJournalRecordBytes;
+    std::uint64_t commit;
+    std::memcpy(&commit, slot + offsetof(format::JournalRecord, commit), sizeof(commit));
+    if (commit == 0) continue;
+    const std::uint64_t index = commit - 1;
+    if (index % span.capacity != p || index < mark || index - mark >= span.capacity) {
+      continue;  // consumed already, or an older lap's record
+    }
+    std::optional<RawRecord> r = format::ReadJournalRecord(slot, index);
+    if (!r) {
+      ++info_->journal_damaged;
+      continue;
+    }
+    found.emplace_back(index, *r);
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return found;
+}
+
+void Reader::TakeJournalRecords(const std::vector<std::pair<std::uint64_t, RawRecord>>& found) {
+  std::optional<std::pair<std::uint64_t, RawRecord>> link;  // the slot before an alloc
+  for (const auto& [index, r] : found) {
+    if (r.type == RecordType::kAutograd) {
+      link.emplace(index, r);
+      continue;
+    }
+    // A link in a slot of its own, or folded into the allocation's (ReadJournalRecord).
+    RawRecord linked = r;
+    if (link && link->first + 1 == index && r.type == RecordType::kAlloc) {
+      format::AttachJournalLink(link->second, &linked);
+    }
+    if (linked.has_autograd) {
+      links_.push_back(AutogradLink{events_.size(), linked.autograd_seq,
+                                    linked.autograd_thread, linked.autograd_node_frame != 0,
+                                    linked.autograd_node_frame});
+    }
+    link.reset();
+    Event e{};
+    e.time_us = r.time_ns;  // nanoseconds until Build()
+    e.thread = r.thread;
+    e.device = r.device;
+    e.stream = r.stream;
+    e.addr = r.addr;
+    e.size = r.size;
+    e.stack_id = r.stack_id;
+    Take(e, r.type, r.has_extra ? std::optional<std::uint64_t>(r.extra) : std::nullopt);
+    ++info_->journal_events;
   }
 }
 
@@ -443,6 +515,7 @@ void Reader::Take(Event e, RecordType type, std::optional<std::uint64_t> extra) 
   e.step_source = StepSource::kUnknown;
   if (type == RecordType::kOom && extra) e.device_free = *extra;
   if (type == RecordType::kStep && extra) e.step_source = StepSourceOf(*extra);
+  last_event_ns_ = events_.size() == 0 ? e.time_us : std::max(last_event_ns_, e.time_us);
   events_.push_back(e);
 }
 
@@ -460,19 +533,52 @@ absl::StatusOr<Trace> Reader::Read() {
         name_, ": gpumem trace version ", version, " is not supported (this reader reads ",
         format::kOldestReadableVersion, " to ", format::kVersion, ")"));
   }
+  std::string stop_reason;
+  const std::size_t data_end = ReadChunks(&stop_reason);
+  if (info_->chunks == 0) {
+    return absl::DataLossError(
+        absl::StrCat(name_, ": no readable chunk in the file: ", stop_reason.empty()
+                                                                     ? "it holds no data"
+                                                                     : stop_reason));
+  }
+  if (!info_->complete) {
+    // A finished run compressed every journal record; only a killed one leaves some.
+    RecoverJournal();
+    const std::size_t kept = events_.size() + capacity_records_ + failed_records_;
+    if (kept == 0) {
+      return absl::DataLossError(absl::StrCat(
+          name_, ": no event is readable: the recording did not finish and the data stops at "
+          "offset ", data_end, stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
+    }
+    DescribeLoss(data_end, stop_reason);
+  } else if (end_events_ && *end_events_ != events_.size() + capacity_records_ + failed_records_) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
+                                           " events but ", events_.size() + capacity_records_ + failed_records_,
+                                           " were read"));
+  }
+  events_.MoveTo(&trace_.events);
+  return Build();
+}
+
+std::size_t Reader::ReadChunks(std::string* stop_reason) {
   info_->bytes_used = format::kPrefixSize;
   std::size_t pos = format::kPrefixSize;
-  std::string stop_reason;
   while (pos < size_ && !info_->complete) {
     if (std::all_of(data_ + pos, data_ + size_, [](unsigned char c) { return c == 0; })) {
-      stop_reason = absl::StrCat("the rest (", size_ - pos,
-                                 " bytes) is preallocated space never written");
+      *stop_reason = absl::StrCat("the rest (", size_ - pos,
+                                  " bytes) is preallocated space never written");
       break;
     }
     if (std::optional<format::ChunkHeader> h = ValidChunkAt(pos)) {
       ReadChunk(pos, *h);
       pos += format::kChunkHeaderSize + h->stored_len;
       continue;
+    }
+    if (std::optional<format::ChunkHeader> h = CutJournalAt(pos)) {
+      ReadChunk(pos, *h);
+      *stop_reason = absl::StrCat("the file ends inside the journal chunk at offset ", pos,
+                                  " (its slots before the end were read)");
+      return size_;
     }
     // Damaged or cut off here: resynchronise on the next valid chunk, if there is one.
     ++info_->corrupt_chunks;
@@ -482,39 +588,49 @@ absl::StatusOr<Trace> Reader::Read() {
           size_ - pos >= format::kChunkHeaderSize ? format::ParseChunkHeader(data_ + pos)
                                                   : std::nullopt;
       const bool cut = h && h->stored_len > size_ - pos - format::kChunkHeaderSize;
-      stop_reason = absl::StrCat(cut ? "an incomplete chunk" : "a corrupt chunk",
-                                 " at offset ", pos, " (", size_ - pos,
-                                 " bytes to the end of the file, no valid chunk after it)");
+      *stop_reason = absl::StrCat(
+          cut ? "an incomplete chunk" : "a corrupt chunk", " at offset ", pos, " (",
+          size_ - pos, " bytes to the end of the file",
+          cut ? absl::StrCat(", ", format::kChunkHeaderSize + h->stored_len - (size_ - pos),
+                             " bytes short")
+              : ", no valid chunk after it",
+          ")");
       break;
     }
     trace_.warnings.push_back(absl::StrCat(name_, ": corrupt chunk at offset ", pos,
                                            "; skipped ", next - pos,
                                            " bytes to the next valid chunk at offset ", next));
+    bytes_skipped_ += next - pos;
     pos = next;
   }
-  if (info_->chunks == 0) {
-    return absl::DataLossError(
-        absl::StrCat(name_, ": no readable chunk in the file: ", stop_reason.empty()
-                                                                     ? "it holds no data"
-                                                                     : stop_reason));
-  }
-  if (!info_->complete) {
-    // A finished run compressed every journal record; only a killed one leaves some.
-    const std::size_t in_chunks = events_.size();
-    RecoverJournal();
-    trace_.warnings.push_back(absl::StrCat(
-        name_, ": the recording did not finish (no end chunk); recovered ", events_.size(),
-        " events: ", in_chunks, " in ", info_->chunks, " chunks (", info_->bytes_used,
-        " of ", size_, " bytes) and ", info_->journal_events,
-        " from the raw journal (recorded, not yet compressed); the data stops at offset ",
-        pos, stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason)));
-  } else if (end_events_ && *end_events_ != events_.size() + capacity_records_ + failed_records_) {
-    trace_.warnings.push_back(absl::StrCat(name_, ": the end chunk counts ", *end_events_,
-                                           " events but ", events_.size() + capacity_records_ + failed_records_,
-                                           " were read"));
-  }
-  events_.MoveTo(&trace_.events);
-  return Build();
+  return pos;
+}
+
+void Reader::DescribeLoss(std::size_t data_end, const std::string& stop_reason) {
+  TraceLoss loss;
+  loss.events_kept = events_.size();
+  loss.file_bytes = size_;
+  loss.bytes_kept = info_->bytes_used;
+  loss.data_end = data_end;
+  const bool zero_tail = std::all_of(data_ + data_end, data_ + size_,
+                                     [](unsigned char c) { return c == 0; });
+  loss.bytes_lost = bytes_skipped_ + (zero_tail ? 0 : size_ - data_end);
+  const std::int64_t last_ns = last_event_ns_;
+  std::int64_t origin = 0;
+  auto it = info_->header.find("clock_origin_ns");
+  if (it == info_->header.end() || !absl::SimpleAtoi(it->second, &origin)) origin = last_ns;
+  loss.last_event_us = events_.size() == 0 ? 0 : SinceOrigin(last_ns, origin);
+  const std::size_t in_chunks = events_.size() - info_->journal_events;
+  loss.summary = absl::StrCat(
+      name_, ": the recording did not finish (no end chunk); recovered ", events_.size(),
+      " events: ", in_chunks, " in ", info_->chunks, " chunks (", info_->bytes_used, " of ",
+      size_, " bytes) and ", info_->journal_events,
+      " from the raw journal (recorded, not yet compressed), the last at ",
+      absl::StrFormat("%.3f", static_cast<double>(loss.last_event_us) / 1e6),
+      " s after the trace opened; lost ", loss.bytes_lost, " bytes: the data stops at offset ", data_end,
+      stop_reason.empty() ? "" : absl::StrCat(": ", stop_reason));
+  trace_.warnings.insert(trace_.warnings.begin(), loss.summary);
+  trace_.loss = std::move(loss);
 }
 
 Trace Reader::Build() {

@@ -130,6 +130,18 @@ struct RunInfo {
   std::optional<std::int64_t> clock_origin_ns;
 };
 
+// What a gpumem trace that did not finish (a killed run, a file cut short by a full disk or
+// an interrupted copy, a damaged one) kept and lost; docs/trace-format.md states the bound.
+struct TraceLoss {
+  std::uint64_t events_kept = 0;    // events read back (chunks and raw journal)
+  std::int64_t last_event_us = 0;   // the latest kept event's time_us (0: none)
+  std::uint64_t file_bytes = 0;
+  std::uint64_t bytes_kept = 0;     // in chunks that read back, file prefix included
+  std::uint64_t bytes_lost = 0;     // written but unreadable: a cut chunk, damaged stretches
+  std::uint64_t data_end = 0;       // offset where the readable data stops
+  std::string summary;              // one line: events kept, bytes lost, where and why
+};
+
 struct Trace {
   std::string source;  // the file it came from
   RunInfo run;
@@ -145,6 +157,7 @@ struct Trace {
   std::vector<FailedAllocation> failed_allocations;  // in time order
   bool expandable_segments = false;               // the recording allocator's setting
   std::vector<std::string> warnings;              // recoverable oddities found while reading
+  std::optional<TraceLoss> loss;                  // set when the recording did not finish
 
   Trace() : stacks(1) {}
 };

@@ -1,0 +1,17 @@
+// The line every command that reads a trace prints on stderr when the recording did not
+// finish (killed, cut short, damaged): the events it kept and the bytes it lost, in the
+// words of `gpumem dump`'s first warning. Such a trace exits 0 when any event reads back;
+// one with no readable event is an error (exit 2) like any unreadable input.
+#pragma once
+
+#include <cstdio>
+
+#include "tools/trace/trace.h"
+
+namespace gpumem::cli {
+
+inline void WarnOfLoss(const trace::Trace& t) {
+  if (t.loss) std::fprintf(stderr, "warning: %s\n", t.loss->summary.c_str());
+}
+
+}  // namespace gpumem::cli
