@@ -41,7 +41,7 @@ absl::StatusOr<report::ProfilePoint> PprofPoint(const ExportArgs& args) {
     if (!args.at.empty()) return absl::InvalidArgumentError("--at applies to --format pprof only");
     return report::ProfilePoint{};
   }
-  if (!PprofBuilt()) return PprofExport(trace::Trace(), {}, nullptr).status();
+  if (absl::Status available = PprofAvailable(); !available.ok()) return available;
   return report::ParseProfilePoint(args.at.empty() ? "peak" : args.at);
 }
 

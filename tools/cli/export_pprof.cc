@@ -12,7 +12,7 @@ namespace gpumem::cli {
 
 #ifdef GPUMEM_HAVE_PPROF
 
-bool PprofBuilt() { return true; }
+absl::Status PprofAvailable() { return absl::OkStatus(); }
 
 absl::StatusOr<std::string> PprofExport(const trace::Trace& trace, const report::ProfilePoint& at,
                                         std::string* moment) {
@@ -27,13 +27,15 @@ absl::StatusOr<std::string> PprofExport(const trace::Trace& trace, const report:
 
 #else
 
-bool PprofBuilt() { return false; }
-
-absl::StatusOr<std::string> PprofExport(const trace::Trace&, const report::ProfilePoint&,
-                                        std::string*) {
+absl::Status PprofAvailable() {
   return absl::UnimplementedError(
       "pprof export was not built: CMake did not find Protobuf when gpumem was built "
       "(apt-get install libprotobuf-dev protobuf-compiler, then rebuild)");
+}
+
+absl::StatusOr<std::string> PprofExport(const trace::Trace&, const report::ProfilePoint&,
+                                        std::string*) {
+  return PprofAvailable();
 }
 
 #endif
