@@ -17,5 +17,6 @@ void AddReportCommand(CLI::App& app, int* status);
 void AddExportCommand(CLI::App& app, int* status);
 void AddRunCommand(CLI::App& app, int* status);
 void AddDoctorCommand(CLI::App& app, int* status);
+void AddDiffCommand(CLI::App& app, int* status);
 
 }  // namespace gpumem::cli

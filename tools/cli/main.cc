@@ -8,13 +8,15 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gpumem: a GPU memory allocator and leak profiler for PyTorch training.\n"
       "Replay real allocation traces through allocation policies, record and read gpumem\n"
-      "traces, and diagnose out-of-memory failures (leak, fragmentation or genuine peak)."};
+      "traces, diagnose out-of-memory failures (leak, fragmentation or genuine peak) and\n"
+      "compare live memory between steps or runs."};
   app.require_subcommand(1);
   app.set_version_flag("--version", GPUMEM_VERSION_TEXT);
   int status = gpumem::cli::kExitOk;
   gpumem::cli::AddReplayCommand(app, &status);
   gpumem::cli::AddDumpCommand(app, &status);
   gpumem::cli::AddReportCommand(app, &status);
+  gpumem::cli::AddDiffCommand(app, &status);
   gpumem::cli::AddExportCommand(app, &status);
   gpumem::cli::AddRunCommand(app, &status);
   gpumem::cli::AddDoctorCommand(app, &status);
