@@ -3,6 +3,7 @@
 # lacks gives one line on stderr and exit status 2; a profile of a real trace decodes
 # (protoc) with the report's peak as its live bytes. Where pprof export is not built, the
 # command says so.
+# (Where it is not built, that comes first, whatever --at says.)
 # usage: cli_test.sh GPUMEM_BINARY TEST_DATA_DIR yes|no PROTO_DIR [PROTOC]
 set -uo pipefail
 gpumem=$1
@@ -26,8 +27,6 @@ expect_bad_input() {  # name, expected text on stderr, args...
 }
 
 trace=$data/leaky_mlp.pickle.xz
-expect_bad_input "bad --at" "--at must be peak, oom or step:N" \
-  export "$trace" --format pprof --at middle -o "$tmp/p.pb.gz"
 expect_bad_input "--at on another format" "--at applies to --format pprof only" \
   export "$trace" --format perfetto --at peak -o "$tmp/p.pb.gz"
 
@@ -37,6 +36,8 @@ if [ "$built" != yes ]; then
   exit $fail
 fi
 
+expect_bad_input "bad --at" "--at must be peak, oom or step:N" \
+  export "$trace" --format pprof --at middle -o "$tmp/p.pb.gz"
 expect_bad_input "--at oom without an OOM" "no OOM in the trace" \
   export "$trace" --format pprof --at oom -o "$tmp/p.pb.gz"
 expect_bad_input "--at step past the last" "the trace has 60 step ends" \
