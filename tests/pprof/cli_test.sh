@@ -11,17 +11,10 @@ data=$2
 built=$3
 proto_dir=$4
 protoc=${5:-}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
-
+source "$(dirname "$0")/../cli_check.sh"
 expect_bad_input() {  # name, expected text on stderr, args...
   local name=$1 text=$2; shift 2
-  "$gpumem" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  check "$name: exit 2 (got $rc)" "[ $rc -eq 2 ]"
-  check "$name: one line on stderr" "[ \$(wc -l <\"$tmp/err\") -eq 1 ]"
+  run_bad_input "$name" "$@"
   check "$name: says '$text'" "grep -q -- \"$text\" \"$tmp/err\""
   check "$name: no file written" "[ ! -e \"$tmp/p.pb.gz\" ]"
 }

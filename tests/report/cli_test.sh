@@ -5,19 +5,8 @@
 set -uo pipefail
 gpumem=$1
 data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
-
-expect_bad_input() {  # name, args...
-  local name=$1; shift
-  "$gpumem" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  check "$name: exit 2 (got $rc)" "[ $rc -eq 2 ]"
-  check "$name: one line on stderr" "[ \$(wc -l <\"$tmp/err\") -eq 1 ]"
-  check "$name: no crash output" "! grep -q -i 'terminate\|Sanitizer\|core dumped' \"$tmp/err\""
-}
+source "$(dirname "$0")/../cli_check.sh"
+expect_bad_input() { run_bad_input "$@"; }
 
 : >"$tmp/empty.trace.tsv"
 head -c 3000 "$data/gpt2.trace.tsv.gz" >"$tmp/truncated.trace.tsv.gz"

@@ -6,17 +6,10 @@
 set -uo pipefail
 gpumem=$1
 data=$2
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-check() { if ! eval "$2"; then echo "FAIL: $1"; fail=1; else echo "ok: $1"; fi; }
-
+source "$(dirname "$0")/../cli_check.sh"
 expect_bad_input() {  # name, args...
   local name=$1; shift
-  "$gpumem" diff "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  check "$name: exit 2 (got $rc)" "[ $rc -eq 2 ]"
-  check "$name: one line on stderr" "[ \$(wc -l <\"$tmp/err\") -eq 1 ]"
+  run_bad_input "$name" diff "$@"
   check "$name: nothing on stdout" "[ ! -s \"$tmp/out\" ]"
 }
 

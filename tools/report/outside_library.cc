@@ -1,5 +1,8 @@
 #include "tools/report/outside_library.h"
 
+#include <cstddef>
+#include <iterator>
+
 #include "absl/strings/match.h"
 
 namespace gpumem::report {
@@ -25,41 +28,27 @@ bool IsPlumbing(absl::string_view name) {
 
 }  // namespace
 
-const char* OutsideLibraryName(OutsideLibrary library) {
-  switch (library) {
-    case OutsideLibrary::kNccl:
-      return "NCCL";
-    case OutsideLibrary::kCublas:
-      return "cuBLAS";
-    case OutsideLibrary::kCudnn:
-      return "cuDNN";
-    case OutsideLibrary::kOther:
-      return "other";
-    case OutsideLibrary::kUnknown:
-      return "unknown";
-    case OutsideLibrary::kAllocator:
-      return "allocator";
-  }
-  return "unknown";
+namespace {
+
+struct LibraryNames {
+  const char* name;  // for people
+  const char* key;   // for JSON
+};
+// In OutsideLibrary's order.
+constexpr LibraryNames kLibraryNames[] = {
+    {"NCCL", "nccl"},   {"cuBLAS", "cublas"},   {"cuDNN", "cudnn"},
+    {"other", "other"}, {"unknown", "unknown"}, {"allocator", "allocator"}};
+
+const LibraryNames& NamesOf(OutsideLibrary library) {
+  const auto i = static_cast<std::size_t>(library);
+  return kLibraryNames[i < std::size(kLibraryNames) ? i : static_cast<std::size_t>(OutsideLibrary::kUnknown)];
 }
 
-const char* OutsideLibraryKey(OutsideLibrary library) {
-  switch (library) {
-    case OutsideLibrary::kNccl:
-      return "nccl";
-    case OutsideLibrary::kCublas:
-      return "cublas";
-    case OutsideLibrary::kCudnn:
-      return "cudnn";
-    case OutsideLibrary::kOther:
-      return "other";
-    case OutsideLibrary::kUnknown:
-      return "unknown";
-    case OutsideLibrary::kAllocator:
-      return "allocator";
-  }
-  return "unknown";
-}
+}  // namespace
+
+const char* OutsideLibraryName(OutsideLibrary library) { return NamesOf(library).name; }
+
+const char* OutsideLibraryKey(OutsideLibrary library) { return NamesOf(library).key; }
 
 OutsideLibrary LibraryOfFile(absl::string_view path) {
   const absl::string_view name = BaseName(path);
