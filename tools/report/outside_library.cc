@@ -41,7 +41,8 @@ constexpr LibraryNames kLibraryNames[] = {
 
 const LibraryNames& NamesOf(OutsideLibrary library) {
   const auto i = static_cast<std::size_t>(library);
-  return kLibraryNames[i < std::size(kLibraryNames) ? i : static_cast<std::size_t>(OutsideLibrary::kUnknown)];
+  const auto unknown = static_cast<std::size_t>(OutsideLibrary::kUnknown);
+  return kLibraryNames[i < std::size(kLibraryNames) ? i : unknown];
 }
 
 }  // namespace
