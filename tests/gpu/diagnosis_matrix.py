@@ -15,6 +15,7 @@ prints: name, the verdict expected under profile-only, under gpumem's allocator
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,16 @@ def listed(script):
         rows[name] = ({"profile": profile.replace("_", " "), "gpumem": gpumem.replace("_", " ")},
                       int(line_no))
     return rows
+
+
+REPO = os.path.dirname(os.path.dirname(HERE)) + os.sep
+
+
+def portable(line, workdir):
+    """A stderr line without this machine's paths: the checkout, site-packages, the
+    scratch folder (results are committed)."""
+    line = line.replace(REPO, "").replace(workdir + os.sep, "$TMP/")
+    return re.sub(r"\S*/site-packages/", "site-packages/", line)
 
 
 def said(stderr, *words):
@@ -77,7 +88,7 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
             "warning": said(stderr, "leak warning"), "at_oom": said(stderr, "verdict:"),
-            "stderr_tail": stderr.splitlines()[-25:]}
+            "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
 
 def main():

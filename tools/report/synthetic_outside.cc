@@ -18,7 +18,7 @@ std::uint32_t DriverCall(Builder& b, const std::string& call, const std::string&
   if (!library.empty()) {
     frames.push_back({"/usr/local/cuda/lib64/libcudart.so.12", 0, "cudaMalloc+0x51"});
     frames.push_back({library, 0, symbol});
-    frames.push_back({"/opt/torch/lib/libtorch_cuda.so", 0, "at::native::addmm+0x90"});
+    frames.push_back({"site-packages/torch/lib/libtorch_cuda.so", 0, "at::native::addmm+0x90"});
   }
   return b.RawStack(frames);
 }
@@ -53,15 +53,15 @@ void DriverCalls(Builder& b, std::int32_t device) {
       {kOnDevice, Action::kSegmentAlloc, 0x101, A::kNccl / 2, "cuMemCreate", kNcclSo,
        "ncclProxyConnect+0x88"},
       {kOnDevice, Action::kSegmentAlloc, 0x900000000, A::kCublas, "cuMemAlloc_v2",
-       "/opt/nvidia/cublas/lib/libcublasLt.so.12", "cublasLtMatmul+0x12"},
+       "site-packages/nvidia/cublas/lib/libcublasLt.so.12", "cublasLtMatmul+0x12"},
       {kOnDevice, Action::kSegmentAlloc, 0xa00000000, A::kCudnn, "cuMemAlloc_v2",
-       "/opt/nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9", "cudnnBackendExecute+0x3"},
+       "site-packages/nvidia/cudnn/lib/libcudnn_engines_precompiled.so.9", "cudnnBackendExecute+0x3"},
       {kOnDevice, Action::kSegmentAlloc, 0xb00000000, A::kOther, "cuMemAlloc_v2",
-       "/opt/torch/lib/libtorch_cuda.so", "at::cuda::getCurrentCUDABlasHandle+0x40"},
+       "site-packages/torch/lib/libtorch_cuda.so", "at::cuda::getCurrentCUDABlasHandle+0x40"},
       {kOnDevice, Action::kSegmentAlloc, 0xc00000000, A::kUnknown, "cuMemAlloc_v2", "", ""},
       {-1, Action::kSegmentAlloc, 0xd00000000, A::kPinned, "cuMemHostAlloc", "", ""},
       {kOnDevice, Action::kSegmentAlloc, 0xe00000000, A::kGiB, "cuMemAlloc_v2",
-       "/opt/torch/lib/libc10_cuda.so", "c10::cuda::CUDACachingAllocator::malloc+0x77"},
+       "site-packages/torch/lib/libc10_cuda.so", "c10::cuda::CUDACachingAllocator::malloc+0x77"},
       {kOnDevice, Action::kSegmentFree, 0xe00000000, A::kGiB, "cuMemFree_v2", "", ""},
       {kOnDevice, Action::kSegmentAlloc, kSegmentBase, A::kReserved / 4, "cuMemAlloc_v2", "", ""},
   };
