@@ -6,22 +6,14 @@ comment `# LEAK`; diagnosis_matrix.py reads its line number to check the named s
 usage: diagnosis_cases.py CASE | list
 """
 import os
-import sys
 
 import torch
 
+from case_registry import Cases
+
 MiB = 1 << 20
-CASES = {}
-
-
-def case(expected, under_gpumem=None):
-    """expected: the verdict under profile-only mode (PyTorch's allocator), and under
-    gpumem's allocator unless under_gpumem says otherwise ("completes": ends normally)."""
-    def register(fn):
-        fn.expected = {"profile": expected, "gpumem": under_gpumem or expected}
-        CASES[fn.__name__] = fn
-        return fn
-    return register
+CASES = Cases()
+case = CASES.case  # case(verdict under profile-only[, under gpumem's allocator])
 
 
 def cap_device():
@@ -157,7 +149,7 @@ def one_long_batch_late():
         fit(net, opt, batch(n))
 
 
-@case("fragmentation", under_gpumem="completes")
+@case("fragmentation", "completes")
 def fragmented_under_cap():
     """Variable-size buffers carved from one cached segment, every other one kept: the
     free memory is there but in pieces. gpumem's allocator stitches pages; PyTorch's
@@ -173,27 +165,5 @@ def fragmented_under_cap():
     return kept, whole
 
 
-def leak_line(name):
-    src = CASES[name].__code__
-    import inspect
-    lines, first = inspect.getsourcelines(src)
-    for i, line in enumerate(lines):
-        if "# LEAK" in line:
-            return first + i
-    return 0
-
-
-def main():
-    name = sys.argv[1]
-    if name == "list":
-        for n, fn in CASES.items():
-            e = fn.expected
-            print(n, e["profile"].replace(" ", "_"), e["gpumem"].replace(" ", "_"),
-                  leak_line(n))
-        return
-    cap_device()
-    CASES[name]()
-
-
 if __name__ == "__main__":
-    main()
+    CASES.main(before_run=cap_device)

@@ -9,20 +9,14 @@ profile-only mode and under gpumem's allocator ("completes": the run ends normal
 usage: hidden_oom_cases.py CASE | list
 """
 import os
-import sys
 import threading
 
 import torch
 
-CASES = {}
+from case_registry import Cases
 
-
-def case(profile, gpumem):
-    def register(fn):
-        fn.expected = {"profile": profile, "gpumem": gpumem}
-        CASES[fn.__name__] = fn
-        return fn
-    return register
+CASES = Cases()
+case = CASES.case
 
 
 def train_step(net, opt, n):
@@ -115,22 +109,5 @@ def leak_fills_before_a_new_handle():
                 net(torch.randn(64, 4096, device="cuda")).sum().item()
 
 
-def leak_line(name):
-    import inspect
-    lines, first = inspect.getsourcelines(CASES[name])
-    return next((first + i for i, line in enumerate(lines) if "# LEAK" in line), 0)
-
-
-def main():
-    name = sys.argv[1]
-    if name == "list":
-        for n, fn in CASES.items():
-            e = fn.expected
-            print(n, e["profile"].replace(" ", "_"), e["gpumem"].replace(" ", "_"),
-                  leak_line(n))
-        return
-    CASES[name]()
-
-
 if __name__ == "__main__":
-    main()
+    CASES.main()
