@@ -18,6 +18,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "profiler/cupti/memory_call.h"
 #include "profiler/cupti/trace_name.h"
+#include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
@@ -94,14 +95,11 @@ void ReleaseIdleFor(const MemoryCall& call, const CUpti_CallbackData* cb) {
 }
 
 // What the driver has free on the current context's device, if it can say: the failed
-// call's context is current in its callback. Found at run time like gpumem_release_idle.
+// call's context is current in its callback.
 std::optional<std::uint64_t> DriverFreeBytes() {
-  using MemGetInfo = CUresult (*)(std::size_t*, std::size_t*);
-  static const auto get_info =
-      reinterpret_cast<MemGetInfo>(dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2"));
-  std::size_t free = 0, total = 0;
-  if (get_info == nullptr || get_info(&free, &total) != CUDA_SUCCESS) return std::nullopt;
-  return free;
+  const std::optional<DriverMemory> memory = SampleDriverMemory();
+  if (!memory) return std::nullopt;
+  return memory->free;
 }
 
 // The API frame: the call's name, or the runtime call that made it.
