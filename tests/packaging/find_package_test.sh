@@ -12,5 +12,8 @@ cmake -S "$src/tests/packaging/consumer" -B "$work/consumer" \
   -DGPUMEM_TORCH_EXAMPLE="$src/hooks/torch/example.cc" --no-warn-unused-cli >/dev/null
 cmake --build "$work/consumer" -j2 >/dev/null
 # The installed library, not the build tree's: no GPUMEM_LIB_DIR, no LD_LIBRARY_PATH.
-ldd "$work/consumer/gpumem_consumer" | grep -q "$work/prefix/lib.*/libgpumem.so"
+# grep without -q reads all of ldd's output: with pipefail, -q's early exit can fail the
+# pipeline on ldd's SIGPIPE (the likely cause of a silent failure seen once under ctest -j2).
+ldd "$work/consumer/gpumem_consumer" | grep "$work/prefix/lib.*/libgpumem.so" >/dev/null \
+  || { echo "gpumem_consumer does not load the installed libgpumem.so" >&2; exit 1; }
 GPUMEM_BACKEND=sim "$work/consumer/gpumem_consumer"
