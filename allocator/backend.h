@@ -70,10 +70,11 @@ class Backend {
   virtual void ReleasePhysical(PhysicalHandle handle) = 0;
 
   // --- mappings (cuMemMap + cuMemSetAccess / cuMemUnmap). Map places `bytes` of
-  // `handle`, from `offset`, at `va`, inside a reserved range.
+  // `handle`, from `offset`, at `va`, inside a reserved range. An Unmap that fails leaves
+  // the mapping in place: the caller still holds it and may try again later.
   virtual absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                            std::size_t offset) = 0;
-  virtual void Unmap(DevicePtr va, std::size_t bytes) = 0;
+  virtual absl::Status Unmap(DevicePtr va, std::size_t bytes) = 0;
   // Maps handles[i] (each `page_bytes`, from offset 0) at va + i * page_bytes: all or
   // nothing. The default maps one by one; a device may grant access to the whole run at
   // once (one cuMemSetAccess instead of one per page: the costly part of a map).
@@ -81,7 +82,8 @@ class Backend {
                                 const PhysicalHandle* handles, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       if (absl::Status s = Map(va + i * page_bytes, page_bytes, handles[i], 0); !s.ok()) {
-        for (std::size_t j = 0; j < i; ++j) Unmap(va + j * page_bytes, page_bytes);
+        // Best effort: a device that refuses these unmaps too cannot keep all or nothing.
+        for (std::size_t j = 0; j < i; ++j) Unmap(va + j * page_bytes, page_bytes).IgnoreError();
         return s;
       }
     }
@@ -95,6 +97,8 @@ class Backend {
 
   // --- stream order (cuEventRecord / cuEventQuery / cuEventDestroy)
   virtual EventHandle RecordEvent(StreamId stream) = 0;
+  // True once the work queued before the event has run; false while it may not have,
+  // which includes a query that failed: callers wait for a Synchronize() then.
   virtual bool EventCompleted(EventHandle event) = 0;
   virtual void ReleaseEvent(EventHandle event) = 0;
   // Blocks until all work queued on every stream is done (cuCtxSynchronize).

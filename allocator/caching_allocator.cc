@@ -142,13 +142,15 @@ void CachingAllocator::DeferFree(DevicePtr ptr, std::vector<StreamId> streams) {
   }
 }
 
-void CachingAllocator::CollectPending() {
-  guard_.Collect([this](DevicePtr ptr) {
-    LiveBlock* r = live_.Find(ptr);
-    SubPending(*r);
-    ReleaseBlock(ptr, *r);
-    live_.Erase(r);
-  });
+void CachingAllocator::CollectPending(bool synchronized) {
+  guard_.Collect(
+      [this](DevicePtr ptr) {
+        LiveBlock* r = live_.Find(ptr);
+        SubPending(*r);
+        ReleaseBlock(ptr, *r);
+        live_.Erase(r);
+      },
+      synchronized);
 }
 
 std::unique_ptr<DeviceAllocator> MakeCachingAllocator(Backend& backend,

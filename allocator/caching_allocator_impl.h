@@ -313,8 +313,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   bool RetireUsedElsewhere(DevicePtr ptr, LiveBlock& live);
   // Holds a freed block until work queued on `streams` has run.
   void DeferFree(DevicePtr ptr, std::vector<StreamId> streams);
-  // Releases the blocks whose pending frees have completed.
-  void CollectPending();
+  // Releases the blocks whose pending frees have completed: all of them when
+  // `synchronized` (the device was waited for in this slow path, after every free).
+  void CollectPending(bool synchronized = false);
 
   // --- Thread caches (caching_thread_caches.cc).
 

@@ -124,7 +124,9 @@ Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes) {
 // budget says and, after the second, trim every cached byte.
 Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt) {
   if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
-  CollectPending();
+  // No event need be asked once the device was waited for: a failed query would hold
+  // the block (and its bytes, against this request) for nothing.
+  CollectPending(/*synchronized=*/pages_.quiet());
   RetireLent();
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
@@ -238,7 +240,7 @@ void CachingAllocator::ReleaseCachedOf(HeapFilter which) {
 void CachingAllocator::CollectIdleOf(HeapFilter which) {
   FlushCaches();
   pages_.Quiesce();
-  CollectPending();
+  CollectPending(/*synchronized=*/true);
   for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
   for (auto& [key, h] : heaps_) {
     if (!which(*h)) continue;

@@ -103,8 +103,8 @@ void CudaMallocBackend::ReleasePhysical(PhysicalHandle) {
 absl::Status CudaMallocBackend::Map(DevicePtr, std::size_t, PhysicalHandle, std::size_t) {
   return absl::FailedPreconditionError("CudaMallocBackend has no virtual memory management");
 }
-void CudaMallocBackend::Unmap(DevicePtr, std::size_t) {
-  LogFailure(absl::FailedPreconditionError("Unmap on a backend without VMM"));
+absl::Status CudaMallocBackend::Unmap(DevicePtr, std::size_t) {
+  return absl::FailedPreconditionError("Unmap on a backend without VMM");
 }
 
 // --- segments
@@ -179,10 +179,10 @@ bool CudaMallocBackend::EventCompleted(EventHandle event) {
   CUresult r = api_.cuEventQuery(reinterpret_cast<CUevent>(event));
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) return false;
-  // A failed query means a broken context: nothing will complete. Say so, and stop
-  // holding memory for work that will never run.
+  // Not known to be done: taking the memory back now could hand it to new work while
+  // old work still writes it. The allocator takes it back after its next synchronize.
   LogFailure(ToStatus(r, "cuEventQuery"));
-  return true;
+  return false;
 }
 
 void CudaMallocBackend::ReleaseEvent(EventHandle event) {

@@ -46,7 +46,7 @@ class CudaMallocBackend : public Backend {
   void ReleasePhysical(PhysicalHandle handle) override;
   absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                    std::size_t offset) override;
-  void Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::Status Unmap(DevicePtr va, std::size_t bytes) override;
 
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override;

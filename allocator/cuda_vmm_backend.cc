@@ -176,19 +176,21 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
   return absl::OkStatus();
 }
 
-void CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
+absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
   CUresult r;
   {
     ScopedContext scope(api_, context_);
     r = api_.cuMemUnmap(static_cast<CUdeviceptr>(va), bytes);
   }
   if (r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuMemUnmap"));
-    return;
+    absl::Status failed = ToStatus(r, "cuMemUnmap");
+    LogFailure(failed);
+    return failed;
   }
   std::lock_guard<std::mutex> lock(mu_);
   counters_.mapped_bytes -= bytes;
   ++counters_.unmaps;
+  return absl::OkStatus();
 }
 
 }  // namespace gpumem

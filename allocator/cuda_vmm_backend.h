@@ -30,7 +30,7 @@ class CudaVmmBackend final : public CudaMallocBackend {
   void ReleasePhysical(PhysicalHandle handle) override;
   absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                    std::size_t offset) override;
-  void Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::Status Unmap(DevicePtr va, std::size_t bytes) override;
   absl::Status MapPages(DevicePtr va, std::size_t page_bytes, const PhysicalHandle* handles,
                         std::size_t n) override;
 

@@ -23,8 +23,7 @@ LargePool::~LargePool() {
     if (r->segment) {
       pages_.FreeSegment(r->base, r->bytes);
     } else {
-      pages_.UnmapRange(r->base, r->bytes);
-      pages_.ReleaseRange(r->base, r->bytes);
+      pages_.DropRange(r->base, r->bytes);
     }
   }
 }
@@ -286,48 +285,7 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool le
   std::size_t taken = 0;
   for (Block* f : candidates) {
     if (taken == max) break;
-    DevicePtr first = RoundUp(f->addr, page_);
-    DevicePtr last = f->end() / page_ * page_;  // end of the last whole page
-    std::size_t n = std::min((last - first) / page_, max - taken);
-    DevicePtr cut = last - n * page_;
-    for (DevicePtr va = cut; va < last; va += page_) {
-      if (lend) {
-        pages_.LendPage(va);
-      } else {
-        pages_.UnmapPage(va);
-      }
-    }
-    taken += n;
-    Range* r = f->range;
-    EraseFree(f);
-    // What remains: [f->addr, cut) and [last, end), with a hole (or, lent, a placeholder
-    // that keeps growth out until the old addresses are unmapped) between.
-    if (f->end() > last) {
-      Block* tail = NewNode();
-      tail->addr = last;
-      tail->size = f->end() - last;
-      LinkAfter(f, tail);
-      InsertFree(tail);
-    }
-    if (lend) {
-      Block* hole = NewNode();
-      hole->addr = cut;
-      hole->size = last - cut;
-      LinkAfter(f, hole);
-      if (lent_.empty() || lent_.back().done != 0) lent_.emplace_back();
-      lent_.back().holes.push_back(hole);
-      lent_pages_ += n;
-    } else {
-      r->mapped_bytes -= n * page_;
-    }
-    f->size = cut - f->addr;
-    if (f->size == 0) {
-      Unlink(f);
-      Recycle(f);
-    } else {
-      InsertFree(f);
-    }
-    if (r->mapped_bytes == 0) ReleaseRange(r);  // no page left, so no block either
+    taken += TakeWholePages(f, max - taken, lend);
   }
   if (lend && taken > 0) {
     // Work queued on the stream so far is what may still use the old addresses.
@@ -336,25 +294,89 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool le
   return taken;
 }
 
+// Up to `max` whole pages from the end of free block `f`, top down: when the device
+// refuses an unmap, the pages taken so far are still one run, and the rest stays mapped
+// in `f`. Returns how many.
+std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend) {
+  const DevicePtr first = RoundUp(f->addr, page_);
+  const DevicePtr last = f->end() / page_ * page_;  // end of the last whole page
+  const DevicePtr lowest = last - std::min((last - first) / page_, max) * page_;
+  DevicePtr cut = last;
+  for (; cut > lowest; cut -= page_) {
+    if (lend) {
+      pages_.LendPage(cut - page_);
+    } else if (!pages_.UnmapPage(cut - page_)) {
+      break;
+    }
+  }
+  const std::size_t n = (last - cut) / page_;
+  if (n == 0) return 0;
+  Range* r = f->range;
+  EraseFree(f);
+  // What remains: [f->addr, cut) and [last, end), with a hole (or, lent, a placeholder
+  // that keeps growth out until the old addresses are unmapped) between.
+  if (f->end() > last) {
+    Block* tail = NewNode();
+    tail->addr = last;
+    tail->size = f->end() - last;
+    LinkAfter(f, tail);
+    InsertFree(tail);
+  }
+  if (lend) {
+    Block* hole = NewNode();
+    hole->addr = cut;
+    hole->size = last - cut;
+    LinkAfter(f, hole);
+    if (lent_.empty() || lent_.back().done != 0) lent_.emplace_back();
+    lent_.back().holes.push_back(hole);
+    lent_pages_ += n;
+  } else {
+    r->mapped_bytes -= n * page_;
+  }
+  f->size = cut - f->addr;
+  if (f->size == 0) {
+    Unlink(f);
+    Recycle(f);
+  } else {
+    InsertFree(f);
+  }
+  if (r->mapped_bytes == 0) ReleaseRange(r);  // no page left, so no block either
+  return n;
+}
+
 std::size_t LargePool::RetireLent(bool all) {
   std::size_t retired = 0;
   Backend& backend = pages_.backend();
   // One stream: its events complete in order, so the first pending one ends the search.
   while (!lent_.empty() && (all || backend.EventCompleted(lent_.front().done))) {
-    for (Block* hole : lent_.front().holes) {
-      for (DevicePtr va = hole->addr; va < hole->end(); va += page_) pages_.RetireLent(va);
-      retired += hole->size / page_;
-      Range* r = hole->range;
-      r->mapped_bytes -= hole->size;
-      Unlink(hole);
-      Recycle(hole);
-      if (r->mapped_bytes == 0) ReleaseRange(r);  // its last pages: no block is left
-    }
+    std::vector<Block*>& holes = lent_.front().holes;
+    while (!holes.empty() && RetireHole(holes.back(), &retired)) holes.pop_back();
+    // The device refused an unmap: this stitch's event is kept, and asked again later.
+    if (!holes.empty()) break;
     backend.ReleaseEvent(lent_.front().done);
     lent_.pop_front();
   }
   lent_pages_ -= retired;
   return retired;
+}
+
+// Unmaps the old addresses of a lent hole, top down, adding the pages to `retired`.
+// Whether all went: if the device refuses one, the hole shrinks to the pages still mapped.
+bool LargePool::RetireHole(Block* hole, std::size_t* retired) {
+  DevicePtr end = hole->end();
+  while (end > hole->addr && pages_.RetireLent(end - page_)) end -= page_;
+  const std::size_t bytes = hole->end() - end;
+  *retired += bytes / page_;
+  Range* r = hole->range;
+  r->mapped_bytes -= bytes;
+  if (end > hole->addr) {
+    hole->size = end - hole->addr;
+    return false;
+  }
+  Unlink(hole);
+  Recycle(hole);
+  if (r->mapped_bytes == 0) ReleaseRange(r);  // its last pages: no block is left
+  return true;
 }
 
 void LargePool::ReleaseRange(Range* r) {

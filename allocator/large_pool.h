@@ -85,12 +85,14 @@ class LargePool {
 
   // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
   // the page cache, from the free blocks with the fewest StrandedBytes first, then the
-  // smallest. Returns how many. With `lend`, the pages
+  // smallest. Returns how many (fewer where the device refuses an unmap: those pages
+  // stay where they are). With `lend`, the pages
   // are lent instead (no synchronization): only a Grow of this pool, called next, may
   // map them.
   std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false);
   // Unmaps the old addresses of lent pages whose stream work is done (all of them with
-  // `all`: the caller waited for the device). Returns how many pages.
+  // `all`: the caller waited for the device). Returns how many pages. Those the device
+  // refuses to unmap stay lent, their placeholders in place, until a later call.
   std::size_t RetireLent(bool all);
   std::size_t lent_pages() const { return lent_pages_; }
   // Whole pages inside free blocks.
@@ -138,6 +140,8 @@ class LargePool {
   // Merges a free block (out of the free set) with adjacent free neighbours.
   Block* Coalesce(Block* b);
   void ReleaseRange(Range* r);
+  std::size_t TakeWholePages(Block* f, std::size_t max, bool lend);
+  bool RetireHole(Block* hole, std::size_t* retired);
   std::size_t RoomAfter(const Block* b) const;
   std::size_t RoomBefore(const Block* b) const;
 

@@ -1,6 +1,8 @@
 #include "allocator/page_heap.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace gpumem {
 
@@ -13,7 +15,8 @@ PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer)
 
 PageHeap::~PageHeap() {
   // The allocator unmaps and frees everything before destroying the heap; whatever is
-  // left (a caller leaked blocks) is still returned so the device is clean.
+  // left (a caller leaked blocks, or the device refused an unmap) is still returned so
+  // the device is clean.
   if (!mapped_.empty()) {
     Quiesce();
     std::vector<DevicePtr> vas;
@@ -93,17 +96,18 @@ void PageHeap::Quiesce() {
   quiet_ = true;
 }
 
-void PageHeap::UnmapPage(DevicePtr va) {
+bool PageHeap::UnmapPage(DevicePtr va) {
   Quiesce();
   auto it = mapped_.find(va);
   const PhysicalHandle handle = it->second;
-  backend_.Unmap(va, page_);
+  if (!backend_.Unmap(va, page_).ok()) return false;
   mapped_.erase(it);
   // A lent page's handle is already in the cache or mapped elsewhere, and observers were
   // told it left this address when it was lent.
-  if (lent_.erase(va) != 0) return;
+  if (lent_.erase(va) != 0) return true;
   cached_.push_back(handle);
   Notify(AllocatorEventKind::kUnmap, va, page_);
+  return true;
 }
 
 void PageHeap::LendPage(DevicePtr va) {
@@ -114,10 +118,12 @@ void PageHeap::LendPage(DevicePtr va) {
   Notify(AllocatorEventKind::kUnmap, va, page_);
 }
 
-void PageHeap::RetireLent(DevicePtr va) {
-  if (lent_.erase(va) == 0) return;
-  backend_.Unmap(va, page_);
+bool PageHeap::RetireLent(DevicePtr va) {
+  if (!lent_.contains(va)) return true;
+  if (!backend_.Unmap(va, page_).ok()) return false;
+  lent_.erase(va);
   mapped_.erase(va);
+  return true;
 }
 
 absl::StatusOr<DevicePtr> PageHeap::AllocateSegment(std::size_t bytes) {
@@ -139,12 +145,30 @@ void PageHeap::FreeSegment(DevicePtr base, std::size_t bytes) {
   Notify(AllocatorEventKind::kUnmap, base, bytes);
 }
 
-void PageHeap::UnmapRange(DevicePtr base, std::size_t bytes) {
+bool PageHeap::UnmapRange(DevicePtr base, std::size_t bytes) {
   std::vector<DevicePtr> vas;
   for (const auto& [va, handle] : mapped_) {
     if (va >= base && va < base + bytes) vas.push_back(va);
   }
-  for (DevicePtr va : vas) UnmapPage(va);
+  bool all = true;
+  for (DevicePtr va : vas) all &= UnmapPage(va);
+  return all;
+}
+
+void PageHeap::DropRange(DevicePtr base, std::size_t bytes) {
+  if (UnmapRange(base, bytes)) {
+    ReleaseRange(base, bytes);
+  } else {
+    dropped_.push_back({base, bytes});
+  }
+}
+
+void PageHeap::RetryDroppedRanges() {
+  std::erase_if(dropped_, [this](const Dropped& d) {
+    if (!UnmapRange(d.base, d.bytes)) return false;
+    ReleaseRange(d.base, d.bytes);
+    return true;
+  });
 }
 
 void PageHeap::ReleaseCached() {
@@ -153,8 +177,20 @@ void PageHeap::ReleaseCached() {
     std::vector<DevicePtr> vas(lent_.begin(), lent_.end());
     for (DevicePtr va : vas) RetireLent(va);
   }
-  for (PhysicalHandle h : cached_) ReleasePhysical(h);
-  cached_.clear();
+  RetryDroppedRanges();
+  // A page still mapped at a lent address (the device refused the unmap) is not released
+  // under its mapping: it stays cached until that address is retired.
+  absl::flat_hash_set<PhysicalHandle> still_mapped;
+  for (DevicePtr va : lent_) still_mapped.insert(mapped_.at(va));
+  std::vector<PhysicalHandle> kept;
+  for (PhysicalHandle h : cached_) {
+    if (still_mapped.contains(h)) {
+      kept.push_back(h);
+    } else {
+      ReleasePhysical(h);
+    }
+  }
+  cached_ = std::move(kept);
 }
 
 }  // namespace gpumem

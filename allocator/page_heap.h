@@ -42,7 +42,8 @@ class PageHeap {
   absl::StatusOr<std::size_t> CachePages(std::size_t n);
   // Unmaps the page at `va` and caches it. Synchronizes the device first unless that
   // already happened since the last BeginSlowPath(): pending work may use the page.
-  void UnmapPage(DevicePtr va);
+  // False when the device refused: the page stays mapped at `va`, as before.
+  bool UnmapPage(DevicePtr va);
 
   // Stitching without waiting for the device. Puts the page mapped at `va` in the cache at
   // once, to be mapped elsewhere, while it stays mapped at `va` too (a page may be mapped
@@ -52,8 +53,9 @@ class PageHeap {
   // Observers get kUnmap for `va` here, not at RetireLent: a page is never counted twice.
   void LendPage(DevicePtr va);
   // Unmaps a lent page's old address (no synchronization: the caller knows the work that
-  // used it is done). Nothing to do if ReleaseCached already did it.
-  void RetireLent(DevicePtr va);
+  // used it is done). Nothing to do if ReleaseCached already did it. False when the
+  // device refused: the address stays lent, to be retired again later.
+  bool RetireLent(DevicePtr va);
   std::size_t lent_pages() const { return lent_.size(); }
 
   // Called at the start of every slow path: work may have been queued since the last
@@ -69,10 +71,12 @@ class PageHeap {
 
   std::size_t cached_pages() const { return cached_.size(); }
   // Returns every cached page to the device (first waiting for the device and unmapping
-  // lent addresses, so no page is released while still mapped).
+  // lent addresses, so no page is released while still mapped; a page whose lent address
+  // the device would not unmap stays cached). Ranges left by DropRange go too.
   void ReleaseCached();
-  // Unmaps every page inside [base, base + bytes) (teardown).
-  void UnmapRange(DevicePtr base, std::size_t bytes);
+  // Unmaps every page inside [base, base + bytes) and releases the range (teardown). A
+  // page the device will not unmap keeps the range: both go at a later ReleaseCached.
+  void DropRange(DevicePtr base, std::size_t bytes);
 
   std::uint64_t reserved_bytes() const { return reserved_; }
   // Cumulative bytes of pages created and segments obtained / released.
@@ -86,6 +90,10 @@ class PageHeap {
  private:
   void Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes);
   void ReleasePhysical(PhysicalHandle h);
+  // Unmaps every page inside the range; whether all of them went.
+  bool UnmapRange(DevicePtr base, std::size_t bytes);
+  // Releases the dropped ranges whose pages have all been unmapped now.
+  void RetryDroppedRanges();
 
   Backend& backend_;
   const int device_;
@@ -96,6 +104,11 @@ class PageHeap {
   std::vector<PhysicalHandle> cached_;                      // unmapped, ready to map
   absl::flat_hash_map<DevicePtr, PhysicalHandle> mapped_;   // page va -> its page
   absl::flat_hash_set<DevicePtr> lent_;                     // mapped, page lent elsewhere
+  struct Dropped {
+    DevicePtr base;
+    std::size_t bytes;
+  };
+  std::vector<Dropped> dropped_;  // ranges to release once the device unmaps their pages
   std::uint64_t reserved_ = 0;                              // pages + segments held
   std::uint64_t created_bytes_ = 0;
   std::uint64_t released_bytes_ = 0;

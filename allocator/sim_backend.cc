@@ -130,7 +130,7 @@ absl::Status SimBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle han
   return absl::OkStatus();
 }
 
-void SimBackend::Unmap(DevicePtr va, std::size_t bytes) {
+absl::Status SimBackend::Unmap(DevicePtr va, std::size_t bytes) {
   std::lock_guard lock(mu_);
   // cuMemUnmap may cover several whole mappings but must not cut one.
   DevicePtr end = va + bytes;
@@ -147,6 +147,7 @@ void SimBackend::Unmap(DevicePtr va, std::size_t bytes) {
     }
   }
   ++counters_.unmaps;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<DevicePtr> SimBackend::AllocateSegment(std::size_t bytes) {

@@ -43,7 +43,7 @@ class SimBackend final : public Backend {
   void ReleasePhysical(PhysicalHandle handle) override;
   absl::Status Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                    std::size_t offset) override;
-  void Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::Status Unmap(DevicePtr va, std::size_t bytes) override;
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override;
   EventHandle RecordEvent(StreamId stream) override;

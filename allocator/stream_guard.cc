@@ -15,10 +15,10 @@ void StreamGuard::Defer(DevicePtr ptr, const std::vector<StreamId>& streams) {
   pending_.push_back(std::move(p));
 }
 
-bool StreamGuard::Done(Pending& p) {
+bool StreamGuard::Done(Pending& p, bool synchronized) {
   std::size_t keep = 0;
   for (EventHandle e : p.events) {
-    if (backend_.EventCompleted(e)) {
+    if (synchronized || backend_.EventCompleted(e)) {
       backend_.ReleaseEvent(e);
     } else {
       p.events[keep++] = e;

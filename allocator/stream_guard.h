@@ -24,12 +24,14 @@ class StreamGuard {
   // Records an event on each of `streams` and holds `ptr` until all have completed.
   void Defer(DevicePtr ptr, const std::vector<StreamId>& streams);
 
-  // Calls release(ptr) for each held block whose events have all completed.
+  // Calls release(ptr) for each held block whose events have all completed; for every
+  // one if `synchronized`: the caller waited for the device since the last Defer, so no
+  // event need be asked (a failed query answers "not yet" until then).
   template <typename F>
-  void Collect(F&& release) {
+  void Collect(F&& release, bool synchronized = false) {
     std::size_t keep = 0;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
-      if (Done(pending_[i])) {
+      if (Done(pending_[i], synchronized)) {
         release(pending_[i].ptr);
       } else {
         if (keep != i) pending_[keep] = std::move(pending_[i]);  // never onto itself
@@ -44,8 +46,9 @@ class StreamGuard {
     DevicePtr ptr;
     std::vector<EventHandle> events;
   };
-  // Releases the completed events of `p`; true when none is left.
-  bool Done(Pending& p);
+  // Releases the completed events of `p` (all of them if `synchronized`); true when none
+  // is left.
+  bool Done(Pending& p, bool synchronized);
 
   Backend& backend_;
   std::vector<Pending> pending_;

@@ -65,7 +65,12 @@ void ExpandableSegment::UnmapPages(std::size_t begin, std::size_t end) {
   backend_.Synchronize();
   for (std::size_t i = begin; i < end && i < pages_.size(); ++i) {
     if (pages_[i] == 0) continue;
-    backend_.Unmap(base_ + i * page_size_, page_size_);
+    // As with a failed map: the emulation has no way back, and PyTorch's aborts too.
+    if (absl::Status s = backend_.Unmap(base_ + i * page_size_, page_size_); !s.ok()) {
+      std::fprintf(stderr, "ExpandableSegment: unmap failed: %s\n",
+                   std::string(s.message()).c_str());
+      std::abort();
+    }
     backend_.ReleasePhysical(pages_[i]);
     pages_[i] = 0;
   }

@@ -48,9 +48,9 @@ class CheckedBackend final : public Backend {
                    std::size_t offset) override {
     return sim_.Map(va, bytes, handle, offset);
   }
-  void Unmap(DevicePtr va, std::size_t bytes) override {
+  absl::Status Unmap(DevicePtr va, std::size_t bytes) override {
     if (on_unmap) on_unmap(va, bytes);
-    sim_.Unmap(va, bytes);
+    return sim_.Unmap(va, bytes);
   }
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override {
     return sim_.AllocateSegment(bytes);

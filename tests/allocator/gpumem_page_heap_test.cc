@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "allocator/fault_injecting_backend.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/gpumem_checked_backend.h"
 
@@ -18,7 +19,7 @@ TEST(PageHeapTest, MapsCachesAndReusesPages) {
   EXPECT_TRUE(sim.IsAccessible(va, 3 * kPage));
   EXPECT_EQ(heap.reserved_bytes(), 3 * kPage);
   heap.BeginSlowPath();
-  heap.UnmapPage(va + kPage);
+  EXPECT_TRUE(heap.UnmapPage(va + kPage));
   EXPECT_EQ(heap.cached_pages(), 1u);
   EXPECT_FALSE(sim.IsAccessible(va + kPage, 1));
   // The cached page is used before a new one is created.
@@ -26,8 +27,7 @@ TEST(PageHeapTest, MapsCachesAndReusesPages) {
   EXPECT_EQ(heap.cached_pages(), 0u);
   EXPECT_EQ(sim.counters().physical_creates, 4u);
   EXPECT_EQ(heap.reserved_bytes(), sim.counters().physical_bytes);
-  heap.UnmapRange(va, 8 * kPage);
-  heap.ReleaseRange(va, 8 * kPage);
+  heap.DropRange(va, 8 * kPage);
   heap.ReleaseCached();
   EXPECT_EQ(sim.counters().physical_bytes, 0u);
   EXPECT_EQ(heap.reserved_bytes(), 0u);
@@ -47,8 +47,7 @@ TEST(PageHeapTest, MappingIsAllOrNothingAtCapacity) {
   EXPECT_EQ(sim.counters().physical_releases, 3u);
   ASSERT_TRUE(heap.MapPages(va, 3).ok());
   EXPECT_EQ(heap.reserved_bytes(), 3 * kPage);
-  heap.UnmapRange(va, 8 * kPage);
-  heap.ReleaseRange(va, 8 * kPage);
+  heap.DropRange(va, 8 * kPage);
 }
 
 TEST(PageHeapTest, SynchronizesOncePerSlowPathBeforeUnmapping) {
@@ -65,6 +64,54 @@ TEST(PageHeapTest, SynchronizesOncePerSlowPathBeforeUnmapping) {
   heap.UnmapPage(va + 2 * kPage);
   EXPECT_EQ(checked.synchronizations.load(), 2);
   heap.UnmapPage(va + 3 * kPage);
+  heap.ReleaseRange(va, 4 * kPage);
+}
+
+// A device that refuses unmaps: nothing is released under a mapping (SimBackend would
+// abort), every page stays counted, and a later release, once the device agrees, returns
+// the page and the range.
+TEST(PageHeapTest, ARefusedUnmapKeepsThePageUntilALaterRelease) {
+  SimBackend sim;
+  FaultInjectingBackend faults(sim, /*seed=*/1);
+  PageHeap heap(faults, 0, nullptr);
+  DevicePtr va = *heap.ReserveRange(4 * kPage);
+  ASSERT_TRUE(heap.MapPages(va, 2).ok());
+  heap.BeginSlowPath();
+  faults.set_rates({.unmap = 1});
+  EXPECT_FALSE(heap.UnmapPage(va));
+  EXPECT_EQ(heap.cached_pages(), 0u);
+  EXPECT_TRUE(sim.IsAccessible(va, 2 * kPage));
+  heap.DropRange(va, 4 * kPage);  // kept: its pages are still mapped
+  heap.ReleaseCached();
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 4 * kPage);
+  EXPECT_EQ(heap.reserved_bytes(), sim.counters().physical_bytes);
+  EXPECT_EQ(heap.reserved_bytes(), 2 * kPage);
+  faults.set_rates({});
+  heap.ReleaseCached();
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(heap.reserved_bytes(), 0u);
+}
+
+// A lent page whose old address the device will not unmap is not released under it.
+TEST(PageHeapTest, ALentPageStaysCachedWhileItsOldAddressIsMapped) {
+  SimBackend sim;
+  FaultInjectingBackend faults(sim, /*seed=*/1);
+  PageHeap heap(faults, 0, nullptr);
+  DevicePtr va = *heap.ReserveRange(4 * kPage);
+  ASSERT_TRUE(heap.MapPages(va, 1).ok());
+  heap.LendPage(va);
+  EXPECT_EQ(heap.cached_pages(), 1u);
+  faults.set_rates({.unmap = 1});
+  EXPECT_FALSE(heap.RetireLent(va));
+  heap.ReleaseCached();
+  EXPECT_EQ(heap.cached_pages(), 1u);
+  EXPECT_EQ(heap.lent_pages(), 1u);
+  faults.set_rates({});
+  heap.ReleaseCached();
+  EXPECT_EQ(heap.cached_pages(), 0u);
+  EXPECT_EQ(heap.lent_pages(), 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
   heap.ReleaseRange(va, 4 * kPage);
 }
 

@@ -57,7 +57,7 @@ TEST_F(CudaBackendFakeTest, MapsARunOfPagesWithOneAccessGrant) {
   EXPECT_EQ(after.set_access_calls - before.set_access_calls, 1u);
   EXPECT_EQ(after.set_access_pages - before.set_access_pages, 4u);
   EXPECT_EQ(backend_->counters().maps, 4u);
-  for (int i = 0; i < 4; ++i) backend_->Unmap(va + i * kPage, kPage);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(backend_->Unmap(va + i * kPage, kPage).ok());
   for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
   backend_->ReleaseAddressRange(va, 8 * kPage);
   EXPECT_EQ(Fake().released_while_mapped, 0u);
@@ -77,7 +77,7 @@ TEST_F(CudaBackendFakeTest, FallsBackToAGrantPerPage) {
   before = after;
   ASSERT_TRUE(backend_->MapPages(va + 3 * kPage, kPage, h.data() + 3, 3).ok());
   EXPECT_EQ(Fake().set_access_calls - before.set_access_calls, 3u);  // it stays per page
-  for (int i = 0; i < 6; ++i) backend_->Unmap(va + i * kPage, kPage);
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(backend_->Unmap(va + i * kPage, kPage).ok());
   for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
   backend_->ReleaseAddressRange(va, 8 * kPage);
 }

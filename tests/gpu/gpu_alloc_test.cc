@@ -2,12 +2,18 @@
 // written by device work (cuMemsetD32Async, a fill kernel) and read back, so overlapping
 // or unmapped blocks fail. Skipped, with the reason, where there is no CUDA device.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "allocator/caching_allocator.h"
 #include "allocator/cuda_driver.h"
+#include "allocator/cuda_vmm_backend.h"
+#include "allocator/fault_injecting_backend.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "hooks/device_registry.h"
@@ -289,6 +295,109 @@ TEST_P(GpuAllocTest, StitchingWithinAStreamWaitsForNothingAndKeepsBlocksIntact) 
   ASSERT_EQ(gpumem_stats(0, &st), 0);
   EXPECT_EQ(st.reserved_bytes, 0u);
   CU_OK(api_->cuStreamDestroy(stream));
+}
+
+// The CUDA backend named by the test's parameter, holding at most `capacity` bytes.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const std::string& name,
+                                                         std::uint64_t capacity) {
+  const CudaBackendOptions options{.device = 0, .capacity = capacity};
+  if (name == "vmm") {
+    absl::StatusOr<std::unique_ptr<CudaVmmBackend>> b = CudaVmmBackend::Create(options);
+    if (!b.ok()) return b.status();
+    return std::unique_ptr<Backend>(std::move(*b));
+  }
+  absl::StatusOr<std::unique_ptr<CudaMallocBackend>> b = CudaMallocBackend::Create(options);
+  if (!b.ok()) return b.status();
+  return std::unique_ptr<Backend>(std::move(*b));
+}
+
+// The allocator on the CUDA backend with device calls failing at random
+// (FaultInjectingBackend: page creates, maps, unmaps, reservations, segments, event
+// queries) on two streams, with record_stream and empty_cache. Every block is written by
+// device work on its stream and read back before its free, so an overlap, or a page
+// unmapped or reused under a block, shows. Every failure is an OOM; once the faults stop,
+// every request that failed is served, and empty_cache gives every byte, mapping and
+// address range back.
+TEST_P(GpuAllocTest, InjectedDeviceFaultsAreOomsAndLeaveNothingBehind) {
+  constexpr int kSteps = 1500;
+  absl::StatusOr<std::unique_ptr<Backend>> device = MakeCudaBackend(GetParam(), 512 * kMiB);
+  ASSERT_TRUE(device.ok()) << device.status();
+  FaultInjectingBackend faults(**device, /*seed=*/19,
+                               {.create = 0.1, .map = 0.1, .unmap = 0.2, .event_query = 0.3,
+                                .reserve = 0.05, .segment = 0.1});
+  std::unique_ptr<DeviceAllocator> alloc = MakeCachingAllocator(faults);
+  CUstream streams[2] = {nullptr, nullptr};
+  for (CUstream& s : streams) CU_OK(api_->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  struct Live {
+    void* p;
+    std::size_t words;
+    std::uint32_t value;
+  };
+  std::vector<Live> live;
+  std::vector<std::pair<std::size_t, int>> failed;  // size, stream
+  std::mt19937 rng(19);
+  auto stream_id = [&](int i) { return reinterpret_cast<StreamId>(streams[i]); };
+  auto allocate = [&](std::size_t size, int stream) -> bool {
+    absl::StatusOr<DevicePtr> p = alloc->Allocate(size, stream_id(stream));
+    if (!p.ok()) {
+      EXPECT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted) << p.status();
+      failed.emplace_back(size, stream);
+      return false;
+    }
+    live.push_back({reinterpret_cast<void*>(*p), size / 4, static_cast<std::uint32_t>(rng())});
+    Fill(live.back().p, live.back().words * 4, live.back().value, streams[stream]);
+    return true;
+  };
+  // Every write done, the block must still hold its own value.
+  auto free_one = [&](std::size_t i) {
+    CU_OK(api_->cuCtxSynchronize());
+    Check(live[i].p, live[i].words * 4, live[i].value);
+    alloc->Free(reinterpret_cast<DevicePtr>(live[i].p));
+    live[i] = live.back();
+    live.pop_back();
+  };
+  for (int step = 0; step < kSteps; ++step) {
+    const unsigned op = rng() % 100;
+    const int stream = static_cast<int>(rng() % 2);
+    if (op < 50 || live.empty()) {
+      const std::size_t size = op % 3 == 0   ? 4 + rng() % (256 << 10) / 4 * 4
+                               : op % 3 == 1 ? kMiB + rng() % (8 * kMiB) / 4 * 4
+                                             : (1 + rng() % 16) * 2 * kMiB;
+      allocate(size, stream);
+    } else if (op < 88) {
+      free_one(rng() % live.size());
+    } else if (op < 95) {
+      // Used on the other stream too, then freed: the free waits for that stream's work.
+      const std::size_t i = rng() % live.size();
+      Fill(live[i].p, live[i].words * 4, live[i].value, streams[1 - stream]);
+      alloc->RecordStream(reinterpret_cast<DevicePtr>(live[i].p), stream_id(1 - stream));
+      free_one(i);
+    } else {
+      alloc->EmptyCache();
+    }
+    if (HasFatalFailure()) FAIL() << "step " << step;
+  }
+  const FaultCounts injected = faults.injected();
+  EXPECT_GT(injected.total(), 0u);
+  std::printf("%s: %d steps, %llu faults injected, %zu requests failed\n", GetParam(), kSteps,
+              static_cast<unsigned long long>(injected.total()), failed.size());
+  faults.set_rates({});
+  while (!live.empty()) free_one(live.size() - 1);
+  const std::vector<std::pair<std::size_t, int>> retry = failed;
+  failed.clear();
+  for (const auto& [size, stream] : retry) {
+    ASSERT_TRUE(allocate(size, stream)) << size << " bytes after the faults stopped";
+    free_one(live.size() - 1);
+  }
+  CU_OK(api_->cuCtxSynchronize());
+  alloc->EmptyCache();
+  EXPECT_EQ(alloc->stats().reserved_bytes, 0u);
+  const BackendCounters c = (*device)->counters();
+  EXPECT_EQ(c.physical_bytes, 0u);
+  EXPECT_EQ(c.mapped_bytes, 0u);
+  EXPECT_EQ(c.reserved_va_bytes, 0u);
+  alloc.reset();
+  for (CUstream s : streams) CU_OK(api_->cuStreamDestroy(s));
 }
 
 std::string BackendName(const ::testing::TestParamInfo<const char*>& param_info) {

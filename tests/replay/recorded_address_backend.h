@@ -65,7 +65,7 @@ class RecordedAddressBackend final : public Backend {
   absl::Status Map(DevicePtr, std::size_t, PhysicalHandle, std::size_t) override {
     return absl::UnimplementedError("segments only");
   }
-  void Unmap(DevicePtr, std::size_t) override {}
+  absl::Status Unmap(DevicePtr, std::size_t) override { return absl::OkStatus(); }
   EventHandle RecordEvent(StreamId stream) override { return sim_.RecordEvent(stream); }
   bool EventCompleted(EventHandle event) override { return sim_.EventCompleted(event); }
   void ReleaseEvent(EventHandle event) override { sim_.ReleaseEvent(event); }

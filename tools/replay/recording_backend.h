@@ -38,7 +38,9 @@ class RecordingBackend final : public Backend {
                    std::size_t offset) override {
     return inner_.Map(va, bytes, handle, offset);
   }
-  void Unmap(DevicePtr va, std::size_t bytes) override { inner_.Unmap(va, bytes); }
+  absl::Status Unmap(DevicePtr va, std::size_t bytes) override {
+    return inner_.Unmap(va, bytes);
+  }
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override {
     absl::StatusOr<DevicePtr> p = inner_.AllocateSegment(bytes);
     if (p.ok()) segment_allocs_.push_back(bytes);

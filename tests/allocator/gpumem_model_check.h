@@ -1,0 +1,261 @@
+// The randomized model check of the gpumem policy against a trivial reference (used by
+// gpumem_model_check_test and, with faults injected, gpumem_fault_model_check_test):
+// random sequences of allocations, frees, record_stream, stream progress and cache
+// emptying on several streams, with events that complete only when the test says so.
+// After every step: live blocks never overlap and are accessible; a block never reuses
+// memory that work queued on another stream may still touch, at its address or through
+// the physical page mapped elsewhere (a stitch lends pages); pages are never unmapped
+// under live blocks or queued work; the accounting is exact. At the end everything is
+// freed and the cache emptied: nothing is held.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/fault_injecting_backend.h"
+#include "allocator/sim_backend.h"
+#include "allocator/size_classes.h"
+#include "tests/allocator/gpumem_checked_backend.h"
+
+namespace gpumem::testing {
+
+constexpr int kStreams = 3;
+// Small, so the bound is reached and checked (the default would hold most of a sequence).
+constexpr std::size_t kCacheBytes = std::size_t{8} << 20;
+
+struct LiveBlock {
+  std::size_t size;
+  StreamId stream;
+  std::set<StreamId> used_on;  // RecordStream
+};
+
+inline bool Overlaps(DevicePtr a, std::size_t as, DevicePtr b, std::size_t bs) {
+  as = std::max<std::size_t>(as, 1);
+  bs = std::max<std::size_t>(bs, 1);
+  return a < b + bs && b < a + as;
+}
+
+// Memory freed while work queued on these streams may still touch it.
+struct Dirty {
+  DevicePtr ptr;
+  std::size_t size;
+  std::set<StreamId> streams;
+  std::vector<SimBackend::Piece> physical;  // what backed it when freed
+};
+
+inline bool SharePhysical(const std::vector<SimBackend::Piece>& a,
+                   const std::vector<SimBackend::Piece>& b) {
+  for (const auto& x : a) {
+    for (const auto& y : b) {
+      if (x.handle == y.handle && Overlaps(x.offset, x.bytes, y.offset, y.bytes)) return true;
+    }
+  }
+  return false;
+}
+
+// What observers (a trace, a report) take to be mapped: pages mapped minus unmapped.
+struct ObservedMapping final : AllocatorObserver {
+  void OnEvent(const AllocatorEvent& e) override {
+    if (e.kind == AllocatorEventKind::kMap) bytes += e.bytes;
+    if (e.kind == AllocatorEventKind::kUnmap) bytes -= e.bytes;
+  }
+  // Pages only: the per-thread caches stay on, as without an observer.
+  bool wants_block_events() const override { return false; }
+  std::int64_t bytes = 0;
+};
+
+class ModelCheck {
+ public:
+  struct Request {
+    std::size_t size;
+    StreamId stream;
+    bool faulted;  // a device call failed on purpose during it
+  };
+
+  // `faults`: the device calls that fail at random (FaultInjectingBackend, seeded with
+  // `seed`); none by default.
+  ModelCheck(std::uint32_t seed, bool vmm, std::uint64_t capacity, FaultRates faults = {})
+      : rng_(seed),
+        sim_({.capacity = capacity, .vmm = vmm, .events = SimBackendOptions::Events::kManual}),
+        checked_(sim_),
+        faults_(checked_, seed, faults) {
+    checked_.on_synchronize = [this] { dirty_.clear(); };
+    checked_.on_unmap = [this](DevicePtr va, std::size_t bytes) {
+      for (const auto& [p, b] : live_) {
+        ASSERT_FALSE(Overlaps(va, bytes, p, b.size)) << "unmapped under a live block";
+      }
+      for (const Dirty& d : dirty_) {
+        if (d.streams.empty()) continue;  // its work all ran
+        ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
+      }
+    };
+    alloc_ = MakeCachingAllocator(
+        faults_, {.observer = &mapped_,
+                   .thread_cache = true,
+                   .thread_cache_single_thread = true,
+                   .thread_cache_bytes = kCacheBytes});
+  }
+
+  std::size_t RandomSize() {
+    switch (rng_() % 4) {
+      case 0: return rng_() % 4096;                        // tiny, 0 included
+      case 1: return 512 + rng_() % (256 << 10);           // slabs and small large blocks
+      case 2: return (1 << 20) + rng_() % (6 << 20);       // a few pages
+      default: return (rng_() % 16 + 1) * (std::size_t{1} << 20);  // page multiples and halves
+    }
+  }
+
+  void Step() {
+    ++steps_;
+    const unsigned op = rng_() % 100;
+    if (op < 45 || live_.empty()) {
+      Allocate();
+    } else if (op < 85) {
+      Free();
+    } else if (op < 92) {
+      auto it = Pick();
+      StreamId s = rng_() % kStreams;
+      alloc_->RecordStream(it->first, s);
+      if (s != it->second.stream) it->second.used_on.insert(s);
+    } else if (op < 99) {
+      StreamId s = rng_() % kStreams;
+      sim_.CompleteStream(s);
+      for (Dirty& d : dirty_) d.streams.erase(s);
+    } else {
+      alloc_->EmptyCache();
+    }
+    CheckAccounting();
+  }
+
+  void Allocate() {
+    const std::size_t size = RandomSize();
+    const StreamId s = rng_() % kStreams;
+    const std::uint64_t faults_before = faults_.injected().total();
+    absl::StatusOr<DevicePtr> p = alloc_->Allocate(size, s);
+    if (!p.ok()) {
+      ASSERT_EQ(p.status().code(), absl::StatusCode::kResourceExhausted);
+      const OomReport r = alloc_->last_oom();
+      ASSERT_EQ(r.requested_bytes, size);
+      ASSERT_EQ(r.allocated_bytes, allocated_);
+      ++ooms_;
+      failed_.push_back({size, s, faults_.injected().total() != faults_before});
+      return;
+    }
+    ASSERT_TRUE(sim_.IsAccessible(*p, size)) << "block not backed by memory";
+    // No overlap with a live block (the neighbours in address order suffice).
+    auto next = live_.lower_bound(*p);
+    if (next != live_.end()) {
+      ASSERT_FALSE(Overlaps(*p, size, next->first, next->second.size));
+    }
+    if (next != live_.begin()) {
+      auto prev = std::prev(next);
+      ASSERT_FALSE(Overlaps(*p, size, prev->first, prev->second.size));
+    }
+    const auto physical = sim_.Backing(*p, std::max<std::size_t>(size, 1));
+    for (const Dirty& d : dirty_) {
+      bool others = false;
+      for (StreamId q : d.streams) others |= q != s;
+      if (others) {
+        ASSERT_FALSE(Overlaps(*p, size, d.ptr, d.size)) << "reused before other streams ran";
+        ASSERT_FALSE(SharePhysical(physical, d.physical))
+            << "physical memory reused before other streams ran";
+      }
+    }
+    live_.emplace(*p, LiveBlock{size, s, {}});
+    allocated_ += size;
+    largest_ = std::max<std::uint64_t>(largest_, RoundUp(size, kBlockAlign));
+  }
+
+  std::map<DevicePtr, LiveBlock>::iterator Pick() {
+    auto it = live_.lower_bound(static_cast<DevicePtr>(rng_()) << 20 | rng_());
+    return it == live_.end() ? live_.begin() : it;
+  }
+
+  void Free() {
+    auto it = Pick();
+    alloc_->Free(it->first);
+    const std::size_t size = std::max<std::size_t>(it->second.size, 1);
+    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size)};
+    d.streams.insert(it->second.stream);
+    dirty_.push_back(std::move(d));
+    allocated_ -= it->second.size;
+    live_.erase(it);
+    // Keep the reference small: regions whose streams all ran are clean.
+    std::erase_if(dirty_, [](const Dirty& x) { return x.streams.empty(); });
+  }
+
+  void CheckAccounting() {
+    const AllocatorStats s = alloc_->stats();
+    ASSERT_EQ(s.allocated_bytes, allocated_);
+    ASSERT_EQ(s.active_blocks, live_.size());
+    ASSERT_EQ(s.reserved_bytes, sim_.counters().physical_bytes);
+    ASSERT_LE(s.reserved_bytes, sim_.capacity());
+    // The thread cache holds at most its byte bound, or one block of any size.
+    ASSERT_LE(s.thread_cached_bytes, std::max<std::uint64_t>(kCacheBytes, largest_));
+    cached_seen_ |= s.thread_cached_bytes > 0;
+    // A page mapped at two addresses (lent by a stitch) is counted once by observers.
+    ASSERT_GE(mapped_.bytes, 0);
+    ASSERT_LE(static_cast<std::uint64_t>(mapped_.bytes), sim_.counters().physical_bytes);
+  }
+
+  void FinishAndCheckEmpty() {
+    while (!live_.empty()) Free();
+    sim_.Synchronize();
+    alloc_->EmptyCache();
+    const AllocatorStats s = alloc_->stats();
+    EXPECT_EQ(s.allocated_bytes, 0u);
+    EXPECT_EQ(s.active_blocks, 0u);
+    EXPECT_EQ(s.reserved_bytes, 0u);
+    EXPECT_EQ(s.thread_cached_bytes, 0u);
+    EXPECT_EQ(sim_.counters().physical_bytes, 0u);
+    EXPECT_EQ(sim_.counters().mapped_bytes, 0u);
+    EXPECT_EQ(sim_.counters().reserved_va_bytes, 0u);
+    EXPECT_EQ(sim_.live_events(), 0u);
+    EXPECT_EQ(mapped_.bytes, 0);
+  }
+
+  // Each request served alone, written and freed: what failed once must not fail again
+  // once the device behaves.
+  void ServeAlone(const std::vector<Request>& requests) {
+    for (const Request& r : requests) {
+      absl::StatusOr<DevicePtr> p = alloc_->Allocate(r.size, r.stream);
+      ASSERT_TRUE(p.ok()) << r.size << " bytes: " << p.status();
+      ASSERT_TRUE(sim_.IsAccessible(*p, r.size)) << "block not backed by memory";
+      largest_ = std::max<std::uint64_t>(largest_, RoundUp(r.size, kBlockAlign));
+      alloc_->Free(*p);
+    }
+    CheckAccounting();
+  }
+
+  int ooms() const { return ooms_; }
+  bool cached_seen() const { return cached_seen_; }
+  FaultInjectingBackend& faults() { return faults_; }
+  int steps() const { return steps_; }
+  // The requests that failed (OOM), in order.
+  const std::vector<Request>& failed() const { return failed_; }
+
+ private:
+  std::mt19937 rng_;
+  SimBackend sim_;
+  CheckedBackend checked_;
+  FaultInjectingBackend faults_;  // what the allocator calls
+  ObservedMapping mapped_;  // outlives the allocator, which reports its teardown
+  std::unique_ptr<DeviceAllocator> alloc_;
+  std::map<DevicePtr, LiveBlock> live_;
+  std::vector<Dirty> dirty_;
+  std::uint64_t allocated_ = 0;
+  std::uint64_t largest_ = 0;  // the largest block handed out
+  bool cached_seen_ = false;   // the thread cache held blocks at some step
+  int ooms_ = 0;
+  int steps_ = 0;
+  std::vector<Request> failed_;
+};
+
+}  // namespace gpumem::testing
