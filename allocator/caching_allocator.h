@@ -44,9 +44,8 @@ struct CachingAllocatorOptions {
   // workspaces, NCCL communicators, ...), as the driver counts it (Backend::
   // DeviceFreeBytes, asked only when growth is about to create memory). When creating
   // would leave less, every idle page is given back first and growth maps from them. A
-  // request that still needs the reserve is served if the device has the memory: an
-  // allocation that fits beats an OOM, and the reserve is for allocations that fail
-  // less loudly. 0: off, no query.
+  // request that still needs the reserve is refused (an OOM that says so): the reserve
+  // is for allocations that fail far less clearly. 0: off, no query.
   std::uint64_t headroom_bytes = 0;
   // Requests up to this size (at most 1 MiB) come from size-class slabs; larger ones are
   // carved exactly (512 B rounding) from the large pool. Measured on the real traces,

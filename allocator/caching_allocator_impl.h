@@ -441,7 +441,12 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   Block* AllocateCapturing(StreamHeap& h, std::size_t bytes);
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes);
   Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt);
-  bool EatsHeadroom(StreamHeap& h, std::size_t bytes) const;
+  enum class HeadroomUse {
+    kKept,          // growth leaves the driver the headroom, or creates nothing
+    kEaten,         // it would fit only by taking the headroom: refused
+    kBeyondDevice,  // the driver has less than it needs anyway
+  };
+  HeadroomUse HeadroomFor(StreamHeap& h, std::size_t bytes) const;
   std::uint64_t NewBytesFor(const StreamHeap& h, std::size_t bytes) const;
   Block* GrowFromIdle(StreamHeap& h, std::size_t bytes);
   absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes, bool budget);
@@ -525,6 +530,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   };
   std::vector<DeferredFree> capture_deferred_;  // RecordStream'd frees during a capture
   std::uint64_t stitched_bytes_ = 0;  // bytes of idle pages ever remapped: raises the budget
+  bool refused_for_headroom_ = false;  // the last growth would have eaten the headroom
 };
 
 }  // namespace gpumem

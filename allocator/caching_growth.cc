@@ -105,6 +105,7 @@ Block* CachingAllocator::AllocateCapturing(StreamHeap& h, std::size_t bytes) {
 // then release every cached byte and retry once more.
 Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes) {
   pages_.BeginSlowPath();
+  refused_for_headroom_ = false;
   // Blocks in thread caches first, so growth sees all the free memory it would without
   // them: the large ones (cached small blocks hold slab slots, which rarely make room),
   // then, before anything grows, every one.
@@ -130,7 +131,7 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   RetireLent();
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
-  if (attempt == 0 && EatsHeadroom(h, bytes)) return GrowFromIdle(h, bytes);
+  if (HeadroomFor(h, bytes) != HeadroomUse::kKept) return GrowFromIdle(h, bytes);
   absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
   if (grown.ok()) return *grown;
   if (attempt == 1) {
@@ -140,14 +141,16 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   return nullptr;
 }
 
-// Whether growth for `bytes` would create memory that leaves the driver less free than
-// the headroom (CachingAllocatorOptions::headroom_bytes). The one free-memory query.
-bool CachingAllocator::EatsHeadroom(StreamHeap& h, std::size_t bytes) const {
-  if (options_.headroom_bytes == 0) return false;
+// What growth for `bytes` would do to the driver's free memory against the headroom
+// (CachingAllocatorOptions::headroom_bytes). The one free-memory query.
+CachingAllocator::HeadroomUse CachingAllocator::HeadroomFor(StreamHeap& h,
+                                                            std::size_t bytes) const {
+  if (options_.headroom_bytes == 0) return HeadroomUse::kKept;
   const std::uint64_t created = NewBytesFor(h, bytes);
-  if (created == 0) return false;
+  if (created == 0) return HeadroomUse::kKept;
   const std::uint64_t free = backend_.DeviceFreeBytes();
-  return free < created || free - created < options_.headroom_bytes;
+  if (free < created) return HeadroomUse::kBeyondDevice;
+  return free - created < options_.headroom_bytes ? HeadroomUse::kEaten : HeadroomUse::kKept;
 }
 
 // At most the memory growth for `bytes` creates: the pages that the page cache lacks,
@@ -159,16 +162,21 @@ std::uint64_t CachingAllocator::NewBytesFor(const StreamHeap& h, std::size_t byt
   return need > cached ? (need - cached) * pages_.page_bytes() : 0;
 }
 
-// Growth that keeps the headroom where it can: every idle page goes to the page cache,
-// growth maps from there first, and the idle pages it leaves go back to the device.
+// Growth that keeps the headroom: every idle page goes to the page cache, growth maps
+// from there first, and the idle pages it leaves go back to the device. A request that
+// would still eat the reserve is refused: the reserve is for the libraries whose own
+// failures never say memory (a batch-size finder would otherwise settle on a batch that
+// leaves the driver nothing, and the next cuBLAS handle or NCCL communicator fails).
 Block* CachingAllocator::GrowFromIdle(StreamHeap& h, std::size_t bytes) {
   ++stats_.trim_count;
   CollectIdleOf([this](const StreamHeap& heap) { return Reclaimable(heap); });
   Block* b = h.large.BestFit(bytes);
-  if (b == nullptr) {
+  const HeadroomUse use = b == nullptr ? HeadroomFor(h, bytes) : HeadroomUse::kKept;
+  if (use == HeadroomUse::kKept && b == nullptr) {
     absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/false);
     if (grown.ok()) b = *grown;
   }
+  refused_for_headroom_ = use == HeadroomUse::kEaten;
   pages_.ReleaseCached();
   return b;
 }
@@ -240,7 +248,7 @@ void CachingAllocator::ReleaseCachedOf(HeapFilter which) {
 void CachingAllocator::CollectIdleOf(HeapFilter which) {
   FlushCaches();
   pages_.Quiesce();
-  CollectPending(/*synchronized=*/true);
+  CollectPending();
   for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
   for (auto& [key, h] : heaps_) {
     if (!which(*h)) continue;
@@ -288,6 +296,8 @@ absl::Status CachingAllocator::Oom(std::size_t bytes, StreamId stream) {
   last_oom_.reserved_bytes = pages_.reserved_bytes();
   last_oom_.largest_free_bytes = LargestFree();
   last_oom_.capacity_bytes = backend_.capacity();
+  last_oom_.headroom_bytes = refused_for_headroom_ ? options_.headroom_bytes : 0;
+  refused_for_headroom_ = false;
   Notify(AllocatorEventKind::kOom, 0, bytes, stream);
   // Caught or not, an OOM leaves the device full: what no live block uses goes back,
   // so the libraries that allocate next (a cuBLAS handle, an NCCL communicator) find it.

@@ -42,7 +42,10 @@ struct OomReport {
   std::uint64_t reserved_bytes = 0;
   std::uint64_t largest_free_bytes = 0;
   std::uint64_t capacity_bytes = 0;
+  // The reserve kept free for other libraries when that is what refused the request.
+  std::uint64_t headroom_bytes = 0;
   std::string ToString() const;
+  std::string HeadroomNote() const;  // "" unless the headroom refused the request
 };
 
 // A private pool (CUDA graphs, torch.cuda.MemPool); 0 is the default pool.

@@ -10,7 +10,15 @@ std::string OomReport::ToString() const {
       "out of memory: requested %.2f MiB; %.2f MiB allocated, %.2f MiB reserved, largest free "
       "piece %.2f MiB, capacity %.2f MiB",
       requested_bytes / kMiB, allocated_bytes / kMiB, reserved_bytes / kMiB,
-      largest_free_bytes / kMiB, capacity_bytes / kMiB);
+      largest_free_bytes / kMiB, capacity_bytes / kMiB) + HeadroomNote();
+}
+
+std::string OomReport::HeadroomNote() const {
+  if (headroom_bytes == 0) return "";
+  return absl::StrFormat(
+      "; refused to take the driver below the %.0f MiB kept free for cuBLAS, cuDNN, NCCL "
+      "and other libraries (GPUMEM_HEADROOM; 0 lets gpumem use it)",
+      headroom_bytes / (1024.0 * 1024.0));
 }
 
 }  // namespace gpumem

@@ -51,14 +51,38 @@ TEST(HeadroomTest, IdlePagesStayWhileTheDeviceHasRoom) {
   EXPECT_EQ(a->stats().trim_count, 0u);
 }
 
-TEST(HeadroomTest, ARequestThatNeedsTheReserveIsStillServed) {
+// A batch-size finder must settle on a batch that leaves the reserve: the request that
+// needs it is an OOM that says why, and the idle memory goes back.
+TEST(HeadroomTest, ARequestThatNeedsTheReserveIsRefused) {
   SimBackend sim(OneGiB());
   testing::CheckedBackend backend(sim);
   auto a = WithIdle(backend, 512 * kMiB);
   sim.set_other_users_bytes(600 * kMiB);
   absl::StatusOr<DevicePtr> p = a->Allocate(300 * kMiB, kS1);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(p.status()));
+  EXPECT_NE(p.status().message().find("GPUMEM_HEADROOM"), std::string::npos) << p.status();
+  EXPECT_EQ(a->last_oom().headroom_bytes, 512 * kMiB);
+  EXPECT_EQ(a->stats().reserved_bytes, 0u);
+  EXPECT_GE(sim.DeviceFreeBytes(), 424 * kMiB);
+}
+
+TEST(HeadroomTest, ARequestThatLeavesTheReserveIsServed) {
+  SimBackend sim(OneGiB());
+  testing::CheckedBackend backend(sim);
+  auto a = WithIdle(backend, 128 * kMiB);
+  sim.set_other_users_bytes(600 * kMiB);
+  absl::StatusOr<DevicePtr> p = a->Allocate(280 * kMiB, kS1);
   ASSERT_TRUE(p.ok()) << p.status();
-  EXPECT_EQ(a->stats().reserved_bytes, 300 * kMiB);
+  EXPECT_EQ(a->stats().reserved_bytes, 280 * kMiB);
+  EXPECT_GE(sim.DeviceFreeBytes(), 128 * kMiB);
+}
+
+TEST(HeadroomTest, AnOomForLackOfMemorySaysNothingOfTheReserve) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 64 * kMiB);
+  ASSERT_FALSE(a->Allocate(2048 * kMiB, kS1).ok());
+  EXPECT_EQ(a->last_oom().headroom_bytes, 0u);
 }
 
 TEST(HeadroomTest, OffAsksTheDriverNothing) {
