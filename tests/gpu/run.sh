@@ -10,7 +10,8 @@
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
-#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory);
+#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
+#        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
 #        MULTIGPU_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
@@ -49,7 +50,7 @@ cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGPUMEM_SANITIZERS=OFF 
   -DZLIB_LIBRARY="$arch/libz.so" -DLIBLZMA_INCLUDE_DIR="$prebuilt/include" \
   -DZLIB_INCLUDE_DIR="$prebuilt/include" >>"$OUT/build.log" 2>&1 \
   || { echo "configure failed"; tail -40 "$OUT/build.log"; exit 1; }
-for t in ${GPU_TARGETS:-gpumem_shared gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem}; do
+for t in ${GPU_TARGETS:-gpumem_shared gpumem_cupti gpumem_torch gpumem_torch_example gpu_alloc_test gpu_alloc_bench gpumem}; do
   cmake --build "$build" -j"$(nproc)" --target "$t" >>"$OUT/build.log" 2>&1 \
     || { echo "build of $t failed:"; grep -E "error|Error" "$OUT/build.log" | tail -15; }
 done
@@ -146,8 +147,13 @@ if want hiddenoom; then
   echo "== out-of-memory raised by libraries, both modes"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" \
+    ${HIDDENOOM_CASES:+--cases $HIDDENOOM_CASES} --modes "${HIDDENOOM_MODES:-native,profile,gpumem}" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
+fi
+# One file instead of one a case: the device returns a bounded number of files.
+if [ -d "$OUT/reports" ]; then
+  tar czf "$OUT/reports.tgz" -C "$OUT" reports && rm -r "$OUT/reports"
 fi
 
 if want multigpu; then

@@ -125,5 +125,37 @@ TEST(SyntheticOom, FailedOutsideCallFollowedBySteps) {
             std::string::npos);
 }
 
+// Where CUPTI saw no failed call (it was off, or NCCL's cuMem* calls), the library error
+// the dying process named in its note is the verdict.
+TEST(SyntheticOom, LibraryErrorNamedAtExitIsTheVerdict) {
+  trace::Trace t = synthetic::FinderThenFailedCublasTrace();
+  const std::int64_t end = t.failed_allocations[0].time_us;
+  t.failed_allocations.clear();
+  t.annotations.push_back({"gpumem: this is an out-of-memory: NCCL error (NCCL error in: "
+                           "NCCLUtils.cpp:93, unhandled cuda error) is what a CUDA library "
+                           "says when it cannot get device memory",
+                           true, end, 0});
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.fatal_failed_outside, 0u);
+  const std::string verdict = Verdict(r);
+  EXPECT_NE(verdict.find("out of memory outside the allocator in step 21: NCCL error (size "
+                         "not recorded) failed while the allocator held 448.00 MiB idle"),
+            std::string::npos)
+      << verdict;
+  EXPECT_NE(verdict.find("1 OOM caught and recovered from"), std::string::npos) << verdict;
+}
+
+// A note in the middle of a run that went on is not the verdict.
+TEST(SyntheticOom, LibraryErrorNoteFollowedByStepsIsNotTheVerdict) {
+  trace::Trace t = synthetic::FinderThenFailedCublasTrace();
+  const std::int64_t middle = t.events[t.events.size() / 2].time_us;
+  t.failed_allocations.clear();
+  t.annotations.push_back({"gpumem: this is an out-of-memory: CUBLAS_STATUS_ALLOC_FAILED (x)",
+                           true, middle, 0});
+  Report r = BuildReport(t, {});
+  EXPECT_FALSE(r.fatal_failed_outside.has_value());
+  EXPECT_EQ(Verdict(r).find("outside the allocator"), std::string::npos) << Verdict(r);
+}
+
 }  // namespace
 }  // namespace gpumem::report

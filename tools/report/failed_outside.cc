@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "tools/report/oom_fate.h"
 #include "tools/report/verdict_rules.h"
 
@@ -39,6 +41,31 @@ bool NothingSurvivedAfter(const trace::Trace& trace, const Steps& steps, std::si
   return true;
 }
 
+// The dying process's note (python/gpumem/_exit_oom.py) begins so, then names the
+// library's error: "gpumem: this is an out-of-memory: NCCL error (...) is what ...".
+constexpr absl::string_view kExitNote = "gpumem: this is an out-of-memory: ";
+
+// The library error the dying process named, as a failure of unknown size: where CUPTI
+// did not see the driver call (it was off, or the library used an API it does not trace).
+std::optional<FailedOutside> LibraryErrorAtExit(const trace::Trace& trace, const Steps& steps,
+                                               const Timeline& timeline) {
+  for (auto it = trace.annotations.rbegin(); it != trace.annotations.rend(); ++it) {
+    if (!absl::StartsWith(it->name, kExitNote)) continue;
+    const absl::string_view rest = absl::string_view(it->name).substr(kExitNote.size());
+    FailedOutside f;
+    f.call.time_us = it->time_us;
+    f.call.device = it->device;
+    f.call.call = std::string(rest.substr(0, rest.find(" (")));
+    f.error_name = "the library's own error, named by the dying process";
+    const std::size_t before = EventsBefore(trace, it->time_us);
+    f.step = steps.StepOf(before);
+    StateBefore(timeline, it->time_us, &f);
+    f.ended_the_run = NothingSurvivedAfter(trace, steps, before);
+    return f;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const SiteTable& sites,
@@ -59,12 +86,21 @@ std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const Si
     out.back().ended_the_run =
         NothingSurvivedAfter(trace, steps, EventsBefore(trace, out.back().call.time_us));
   }
+  if (out.empty() || !out.back().ended_the_run) {
+    std::optional<FailedOutside> at_exit = LibraryErrorAtExit(trace, steps, timeline);
+    if (at_exit && at_exit->ended_the_run) out.push_back(std::move(*at_exit));
+  }
   return out;
 }
 
+std::string FailedCall(const FailedOutside& f) {
+  if (f.call.size == 0) return absl::StrCat(f.call.call, " (size not recorded)");
+  return absl::StrCat(f.call.call, " of ", Bytes(f.call.size));
+}
+
 std::string DescribeFailedOutside(const FailedOutside& f) {
-  return absl::StrCat(f.call.call, " of ", Bytes(f.call.size), " failed (", f.error_name,
-                      ") in step ", f.step + 1, f.site.empty() ? "" : absl::StrCat(" at ", f.site));
+  return absl::StrCat(FailedCall(f), " failed (", f.error_name, ") in step ", f.step + 1,
+                      f.site.empty() ? "" : absl::StrCat(" at ", f.site));
 }
 
 std::string FailedOutsideEvidence(const FailedOutside& f) {

@@ -31,10 +31,14 @@ struct FailedOutside {
 };
 
 // Every failed call in time order; the last one ended the run when nothing but a dying
-// process's unwinding comes after it (no step end, no OOM, few allocations).
+// process's unwinding comes after it (no step end, no OOM, few allocations). Where none
+// did, the library error a dying process named in its note is the last.
 std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const SiteTable& sites,
                                              const Steps& steps, const Timeline& timeline);
 
+// "cuMemAlloc of 32 MiB", or "NCCL error (size not recorded)" where only the dying
+// process's note names the failure.
+std::string FailedCall(const FailedOutside& f);
 // "cuMemAlloc of 32 MiB failed (CUDA_ERROR_OUT_OF_MEMORY) in step 21 at train.py:12 f"
 std::string DescribeFailedOutside(const FailedOutside& f);
 // The evidence and fix for a failure that ended the run.

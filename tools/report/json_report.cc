@@ -60,7 +60,7 @@ std::string Verdict(const Report& r) {
   if (r.fatal_failed_outside) {
     const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
     return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ",
-                        f.call.call, " of ", Bytes(f.call.size), " failed while the allocator held ",
+                        FailedCall(f), " failed while the allocator held ",
                         Bytes(f.idle), " idle",
                         recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"),
                         WhoHeld(r));
@@ -167,6 +167,16 @@ nlohmann::json ReportToJson(const Report& r) {
                    {"file_bytes", l->file_bytes},   {"bytes_kept", l->bytes_kept},
                    {"bytes_lost", l->bytes_lost},   {"data_end", l->data_end},
                    {"summary", l->summary}};
+  }
+  // A ring trace (GPUMEM_TRACE_MAX): the segments kept and from when (null: not a ring).
+  out["ring"] = json(nullptr);
+  if (const std::optional<trace::RingWindow>& w = r.trace->ring) {
+    out["ring"] = {{"first_segment", w->first_segment}, {"last_segment", w->last_segment},
+                   {"max_bytes", w->max_bytes}, {"dropped", w->dropped},
+                   {"start_us", w->start_us}, {"checkpoint_blocks", w->checkpoint_blocks},
+                   {"checkpoint_bytes", w->checkpoint_bytes},
+                   {"first_step", w->first_step ? json(*w->first_step) : json(nullptr)},
+                   {"summary", w->summary}};
   }
   return out;
 }
