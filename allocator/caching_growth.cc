@@ -248,7 +248,7 @@ void CachingAllocator::ReleaseCachedOf(HeapFilter which) {
 void CachingAllocator::CollectIdleOf(HeapFilter which) {
   FlushCaches();
   pages_.Quiesce();
-  CollectPending();
+  CollectPending(/*synchronized=*/true);
   for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
   for (auto& [key, h] : heaps_) {
     if (!which(*h)) continue;
