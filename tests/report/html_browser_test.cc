@@ -35,12 +35,16 @@ struct Page {
   std::string log;  // Chromium's stderr, where console messages are logged
 };
 
-Page Load(const std::string& chromium, const std::vector<Report>& reports, const std::string& tag) {
+// `after`: a script run once the page has drawn (what a user's pointer would do).
+Page Load(const std::string& chromium, const std::vector<Report>& reports, const std::string& tag,
+          const std::string& after = "") {
   const std::string dir = ::testing::TempDir() + "gpumem_html_" + tag;
   std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str());
   {
+    std::string html = RenderHtml(reports);
+    if (!after.empty()) html.insert(html.rfind("</body>"), "<script>" + after + "</script>\n");
     std::ofstream out(dir + "/report.html", std::ios::binary);
-    out << RenderHtml(reports);
+    out << html;
   }
   const std::string cmd = chromium + " --headless --no-sandbox --disable-gpu --no-first-run" +
                           " --user-data-dir=" + dir + "/profile --enable-logging=stderr --v=0" +
@@ -55,6 +59,12 @@ std::string Field(const std::string& dom, const std::string& name) {
   std::smatch m;
   std::regex re("data-field=\"" + name + "\" data-value=\"([^\"]*)\"");
   return std::regex_search(dom, m, re) ? m[1].str() : "<missing>";
+}
+
+std::size_t Count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 void ExpectNoConsoleErrors(const Page& page) {
@@ -108,6 +118,9 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_NE(page.dom.find("class=\"oom-mark\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"ranks\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"no-suspects\""), std::string::npos);
+  // The ranks' imbalance: a bar per rank and the heat map of their step peaks.
+  EXPECT_EQ(Count(page.dom, "class=\"rank-bar\""), 2u);
+  EXPECT_NE(page.dom.find("id=\"rank-heat\""), std::string::npos);
 }
 
 // The band under the timeline: a bar per moment with the allocator, each library and the
@@ -130,6 +143,61 @@ TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
   }
   EXPECT_NE(page.dom.find("unknown: no CUPTI records and no driver readings"), std::string::npos);
   EXPECT_NE(page.dom.find("<th>outside allocator</th>"), std::string::npos);
+}
+
+// Pointer events on the timeline, as a user makes them: hover just above the x axis (over
+// the bottom band) and keep the tooltip's text; then drag across the middle fifth to zoom and
+// time the redraw. Results go into the body's attributes for --dump-dom.
+constexpr char kPointer[] = R"js(
+(function () {
+  const chart = document.getElementById("time-chart"), hit = document.getElementById("chart-hit");
+  const b = chart.getBoundingClientRect();
+  const at = (fx, fy) => ({ clientX: b.left + b.width * fx, clientY: b.top + b.height * fy, bubbles: true });
+  document.body.setAttribute("data-first-tick-before", chart.querySelector(".x-tick").textContent);
+  hit.dispatchEvent(new MouseEvent("mousemove", at(0.5, 0.86)));
+  document.body.setAttribute("data-tip", document.getElementById("tip").textContent);
+  const t0 = performance.now();
+  hit.dispatchEvent(new MouseEvent("mousedown", at(0.4, 0.5)));
+  hit.dispatchEvent(new MouseEvent("mousemove", at(0.6, 0.5)));
+  hit.dispatchEvent(new MouseEvent("mouseup", at(0.6, 0.5)));
+  document.body.setAttribute("data-zoom-ms", String(performance.now() - t0));
+  document.body.setAttribute("data-first-tick", chart.querySelector(".x-tick").textContent);
+})();
+)js";
+
+std::string BodyAttr(const std::string& dom, const std::string& name) {
+  std::smatch m;
+  return std::regex_search(dom, m, std::regex(name + "=\"([^\"]*)\"")) ? m[1].str() : "<missing>";
+}
+
+// A page built from a 1M-event trace (the benchmark does 10M, docs/report.md): bounded in
+// size, drawn within the 3 s target, axis in steps and seconds, the projected OOM on the
+// timeline, a band's stack and size on hover, a redraw on zoom well under a frame budget
+// of a slow machine.
+TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  const trace::Trace t = synthetic::LargeTrace(1'000'000, 10'000, 64, 8u << 20);
+  ReportOptions options;
+  options.capacity = 16ull << 30;
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(t, options));
+  const nlohmann::json j = ReportToJson(reports[0]);
+  ASSERT_FALSE(j["projected_oom_step"].is_null());
+  Page page = Load(chromium, reports, "large", kPointer);
+  ExpectNoConsoleErrors(page);
+  EXPECT_LT(std::stod(BodyAttr(page.dom, "data-ready-ms")), 3000.0);
+  EXPECT_EQ(BodyAttr(page.dom, "data-first-tick-before"), "step 0") << "x axis in steps";
+  EXPECT_TRUE(std::regex_search(page.dom, std::regex("class=\"x-tick2\"[^>]*>[0-9.]+ s<"))) << "and seconds";
+  EXPECT_NE(page.dom.find("class=\"projected-oom\" data-step=\"" + j["projected_oom_step"].dump() + "\""),
+            std::string::npos);
+  EXPECT_NE(page.dom.find("id=\"envelope\""), std::string::npos);
+  // The tooltip names the band under the pointer, its size and its stack.
+  const std::string tip = BodyAttr(page.dom, "data-tip");
+  EXPECT_TRUE(std::regex_search(tip, std::regex("train\\.py:[0-9]+ [a-z_0-9]+: [0-9.]+ [KMG]iB live"))) << tip;
+  EXPECT_NE(tip.find("torch/nn/modules/linear.py"), std::string::npos) << tip;
+  EXPECT_LT(std::stod(BodyAttr(page.dom, "data-zoom-ms")), 250.0);
+  EXPECT_NE(BodyAttr(page.dom, "data-first-tick"), "step 0") << "zoomed into the middle";
 }
 
 }  // namespace

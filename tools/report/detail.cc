@@ -55,11 +55,11 @@ LiveSnapshot Capture(const LiveState& state, std::size_t index, int device) {
 
 }  // namespace
 
-Detail BuildDetail(const Report& r, std::size_t top_sites) {
+Detail BuildDetail(const Report& r, std::size_t view_points, std::size_t top_sites) {
   Detail d;
   d.top_sites = PickTopSites(r, top_sites);
-  d.site_series.assign(d.top_sites.size(), {});
   const trace::Trace& t = *r.trace;
+  ViewSeriesBuilder view(t, r.steps, d.top_sites, view_points);
   const std::size_t n = t.events.size();
   if (n == 0) return d;
   const std::size_t peak_at = r.timeline.peak_allocated_index + 1;  // after the peak alloc
@@ -68,20 +68,14 @@ Detail BuildDetail(const Report& r, std::size_t top_sites) {
   const int oom_device = r.timeline.ooms.empty() ? 0 : r.timeline.ooms.front().device;
   const int peak_device = t.events[r.timeline.peak_allocated_index].device;
   LiveState state(r.sites);
-  std::size_t point = 0;
   for (std::size_t i = 0; i <= n; ++i) {
     if (i == peak_at) d.at_peak = Capture(state, i, peak_device);
     if (i == oom_at) d.at_oom = Capture(state, i, oom_device);
     if (i == n) break;
     state.Apply(t.events[i]);
-    // The timeline's points end at known event indices; sample the sites there too.
-    while (point < r.timeline.series.size() && r.timeline.series[point].index == i) {
-      for (std::size_t k = 0; k < d.top_sites.size(); ++k) {
-        d.site_series[k].push_back(state.site_live()[d.top_sites[k]]);
-      }
-      ++point;
-    }
+    view.Observe(i, state);
   }
+  d.view = view.Take();
   return d;
 }
 

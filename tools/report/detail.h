@@ -1,6 +1,6 @@
 // A second pass for the HTML viewer, once the top sites and the moments of interest are
-// known: memory over time stacked by those sites, and the live set (by stack) and the
-// segment layout at the peak and at the first OOM.
+// known: memory over time stacked by those sites (view_series.h), and the live set (by
+// stack) and the segment layout at the peak and at the first OOM.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tools/report/report.h"
+#include "tools/report/view_series.h"
 
 namespace gpumem::report {
 
@@ -24,11 +25,11 @@ struct LiveSnapshot {
 
 struct Detail {
   std::vector<std::uint32_t> top_sites;
-  std::vector<std::vector<std::uint64_t>> site_series;  // [top site][series point]
+  ViewSeries view;
   std::optional<LiveSnapshot> at_peak;
   std::optional<LiveSnapshot> at_oom;
 };
 
-Detail BuildDetail(const Report& report, std::size_t top_sites = 8);
+Detail BuildDetail(const Report& report, std::size_t view_points, std::size_t top_sites = 8);
 
 }  // namespace gpumem::report
