@@ -437,7 +437,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
 
   using HeapFilter = absl::FunctionRef<bool(const StreamHeap&)>;
   Block* AllocateLarge(StreamHeap& h, std::size_t bytes);
-  bool CannotFit(std::size_t bytes) const;
+  bool CannotFit(std::size_t bytes);
   Block* AllocateCapturing(StreamHeap& h, std::size_t bytes);
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes);
   Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt);

@@ -83,11 +83,19 @@ Block* CachingAllocator::AllocateLarge(StreamHeap& h, std::size_t bytes) {
 
 // Whether `bytes` more cannot fit even with every idle byte reclaimed: live and
 // pending blocks pin their bytes at least. Such a request fails before any page is
-// created, mapped or unmapped.
-bool CachingAllocator::CannotFit(std::size_t bytes) const {
+// created, mapped or unmapped. Pending blocks pin theirs only until the work on their
+// other streams has run: a request that fits without them first waits for the device
+// (an OOM costs more than a wait, and a failed event query may be all that holds them).
+bool CachingAllocator::CannotFit(std::size_t bytes) {
   const std::uint64_t capacity = backend_.capacity();
-  const std::uint64_t pinned = ExactLive().bytes + pending_bytes_;
-  return bytes > capacity || pinned > capacity - bytes;
+  const std::uint64_t live = ExactLive().bytes;
+  if (bytes > capacity || live > capacity - bytes) return true;
+  if (pending_bytes_ <= capacity - bytes - live) return false;
+  if (Capturing()) return true;  // nothing is waited for during a capture
+  pages_.BeginSlowPath();
+  pages_.Quiesce();
+  CollectPending(/*synchronized=*/true);
+  return pending_bytes_ > capacity - bytes - live;
 }
 
 // A capture is under way: free blocks and new pages only. Nothing is unmapped, waited

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "allocator/fault_injecting_backend.h"
 #include "allocator/policies.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/gpumem_checked_backend.h"
@@ -107,6 +108,24 @@ TEST(CachingAllocatorTest, RecordStreamDelaysReuseUntilTheOtherStreamRan) {
   DevicePtr d = *alloc->Allocate(8 * kMiB, kS1);
   EXPECT_TRUE((c == a && d == b) || (c == b && d == a));
   EXPECT_EQ(sim.live_events(), 0u);
+}
+
+// A request that fits only once the work holding pending frees has run waits for the
+// device instead of failing; so does one whose event queries fail (they answer "not yet").
+TEST(CachingAllocatorTest, PendingFreesAreWaitedForBeforeAnOom) {
+  for (const double failed_queries : {0.0, 1.0}) {
+    SimBackend sim({.capacity = 64 * kMiB, .events = SimBackendOptions::Events::kManual});
+    FaultInjectingBackend faults(sim, /*seed=*/1, {.event_query = failed_queries});
+    auto alloc = MakeCachingAllocator(faults);
+    DevicePtr a = *alloc->Allocate(40 * kMiB, kS1);
+    alloc->RecordStream(a, kS2);
+    alloc->Free(a);
+    if (failed_queries > 0) sim.CompleteStream(kS2);  // done, but no query says so
+    absl::StatusOr<DevicePtr> b = alloc->Allocate(40 * kMiB, kS1);
+    EXPECT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(alloc->stats().oom_count, 0u);
+    EXPECT_EQ(sim.live_events(), 0u);
+  }
 }
 
 TEST(CachingAllocatorTest, OomReturnsAReportAndNeverAborts) {
