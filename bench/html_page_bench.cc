@@ -2,11 +2,12 @@
 // --html` on a gpumem trace of the bench generator's LargeTrace (10M events by default),
 // the page's size, and the time headless Chromium takes to open and draw it (the page's
 // own `data-ready-ms`, from navigation start to the end of drawing, and the browser's wall
-// time). With --snapshot, the same trace exported as a PyTorch snapshot pickle (1 GB+ at
-// 10M events) is reported and its page built too. Figures are printed beside memory_viz's
+// time). With --snapshot, a longer trace (--snapshot-events, 25M: ~1.1 GB) exported as a
+// PyTorch snapshot pickle is reported and its page built too. Figures are printed beside memory_viz's
 // stated limit: Chrome crashes on snapshots over 1 GB (pytorch PR #176290).
 //
-//   html_page_bench GPUMEM_BINARY [--events N] [--dir DIR] [--snapshot] [--keep] [--check]
+//   html_page_bench GPUMEM_BINARY [--events N] [--dir DIR] [--snapshot [--snapshot-events N]]
+//                   [--keep] [--check]
 //
 // --check (the ctest smoke run, small --events): fail unless the page is within the
 // bound of docs/report.md and draws within 3 s.
@@ -65,7 +66,11 @@ Run RunChild(const std::vector<std::string>& argv, const std::string& out, const
   return run;
 }
 
-double MiB(const std::string& path) { return static_cast<double>(std::filesystem::file_size(path)) / (1 << 20); }
+double MiB(const std::string& path) {
+  std::error_code error;  // a file a failed step did not write counts as empty
+  const std::uintmax_t size = std::filesystem::file_size(path, error);
+  return error ? 0.0 : static_cast<double>(size) / (1 << 20);
+}
 
 std::string FindChromium() {
   for (const char* name : {"chromium", "chromium-browser", "google-chrome", "headless_shell"}) {
@@ -117,16 +122,27 @@ bool ReportAndOpen(const std::string& gpumem, const std::string& chromium, const
   return page_mib <= kPageBoundMiB && o.ready_ms >= 0 && o.ready_ms < kOpenTargetSeconds * 1000;
 }
 
+// The generator's trace of about `events` events, as a gpumem trace.
+bool WriteTrace(std::size_t events, const std::string& path) {
+  // gpumem traces have no "free completed" events: 1.5x the generator's events.
+  const trace::Trace t = report::synthetic::LargeTrace(events * 3 / 2, 10000, 64, 1 << 20);
+  const std::uint64_t written = WriteGpumemTrace(t, path);
+  std::printf("%s: %llu events\n", path.c_str(), static_cast<unsigned long long>(written));
+  return written > 0;
+}
+
 int Main(int argc, char** argv) {
   CLI::App app("gpumem report --html on a large trace: page size and load time in headless Chromium");
   std::string gpumem;
   std::size_t events = 10'000'000;
+  std::size_t snapshot_events = 25'000'000;  // ~45 bytes an event in the pickle
   std::string dir = std::filesystem::temp_directory_path().string();
   bool snapshot = false, keep = false, check = false;
   app.add_option("gpumem", gpumem, "the gpumem command-line binary")->required();
   app.add_option("--events", events, "events in the gpumem trace (default 10M)");
   app.add_option("--dir", dir, "where to write the files");
   app.add_flag("--snapshot", snapshot, "also export the trace as a PyTorch snapshot pickle and report that");
+  app.add_option("--snapshot-events", snapshot_events, "events in the trace exported as a snapshot (default 25M)");
   app.add_flag("--keep", keep, "keep the files");
   app.add_flag("--check", check, "fail unless the page is within its bound and draws within 3 s");
   CLI11_PARSE(app, argc, argv);
@@ -134,19 +150,16 @@ int Main(int argc, char** argv) {
   const std::string base = absl::StrCat(dir, "/html_page_bench.", getpid());
   std::filesystem::create_directories(base);
   const std::string gm = base + "/trace.gpumem", pickle = base + "/snapshot.pickle";
-  {
-    // gpumem traces have no "free completed" events: 1.5x the generator's events.
-    const trace::Trace t = report::synthetic::LargeTrace(events * 3 / 2, 10000, 64, 1 << 20);
-    const std::uint64_t written = WriteGpumemTrace(t, gm);
-    if (written == 0) return 1;
-    std::printf("trace: %llu events\n", static_cast<unsigned long long>(written));
-  }
+  if (!WriteTrace(events, gm)) return 1;
   const std::string chromium = FindChromium();
   bool ok = ReportAndOpen(gpumem, chromium, gm, base + "/trace.html", base, "gpumem report --html (gpumem trace)");
   if (snapshot) {
-    const Run exp = RunChild({gpumem, "export", gm, "--format", "pytorch-snapshot", "-o", pickle},
+    const std::string long_gm = base + "/long.gpumem";
+    if (!WriteTrace(snapshot_events, long_gm)) return 1;
+    const Run exp = RunChild({gpumem, "export", long_gm, "--format", "pytorch-snapshot", "-o", pickle},
                              base + "/export.out", base + "/export.err");
-    PrintReport("gpumem export --format pytorch-snapshot", exp, gm);
+    std::filesystem::remove(long_gm);
+    PrintReport("gpumem export --format pytorch-snapshot", exp, pickle);
     std::printf("  snapshot: %.1f MiB\n", exp.ok ? MiB(pickle) : 0.0);
     const Run plain = RunChild({gpumem, "report", pickle}, base + "/plain.out", base + "/plain.err");
     PrintReport("gpumem report (snapshot)", plain, pickle);
