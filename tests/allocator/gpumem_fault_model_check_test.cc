@@ -21,7 +21,11 @@ using testing::ModelCheck;
 
 constexpr std::uint64_t kLargeCap = std::uint64_t{8} << 30;
 constexpr std::uint64_t kSmallCap = std::uint64_t{96} << 20;
-constexpr int kSequences = 200;
+// Sequences per configuration (fewer in the sanitized build: see CMakeLists.txt).
+#ifndef GPUMEM_FAULT_SEQUENCES
+#define GPUMEM_FAULT_SEQUENCES 1000
+#endif
+constexpr int kSequences = GPUMEM_FAULT_SEQUENCES;
 constexpr int kFaultySteps = 300;
 constexpr int kCleanSteps = 100;
 
