@@ -17,6 +17,8 @@ LargePool::~LargePool() {
   if (!lent_.empty()) {
     pages_.Quiesce();
     RetireLent(/*all=*/true);
+    // What the device would not unmap goes with its range below; its events go now.
+    for (const Lent& l : lent_) pages_.backend().ReleaseEvent(l.done);
   }
   // Everything goes back, used or not: the allocator is being destroyed.
   for (auto& r : ranges_) {
