@@ -123,6 +123,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // caching_growth.cc
   void EmptyCache() override;
   void ReleaseIdle() override;
+  void KeepHeadroom() override;
   OomReport last_oom() const override;
 
   // caching_accounting.cc

@@ -39,6 +39,14 @@ void CachingAllocator::ReleaseIdle() {
   EmptyCache();
 }
 
+// One free-memory query per outside allocation: those are rare (handles, communicators,
+// workspaces), and a burst of them (NCCL's first collective) is what the reserve is for.
+void CachingAllocator::KeepHeadroom() {
+  if (options_.headroom_bytes == 0 || t_growing == this) return;
+  std::lock_guard lock(mu_);
+  if (backend_.DeviceFreeBytes() < options_.headroom_bytes && HoldsIdle()) GiveBackIdle();
+}
+
 OomReport CachingAllocator::last_oom() const {
   std::lock_guard lock(mu_);
   return last_oom_;

@@ -75,7 +75,15 @@ absl::Status ToStatus(CUresult result, const char* call) {
   return absl::InternalError(message);
 }
 
-ScopedContext::ScopedContext(const DriverApi& api, CUcontext context) : api_(api) {
+namespace {
+thread_local bool t_in_driver_call = false;
+}  // namespace
+
+bool InGpumemDriverCall() { return t_in_driver_call; }
+
+ScopedContext::ScopedContext(const DriverApi& api, CUcontext context)
+    : api_(api), outer_call_(t_in_driver_call) {
+  t_in_driver_call = true;
   if (api_.cuCtxGetCurrent(&previous_) != CUDA_SUCCESS) previous_ = nullptr;
   if (previous_ != context && api_.cuCtxSetCurrent(context) == CUDA_SUCCESS) {
     switched_ = true;
@@ -86,6 +94,7 @@ ScopedContext::~ScopedContext() {
   // Restored even when it was none: a thread left on our device's context would make the
   // CUDA runtime believe that device is current.
   if (switched_) api_.cuCtxSetCurrent(previous_);
+  t_in_driver_call = outer_call_;
 }
 
 }  // namespace gpumem::cuda

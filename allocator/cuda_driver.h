@@ -44,6 +44,7 @@ std::string ErrorName(CUresult result);
 // Makes `context` current on this thread for the guard's lifetime and restores the
 // thread's previous context afterwards: PyTorch calls the allocator from many threads,
 // and switching a thread's context silently would switch the CUDA runtime's device too.
+// While one is alive, InGpumemDriverCall() is true on this thread.
 class ScopedContext {
  public:
   ScopedContext(const DriverApi& api, CUcontext context);
@@ -55,6 +56,11 @@ class ScopedContext {
   const DriverApi& api_;
   CUcontext previous_ = nullptr;
   bool switched_ = false;
+  bool outer_call_ = false;  // InGpumemDriverCall() before this guard
 };
+
+// Whether this thread is inside one of gpumem's own driver calls: a CUPTI tracer that
+// sees the call then knows it is not another library's (gpumem_calling_driver).
+bool InGpumemDriverCall();
 
 }  // namespace gpumem::cuda

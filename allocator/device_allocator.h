@@ -137,6 +137,10 @@ class DeviceAllocator {
   // allocator's own driver calls (a tracer's callback on them): there it does nothing,
   // since the allocator releases and retries on its own.
   virtual void ReleaseIdle() { EmptyCache(); }
+  // Something outside the allocator just took device memory (an NCCL communicator's
+  // buffers, a cuBLAS workspace): where that left the driver less free than the
+  // allocator's headroom, idle memory goes back so that the rest of that burst succeeds.
+  virtual void KeepHeadroom() {}
 
   virtual AllocatorStats stats() const = 0;
   virtual void ResetPeaks() = 0;

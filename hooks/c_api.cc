@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#ifdef GPUMEM_HAVE_CUDA
+#include "allocator/cuda_driver.h"
+#endif
 #include "absl/strings/str_format.h"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
@@ -288,6 +291,18 @@ void gpumem_empty_cache(int device) {
 
 void gpumem_release_idle(int device) {
   h::OnDevices(device, [](DeviceState& s) { s.allocator->ReleaseIdle(); });
+}
+
+void gpumem_keep_headroom(int device) {
+  h::OnDevices(device, [](DeviceState& s) { s.allocator->KeepHeadroom(); });
+}
+
+int gpumem_calling_driver(void) {
+#ifdef GPUMEM_HAVE_CUDA
+  return gpumem::cuda::InGpumemDriverCall() ? 1 : 0;
+#else
+  return 0;
+#endif
 }
 
 int gpumem_set_memory_fraction(double fraction, int device) {

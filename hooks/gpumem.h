@@ -43,6 +43,13 @@ GPUMEM_API void gpumem_empty_cache(int device);
  * retry succeeds. Safe to call from a callback on gpumem's own driver calls (it then does
  * nothing: gpumem releases and retries by itself); -1: every started device. */
 GPUMEM_API void gpumem_release_idle(int device);
+/* Something outside gpumem just got device memory (seen by the CUPTI tracer): where the
+ * driver now has less free than GPUMEM_HEADROOM, gives idle memory back so that the rest
+ * of that library's allocations (an NCCL communicator's buffers) find room. */
+GPUMEM_API void gpumem_keep_headroom(int device);
+/* 1 while this thread is inside gpumem's own driver call (cuMemCreate, cuMemRelease...):
+ * a CUPTI tracer leaves those out of "memory outside the allocator". */
+GPUMEM_API int gpumem_calling_driver(void);
 /* Caps the device at `fraction` of its memory / at `bytes`. 0 on success, -1 on a bad
  * argument (the reason: gpumem_last_error). Before the device starts,
  * the cap waits for it. */

@@ -94,6 +94,24 @@ void ReleaseIdleFor(const MemoryCall& call, const CUpti_CallbackData* cb) {
   if (release != nullptr) release(call.device.value_or(DeviceOf(cb)));
 }
 
+// gpumem's allocator (where loaded) asked whether this driver call is its own, and told
+// of another library's new memory so that it keeps its headroom.
+template <typename Fn>
+Fn GpumemFunction(const char* name) {
+  return reinterpret_cast<Fn>(dlsym(RTLD_DEFAULT, name));
+}
+
+bool GpumemsOwnCall() {
+  static const auto calling = GpumemFunction<int (*)()>("gpumem_calling_driver");
+  return calling != nullptr && calling() != 0;
+}
+
+void KeepHeadroomAfter(const MemoryCall& call, const CUpti_CallbackData* cb) {
+  if (!TakesDeviceMemory(call)) return;
+  static const auto keep = GpumemFunction<void (*)(int)>("gpumem_keep_headroom");
+  if (keep != nullptr) keep(call.device.value_or(DeviceOf(cb)));
+}
+
 // What the driver has free on the current context's device, if it can say: the failed
 // call's context is current in its callback.
 std::optional<std::uint64_t> DriverFreeBytes() {
@@ -169,6 +187,7 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
       if (std::optional<MemoryCall> call = DecodeRuntimeCall(cbid, cb->functionParams)) {
         if (ok) {
           Record(*call, cb, nullptr);
+          KeepHeadroomAfter(*call, cb);
         } else {
           RecordFailure(*call, cb, nullptr, static_cast<std::uint32_t>(*rv));
           ReleaseIdleFor(*call, cb);
@@ -182,7 +201,7 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
   if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT) return;
   const auto* rv = static_cast<const CUresult*>(cb->functionReturnValue);
   std::optional<MemoryCall> call = DecodeDriverCall(cbid, cb->functionParams);
-  if (!call) return;
+  if (!call || GpumemsOwnCall()) return;  // gpumem's pages are in its own trace
   if (rv != nullptr && *rv != CUDA_SUCCESS) {
     RecordFailure(*call, cb, t_runtime_api, static_cast<std::uint32_t>(*rv));
     ReleaseIdleFor(*call, cb);
@@ -191,6 +210,7 @@ __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain d
   }
   Record(*call, cb, t_runtime_api);
   if (t_runtime_api != nullptr) t_runtime_recorded = true;
+  KeepHeadroomAfter(*call, cb);
 }
 
 void Shutdown() {

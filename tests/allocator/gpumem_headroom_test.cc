@@ -119,6 +119,20 @@ TEST(HeadroomTest, AnOomGivesIdleMemoryBack) {
   a->Free(*live);
 }
 
+// Another library's burst (an NCCL communicator's buffers) ate into the reserve: the idle
+// memory goes back so that the rest of the burst finds room; with the reserve intact,
+// nothing moves.
+TEST(HeadroomTest, KeepHeadroomGivesIdleBackOnlyWhenTheReserveIsShort) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 256 * kMiB);
+  sim.set_other_users_bytes(512 * kMiB);  // 256 MiB free: the reserve holds
+  a->KeepHeadroom();
+  EXPECT_EQ(a->stats().reserved_bytes, 256 * kMiB);
+  sim.set_other_users_bytes(600 * kMiB);  // 168 MiB free
+  a->KeepHeadroom();
+  EXPECT_EQ(a->stats().reserved_bytes, 0u);
+}
+
 TEST(HeadroomTest, ReleaseIdleGivesIdleMemoryBack) {
   SimBackend sim(OneGiB());
   auto a = WithIdle(sim, 0);

@@ -77,9 +77,10 @@ def validate_in_a_new_thread(net):
 
 
 @case("out of memory outside the allocator", "completes")
-def grab_then_cublas_in_a_new_thread():
+def grab_then_cublas():
     """Hold the GPU as some scripts do on shared machines: the largest buffer that fits
-    (bisected to 2 MiB), freed at once so that the cache keeps it; then train."""
+    (bisected to 2 MiB), freed at once so that the cache keeps it; then train: the first
+    matmul makes cuBLAS's handle, then a new thread makes another."""
     net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
                               torch.nn.Linear(4096, 4096)).to("cuda", DTYPE)
     opt = torch.optim.SGD(net.parameters(), lr=1e-6)
@@ -137,7 +138,7 @@ def leak_fills_before_a_new_handle():
         kept.append(out)
         if len(kept) % 50 == 0:  # now and then a new stream: new cuBLAS workspace
             with torch.cuda.stream(torch.cuda.Stream()):
-                net(torch.randn(64, 4096, device="cuda", dtype=DTYPE)).sum().item()
+                net(torch.randn(64, 4096, device="cuda")).sum().item()
 
 
 if __name__ == "__main__":
