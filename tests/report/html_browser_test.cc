@@ -146,8 +146,9 @@ TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
 }
 
 // Pointer events on the timeline, as a user makes them: hover just above the x axis (over
-// the bottom band) and keep the tooltip's text; then drag across the middle fifth to zoom and
-// time the redraw. Results go into the body's attributes for --dump-dom.
+// the bottom band) and keep the tooltip's text; drag across the middle fifth to zoom and
+// time the redraw; fit the y scale to allocated. Results go into the body's attributes,
+// for --dump-dom.
 constexpr char kPointer[] = R"js(
 (function () {
   const chart = document.getElementById("time-chart"), hit = document.getElementById("chart-hit");
@@ -162,6 +163,10 @@ constexpr char kPointer[] = R"js(
   hit.dispatchEvent(new MouseEvent("mouseup", at(0.6, 0.5)));
   document.body.setAttribute("data-zoom-ms", String(performance.now() - t0));
   document.body.setAttribute("data-first-tick", chart.querySelector(".x-tick").textContent);
+  const top = () => chart.querySelectorAll(".y-tick")[4].textContent;
+  document.body.setAttribute("data-y-top", top());
+  document.querySelector("button[data-action=fit]").click();
+  document.body.setAttribute("data-y-top-fitted", top());
 })();
 )js";
 
@@ -198,6 +203,9 @@ TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
   EXPECT_NE(tip.find("torch/nn/modules/linear.py"), std::string::npos) << tip;
   EXPECT_LT(std::stod(BodyAttr(page.dom, "data-zoom-ms")), 250.0);
   EXPECT_NE(BodyAttr(page.dom, "data-first-tick"), "step 0") << "zoomed into the middle";
+  // Fitting the y scale to allocated drops the synthetic trace's 64 GiB reserved from it.
+  EXPECT_NE(BodyAttr(page.dom, "data-y-top"), BodyAttr(page.dom, "data-y-top-fitted"));
+  EXPECT_NE(BodyAttr(page.dom, "data-y-top").find("GiB"), std::string::npos);
 }
 
 }  // namespace
