@@ -7,6 +7,7 @@
 // request that failed is served, and emptying the cache returns every page, range and
 // event.
 #include <cstdio>
+#include <cstdlib>
 #include <ostream>
 #include <string>
 
@@ -25,7 +26,15 @@ constexpr std::uint64_t kSmallCap = std::uint64_t{96} << 20;
 #ifndef GPUMEM_FAULT_SEQUENCES
 #define GPUMEM_FAULT_SEQUENCES 1000
 #endif
-constexpr int kSequences = GPUMEM_FAULT_SEQUENCES;
+
+// A longer run, or other seeds (to repeat one that failed), without a rebuild:
+// GPUMEM_FAULT_SEQUENCES and GPUMEM_FAULT_SEED (the first seed) in the environment.
+int FromEnv(const char* name, int otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::atoi(v) : otherwise;
+}
+const int kSequences = FromEnv("GPUMEM_FAULT_SEQUENCES", GPUMEM_FAULT_SEQUENCES);
+const int kFirstSeed = FromEnv("GPUMEM_FAULT_SEED", 5000);
 constexpr int kFaultySteps = 300;
 constexpr int kCleanSteps = 100;
 
@@ -53,7 +62,8 @@ void RunSteps(ModelCheck& m, int steps, int seq, const char* phase) {
   for (int i = 0; i < steps; ++i) {
     m.Step();
     if (::testing::Test::HasFatalFailure()) {
-      FAIL() << "sequence " << seq << ", step " << i << " " << phase;
+      FAIL() << "sequence " << seq << " (seed " << kFirstSeed + seq << "), step " << i << " "
+             << phase;
     }
   }
 }
@@ -65,7 +75,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
   int ooms = 0;
   int faulted_ooms = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
-    const std::uint32_t seed = 5000 + seq;
+    const std::uint32_t seed = static_cast<std::uint32_t>(kFirstSeed + seq);
     ModelCheck m(seed, c.vmm, c.capacity, c.rates);
     RunSteps(m, kFaultySteps, seq, "with faults");
     if (HasFatalFailure()) return;
@@ -96,10 +106,10 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
     for (const ModelCheck::Request& r : m.failed()) faulted_ooms += r.faulted;
   }
   // The figures docs/reliability.md quotes.
-  std::printf("%s: %d sequences (seeds 5000-%d), %d steps, faults injected: %llu "
+  std::printf("%s: %d sequences (seeds %d-%d), %d steps, faults injected: %llu "
               "(create %llu, map %llu, unmap %llu, event query %llu, reserve %llu, "
               "segment %llu), OOMs %d (%d during a fault)\n",
-              Name(c).c_str(), kSequences, 5000 + kSequences - 1, steps,
+              Name(c).c_str(), kSequences, kFirstSeed, kFirstSeed + kSequences - 1, steps,
               static_cast<unsigned long long>(total.total()),
               static_cast<unsigned long long>(total.create),
               static_cast<unsigned long long>(total.map),
