@@ -121,6 +121,8 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   // The ranks' imbalance: a bar per rank and the heat map of their step peaks.
   EXPECT_EQ(Count(page.dom, "class=\"rank-bar\""), 2u);
   EXPECT_NE(page.dom.find("id=\"rank-heat\""), std::string::npos);
+  // Both traces are named "synthetic": the heat map's scale is still the higher peak's.
+  EXPECT_NE(page.dom.find("scale 0 to 1.00 GiB"), std::string::npos);
 }
 
 // The band under the timeline: a bar per moment with the allocator, each library and the

@@ -51,7 +51,14 @@ std::string RenderHtml(const std::vector<Report>& reports) {
   data["reports"] = nlohmann::json::array();
   const std::size_t points = PointsPerReport(reports.size());
   for (const Report& r : reports) data["reports"].push_back(HtmlDataWithPoints(r, points));
-  if (reports.size() > 1) data["merged"] = MergedToJson(MergeRanks(reports));
+  if (reports.size() > 1) {
+    const Merged merged = MergeRanks(reports);
+    data["merged"] = MergedToJson(merged);
+    // Which report each rank is (sources can repeat: "synthetic", the same file twice).
+    for (std::size_t i = 0; i < merged.ranks.size(); ++i) {
+      data["merged"]["ranks"][i]["report"] = merged.ranks[i].file_index;
+    }
+  }
   // Inside <script>, "</" could end the element early; JSON allows "<\/" instead.
   const std::string text = absl::StrReplaceAll(data.dump(), {{"</", "<\\/"}});
   return absl::StrReplaceAll(kReportHtmlTemplate, {{"/*GPUMEM_DATA*/", text}});

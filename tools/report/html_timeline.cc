@@ -90,7 +90,10 @@ nlohmann::json TimelineJson(const Report& r, const Detail& d) {
 
 nlohmann::json StepPeaksJson(const Report& r) {
   const std::vector<std::uint64_t>& peaks = r.timeline.step_peak_allocated;
-  const std::size_t steps = std::min(peaks.size(), std::max<std::size_t>(r.steps.count, 1));
+  // The slot after the last step end holds what came after it (an OOM's step): kept
+  // when anything was allocated there.
+  std::size_t steps = peaks.size();
+  while (steps > 1 && peaks[steps - 1] == 0) --steps;
   const std::size_t run = std::max<std::size_t>(1, (steps + kStepPeaks - 1) / kStepPeaks);
   nlohmann::json first = nlohmann::json::array(), highest = nlohmann::json::array();
   for (std::size_t b = 0; b < steps; b += run) {
