@@ -101,12 +101,15 @@ void BM_Recorder(benchmark::State& state, StackMode mode, std::size_t ring = 1 <
 }
 
 // A training loop's pattern: each block freed soon after (here: the one before), so the
-// live set stays small, with the live view (live bytes by site) on and off.
-void BM_RecorderAllocFree(benchmark::State& state, bool live_view) {
+// live set stays small, with the live view (live bytes by site) on and off, and in a
+// bounded trace (GPUMEM_TRACE_MAX = `max_bytes`, small enough to rotate its segments
+// every few hundred thousand events: their cost is in the figure).
+void BM_RecorderAllocFree(benchmark::State& state, bool live_view, std::uint64_t max_bytes = 0) {
   RecorderOptions options;
   options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
   options.stacks = StackMode::kNone;
   options.live_view = live_view;
+  options.trace_max_bytes = max_bytes;
   auto recorder = Recorder::Open(options);
   if (!recorder.ok()) {
     state.SkipWithError(std::string(recorder.status().message()).c_str());
@@ -124,9 +127,13 @@ void BM_RecorderAllocFree(benchmark::State& state, bool live_view) {
   }
   state.SetItemsProcessed(2 * state.iterations());
   (*recorder)->Flush();
-  const std::string path = (*recorder)->writer().path();
+  const std::string path = (*recorder)->trace_path();
+  state.counters["segments"] = static_cast<double>((*recorder)->ring().segment() + 1);
   (void)(*recorder)->Close();
   std::remove(path.c_str());
+  for (std::uint64_t k = 0; max_bytes > 0 && k <= (*recorder)->ring().segment(); ++k) {
+    std::remove((path.substr(0, path.size() - 7) + ".seg" + std::to_string(k) + ".gpumem").c_str());
+  }
 }
 
 BENCHMARK(BM_EmptyObserver);
@@ -142,6 +149,7 @@ BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring_paced, StackMode::kNone,
                   TraceWriterOptions{}.ring_records, kPacedRounds);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_off, false);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on, true);
+BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on_ring_8M, true, 8 << 20);
 
 // `depth` Python frames (code object, bytecode offset), as a deep model makes them.
 std::vector<RawFrame> PythonFrames(std::int64_t depth) {

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "profiler/trace_ring.h"
 
 namespace gpumem::hooks {
 
@@ -31,6 +32,11 @@ const ConfigVariable kConfigVariables[] = {
      "NCCL, cuFFT): idle pages are given back before growth would leave less; default "
      "512M (0 on the sim backend); 0: off"},
     {"GPUMEM_TRACE", "a file path", "record every allocation to this gpumem trace file"},
+    {"GPUMEM_TRACE_MAX", "bytes: 256M, 2G (K/M/G/T = 1024^n), at least 16M",
+     "keep the trace within this size on disk (plus a stated margin): a ring of 8 segment "
+     "files, each starting with the blocks then live and their stacks, the oldest deleted, "
+     "so a long run records all the time and its last hours name every live block; "
+     "unset: one file that grows"},
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
@@ -128,6 +134,13 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     config.headroom = *bytes;
   }
   if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config.trace_path = v;
+  if (const char* v = env("GPUMEM_TRACE_MAX"); v != nullptr && *v != '\0') {
+    absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
+    if (!bytes.ok() || *bytes < TraceRingOptions::kMinBytes) {
+      return Invalid("GPUMEM_TRACE_MAX", v, "a size of at least 16M, such as 256M or 2G");
+    }
+    config.trace_max_bytes = *bytes;
+  }
   if (const char* v = env("GPUMEM_LOG_OOM"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
     if (!b.ok()) return b.status();

@@ -37,6 +37,8 @@ struct Config {
   std::optional<double> memory_fraction;
   // Where the profiler writes its trace (GPUMEM_TRACE); empty: no trace.
   std::string trace_path;
+  // GPUMEM_TRACE_MAX: the trace becomes a ring of segments bounded on disk (0: unbounded).
+  std::uint64_t trace_max_bytes = 0;
   // Device memory kept free for libraries that allocate outside gpumem (GPUMEM_HEADROOM);
   // nullopt: HeadroomFor's default.
   std::optional<std::uint64_t> headroom;

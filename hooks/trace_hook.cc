@@ -14,6 +14,7 @@
 #include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
+#include "profiler/trace_format.h"
 #include "profiler/trace_path.h"
 
 namespace gpumem::hooks {
@@ -76,6 +77,7 @@ absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
   if (!options.ok()) return options.status();
   options->measure_cost = config.verbose;
   options->leak_warn_steps = config.leak_warn_steps;
+  options->trace_max_bytes = config.trace_max_bytes;
   const std::string path = options->path;
   absl::StatusOr<std::unique_ptr<Recorder>> recorder = Recorder::Open(*std::move(options));
   if (!recorder.ok()) {
@@ -88,7 +90,13 @@ absl::StatusOr<Recorder*> OpenRecorder(const Config& config) {
   WriteEarlyRecords(opened);
   g_recorder.store(opened);
   // Under torchrun each rank says where its trace went.
-  std::fprintf(stderr, "gpumem: trace: %s\n", opened->writer().path().c_str());
+  if (opened->ring().bounded()) {
+    std::fprintf(stderr, "gpumem: trace: %s (a ring within GPUMEM_TRACE_MAX: segments %s)\n",
+                 opened->trace_path().c_str(),
+                 format::RingSegmentName(opened->trace_path(), 0).c_str());
+  } else {
+    std::fprintf(stderr, "gpumem: trace: %s\n", opened->trace_path().c_str());
+  }
   static bool registered = (std::atexit(CloseAtExit), true);
   (void)registered;
   return opened;

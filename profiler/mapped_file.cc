@@ -21,9 +21,11 @@ absl::Status Errno(const std::string& path, const char* what, int err) {
 }  // namespace
 
 absl::StatusOr<MappedFile> MappedFile::Create(const std::string& path,
-                                              std::size_t initial_capacity) {
+                                              std::size_t initial_capacity,
+                                              std::size_t max_growth) {
   MappedFile file;
   file.path_ = path;
+  file.max_growth_ = std::max<std::size_t>(max_growth, 4096);
   // Not truncated until locked: the file may be another live process's trace, mapped
   // there, where a truncation would make its next record a SIGBUS.
   file.fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -51,6 +53,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     map_ = std::exchange(other.map_, nullptr);
     capacity_ = std::exchange(other.capacity_, 0);
     size_ = std::exchange(other.size_, 0);
+    max_growth_ = other.max_growth_;
   }
   return *this;
 }
@@ -72,8 +75,8 @@ void MappedFile::Abandon() {
 
 absl::Status MappedFile::Grow(std::size_t needed) {
   std::size_t capacity = std::max<std::size_t>(capacity_, 4096);
-  // Double while small, then grow 256 MiB at a time: few remaps, bounded waste.
-  while (capacity < needed) capacity += std::min<std::size_t>(capacity, 256u << 20);
+  // Double while small, then grow max_growth (256 MiB) at a time: few remaps, bounded waste.
+  while (capacity < needed) capacity += std::min<std::size_t>(capacity, max_growth_);
   int err = ::posix_fallocate(fd_, 0, static_cast<off_t>(capacity));
   constexpr std::size_t kStep = 1 << 20;
   if (err == ENOSPC && capacity > (needed + kStep - 1) / kStep * kStep) {

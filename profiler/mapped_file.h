@@ -18,8 +18,11 @@ class MappedFile {
  public:
   // Creates or truncates `path` and holds an exclusive flock on it while open.
   // FailedPrecondition when another open file (another process's trace) holds it.
+  // `max_growth`: the most space reserved ahead at once (a ring trace's segments keep it
+  // small, since reserved space is on the disk and counts against the ring's bound).
   static absl::StatusOr<MappedFile> Create(const std::string& path,
-                                           std::size_t initial_capacity = 1 << 20);
+                                           std::size_t initial_capacity = 1 << 20,
+                                           std::size_t max_growth = std::size_t{256} << 20);
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
   MappedFile(const MappedFile&) = delete;
@@ -50,6 +53,7 @@ class MappedFile {
   char* map_ = nullptr;
   std::size_t capacity_ = 0;
   std::size_t size_ = 0;
+  std::size_t max_growth_ = std::size_t{256} << 20;
 };
 
 }  // namespace gpumem

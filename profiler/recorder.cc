@@ -70,9 +70,10 @@ absl::StatusOr<RecorderOptions> RecorderOptions::FromEnvironment() {
 absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options) {
   options.writer.path = ExpandTracePath(options.path, TraceNameParts::OfThisProcess());
   options.writer.header["stacks"] = StackModeName(options.stacks);
-  absl::StatusOr<std::unique_ptr<TraceWriter>> writer = TraceWriter::Open(options.writer);
-  if (!writer.ok()) return writer.status();
-  return std::unique_ptr<Recorder>(new Recorder(std::move(options), std::move(*writer)));
+  TraceRingOptions ring{options.writer, options.trace_max_bytes};
+  absl::StatusOr<std::unique_ptr<TraceRing>> opened = TraceRing::Open(std::move(ring));
+  if (!opened.ok()) return opened.status();
+  return std::unique_ptr<Recorder>(new Recorder(std::move(options), std::move(*opened)));
 }
 
 namespace {
@@ -90,20 +91,24 @@ std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
 }
 }  // namespace
 
-Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer)
-    : writer_(std::move(writer)),
+Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
+    : writer_(ring->current()),
       options_(std::move(options)),
       opened_ns_(TraceWriter::NowNs()),
       live_(options_.live_view ? std::make_unique<LiveView>(
                                      options_.leak_warn_steps,
                                      [this](std::uint32_t stack) {
-                                       return SiteName(writer_->stacks().Frames(stack));
+                                       return SiteName(ring_->stacks().Frames(stack));
                                      })
-                               : nullptr) {}
+                               : nullptr),
+      ring_(std::move(ring)) {
+  // A ring's next segment takes the records from the moment it opens.
+  ring_->Start([this](TraceWriter* w) { writer_.store(w, std::memory_order_release); });
+}
 
 absl::Status Recorder::Close() {
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
-  return writer_->Close();
+  return ring_->Close();
 }
 
 std::string Recorder::CostSummary() const {
@@ -212,7 +217,7 @@ void Recorder::SetAutogradLink(std::uint64_t seq, std::uint32_t thread,
 
 std::uint32_t Recorder::AutogradNodeFrame(const std::string& name) {
   const std::uint32_t frame =
-      writer_->stacks().InternNamedFrame(format::FrameKind::kApi, name, "<autograd>", 0);
+      ring_->stacks().InternNamedFrame(format::FrameKind::kApi, name, "<autograd>", 0);
   if (name == kPythonNodeName) python_node_frame_.store(frame, std::memory_order_relaxed);
   return frame;
 }
@@ -228,7 +233,7 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id);
   SetExtra(&r, extra);
   TakeAutogradLink(&r);
-  writer_->Record(r);
+  writer().Record(r);
   if (live_ == nullptr) return;
   if (type == format::RecordType::kAlloc) live_->OnAlloc(device, addr, size, stack_id);
   if (type == format::RecordType::kFree) live_->OnFree(addr);
@@ -289,10 +294,10 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
       if (*own == 0) {  // no Python frame: nothing to name
         count(cost_.without_gil);
         count(cost_.no_python);
-        return n == 0 ? 0 : writer_->stacks().Intern(frames, n);
+        return n == 0 ? 0 : ring_->stacks().Intern(frames, n);
       }
       const std::size_t total = n + *own;
-      if (const std::uint32_t id = writer_->stacks().Find(frames, total, hasher.Finish(total));
+      if (const std::uint32_t id = ring_->stacks().Find(frames, total, hasher.Finish(total));
           id != 0) {
         count(cost_.without_gil);
         return id;
@@ -308,7 +313,7 @@ __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api
     if (found == 0) cost_.no_python.fetch_add(1, std::memory_order_relaxed);
   }
   if (n == 0) return 0;
-  return writer_->stacks().Intern(frames, n, &NamePythonCode);
+  return ring_->stacks().Intern(frames, n, &NamePythonCode);
 }
 
 __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
@@ -320,7 +325,7 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
   const std::uint32_t stack_id = CaptureStack(api_frame, skip);  // here: kOwnFrames
   RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id);
   SetExtra(&r, extra);
-  writer_->Record(r);
+  writer().Record(r);
 }
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
@@ -345,7 +350,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   }
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
-  writer_->Record(r);
+  writer().Record(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
     live_->OnAlloc(event.device, event.ptr, event.bytes, stack_id);
@@ -370,7 +375,7 @@ std::uint64_t Recorder::Step(const std::optional<DriverMemory>& driver) {
     r.has_extra = true;
     r.extra = source;
   }
-  writer_->Record(r);
+  writer().Record(r);
   if (live_ == nullptr) return step;
   if (const std::string warnings = live_->OnStep(step); !warnings.empty()) {
     std::fputs(warnings.c_str(), stderr);
@@ -385,8 +390,8 @@ void Recorder::DescribeOom(std::int32_t device, OomVerdictInput* in) {
     if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
     live_->Describe(device, in);
   }
-  in->trace_path = writer_->path();
-  writer_->Flush();
+  in->trace_path = ring_->path();
+  writer().Flush();
 }
 
 void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
@@ -399,12 +404,12 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
   r.thread = TraceWriter::ThreadId();
   r.has_extra = true;
   r.extra = static_cast<std::uint8_t>(source);
-  writer_->Record(r);
+  writer().Record(r);
   if (live_ != nullptr) live_->SetCap(device, bytes);
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {
-  writer_->Annotate(device, name, start);
+  writer().Annotate(device, name, start);
 }
 
 }  // namespace gpumem

@@ -15,6 +15,7 @@
 #include "allocator/observer.h"
 #include "profiler/driver_memory.h"
 #include "profiler/live_view.h"
+#include "profiler/trace_ring.h"
 #include "profiler/trace_writer.h"
 
 namespace gpumem {
@@ -37,6 +38,9 @@ struct RecorderOptions {
   // (profiler/trace_path.h). FromEnvironment's default: DefaultTracePattern().
   std::string path = "gpumem-%p.gpumem";
   TraceWriterOptions writer;  // its path is set from `path`
+  // GPUMEM_TRACE_MAX: the trace is a ring of segments that never holds much more than this
+  // on disk (profiler/trace_ring.h; read by hooks/config.h); 0: one unbounded file.
+  std::uint64_t trace_max_bytes = 0;
   // A site whose live memory rose at this many step ends in a row gets a stderr warning
   // (GPUMEM_LEAK_WARN_STEPS, read by hooks/config.h); 0: none.
   std::size_t leak_warn_steps = 5;
@@ -129,7 +133,7 @@ class alignas(64) Recorder final : public AllocatorObserver {
   std::uint64_t steps() const { return step_.load(std::memory_order_relaxed); }
 
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
-  void Flush() { writer_->Flush(); }
+  void Flush() { writer().Flush(); }
   // Ends the trace; with measure_cost, prints CostSummary() to stderr first.
   absl::Status Close();
 
@@ -137,11 +141,15 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // "recording cost: ... stack captures ..., ... records ..." with counts, totals and means.
   std::string CostSummary() const;
 
-  TraceWriter& writer() { return *writer_; }
+  // The file being written: a ring's current segment.
+  TraceWriter& writer() { return *writer_.load(std::memory_order_acquire); }
+  // What readers open: the trace's name (a ring's link to its newest segment).
+  const std::string& trace_path() const { return ring_->path(); }
+  const TraceRing& ring() const { return *ring_; }
   StackMode stack_mode() const { return options_.stacks; }
 
  private:
-  Recorder(RecorderOptions options, std::unique_ptr<TraceWriter> writer);
+  Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring);
 
   // measure_cost's counters, summed over threads (relaxed: read at close).
   struct Cost {
@@ -154,8 +162,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   bool RunningCppBackwardNode() const;
 
   // paused_, writer_ and options_' first fields share a line: every event reads them.
+  // writer_: the ring's current segment, moved by the ring's thread.
   std::atomic<bool> paused_{false};
-  std::unique_ptr<TraceWriter> writer_;
+  std::atomic<TraceWriter*> writer_;
   const RecorderOptions options_;
   std::atomic<std::uint32_t> python_node_frame_{0};
   std::atomic<std::uint64_t> step_{0};
@@ -164,6 +173,7 @@ class alignas(64) Recorder final : public AllocatorObserver {
   const std::int64_t opened_ns_;
   // Live bytes by site and by step, for the early leak warning and the OOM verdict.
   std::unique_ptr<LiveView> live_;
+  std::unique_ptr<TraceRing> ring_;  // owns the writers
 };
 
 }  // namespace gpumem

@@ -79,7 +79,6 @@ std::uint32_t StackTable::Intern(const RawFrame* frames, std::size_t n,
   for (const RawFrame& f : key) def.frames.push_back(InternFrameLocked(f, namer));
   if (stack_frames_.size() <= def.id) stack_frames_.resize(def.id + 1);
   stack_frames_[def.id] = def.frames;
-  pending_stacks_.push_back(def);
   // The vector's buffer stays put when the map moves the vector (rehash): the cache may
   // point at it.
   const auto added = shard.ids.emplace(std::vector<RawFrame>(key.begin(), key.end()), def.id);
@@ -115,8 +114,6 @@ std::uint32_t StackTable::InternFrameLocked(const RawFrame& frame, const PythonN
     pc = frame.a;
   }
   KeepFrameLocked(def, pc);
-  pending_frames_.push_back(std::move(def));
-  pending_pcs_.push_back(pc);
   return it->second;
 }
 
@@ -128,26 +125,37 @@ std::uint32_t StackTable::InternNamedFrame(format::FrameKind kind, const std::st
   if (!inserted) return it->second;
   FrameDef def{next_frame_id_++, kind, line, function, filename};
   KeepFrameLocked(def, 0);
-  pending_frames_.push_back(std::move(def));
-  pending_pcs_.push_back(0);
   return it->second;
 }
 
-void StackTable::TakePending(std::vector<FrameDef>* frames, std::vector<StackDef>* stacks) {
+void StackTable::TakeSince(DefinitionCursor* cursor, std::vector<FrameDef>* frames,
+                           std::vector<StackDef>* stacks) {
+  frames->clear();
+  stacks->clear();
   std::vector<std::uint64_t> pcs;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    frames->swap(pending_frames_);
-    pcs.swap(pending_pcs_);
-    stacks->swap(pending_stacks_);
-    pending_frames_.clear();
-    pending_stacks_.clear();
+    for (std::uint32_t id = cursor->frames; id < next_frame_id_; ++id) {
+      const KeptFrame& kept = frames_[id];
+      frames->push_back(FrameDef{id, kept.kind, kept.names.line, kept.names.function,
+                                 kept.names.filename});
+      pcs.push_back(kept.pc);
+    }
+    for (std::uint32_t id = cursor->stacks; id < next_stack_id_; ++id) {
+      stacks->push_back(StackDef{id, stack_frames_[id]});
+    }
+    cursor->frames = next_frame_id_;
+    cursor->stacks = next_stack_id_;
   }
   // Symbolize outside the lock: dladdr and demangling are slow and the hot path must not
   // wait for them.
   for (std::size_t i = 0; i < frames->size(); ++i) {
     if (pcs[i] != 0) SymbolizeNative(pcs[i], &(*frames)[i].function, &(*frames)[i].filename);
   }
+}
+
+void StackTable::TakePending(std::vector<FrameDef>* frames, std::vector<StackDef>* stacks) {
+  TakeSince(&own_cursor_, frames, stacks);
 }
 
 std::size_t StackTable::stack_count() const {
@@ -157,7 +165,7 @@ std::size_t StackTable::stack_count() const {
 
 void StackTable::KeepFrameLocked(const FrameDef& def, std::uint64_t pc) {
   if (frames_.size() <= def.id) frames_.resize(def.id + 1);
-  frames_[def.id] = KeptFrame{NamedFrame{def.filename, def.function, def.line}, pc};
+  frames_[def.id] = KeptFrame{NamedFrame{def.filename, def.function, def.line}, pc, def.kind};
 }
 
 std::vector<StackTable::NamedFrame> StackTable::Frames(std::uint32_t id) const {

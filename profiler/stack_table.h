@@ -97,7 +97,16 @@ class StackTable {
   std::uint32_t InternNamedFrame(format::FrameKind kind, const std::string& function,
                                  const std::string& filename, std::int32_t line);
 
-  // Definitions queued since the last call, native frames symbolized.
+  // How far one reader of the definitions (a trace file) has taken them: every file gets
+  // every definition once, so a ring trace's new segment starts from the first.
+  struct DefinitionCursor {
+    std::uint32_t frames = 1;  // the next frame id to take
+    std::uint32_t stacks = 1;  // the next stack id to take
+  };
+  // Definitions made since `cursor`, native frames symbolized; advances it.
+  void TakeSince(DefinitionCursor* cursor, std::vector<FrameDef>* frames,
+                 std::vector<StackDef>* stacks);
+  // TakeSince with the table's own cursor.
   void TakePending(std::vector<FrameDef>* frames, std::vector<StackDef>* stacks);
 
   std::size_t stack_count() const;
@@ -144,21 +153,20 @@ class StackTable {
   // are read before any lock; never reused, so a cache never answers for a table that
   // is gone.
   const std::uint64_t serial_;
-  mutable std::mutex mu_;  // frames, ids and the pending queues
+  mutable std::mutex mu_;  // frames, ids, the kept definitions and own_cursor_
   absl::flat_hash_map<RawFrame, std::uint32_t> frame_ids_;
   using NamedKey = std::tuple<std::uint8_t, std::string, std::string, std::int32_t>;
   absl::flat_hash_map<NamedKey, std::uint32_t> named_ids_;
   std::uint32_t next_frame_id_ = 1;
   std::uint32_t next_stack_id_ = 1;
-  std::vector<FrameDef> pending_frames_;   // native ones still unsymbolized (function "")
-  std::vector<std::uint64_t> pending_pcs_; // parallel to pending_frames_: pc or 0
-  std::vector<StackDef> pending_stacks_;
-  // Kept after TakePending for Frames(): each stack's frame ids and each frame's names
-  // (by id; a native frame's pc, symbolized when asked).
+  DefinitionCursor own_cursor_;  // TakePending's
+  // Every definition, by id, for the cursors and Frames(): each stack's frame ids and each
+  // frame's kind and names (a native frame's pc, symbolized when taken or asked).
   std::vector<std::vector<std::uint32_t>> stack_frames_;
   struct KeptFrame {
     NamedFrame names;
     std::uint64_t pc = 0;
+    format::FrameKind kind = format::FrameKind::kNative;
   };
   std::vector<KeptFrame> frames_;
   void KeepFrameLocked(const FrameDef& def, std::uint64_t pc);

@@ -3,6 +3,8 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <string_view>
+
 #include "profiler/journal_format.h"
 
 namespace gpumem::format {
@@ -19,11 +21,20 @@ std::uint32_t Crc32(std::uint32_t crc, const void* data, std::size_t n) {
   return crc;
 }
 
-std::string FilePrefix() {
+std::string FilePrefix(std::uint32_t version) {
   std::string out(kMagic, sizeof(kMagic));
-  PutU32(&out, kVersion);
+  PutU32(&out, version);
   PutU32(&out, 0);
   return out;
+}
+
+std::string RingSegmentName(const std::string& base, std::uint64_t k) {
+  constexpr std::string_view kSuffix = ".gpumem";
+  const std::string seg = ".seg" + std::to_string(k);
+  if (base.size() > kSuffix.size() && base.ends_with(kSuffix)) {
+    return base.substr(0, base.size() - kSuffix.size()) + seg + std::string(kSuffix);
+  }
+  return base + seg;
 }
 
 namespace {
@@ -145,7 +156,7 @@ std::optional<ChunkHeader> ParseChunkHeader(const unsigned char* data) {
   std::uint8_t kind = data[16];
   std::uint8_t codec = data[17];
   h.seq = GetU32(data + 20);
-  if (kind > static_cast<std::uint8_t>(ChunkKind::kJournal)) return std::nullopt;
+  if (kind > static_cast<std::uint8_t>(ChunkKind::kCheckpoint)) return std::nullopt;
   if (codec > static_cast<std::uint8_t>(Codec::kZstd)) return std::nullopt;
   if (data[18] != 0 || data[19] != 0) return std::nullopt;
   h.kind = static_cast<ChunkKind>(kind);

@@ -32,6 +32,10 @@ inline constexpr std::uint32_t kVersion = 4;
 // capacity records; version 1 is version 2 without journal chunks and marks: readers still
 // read them all.
 inline constexpr std::uint32_t kOldestReadableVersion = 1;
+// A ring trace's segments (GPUMEM_TRACE_MAX): version 4 plus checkpoint chunks, which a
+// version 4 reader would not know were live blocks. Other traces are still version 4.
+inline constexpr std::uint32_t kRingVersion = 5;
+inline constexpr std::uint32_t kNewestReadableVersion = kRingVersion;
 inline constexpr std::size_t kPrefixSize = 16;
 inline constexpr std::uint32_t kChunkSync = 0x4B434D47;  // bytes "GMCK"
 inline constexpr std::size_t kChunkHeaderSize = 24;
@@ -45,6 +49,9 @@ enum class ChunkKind : std::uint8_t {
   kRecords = 1,  // records (below)
   kEnd = 2,      // written by a clean close: totals, so a reader can tell a finished run
   kJournal = 3,  // a raw journal region, written in place by recording threads
+  // Ring segments only: records (alloc events) of the blocks live when the segment began,
+  // allocated in earlier segments; frames and stacks they use are defined in the segment.
+  kCheckpoint = 4,
 };
 
 enum class Codec : std::uint8_t { kNone = 0, kZstd = 1 };
@@ -209,7 +216,10 @@ class ByteReader {
 std::uint32_t Crc32(std::uint32_t crc, const void* data, std::size_t n);
 
 // The 16-byte file prefix.
-std::string FilePrefix();
+std::string FilePrefix(std::uint32_t version = kVersion);
+// Segment `k` of a ring trace whose file name is `base` ("run.gpumem" -> "run.seg7.gpumem";
+// a name without the .gpumem suffix gets ".seg7" appended). Names only, no folder.
+std::string RingSegmentName(const std::string& base, std::uint64_t k);
 // True if `data` starts with the gpumem magic (the version is checked by the reader).
 bool HasMagic(absl::string_view data);
 

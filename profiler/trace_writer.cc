@@ -1,6 +1,7 @@
 #include "profiler/trace_writer.h"
 
 #include <fcntl.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -43,6 +44,18 @@ std::uint32_t RingCapacity(std::size_t n) {
       std::bit_floor(std::clamp<std::size_t>(n, 16, format::kMaxJournalRecords)));
 }
 
+// A full memory barrier on every thread of the process at once (membarrier(2)), so that
+// the hot path needs none: see TraceWriter::Record and WaitForRecordsInFlight. Where the
+// kernel refuses, a pause long enough for any record under way to finish.
+void BarrierOnEveryThread() {
+  static const bool registered =
+      ::syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+  if (registered && ::syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) {
+    return;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
 std::string EnvOr(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v != nullptr ? v : fallback;
@@ -64,6 +77,9 @@ struct TraceWriter::Ring {
   std::unique_ptr<JournalRegion> region;
   alignas(64) std::atomic<std::uint64_t> head{0};  // next to read (writer thread)
   alignas(64) std::atomic<std::uint64_t> tail{0};  // next to write (owning thread)
+  // Set by the owning thread while it records (TraceWriter::Record): the last drain waits
+  // for it to clear. On the owner's line, with tail.
+  std::atomic<std::uint32_t> in_record{0};
   // The region's slots, on the owner's line: a record then costs no trip through the
   // region object (in training every line the recorder touches has gone cold since the
   // last record, and dependent misses queue).
@@ -119,13 +135,14 @@ std::uint32_t TraceWriter::ThreadId() {
 }
 
 absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOptions options) {
-  absl::StatusOr<MappedFile> file = MappedFile::Create(options.path);
+  const std::size_t initial = std::min<std::size_t>(1 << 20, options.max_growth);
+  absl::StatusOr<MappedFile> file = MappedFile::Create(options.path, initial, options.max_growth);
   if (absl::IsFailedPrecondition(file.status())) {
     // Two live processes with one name (a pattern without %p, e.g. run-%l.gpumem on two
     // hosts sharing a folder). Neither may truncate the other's trace: this one moves aside.
     const std::string taken = options.path;
     options.path = PathWithPid(taken, getpid());
-    file = MappedFile::Create(options.path);
+    file = MappedFile::Create(options.path, initial, options.max_growth);
     if (file.ok()) {
       std::fprintf(stderr, "gpumem: %s is being written by another process; this one "
                    "(pid %ld) writes %s\n", taken.c_str(), static_cast<long>(getpid()),
@@ -146,16 +163,17 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
   header.try_emplace("local_rank", LocalRankFromEnvironment());
   header.try_emplace("world_size", EnvOr("WORLD_SIZE", ""));
   header.try_emplace("host", host);
-  header["clock_origin_ns"] = std::to_string(NowNs());
-  header["start_unix_ns"] =
-      std::to_string(std::int64_t{wall.tv_sec} * 1000000000 + wall.tv_nsec);
+  // A ring's segments keep its first segment's: their times are on one axis.
+  header.try_emplace("clock_origin_ns", std::to_string(NowNs()));
+  header.try_emplace("start_unix_ns",
+                     std::to_string(std::int64_t{wall.tv_sec} * 1000000000 + wall.tv_nsec));
   std::string payload;
   format::PutVarint(&payload, header.size());
   for (const auto& [key, value] : header) {
     format::PutString(&payload, key);
     format::PutString(&payload, value);
   }
-  std::string prefix = format::FilePrefix();
+  std::string prefix = format::FilePrefix(writer->options_.version);
   absl::Status status = writer->file_.Append(prefix.data(), prefix.size());
   if (!status.ok()) return status;
   writer->WriteChunk(format::ChunkKind::kHeader, payload);
@@ -176,7 +194,9 @@ TraceWriter::TraceWriter(TraceWriterOptions options, MappedFile file)
     : options_(std::move(options)),
       id_(g_next_writer_id.fetch_add(1)),
       fork_epoch_(ForkEpoch()),
-      file_(std::move(file)) {}
+      stacks_(options_.stacks != nullptr ? options_.stacks : std::make_shared<StackTable>()),
+      file_(std::move(file)),
+      live_(options_.track_live_blocks ? std::make_unique<SegmentLiveBlocks>() : nullptr) {}
 
 TraceWriter::~TraceWriter() {
   if (fork_epoch_ != g_fork_epoch.load(std::memory_order_relaxed)) {
@@ -297,12 +317,55 @@ void TraceWriter::Record(const RawRecord& record) {
   }
   Ring* ring = ThreadRing();
   if (ring == nullptr) return;
+  // Marked before closed_ is read again; the closer sets closed_, then puts a barrier on
+  // every thread and waits for the mark to clear (WaitForRecordsInFlight). So a record
+  // either sees closed_ or is in the last drain: a ring trace closes a segment while
+  // threads record, and a record that read the old segment a moment before the next one
+  // took over is not lost. Plain stores here, no fence.
+  ring->in_record.store(1, std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (closed_.load(std::memory_order_relaxed)) {
+    ring->in_record.store(0, std::memory_order_release);
+    return;
+  }
   if (record.has_autograd && !format::LinkFitsInSlot(record)) {
     // Counted before the slot is published: recorded() never counts a link as an event.
     ring->links.store(ring->links.load(std::memory_order_relaxed) + 1, std::memory_order_release);
     Append(ring, format::JournalLinkOf(record));
   }
   Append(ring, record);
+  ring->in_record.store(0, std::memory_order_release);
+}
+
+void TraceWriter::WaitForRecordsInFlight() {
+  BarrierOnEveryThread();
+  auto in_flight = [&] {
+    std::lock_guard<std::mutex> lock(rings_mu_);
+    for (const auto* list : {&rings_, &free_rings_}) {
+      for (const auto& ring : *list) {
+        if (ring->in_record.load(std::memory_order_acquire) != 0) return true;
+      }
+    }
+    return false;
+  };
+  // Draining meanwhile: a record under way may wait for room in its ring.
+  while (in_flight()) {
+    DrainOnce();
+    std::this_thread::yield();
+  }
+}
+
+bool TraceWriter::HeldLocked() const {
+  return options_.hold_when_full && !released_ && !stop_ && full();
+}
+
+void TraceWriter::Release() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    wake_ = true;
+  }
+  wake_cv_.notify_one();
 }
 
 void TraceWriter::Append(Ring* ring, const RawRecord& record) {
@@ -407,16 +470,21 @@ void TraceWriter::Run() {
     bool stop;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_cv_.wait_for(lock, interval, [&] { return wake_ || stop_; });
+      // A held segment sleeps through its threads' calls for room (they wait for the
+      // next segment, not for it).
+      wake_cv_.wait_for(lock, interval, [&] {
+        return stop_ || checkpoint_.has_value() || (wake_ && !HeldLocked());
+      });
       wake_ = false;
       flush_target = flush_requested_;
       stop = stop_;
     }
     DrainOnce();
     if (stop) {
-      // Threads that recorded while Close() began are drained above; close the door and
-      // drain once more for records that raced with it.
+      // Threads that recorded while Close() began are drained above; close the door,
+      // let records under way finish, and drain once more for them.
       closed_.store(true);
+      WaitForRecordsInFlight();
       DrainOnce();
       std::uint32_t chunks;
       {
@@ -451,6 +519,14 @@ void TraceWriter::Run() {
 
 void TraceWriter::DrainOnce() {
   batch_.clear();
+  // Before the definitions: the checkpoint's stacks were made before it was handed over.
+  std::optional<std::vector<RawRecord>> checkpoint;
+  bool held;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    checkpoint.swap(checkpoint_);
+    held = HeldLocked();
+  }
   std::vector<std::shared_ptr<Ring>> rings;
   {
     std::lock_guard<std::mutex> lock(rings_mu_);
@@ -463,6 +539,8 @@ void TraceWriter::DrainOnce() {
   };
   std::vector<Drained> drained;
   drained.reserve(rings.size());
+  // Held: the records stay in the journal, in the file, until the next segment takes over.
+  if (held) rings.clear();
   for (const std::shared_ptr<Ring>& ring : rings) {
     // Exited first: then every record its thread made is below the tail read after it.
     const bool exited = ring->thread_exited.load(std::memory_order_acquire);
@@ -489,7 +567,7 @@ void TraceWriter::DrainOnce() {
   // it is published, so every id in this batch is defined here or earlier.
   std::vector<FrameDef> frames;
   std::vector<StackDef> stacks;
-  stacks_.TakePending(&frames, &stacks);
+  stacks_->TakeSince(&definitions_, &frames, &stacks);
   std::vector<PendingAnnotation> annotations;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -523,6 +601,13 @@ void TraceWriter::DrainOnce() {
     }
     if (!encoder.payload().empty()) write();
   }
+  if (live_ != nullptr) {
+    ++drains_;
+    for (const Pending& p : batch_) live_->Apply(p.record, drains_);
+    if (checkpoint) WriteCheckpoint(*checkpoint);
+    live_->EndDrain(drains_);
+  }
+  NoteFileSize();
   // The chunks are in the file: the slots they hold may be written again.
   for (const Drained& d : drained) d.ring->head.store(d.tail, std::memory_order_release);
   std::lock_guard<std::mutex> lock(rings_mu_);
@@ -533,6 +618,41 @@ void TraceWriter::DrainOnce() {
     free_rings_.push_back(std::move(*it));
     rings_.erase(it);
   }
+}
+
+void TraceWriter::WriteCheckpoint(const std::vector<RawRecord>& blocks) {
+  ChunkEncoder encoder;
+  for (const RawRecord& b : blocks) encoder.AddEvent(b);
+  // One chunk, even empty (it says the segment has its checkpoint): whole or absent.
+  const std::size_t before = file_bytes();
+  WriteChunk(format::ChunkKind::kCheckpoint, encoder.payload());
+  checkpoint_bytes_.store(file_bytes() - before, std::memory_order_release);
+  live_->SetStart(blocks);
+}
+
+void TraceWriter::NoteFileSize() {
+  if (options_.full_bytes == 0 || full() || !options_.on_full) return;
+  if (file_bytes() < options_.full_bytes) return;
+  full_said_.store(true, std::memory_order_release);
+  options_.on_full();
+}
+
+std::size_t TraceWriter::file_bytes() {
+  std::lock_guard<std::mutex> lock(file_mu_);
+  return file_.size();
+}
+
+void TraceWriter::SetCheckpoint(std::vector<RawRecord> blocks) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    checkpoint_ = std::move(blocks);
+    wake_ = true;
+  }
+  wake_cv_.notify_one();
+}
+
+std::vector<RawRecord> TraceWriter::LiveBlocks() const {
+  return live_ != nullptr ? live_->Live() : std::vector<RawRecord>{};
 }
 
 void TraceWriter::WriteChunk(format::ChunkKind kind, const std::string& payload) {

@@ -12,9 +12,11 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "profiler/mapped_file.h"
 #include "profiler/raw_record.h"
+#include "profiler/segment_live_blocks.h"
 #include "profiler/stack_table.h"
 
 namespace gpumem {
@@ -44,6 +47,24 @@ struct TraceWriterOptions {
   // keeps every complete chunk, so a cut loses at most the chunk it falls in.
   std::size_t records_per_chunk = 4096;
   int zstd_level = 1;
+
+  // For the segments of a ring trace (profiler/trace_ring.h); the defaults write a plain
+  // trace. The stack table that ids come from, shared by every segment: each writes
+  // every definition (null: the writer's own table).
+  std::shared_ptr<StackTable> stacks;
+  std::uint32_t version = format::kVersion;
+  // Keep the live blocks (LiveBlocks()) and take a checkpoint (SetCheckpoint()).
+  bool track_live_blocks = false;
+  // Once the file has grown past this many bytes (0: never), the writer thread calls
+  // on_full, once.
+  std::size_t full_bytes = 0;
+  std::function<void()> on_full;
+  // Once full, compress nothing more until Release(): the recording threads' records wait
+  // in their journal regions (in the file), and at worst the threads wait for room, but
+  // the file grows no further while the next segment is not ready.
+  bool hold_when_full = false;
+  // The most file space reserved ahead at once (profiler/mapped_file.h).
+  std::size_t max_growth = std::size_t{256} << 20;
 };
 
 class TraceWriter {
@@ -58,7 +79,21 @@ class TraceWriter {
   // of a thread whose region cannot be created (status() says why).
   void Record(const RawRecord& record);
   void Annotate(std::int32_t device, const std::string& name, bool start);
-  StackTable& stacks() { return stacks_; }
+  StackTable& stacks() { return *stacks_; }
+
+  // Ring segments (track_live_blocks): the blocks live when this segment began, written
+  // as the segment's checkpoint chunk by the next drain. Flush() after it: in the file.
+  void SetCheckpoint(std::vector<RawRecord> blocks);
+  // The blocks live after every record of this file: call after Close().
+  std::vector<RawRecord> LiveBlocks() const;
+  // Bytes in the file so far (journal regions included).
+  std::size_t file_bytes();
+  // A full segment's successor took over: drain on (hold_when_full).
+  void Release();
+  // The file has passed options.full_bytes (on_full was called).
+  bool full() const { return full_said_.load(std::memory_order_acquire); }
+  // The checkpoint chunk's bytes, once written.
+  std::size_t checkpoint_bytes() const { return checkpoint_bytes_.load(std::memory_order_acquire); }
 
   // Returns once every record made before the call is in the file.
   void Flush();
@@ -89,7 +124,13 @@ class TraceWriter {
   // The sync thread: fdatasync on `fd` (its own descriptor) while chunks keep coming.
   void SyncLoop(int fd);
   void StopSyncing();
+  // After closed_ is set: returns once no thread is inside Record() past its check.
+  void WaitForRecordsInFlight();
+  bool HeldLocked() const;
   void DrainOnce();
+  // The checkpoint chunk, and its blocks as the live set's start (writer thread).
+  void WriteCheckpoint(const std::vector<RawRecord>& blocks);
+  void NoteFileSize();
   void WriteChunk(format::ChunkKind kind, const std::string& payload);
   void SetError(const absl::Status& status);
 
@@ -98,7 +139,7 @@ class TraceWriter {
   const std::uint64_t id_;
   const std::uint64_t fork_epoch_;
   std::atomic<bool> closed_{false};
-  StackTable stacks_;
+  const std::shared_ptr<StackTable> stacks_;
 
   mutable std::mutex rings_mu_;
   std::vector<std::shared_ptr<Ring>> rings_;       // owned by a thread, or draining
@@ -118,6 +159,8 @@ class TraceWriter {
     std::string name;
   };
   std::vector<PendingAnnotation> annotations_;
+  std::optional<std::vector<RawRecord>> checkpoint_;  // not yet written
+  bool released_ = false;
   absl::Status status_;
 
   // The file: the writer thread appends chunks, a thread's first record appends its
@@ -135,8 +178,13 @@ class TraceWriter {
     std::uint64_t index;
   };
   std::vector<Pending> batch_;
+  StackTable::DefinitionCursor definitions_;  // what this file has defined
+  std::unique_ptr<SegmentLiveBlocks> live_;    // track_live_blocks only
+  std::uint64_t drains_ = 0;
+  std::atomic<bool> full_said_{false};
   std::unique_ptr<std::thread> thread_;  // leaked, not joined, in a forked child
 
+  std::atomic<std::size_t> checkpoint_bytes_{0};
   std::atomic<std::uint64_t> chunks_written_{0};
   std::atomic<std::uint64_t> chunks_synced_{0};
   std::mutex sync_mu_;

@@ -123,12 +123,26 @@ TEST(ConfigTest, ParseBytesUnits) {
   EXPECT_FALSE(ParseBytes("nan").ok());
 }
 
+TEST(ConfigTest, TraceMaxIsASizeOfAtLeast16MiB) {
+  EXPECT_EQ(Parse({})->trace_max_bytes, 0u);
+  EXPECT_EQ(Parse({{"GPUMEM_TRACE_MAX", "256M"}})->trace_max_bytes, std::uint64_t{256} << 20);
+  EXPECT_EQ(Parse({{"GPUMEM_TRACE_MAX", "2G"}})->trace_max_bytes, std::uint64_t{2} << 30);
+  for (const char* bad : {"abc", "0", "-5", "1M", "8M", "16777215", "2Q", "nan"}) {
+    absl::StatusOr<Config> c = Parse({{"GPUMEM_TRACE_MAX", bad}});
+    ASSERT_FALSE(c.ok()) << bad;
+    const std::string m(c.status().message());
+    EXPECT_NE(m.find("GPUMEM_TRACE_MAX='" + std::string(bad) + "'"), std::string::npos) << m;
+    EXPECT_NE(m.find("at least 16M"), std::string::npos) << m;
+  }
+}
+
 TEST(ConfigTest, EveryVariableIsListedOnce) {
   std::map<std::string, int> seen;
   for (int i = 0; i < kConfigVariableCount; ++i) ++seen[kConfigVariables[i].name];
   for (const char* name : {"GPUMEM", "GPUMEM_MODE", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
                            "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
-                           "GPUMEM_VERBOSE", "GPUMEM_STITCH", "GPUMEM_THREAD_CACHE"}) {
+                           "GPUMEM_VERBOSE", "GPUMEM_STITCH", "GPUMEM_THREAD_CACHE",
+                           "GPUMEM_TRACE_MAX"}) {
     EXPECT_EQ(seen[name], 1) << name;
   }
   EXPECT_EQ(static_cast<int>(seen.size()), kConfigVariableCount);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # `gpumem run --profile-only` sets GPUMEM_MODE=profile for the program; a bad GPUMEM_MODE
-# stops `gpumem run` before the program starts (exit 2, accepted values named).
+# or GPUMEM_TRACE_MAX stops `gpumem run` before the program starts (exit 2, accepted values
+# named).
 # usage: run_cli_test.sh path/to/gpumem
 set -u
 cli=$1
@@ -17,6 +18,17 @@ case $err in
   *) fail "bad GPUMEM_MODE message: $err" ;;
 esac
 case $err in *ran*) fail "the program ran despite the bad GPUMEM_MODE" ;; esac
+# So does a bounded trace's size that is not one, or too small to hold a segment.
+for bad in 12Q 1M; do
+  err=$(GPUMEM_TRACE_MAX=$bad "$cli" run -- sh -c 'echo ran' 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "GPUMEM_TRACE_MAX=$bad: exit $rc, expected 2 ($err)"
+  case $err in
+    *"GPUMEM_TRACE_MAX='$bad': expected a size of at least 16M"*) ;;
+    *) fail "GPUMEM_TRACE_MAX=$bad message: $err" ;;
+  esac
+  case $err in *ran*) fail "the program ran despite GPUMEM_TRACE_MAX=$bad" ;; esac
+done
 # A traced run loads the CUPTI tracer from GPUMEM_LIB_DIR, unless --no-cupti or the user
 # already set CUDA_INJECTION64_PATH; an untraced run does not.
 libs=$(mktemp -d)

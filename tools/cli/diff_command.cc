@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/cli/command.h"
+#include "tools/cli/loss_warning.h"
 #include "tools/report/diff.h"
 #include "tools/report/diff_output.h"
 #include "tools/trace/load.h"
@@ -81,6 +82,7 @@ int Run(const DiffArgs& args) {
   for (const std::string& path : args.traces) {
     absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
     if (!t.ok()) return BadInput(std::string(t.status().message()));
+    WarnOfLoss(*t);
     traces.push_back(std::move(*t));
   }
   absl::StatusOr<report::Diff> diff = Compute(traces, *options);

@@ -135,6 +135,9 @@ class Reader {
   void DescribeLoss(std::size_t data_end, const std::string& stop_reason);
   // An event-shaped record: an event, or a capacity change (not an event).
   void Take(Event e, RecordType type, std::optional<std::uint64_t> extra);
+  void ReadCheckpoint(const std::string& payload, std::size_t pos);
+  // The checkpoint's blocks as allocations at the first event's time, before the events.
+  void PrependCheckpoint(const absl::flat_hash_map<std::uint32_t, std::uint32_t>& stack_ids);
   Trace Build();
 
   const unsigned char* data_;
@@ -164,6 +167,8 @@ class Reader {
   std::int64_t last_event_ns_ = 0;   // the latest event read
   std::map<std::uint32_t, JournalSpan> journals_;     // by region id
   std::map<std::uint32_t, std::uint64_t> journal_marks_;  // region -> next index
+  bool in_checkpoint_ = false;
+  std::vector<Event> checkpoint_;  // time in ns and the file's stack ids until Build()
 };
 
 std::optional<format::ChunkHeader> Reader::ValidChunkAt(std::size_t pos) const {
@@ -372,6 +377,9 @@ void Reader::ReadChunk(std::size_t pos, const format::ChunkHeader& h) {
       info_->complete = true;
       break;
     }
+    case format::ChunkKind::kCheckpoint:
+      ReadCheckpoint(*payload, pos);
+      break;
     case format::ChunkKind::kRecords: {
       std::size_t bad_at = 0;
       const std::size_t before = events_.size();
@@ -499,7 +507,29 @@ void Reader::TakeJournalRecords(const std::vector<std::pair<std::uint64_t, RawRe
   }
 }
 
+// A ring segment's checkpoint: the blocks live when it began (allocated in segments
+// before it), prepended to the events by Build().
+void Reader::ReadCheckpoint(const std::string& payload, std::size_t pos) {
+  ++info_->checkpoint_chunks;
+  in_checkpoint_ = true;
+  std::size_t bad_at = 0;
+  if (!ReadRecords(payload, &bad_at)) {
+    ++info_->corrupt_chunks;
+    trace_.warnings.push_back(absl::StrCat(name_, ": checkpoint chunk at offset ", pos,
+                                           " has a malformed record at payload byte ", bad_at,
+                                           "; kept the blocks before it"));
+  }
+  in_checkpoint_ = false;
+}
+
 void Reader::Take(Event e, RecordType type, std::optional<std::uint64_t> extra) {
+  if (in_checkpoint_) {
+    if (type == RecordType::kAlloc) {
+      e.action = Action::kAlloc;
+      checkpoint_.push_back(e);
+    }
+    return;
+  }
   if (type == RecordType::kFailedAlloc) {
     ++failed_records_;
     trace_.failed_allocations.push_back(FailedAllocationOf(e, extra));
@@ -528,10 +558,10 @@ absl::StatusOr<Trace> Reader::Read() {
     return absl::InvalidArgumentError(absl::StrCat(name_, ": not a gpumem trace (bad magic)"));
   }
   const std::uint32_t version = format::GetU32(data_ + 8);
-  if (version < format::kOldestReadableVersion || version > format::kVersion) {
+  if (version < format::kOldestReadableVersion || version > format::kNewestReadableVersion) {
     return absl::InvalidArgumentError(absl::StrCat(
         name_, ": gpumem trace version ", version, " is not supported (this reader reads ",
-        format::kOldestReadableVersion, " to ", format::kVersion, ")"));
+        format::kOldestReadableVersion, " to ", format::kNewestReadableVersion, ")"));
   }
   std::string stop_reason;
   const std::size_t data_end = ReadChunks(&stop_reason);
@@ -706,6 +736,7 @@ Trace Reader::Build() {
     }
     AttributeBackward(links_, &table, &trace_);
   }
+  PrependCheckpoint(stack_ids);
   // Times are still nanoseconds: sort on them (after the links, which index the events in
   // file order), then rebase to microseconds. Chunks are written in time order, so this
   // is usually sorted already: the check is far cheaper than stable_sort's buffer of half
@@ -728,6 +759,26 @@ Trace Reader::Build() {
   std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
                    [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
   return std::move(trace_);
+}
+
+void Reader::PrependCheckpoint(
+    const absl::flat_hash_map<std::uint32_t, std::uint32_t>& stack_ids) {
+  info_->checkpoint_blocks = checkpoint_.size();
+  if (checkpoint_.empty()) return;
+  std::vector<Event>& events = trace_.events;
+  std::int64_t start = checkpoint_.back().time_us;  // no events: the newest block's time
+  if (!events.empty()) {
+    start = std::min_element(events.begin(), events.end(), [](const Event& a, const Event& b) {
+              return a.time_us < b.time_us;
+            })->time_us;
+  }
+  for (Event& e : checkpoint_) {
+    e.time_us = start;
+    auto sit = stack_ids.find(e.stack_id);
+    e.stack_id = sit == stack_ids.end() ? 0 : sit->second;
+  }
+  events.insert(events.begin(), checkpoint_.begin(), checkpoint_.end());
+  checkpoint_.clear();
 }
 
 }  // namespace

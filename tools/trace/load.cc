@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/trace/decompress.h"
 #include "tools/trace/gpumem_reader.h"
+#include "tools/trace/ring_reader.h"
 #include "tools/trace/snapshot_reader.h"
 
 namespace gpumem::trace {
@@ -24,7 +25,10 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path, const ReadProgress& pro
     absl::StatusOr<std::string> data = ReadAll(**reader);
     if (!data.ok()) return data.status();
     if (pickle) return ParseSnapshotPickle(*data, path);
-    return ParseGpumemTrace(*data, path);
+    GpumemFileInfo info;
+    absl::StatusOr<Trace> parsed = ParseGpumemTrace(*data, path, &info);
+    if (!IsRingSegment(info)) return parsed;
+    return ReadRing(path, std::move(parsed), info);
   }();
   if (trace.ok() && trace->events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the trace has no events"));

@@ -142,6 +142,22 @@ struct TraceLoss {
   std::string summary;              // one line: events kept, bytes lost, where and why
 };
 
+// A ring trace (GPUMEM_TRACE_MAX) read as one: the segments kept and what came before them
+// (docs/trace-format.md, Ring traces).
+struct RingWindow {
+  std::uint64_t first_segment = 0;  // the oldest kept
+  std::uint64_t last_segment = 0;
+  std::uint64_t max_bytes = 0;
+  bool dropped = false;             // segments before first_segment were deleted
+  std::int64_t start_us = 0;        // the first kept event
+  // Blocks live at start_us, allocated before it: the oldest segment's checkpoint, the
+  // trace's first events (at start_us, with their stacks).
+  std::uint64_t checkpoint_blocks = 0;
+  std::uint64_t checkpoint_bytes = 0;
+  std::optional<std::uint64_t> first_step;  // the first step record kept: its number
+  std::string summary;                      // one line, also the first of the warnings
+};
+
 struct Trace {
   std::string source;  // the file it came from
   RunInfo run;
@@ -158,6 +174,7 @@ struct Trace {
   bool expandable_segments = false;               // the recording allocator's setting
   std::vector<std::string> warnings;              // recoverable oddities found while reading
   std::optional<TraceLoss> loss;                  // set when the recording did not finish
+  std::optional<RingWindow> ring;                 // set for a ring trace
 
   Trace() : stacks(1) {}
 };
