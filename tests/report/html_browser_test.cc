@@ -147,28 +147,44 @@ TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
   EXPECT_NE(page.dom.find("<th>outside allocator</th>"), std::string::npos);
 }
 
-// Pointer events on the timeline, as a user makes them: hover just above the x axis (over
-// the bottom band) and keep the tooltip's text; drag across the middle fifth to zoom and
-// time the redraw; fit the y scale to allocated. Results go into the body's attributes,
-// for --dump-dom.
+// Pointer events on the timeline, as a user makes them: fit the y scale to allocated (the
+// synthetic trace's 64 GiB reserved dwarfs it); hover just above the x axis (over the
+// bottom band) and keep the tooltip's text; drag across the middle fifth to zoom and time
+// the redraw; zoom in on the peak until every event is drawn. Results go into the body's
+// attributes, for --dump-dom.
 constexpr char kPointer[] = R"js(
 (function () {
   const chart = document.getElementById("time-chart"), hit = document.getElementById("chart-hit");
+  const set = (name, value) => document.body.setAttribute(name, String(value));
+  const top = () => chart.querySelectorAll(".y-tick")[4].textContent;
+  set("data-first-tick-before", chart.querySelector(".x-tick").textContent);
+  set("data-y-top", top());
+  document.querySelector("button[data-action=fit]").click();
+  set("data-y-top-fitted", top());
   const b = chart.getBoundingClientRect();
   const at = (fx, fy) => ({ clientX: b.left + b.width * fx, clientY: b.top + b.height * fy, bubbles: true });
-  document.body.setAttribute("data-first-tick-before", chart.querySelector(".x-tick").textContent);
   hit.dispatchEvent(new MouseEvent("mousemove", at(0.5, 0.86)));
-  document.body.setAttribute("data-tip", document.getElementById("tip").textContent);
+  set("data-tip", document.getElementById("tip").textContent);
   const t0 = performance.now();
   hit.dispatchEvent(new MouseEvent("mousedown", at(0.4, 0.5)));
   hit.dispatchEvent(new MouseEvent("mousemove", at(0.6, 0.5)));
   hit.dispatchEvent(new MouseEvent("mouseup", at(0.6, 0.5)));
-  document.body.setAttribute("data-zoom-ms", String(performance.now() - t0));
-  document.body.setAttribute("data-first-tick", chart.querySelector(".x-tick").textContent);
-  const top = () => chart.querySelectorAll(".y-tick")[4].textContent;
-  document.body.setAttribute("data-y-top", top());
-  document.querySelector("button[data-action=fit]").click();
-  document.body.setAttribute("data-y-top-fitted", top());
+  set("data-zoom-ms", performance.now() - t0);
+  set("data-first-tick", chart.querySelector(".x-tick").textContent);
+  // Zoom in on the purple mark (the events kept one by one around the peak) until the
+  // chart draws them: a few drags, each around the mark or inside it once it is wide.
+  hit.dispatchEvent(new MouseEvent("dblclick", { bubbles: true }));
+  const note = () => document.getElementById("chart-note").textContent;
+  for (let i = 0; i < 8 && !note().includes("every event ("); i++) {
+    const m = chart.querySelector(".detail-mark").getBoundingClientRect(), y = m.bottom + 60;
+    const mid = m.left + m.width / 2, half = m.width > 40 ? m.width * 0.2 : 20;
+    const ev = x => ({ clientX: x, clientY: y, bubbles: true });
+    hit.dispatchEvent(new MouseEvent("mousedown", ev(mid - half)));
+    hit.dispatchEvent(new MouseEvent("mousemove", ev(mid + half)));
+    hit.dispatchEvent(new MouseEvent("mouseup", ev(mid + half)));
+  }
+  set("data-detail-note", note());
+  set("data-detail-tick", chart.querySelector(".x-tick") ? chart.querySelector(".x-tick").textContent : "none");
 })();
 )js";
 
@@ -208,6 +224,11 @@ TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
   // Fitting the y scale to allocated drops the synthetic trace's 64 GiB reserved from it.
   EXPECT_NE(BodyAttr(page.dom, "data-y-top"), BodyAttr(page.dom, "data-y-top-fitted"));
   EXPECT_NE(BodyAttr(page.dom, "data-y-top").find("GiB"), std::string::npos);
+  EXPECT_NE(BodyAttr(page.dom, "data-detail-note").find("every event (detail kept around the peak"), std::string::npos)
+      << BodyAttr(page.dom, "data-detail-note");
+  // Ticks at fractions of a step once zoomed inside one.
+  EXPECT_TRUE(std::regex_match(BodyAttr(page.dom, "data-detail-tick"), std::regex("step [0-9]+\\.[0-9]+")))
+      << BodyAttr(page.dom, "data-detail-tick");
 }
 
 }  // namespace

@@ -59,6 +59,29 @@ TEST(HtmlSize, ViewKeepsThePeakAndItsPlaceInSteps) {
   for (const auto& v : d.view.site_values) EXPECT_EQ(v.size(), d.view.points.size());
 }
 
+// Around the peak, one point an event, the peak itself among them.
+TEST(HtmlSize, DetailWindowHoldsThePeakEventByEvent) {
+  const trace::Trace t = synthetic::LargeTrace(300'000);
+  const Report r = BuildReport(t, {});
+  const Detail d = BuildDetail(r, 1000, html::kTopSites, 2048);
+  ASSERT_GE(d.detail_views.size(), 1u);
+  const ViewSeries& peak = d.detail_views[0];
+  ASSERT_EQ(peak.points.size(), 2048u);
+  bool seen = false;
+  for (std::size_t k = 0; k < peak.points.size(); ++k) {
+    const ViewPoint& p = peak.points[k];
+    if (k > 0) {
+      EXPECT_EQ(p.index, peak.points[k - 1].index + 1);
+    }
+    EXPECT_EQ(p.allocated_min, p.allocated_max);  // a single event each
+    seen = seen || (p.index == r.timeline.peak_allocated_index && p.allocated_end == r.timeline.peak_allocated);
+  }
+  EXPECT_TRUE(seen);
+  EXPECT_EQ(DetailWindow(100, 3, 10).begin, 0u);   // clamped at the start
+  EXPECT_EQ(DetailWindow(100, 98, 10).end, 100u);  // and at the end
+  EXPECT_EQ(DetailWindow(5, 3, 10).end, 5u);       // a short trace whole
+}
+
 TEST(HtmlSize, StepPositionRunsThroughEachStep) {
   Steps steps;
   steps.ends = {10, 20};

@@ -55,13 +55,30 @@ LiveSnapshot Capture(const LiveState& state, std::size_t index, int device) {
 
 }  // namespace
 
-Detail BuildDetail(const Report& r, std::size_t view_points, std::size_t top_sites) {
+// The windows of one point an event: around the peak, and the first OOM unless it is
+// inside the peak's.
+std::vector<ViewWindow> DetailWindows(const Report& r, std::size_t events) {
+  const std::size_t n = r.trace->events.size();
+  std::vector<ViewWindow> windows;
+  if (events == 0 || n <= events) return windows;  // the whole view is that fine already
+  windows.push_back(DetailWindow(n, r.timeline.peak_allocated_index, events));
+  if (!r.timeline.ooms.empty()) {
+    const std::size_t oom = r.timeline.ooms.front().index;
+    if (oom < windows[0].begin || oom >= windows[0].end) windows.push_back(DetailWindow(n, oom, events));
+  }
+  return windows;
+}
+
+Detail BuildDetail(const Report& r, std::size_t view_points, std::size_t top_sites,
+                   std::size_t detail_events) {
   Detail d;
   d.top_sites = PickTopSites(r, top_sites);
   const trace::Trace& t = *r.trace;
-  ViewSeriesBuilder view(t, r.steps, d.top_sites, view_points);
   const std::size_t n = t.events.size();
   if (n == 0) return d;
+  ViewSeriesBuilder view(t, r.steps, d.top_sites, ViewWindow{0, n, view_points});
+  std::vector<ViewSeriesBuilder> details;
+  for (const ViewWindow& w : DetailWindows(r, detail_events)) details.emplace_back(t, r.steps, d.top_sites, w);
   const std::size_t peak_at = r.timeline.peak_allocated_index + 1;  // after the peak alloc
   // SIZE_MAX: no OOM to capture (a plain value keeps gcc's maybe-uninitialized quiet).
   const std::size_t oom_at = r.timeline.ooms.empty() ? SIZE_MAX : r.timeline.ooms.front().index;
@@ -74,8 +91,10 @@ Detail BuildDetail(const Report& r, std::size_t view_points, std::size_t top_sit
     if (i == n) break;
     state.Apply(t.events[i]);
     view.Observe(i, state);
+    for (ViewSeriesBuilder& detail : details) detail.Observe(i, state);
   }
   d.view = view.Take();
+  for (ViewSeriesBuilder& detail : details) d.detail_views.push_back(detail.Take());
   return d;
 }
 

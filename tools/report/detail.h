@@ -26,10 +26,15 @@ struct LiveSnapshot {
 struct Detail {
   std::vector<std::uint32_t> top_sites;
   ViewSeries view;
+  // One point an event around the peak and the first OOM, for the page's deepest zoom.
+  std::vector<ViewSeries> detail_views;
   std::optional<LiveSnapshot> at_peak;
   std::optional<LiveSnapshot> at_oom;
 };
 
-Detail BuildDetail(const Report& report, std::size_t view_points, std::size_t top_sites = 8);
+// `view_points`: points over the whole trace; `detail_events`: events around the peak and
+// the first OOM kept one point each (0: none).
+Detail BuildDetail(const Report& report, std::size_t view_points, std::size_t top_sites = 8,
+                   std::size_t detail_events = 0);
 
 }  // namespace gpumem::report

@@ -15,6 +15,8 @@ namespace gpumem::report::html {
 // each), so a job's page is bounded too.
 inline constexpr std::size_t kViewPoints = 16384;
 inline constexpr std::size_t kMinRankPoints = 1024;
+// Events kept one point each around the peak and the first OOM (zoom's finest detail).
+inline constexpr std::size_t kDetailEvents = 2048;
 inline constexpr std::size_t kTopSites = 8;       // drawn as bands; the rest is "other"
 inline constexpr std::size_t kStackFrames = 40;    // frames of a band's stack in its tooltip
 inline constexpr std::size_t kFlameNodes = 3000;   // per icicle; smaller frames merged
@@ -23,8 +25,8 @@ inline constexpr std::size_t kSegmentBlocks = 20000;  // drawn blocks over all s
 inline constexpr std::size_t kListed = 50;         // OOMs, suspects, failures, warnings
 inline constexpr std::size_t kStepPeaks = 400;     // per rank, for the ranks' heat map
 
-// The timeline: points (steps, seconds, allocated envelope, reserved), the top sites'
-// bands with their stacks, OOM marks and the projected OOM.
+// The timeline: points (steps, seconds, allocated envelope, reserved, the top sites'
+// bytes), the bands' sites and stacks, the detail windows, OOM marks and the projection.
 nlohmann::json TimelineJson(const Report& report, const Detail& detail);
 
 // Each step's highest allocated bytes, at most kStepPeaks values (the highest of each run

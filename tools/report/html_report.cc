@@ -29,7 +29,7 @@ std::size_t PointsPerReport(std::size_t reports) {
 }
 
 nlohmann::json HtmlDataWithPoints(const Report& r, std::size_t points) {
-  const Detail detail = BuildDetail(r, points, html::kTopSites);
+  const Detail detail = BuildDetail(r, points, html::kTopSites, html::kDetailEvents);
   nlohmann::json out;
   out["json"] = CappedReportJson(r);
   out["timeline"] = html::TimelineJson(r, detail);

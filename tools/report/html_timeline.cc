@@ -24,7 +24,7 @@ nlohmann::json Bands(const Report& r, const Detail& d) {
   for (std::size_t k = 0; k < d.top_sites.size(); ++k) {
     std::vector<std::string> stack = StackNames(*r.trace, ShownStack(r, d.top_sites[k]));
     if (stack.size() > kStackFrames) stack.resize(kStackFrames);
-    bands.push_back({{"site", r.sites.name(d.top_sites[k])}, {"stack", std::move(stack)}, {"v", d.view.site_values[k]}});
+    bands.push_back({{"site", r.sites.name(d.top_sites[k])}, {"stack", std::move(stack)}});
   }
   return bands;
 }
@@ -58,14 +58,12 @@ nlohmann::json Projection(const Report& r) {
           {"capacity", *r.capacity}};
 }
 
-}  // namespace
-
-nlohmann::json TimelineJson(const Report& r, const Detail& d) {
-  const trace::Trace& t = *r.trace;
-  const std::int64_t t0 = t.events.empty() ? 0 : t.events.front().time_us;
+// A series' points as columns: steps, seconds, the allocated envelope and end, reserved,
+// and each top site's bytes ("bv").
+nlohmann::json SeriesColumns(const Report& r, const ViewSeries& view, std::int64_t t0) {
   std::vector<double> s, secs;
   std::vector<std::uint64_t> amin, amax, aend, rmax;
-  for (const ViewPoint& p : d.view.points) {
+  for (const ViewPoint& p : view.points) {
     s.push_back(Round(p.step_pos, 1e-4));
     secs.push_back(Seconds(p.time_us, t0));
     amin.push_back(p.allocated_min);
@@ -74,15 +72,27 @@ nlohmann::json TimelineJson(const Report& r, const Detail& d) {
     rmax.push_back(p.reserved_max);
   }
   nlohmann::json out;
-  out["has_steps"] = !r.steps.ends.empty();
-  out["events_per_point"] = d.view.points.empty() ? 0 : (t.events.size() + d.view.points.size() - 1) / d.view.points.size();
   out["s"] = std::move(s);
   out["t"] = std::move(secs);
   out["amin"] = std::move(amin);
   out["amax"] = std::move(amax);
   out["aend"] = std::move(aend);
   out["rmax"] = r.timeline.has_segments ? nlohmann::json(std::move(rmax)) : nlohmann::json(nullptr);
+  out["bv"] = view.site_values;
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json TimelineJson(const Report& r, const Detail& d) {
+  const trace::Trace& t = *r.trace;
+  const std::int64_t t0 = t.events.empty() ? 0 : t.events.front().time_us;
+  nlohmann::json out = SeriesColumns(r, d.view, t0);
+  out["has_steps"] = !r.steps.ends.empty();
+  out["events_per_point"] = d.view.points.empty() ? 0 : (t.events.size() + d.view.points.size() - 1) / d.view.points.size();
   out["bands"] = Bands(r, d);
+  out["detail"] = nlohmann::json::array();
+  for (const ViewSeries& v : d.detail_views) out["detail"].push_back(SeriesColumns(r, v, t0));
   out["ooms"] = OomMarks(r, t0);
   out["projection"] = Projection(r);
   return out;

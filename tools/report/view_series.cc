@@ -13,17 +13,26 @@ double StepPosition(const Steps& steps, std::size_t events, std::size_t index) {
   return static_cast<double>(k) + std::min(1.0, into);
 }
 
+ViewWindow DetailWindow(std::size_t trace_events, std::size_t index, std::size_t events) {
+  events = std::min(events, trace_events);
+  const std::size_t begin = std::min(index - std::min(index, events / 2), trace_events - events);
+  return ViewWindow{begin, begin + events, events};
+}
+
 ViewSeriesBuilder::ViewSeriesBuilder(const trace::Trace& trace, const Steps& steps,
-                                     std::vector<std::uint32_t> top_sites, std::size_t points)
-    : trace_(trace), steps_(steps), top_sites_(std::move(top_sites)) {
-  const std::size_t n = trace.events.size();
-  points = std::max<std::size_t>(points, 1);
+                                     std::vector<std::uint32_t> top_sites, ViewWindow window)
+    : trace_(trace), steps_(steps), top_sites_(std::move(top_sites)), window_(window) {
+  window_.end = std::min(window_.end, trace.events.size());
+  window_.begin = std::min(window_.begin, window_.end);
+  const std::size_t n = window_.end - window_.begin;
+  const std::size_t points = std::max<std::size_t>(window_.points, 1);
   bucket_ = std::max<std::size_t>(1, (n + points - 1) / points);
   out_.points.reserve(std::min(n, points));
   out_.site_values.assign(top_sites_.size(), {});
 }
 
 void ViewSeriesBuilder::Observe(std::size_t index, const LiveState& state) {
+  if (index < window_.begin || index >= window_.end) return;
   const std::uint64_t allocated = state.allocated();
   if (!open_) {
     point_ = ViewPoint{};
@@ -33,7 +42,7 @@ void ViewSeriesBuilder::Observe(std::size_t index, const LiveState& state) {
   point_.allocated_min = std::min(point_.allocated_min, allocated);
   point_.allocated_max = std::max(point_.allocated_max, allocated);
   point_.reserved_max = std::max(point_.reserved_max, state.reserved());
-  if ((index + 1) % bucket_ == 0 || index + 1 == trace_.events.size()) Close(index, state);
+  if ((index + 1 - window_.begin) % bucket_ == 0 || index + 1 == window_.end) Close(index, state);
 }
 
 void ViewSeriesBuilder::Close(std::size_t index, const LiveState& state) {

@@ -33,11 +33,23 @@ struct ViewSeries {
 // events. The last step, whose end is not seen, runs to the trace's end.
 double StepPosition(const Steps& steps, std::size_t events, std::size_t index);
 
-// Fed every event of the trace in order, after the state has applied it.
+// Events [begin, end) of a trace, and the number of points to cut them into.
+struct ViewWindow {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+  std::size_t points = 1;
+};
+
+// The window of `events` events centred on `index` (clamped to the trace), one point an
+// event: the detail the page shows when zoomed in around the peak or an OOM.
+ViewWindow DetailWindow(std::size_t trace_events, std::size_t index, std::size_t events);
+
+// Fed every event of the trace in order, after the state has applied it; keeps those in
+// its window.
 class ViewSeriesBuilder {
  public:
   ViewSeriesBuilder(const trace::Trace& trace, const Steps& steps,
-                    std::vector<std::uint32_t> top_sites, std::size_t points);
+                    std::vector<std::uint32_t> top_sites, ViewWindow window);
   void Observe(std::size_t index, const LiveState& state);
   ViewSeries Take() { return std::move(out_); }
 
@@ -47,6 +59,7 @@ class ViewSeriesBuilder {
   const trace::Trace& trace_;
   const Steps& steps_;
   std::vector<std::uint32_t> top_sites_;
+  ViewWindow window_;
   std::size_t bucket_ = 1;
   bool open_ = false;
   ViewPoint point_;
