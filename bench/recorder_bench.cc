@@ -102,8 +102,9 @@ void BM_Recorder(benchmark::State& state, StackMode mode, std::size_t ring = 1 <
 
 // A training loop's pattern: each block freed soon after (here: the one before), so the
 // live set stays small, with the live view (live bytes by site) on and off, and in a
-// bounded trace (GPUMEM_TRACE_MAX = `max_bytes`, small enough to rotate its segments
-// every few hundred thousand events: their cost is in the figure).
+// bounded trace (GPUMEM_TRACE_MAX = `max_bytes`; 4 MiB, below what the variable allows,
+// rotates a segment every few hundred thousand events of this stream, far more often
+// than a real run: the rotations' cost is in the figure; `segments` counts them).
 void BM_RecorderAllocFree(benchmark::State& state, bool live_view, std::uint64_t max_bytes = 0) {
   RecorderOptions options;
   options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
@@ -149,7 +150,7 @@ BENCHMARK_CAPTURE(BM_Recorder, no_stacks_default_ring_paced, StackMode::kNone,
                   TraceWriterOptions{}.ring_records, kPacedRounds);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_off, false);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on, true);
-BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on_ring_8M, true, 8 << 20);
+BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on_ring_4M, true, 4 << 20);
 
 // `depth` Python frames (code object, bytecode offset), as a deep model makes them.
 std::vector<RawFrame> PythonFrames(std::int64_t depth) {

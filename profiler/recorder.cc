@@ -106,6 +106,16 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
   ring_->Start([this](TraceWriter* w) { writer_.store(w, std::memory_order_release); });
 }
 
+void Recorder::Write(const RawRecord& r) {
+  TraceWriter* w = writer_.load(std::memory_order_acquire);
+  // A ring's segment closed between the load and the record: the next one takes it.
+  while (!w->Record(r)) {
+    TraceWriter* next = writer_.load(std::memory_order_acquire);
+    if (next == w) return;  // the trace is closed
+    w = next;
+  }
+}
+
 absl::Status Recorder::Close() {
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
   return ring_->Close();
@@ -233,7 +243,7 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id);
   SetExtra(&r, extra);
   TakeAutogradLink(&r);
-  writer().Record(r);
+  Write(r);
   if (live_ == nullptr) return;
   if (type == format::RecordType::kAlloc) live_->OnAlloc(device, addr, size, stack_id);
   if (type == format::RecordType::kFree) live_->OnFree(addr);
@@ -325,7 +335,7 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
   const std::uint32_t stack_id = CaptureStack(api_frame, skip);  // here: kOwnFrames
   RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id);
   SetExtra(&r, extra);
-  writer().Record(r);
+  Write(r);
 }
 
 __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
@@ -350,7 +360,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   }
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
-  writer().Record(r);
+  Write(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
     live_->OnAlloc(event.device, event.ptr, event.bytes, stack_id);
@@ -375,7 +385,7 @@ std::uint64_t Recorder::Step(const std::optional<DriverMemory>& driver) {
     r.has_extra = true;
     r.extra = source;
   }
-  writer().Record(r);
+  Write(r);
   if (live_ == nullptr) return step;
   if (const std::string warnings = live_->OnStep(step); !warnings.empty()) {
     std::fputs(warnings.c_str(), stderr);
@@ -404,7 +414,7 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
   r.thread = TraceWriter::ThreadId();
   r.has_extra = true;
   r.extra = static_cast<std::uint8_t>(source);
-  writer().Record(r);
+  Write(r);
   if (live_ != nullptr) live_->SetCap(device, bytes);
 }
 

@@ -158,6 +158,8 @@ class alignas(64) Recorder final : public AllocatorObserver {
     std::atomic<std::uint64_t> records{0}, record_ns{0};
   };
 
+  // Into the current segment, or the next one if it closed meanwhile.
+  void Write(const RawRecord& r);
   // Whether this thread's pending autograd link is a C++ backward node (no Python frames).
   bool RunningCppBackwardNode() const;
 

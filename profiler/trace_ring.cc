@@ -129,6 +129,15 @@ void TraceRing::Start(std::function<void(TraceWriter*)> publish) {
   thread_ = std::make_unique<std::thread>([this] { Run(); });
 }
 
+void TraceRing::Record(const RawRecord& r) {
+  TraceWriter* w = current();
+  while (!w->Record(r)) {
+    TraceWriter* next = current();
+    if (next == w) return;  // closed
+    w = next;
+  }
+}
+
 // On the full segment's writer thread, at once: the spare takes the records from here on,
 // so a segment outgrows its share by one drain, however late the ring's thread runs.
 void TraceRing::OnFull() {

@@ -45,6 +45,9 @@ class TraceRing {
   // thread; rotation starts with this call.
   TraceWriter* current() const { return current_.load(std::memory_order_acquire); }
   void Start(std::function<void(TraceWriter*)> publish);
+  // Into the current segment, or the next one if it closed meanwhile (what the recorder
+  // does with its own copy of current()).
+  void Record(const RawRecord& r);
   // Closes the segment being written (and stops rotating).
   absl::Status Close();
 

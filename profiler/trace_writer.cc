@@ -310,13 +310,11 @@ void TraceWriter::SetError(const absl::Status& status) {
   if (status_.ok()) status_ = status;
 }
 
-void TraceWriter::Record(const RawRecord& record) {
-  if (closed_.load(std::memory_order_relaxed) ||
-      g_fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) {
-    return;
-  }
+bool TraceWriter::Record(const RawRecord& record) {
+  if (closed_.load(std::memory_order_relaxed)) return false;
+  if (g_fork_epoch.load(std::memory_order_relaxed) != fork_epoch_) return true;
   Ring* ring = ThreadRing();
-  if (ring == nullptr) return;
+  if (ring == nullptr) return !closed_.load(std::memory_order_relaxed);
   // Marked before closed_ is read again; the closer sets closed_, then puts a barrier on
   // every thread and waits for the mark to clear (WaitForRecordsInFlight). So a record
   // either sees closed_ or is in the last drain: a ring trace closes a segment while
@@ -326,7 +324,7 @@ void TraceWriter::Record(const RawRecord& record) {
   std::atomic_signal_fence(std::memory_order_seq_cst);
   if (closed_.load(std::memory_order_relaxed)) {
     ring->in_record.store(0, std::memory_order_release);
-    return;
+    return false;
   }
   if (record.has_autograd && !format::LinkFitsInSlot(record)) {
     // Counted before the slot is published: recorded() never counts a link as an event.
@@ -335,6 +333,7 @@ void TraceWriter::Record(const RawRecord& record) {
   }
   Append(ring, record);
   ring->in_record.store(0, std::memory_order_release);
+  return true;
 }
 
 void TraceWriter::WaitForRecordsInFlight() {

@@ -76,8 +76,9 @@ class TraceWriter {
 
   // Any thread. Blocks only when this thread's ring is full (the writer is behind).
   // Records made in a forked child are dropped: the parent owns the file. So are those
-  // of a thread whose region cannot be created (status() says why).
-  void Record(const RawRecord& record);
+  // of a thread whose region cannot be created (status() says why). False only when the
+  // writer is closed: a ring trace's recorder then records into the segment after it.
+  bool Record(const RawRecord& record);
   void Annotate(std::int32_t device, const std::string& name, bool start);
   StackTable& stacks() { return *stacks_; }
 

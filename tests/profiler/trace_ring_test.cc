@@ -187,7 +187,7 @@ TEST(TraceRingTest, StaysWithinItsBoundAndNamesEveryLiveBlockAsAnUnboundedTraceD
   std::uint64_t steps = 0;
   for (; (*ring)->segment() < 24 && steps < 200000; ++steps) {
     work.Step(steps, [&](const RawRecord& r) {
-      (*ring)->current()->Record(r);
+      (*ring)->Record(r);
       (*plain)->Record(r);
     });
     const DiskUse now = RingDiskUse(ring_path);
@@ -263,7 +263,7 @@ void KillMidRecording(std::uint64_t kill_after) {
     (*ring)->Start(nullptr);
     Workload work(stacks.get());
     for (std::uint64_t s = 0;; ++s) {
-      work.Step(s, [&](const RawRecord& r) { (*ring)->current()->Record(r); });
+      work.Step(s, [&](const RawRecord& r) { (*ring)->Record(r); });
       if (write(fds[1], &s, sizeof(s)) != sizeof(s)) _exit(4);
     }
   }
