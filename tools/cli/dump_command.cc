@@ -8,6 +8,7 @@
 #include "tools/trace/decompress.h"
 #include "tools/trace/gpumem_reader.h"
 #include "tools/trace/load.h"
+#include "tools/trace/plausible_sizes.h"
 
 namespace gpumem::cli {
 namespace {
@@ -45,15 +46,31 @@ void PrintEvent(const trace::Trace& t, const trace::Event& e, bool stacks) {
   if (stacks && e.stack_id != 0) PrintStack(t, e.stack_id);
 }
 
+// Whether the file (decompressed) starts as a gpumem trace; read errors are left to the
+// reader that follows.
+bool IsGpumemFile(const std::string& path) {
+  auto reader = trace::DecompressingReader::OpenFile(path);
+  if (!reader.ok()) return false;
+  absl::StatusOr<absl::string_view> head = (*reader)->Peek();
+  return head.ok() && trace::IsGpumemTrace(*head);
+}
+
 int RunDump(const DumpArgs& args) {
   absl::StatusOr<trace::Trace> t;
   trace::GpumemFileInfo info;
   bool gpumem_format = false;
   // gpumem traces are read directly so the header (pid, rank, host...) can be shown.
-  absl::StatusOr<std::string> bytes = trace::ReadFileDecompressed(args.path);
-  if (bytes.ok() && trace::IsGpumemTrace(*bytes)) {
+  if (IsGpumemFile(args.path)) {
     gpumem_format = true;
-    t = trace::ParseGpumemTrace(*bytes, args.path, &info);
+    absl::StatusOr<std::string> bytes = trace::ReadFileDecompressed(args.path);
+    if (!bytes.ok()) {
+      t = bytes.status();
+    } else {
+      t = trace::ParseGpumemTrace(*bytes, args.path, &info);
+      if (t.ok()) {
+        if (absl::Status sizes = trace::CheckPlausibleSizes(*t); !sizes.ok()) t = sizes;
+      }
+    }
   } else {
     t = trace::LoadTrace(args.path);
   }

@@ -3,13 +3,14 @@
 // PyTorch's memory_viz) or a pprof heap profile at one moment (go tool pprof, speedscope,
 // Pyroscope).
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "tools/cli/command.h"
+#include "tools/cli/damage_warning.h"
 #include "tools/cli/loss_warning.h"
+#include "tools/cli/write_file.h"
 #include "tools/cli/export_pprof.h"
 #include "tools/report/perfetto_export.h"
 #include "tools/report/steps.h"
@@ -51,6 +52,7 @@ int Run(const ExportArgs& args) {
   absl::StatusOr<trace::Trace> t = trace::LoadTrace(args.trace);
   if (!t.ok()) return BadInput(std::string(t.status().message()));
   WarnOfLoss(*t);
+  WarnOfDamage(*t);
   std::string data;
   if (args.format == "pprof") {
     std::string moment;
@@ -66,10 +68,9 @@ int Run(const ExportArgs& args) {
     if (!pickle.ok()) return BadInput(absl::StrCat(args.trace, ": ", pickle.status().message()));
     data = std::move(*pickle);
   }
-  std::ofstream out(args.output, std::ios::binary);
-  out << data;
-  out.close();
-  if (!out) return BadInput(absl::StrCat(args.output, ": cannot write"));
+  if (absl::Status written = WriteFile(args.output, data); !written.ok()) {
+    return BadInput(std::string(written.message()));
+  }
   std::fprintf(stderr, "wrote %s (%zu bytes)\n", args.output.c_str(), data.size());
   return kExitOk;
 }

@@ -15,12 +15,14 @@
 #include "allocator/policies.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/damage_warning.h"
 #include "tools/cli/loss_warning.h"
 #include "tools/replay/min_cap.h"
 #include "tools/replay/replayer.h"
 #include "tools/replay/size_parser.h"
 #include "tools/report/steps.h"
 #include "tools/trace/load.h"
+#include "tools/trace/unpaired_events.h"
 
 namespace gpumem::cli {
 namespace {
@@ -117,6 +119,16 @@ void PrintTable(const std::string& trace, std::optional<std::uint64_t> capacity,
     std::printf("  %-20s device calls in steps %zu-%zu (after warm-up): %s; all %zu steps: %s\n",
                 r.policy.c_str(), r.warmup_steps + 1, r.steps.size(),
                 ActivityText(r.steady).c_str(), r.steps.size(), ActivityText(r.total).c_str());
+  }
+}
+
+// What `gpumem report` says of the same trace (trace/unpaired_events.h), on stderr.
+void WarnOfUnpaired(const replay::ReplayResult& r) {
+  if (r.unmatched_frees > 0) {
+    std::fprintf(stderr, "warning: %s\n", trace::UnmatchedFreesWarning(r.unmatched_frees).c_str());
+  }
+  if (r.reused_addresses > 0) {
+    std::fprintf(stderr, "warning: %s\n", trace::ReusedAddressesWarning(r.reused_addresses).c_str());
   }
 }
 
@@ -238,6 +250,7 @@ int RunReplay(const ReplayArgs& args) {
     absl::StatusOr<trace::Trace> trace = trace::LoadTrace(path);
     if (!trace.ok()) return BadInput(std::string(trace.status().message()));
     WarnOfLoss(*trace);
+    WarnOfDamage(*trace);
     replay::ReplayOptions options;
     options.capacity = cap->bytes;
     // Device activity is counted per training step: the trace's own (or inferred) steps,
@@ -271,6 +284,7 @@ int RunReplay(const ReplayArgs& args) {
       absl::StatusOr<replay::ReplayResult> result =
           replay::Replay(*trace, policy, options, on_alloc);
       if (!result.ok()) return BadInput(std::string(result.status().message()));
+      if (&policy == &policies.front()) WarnOfUnpaired(*result);
       if (args.json) {
         nlohmann::json j = ToJson(path, *result);
         j["capacity"] = options.capacity ? nlohmann::json(*options.capacity) : nlohmann::json();
@@ -326,9 +340,10 @@ void AddReplayCommand(CLI::App& app, int* status) {
                   "(tools/replay/obstacle_plan_bound.py); needs one trace and one --policy");
   cmd->footer(
       "Exit status: 0 when every trace replayed (an OOM under --cap is a result, not an\n"
-      "error); 2 on bad input (unreadable, corrupt or truncated trace, unknown action, a free\n"
-      "of an address that is not live, an empty trace, a bad --cap or --policy), with one line\n"
-      "on stderr naming the file and position.");
+      "error); 2 on bad input (unreadable or corrupt trace, unknown action, an empty trace,\n"
+      "a bad --cap or --policy), with one line on stderr naming the file and position. A\n"
+      "free of an address that is not live is ignored and an alloc at a live address frees\n"
+      "the earlier block, as gpumem report does; both are warned of on stderr.");
   cmd->callback([args, status] { *status = RunReplay(*args); });
 }
 

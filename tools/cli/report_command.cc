@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,8 +17,10 @@
 #include "absl/strings/str_format.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/damage_warning.h"
 #include "tools/cli/loss_warning.h"
 #include "tools/cli/report_ranks.h"
+#include "tools/cli/write_file.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/html_report.h"
 #include "tools/report/json_report.h"
@@ -99,6 +100,7 @@ int Run(const ReportArgs& args) {
   if (!args.capacity.empty()) {
     absl::StatusOr<std::uint64_t> size = replay::ParseSize(args.capacity);
     if (!size.ok()) return BadInput(absl::StrCat("--capacity: ", size.status().message()));
+    if (*size == 0) return BadInput("--capacity: 0 bytes: a device has some memory");
     options.capacity = *size;
   }
   if (!args.step_site.empty()) {
@@ -123,6 +125,7 @@ int Run(const ReportArgs& args) {
         trace::LoadTrace(path, MakeProgress(path + " (reading)", long_read));
     if (!t.ok()) return BadInput(std::string(t.status().message()));
     WarnOfLoss(*t);
+    WarnOfDamage(*t);
     traces.push_back(std::move(*t));
     cupti.push_back(report::LoadCuptiCompanion(path));
   }
@@ -135,10 +138,9 @@ int Run(const ReportArgs& args) {
     reports.push_back(report::BuildReport(t, options));
   }
   if (!args.html.empty()) {
-    std::ofstream out(args.html, std::ios::binary);
-    out << report::RenderHtml(reports);
-    out.close();
-    if (!out) return BadInput(absl::StrCat(args.html, ": cannot write the HTML report"));
+    if (absl::Status written = WriteFile(args.html, report::RenderHtml(reports)); !written.ok()) {
+      return BadInput(absl::StrCat(written.message(), " (the HTML report)"));
+    }
   }
   const std::string url = args.html.empty() ? "" : FileUrl(args.html);
   if (args.json) {

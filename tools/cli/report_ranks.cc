@@ -9,6 +9,7 @@
 
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
+#include "tools/cli/damage_warning.h"
 #include "tools/cli/loss_warning.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/json_report.h"
@@ -42,6 +43,7 @@ RankOutput Analyse(const std::string& path, std::size_t index,
     return out;
   }
   WarnOfLoss(*t);
+  WarnOfDamage(*t);
   const std::optional<trace::Trace> cupti = report::LoadCuptiCompanion(path);
   report::ReportOptions with_cupti = options;
   with_cupti.cupti = cupti ? &*cupti : nullptr;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "hooks/config.h"
 #include "tools/cli/command.h"
+#include "tools/cli/run_checks.h"
 #include "tools/cli/tree_paths.h"
 
 namespace gpumem::cli {
@@ -42,6 +43,10 @@ int Run(const RunArgs& args) {
   // Refuse here, with the variable named, rather than inside the program.
   if (absl::StatusOr<hooks::Config> config = hooks::ParseConfigFromEnvironment(); !config.ok()) {
     std::fprintf(stderr, "gpumem run: %s\n", std::string(config.status().message()).c_str());
+    return kExitBadInput;
+  }
+  if (absl::Status trace = CheckTraceSettings(); !trace.ok()) {
+    std::fprintf(stderr, "gpumem run: %s\n", std::string(trace.message()).c_str());
     return kExitBadInput;
   }
   std::string python_dir = PythonDir();

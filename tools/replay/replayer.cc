@@ -112,9 +112,11 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
     switch (e.action) {
       case Action::kAlloc: {
         auto [it, inserted] = live.try_emplace(e.addr, LiveBlock{0, e.size});
-        if (!inserted) {
-          return absl::InvalidArgumentError(EventError(
-              trace, i, absl::StrFormat("alloc at address 0x%x, which is already live", e.addr)));
+        if (!inserted) {  // trace/unpaired_events.h: the earlier block is taken as freed
+          ++result.reused_addresses;
+          allocator.Free(it->second.ptr);
+          allocated -= it->second.size;
+          it->second = LiveBlock{0, e.size};
         }
         absl::StatusOr<DevicePtr> ptr = allocator.Allocate(e.size, e.stream);
         if (!ptr.ok()) {
@@ -138,10 +140,9 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
       case Action::kFreeRequested:
       case Action::kFreeCompleted: {
         auto it = live.find(e.addr);
-        if (it == live.end()) {
-          return absl::InvalidArgumentError(EventError(
-              trace, i, absl::StrFormat("%s of address 0x%x, which is not live",
-                                        trace::ActionName(e.action), e.addr)));
+        if (it == live.end()) {  // trace/unpaired_events.h: ignored
+          ++result.unmatched_frees;
+          break;
         }
         if (!effective_free[i]) break;
         allocator.Free(it->second.ptr);

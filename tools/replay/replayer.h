@@ -63,6 +63,10 @@ struct ReplayResult {
   double ratio = 0;                     // peak_reserved / peak_allocated (0 if nothing allocated)
   double seconds = 0;                   // wall time of the replay loop
   std::optional<ReplayOom> oom;
+  // Allocs and frees that did not pair up (trace/unpaired_events.h): ignored frees, and
+  // allocs at a live address whose earlier block was taken as freed.
+  std::uint64_t unmatched_frees = 0;
+  std::uint64_t reused_addresses = 0;
   // One entry per step (ReplayOptions::step_ends; the last runs to the end of the replay).
   std::vector<DeviceActivity> steps;
   std::size_t warmup_steps = 0;         // the first steps, not counted in `steady`
@@ -74,9 +78,10 @@ struct ReplayResult {
 using AllocObserver = std::function<void(std::size_t event_index, DevicePtr ptr)>;
 
 // Replays `trace` through the policy named `policy` (see allocator/policies.h) on a fresh
-// SimBackend with immediate events. Errors (unknown policy, a free of an address that is
-// not live, an alloc at a live address, an empty trace) are one line naming the trace
-// file and the event index. `on_alloc`, if set, is told of every block handed out.
+// SimBackend with immediate events. Errors (unknown policy, an empty trace) are one line
+// naming the trace file. A free of an address that is not live is ignored and an alloc
+// at a live address frees the earlier block first, as `gpumem report` does; both are
+// counted in the result. `on_alloc`, if set, is told of every block handed out.
 absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view policy,
                                     const ReplayOptions& options = {},
                                     const AllocObserver& on_alloc = {});

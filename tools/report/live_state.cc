@@ -41,6 +41,7 @@ void LiveState::Apply(const trace::Event& e) {
       const std::uint32_t site = sites_.site_of_stack(e.stack_id);
       auto [it, inserted] = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
       if (!inserted) {  // an address reused without a free we saw: drop the old block
+        ++reused_addresses_;
         Release(key, it, e.device);
         it = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id}).first;
       }

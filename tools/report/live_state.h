@@ -39,6 +39,7 @@ class LiveState {
   std::uint64_t reserved_on(int device) const;
   bool saw_segments() const { return saw_segments_; }
   std::uint64_t unmatched_frees() const { return unmatched_frees_; }
+  std::uint64_t reused_addresses() const { return reused_addresses_; }
   // Live bytes per site, indexed by site id.
   const std::vector<std::uint64_t>& site_live() const { return site_live_; }
 
@@ -72,6 +73,7 @@ class LiveState {
   std::uint64_t allocated_ = 0;
   std::uint64_t reserved_ = 0;
   std::uint64_t unmatched_frees_ = 0;
+  std::uint64_t reused_addresses_ = 0;
   bool saw_segments_ = false;
 };
 

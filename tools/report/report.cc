@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/capacity.h"
+#include "tools/trace/unpaired_events.h"
 
 namespace gpumem::report {
 
@@ -38,9 +39,10 @@ std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
 void AddWarnings(Report& r) {
   r.warnings = r.trace->warnings;
   if (r.timeline.unmatched_frees > 0) {
-    r.warnings.push_back(absl::StrCat(r.timeline.unmatched_frees,
-                                      " frees of blocks the trace never allocated (recording "
-                                      "started mid-run); they are ignored"));
+    r.warnings.push_back(trace::UnmatchedFreesWarning(r.timeline.unmatched_frees));
+  }
+  if (r.timeline.reused_addresses > 0) {
+    r.warnings.push_back(trace::ReusedAddressesWarning(r.timeline.reused_addresses));
   }
   if (r.steps.method == StepMethod::kNone) {
     r.warnings.push_back("no step boundaries found (no step markers, no Optimizer.step "

@@ -155,6 +155,7 @@ class TimelineBuilder {
     if (!noted_leaked_) NoteLeakedStacks();
     t_.has_segments = state_.saw_segments();
     t_.unmatched_frees = state_.unmatched_frees();
+    t_.reused_addresses = state_.reused_addresses();
   }
 
   const trace::Trace& trace_;

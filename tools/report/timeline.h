@@ -71,6 +71,7 @@ struct Timeline {
   std::vector<std::vector<std::uint64_t>> site_samples;  // [site][sample]
   std::vector<std::uint64_t> step_peak_allocated;        // [step]: highest within it
   std::uint64_t unmatched_frees = 0;
+  std::uint64_t reused_addresses = 0;  // allocs at a live address (trace/unpaired_events.h)
   std::uint64_t allocs = 0;  // successful allocations in the trace
 };
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tools/trace/input_limit.h"
 
 namespace gpumem::trace {
 namespace {
@@ -18,6 +19,10 @@ namespace {
 // Big enough that the per-call overhead vanishes, small enough to stay in cache-ish sizes.
 constexpr std::size_t kInputPiece = 1 << 20;
 constexpr std::size_t kOutputPiece = 1 << 20;
+// Input already in memory is mostly small (and fuzzed): smaller pieces, cheaper to set up.
+constexpr std::size_t kMemoryOutputPiece = 64 << 10;
+// An xz header may ask for a dictionary of up to 1.5 GiB; xz -9 needs 65 MiB to decode.
+constexpr std::uint64_t kXzMemoryLimit = 512 << 20;
 
 }  // namespace
 
@@ -44,14 +49,21 @@ DecompressingReader::~DecompressingReader() {
 
 absl::StatusOr<std::unique_ptr<DecompressingReader>> DecompressingReader::OpenFile(
     const std::string& path) {
+  absl::StatusOr<std::uint64_t> limit = MaxInputBytes();
+  if (!limit.ok()) return limit.status();
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   }
   std::unique_ptr<DecompressingReader> reader(new DecompressingReader(path, file, ""));
+  reader->max_bytes_ = *limit;
   struct stat st{};
-  if (fstat(fileno(file), &st) == 0 && S_ISREG(st.st_mode)) {
-    reader->total_ = static_cast<std::uint64_t>(st.st_size);
+  if (fstat(fileno(file), &st) == 0) {
+    // fopen opens a folder for reading; the first read would fail with a vaguer error.
+    if (S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a trace file"));
+    }
+    if (S_ISREG(st.st_mode)) reader->total_ = static_cast<std::uint64_t>(st.st_size);
   }
   reader->in_.resize(kInputPiece);
   if (absl::Status s = reader->Start(); !s.ok()) return s;
@@ -63,6 +75,7 @@ std::unique_ptr<DecompressingReader> DecompressingReader::FromBytes(std::string 
   std::unique_ptr<DecompressingReader> reader(
       new DecompressingReader(name, nullptr, std::move(data)));
   reader->total_ = reader->memory_.size();
+  reader->max_bytes_ = MaxInputBytes().value_or(kDefaultMaxInputBytes);
   reader->pending_ = reader->memory_;
   reader->input_done_ = true;
   // Start() only fails on a read error, which memory cannot have.
@@ -78,7 +91,9 @@ absl::StatusOr<bool> DecompressingReader::Fill() {
   }
   const std::size_t n = std::fread(in_.data(), 1, in_.size(), file_);
   if (n == 0) {
-    if (std::ferror(file_)) return absl::DataLossError(absl::StrCat(name_, ": read error"));
+    if (std::ferror(file_)) {
+      return absl::DataLossError(absl::StrCat(name_, ": read error: ", std::strerror(errno)));
+    }
     input_done_ = true;
     return false;
   }
@@ -92,7 +107,7 @@ absl::Status DecompressingReader::Start() {
   state_ = std::make_unique<State>();
   if (absl::StartsWith(pending_, absl::string_view("\xFD" "7zXZ\x00", 6))) {
     codec_ = Codec::kXz;
-    if (lzma_stream_decoder(&state_->xz, UINT64_MAX, LZMA_CONCATENATED) != LZMA_OK) {
+    if (lzma_stream_decoder(&state_->xz, kXzMemoryLimit, LZMA_CONCATENATED) != LZMA_OK) {
       return absl::InternalError(absl::StrCat(name_, ": cannot start the xz decoder"));
     }
   } else if (absl::StartsWith(pending_, "\x1F\x8B")) {
@@ -105,7 +120,7 @@ absl::Status DecompressingReader::Start() {
     state_->zstd = ZSTD_createDCtx();
   }
   state_->codec = codec_;
-  if (codec_ != Codec::kNone) out_.resize(kOutputPiece);
+  if (codec_ != Codec::kNone) out_.resize(file_ != nullptr ? kOutputPiece : kMemoryOutputPiece);
   return absl::OkStatus();
 }
 
@@ -137,12 +152,27 @@ absl::StatusOr<absl::string_view> DecompressingReader::Next() {
 }
 
 absl::StatusOr<absl::string_view> DecompressingReader::Read() {
-  if (codec_ != Codec::kNone) return DecodeSome();
+  if (codec_ != Codec::kNone) {
+    absl::StatusOr<absl::string_view> piece = DecodeSome();
+    if (!piece.ok()) return piece;
+    return Counted(*piece);
+  }
   absl::StatusOr<bool> any = Fill();
   if (!any.ok()) return any.status();
   absl::string_view piece = pending_;
   consumed_ += piece.size();
   pending_ = {};
+  return Counted(piece);
+}
+
+absl::StatusOr<absl::string_view> DecompressingReader::Counted(absl::string_view piece) {
+  if (piece.size() > max_bytes_ - std::min(produced_, max_bytes_)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        name_, ": more than ", DescribeBytes(max_bytes_), " of input",
+        codec_ == Codec::kNone ? "" : absl::StrCat(" once decompressed (", codec_name(), ")"),
+        ": refused; ", kMaxInputVariable, " raises the limit"));
+  }
+  produced_ += piece.size();
   return piece;
 }
 
@@ -171,6 +201,9 @@ absl::StatusOr<absl::string_view> DecompressingReader::DecodeSome() {
       } else if (ret == LZMA_BUF_ERROR) {
         consumed_ += used;
         return StreamError("truncated");
+      } else if (ret == LZMA_MEMLIMIT_ERROR) {
+        consumed_ += used;
+        return StreamError("too large to decode within 512 MiB of memory");
       } else if (ret != LZMA_OK) {
         consumed_ += used;
         return StreamError("corrupt");
@@ -236,7 +269,9 @@ absl::StatusOr<absl::string_view> DecompressingReader::DecodeSome() {
 
 absl::StatusOr<std::string> ReadAll(DecompressingReader& reader) {
   std::string out;
-  if (absl::string_view(reader.codec_name()) == "none") out.reserve(reader.total());
+  if (absl::string_view(reader.codec_name()) == "none") {
+    out.reserve(std::min(reader.total(), reader.max_bytes()));
+  }
   while (true) {
     absl::StatusOr<absl::string_view> piece = reader.Next();
     if (!piece.ok()) return piece.status();

@@ -34,6 +34,11 @@ class DecompressingReader {
 
   // "none", "xz", "gzip" or "zstd".
   const char* codec_name() const;
+  // At most this many bytes come out (decompressed): past it Next() is an error naming
+  // the limit and GPUMEM_MAX_INPUT. OpenFile sets it from input_limit.h; FromBytes too.
+  void set_max_bytes(std::uint64_t max_bytes) { max_bytes_ = max_bytes; }
+  std::uint64_t max_bytes() const { return max_bytes_; }
+
   // Compressed bytes consumed so far and in all (0 when the size is unknown): progress.
   std::uint64_t consumed() const { return consumed_; }
   std::uint64_t total() const { return total_; }
@@ -50,6 +55,8 @@ class DecompressingReader {
   absl::StatusOr<absl::string_view> Read();
   absl::StatusOr<absl::string_view> DecodeSome();
   absl::Status StreamError(const char* why) const;
+  // Counts `piece` against the limit: the piece, or the error once the limit is passed.
+  absl::StatusOr<absl::string_view> Counted(absl::string_view piece);
 
   const std::string name_;
   std::FILE* file_ = nullptr;
@@ -64,6 +71,8 @@ class DecompressingReader {
   bool finished_ = false;     // the codec reported the end of its (last) stream
   std::uint64_t consumed_ = 0;
   std::uint64_t total_ = 0;
+  std::uint64_t produced_ = 0;  // decompressed bytes handed out
+  std::uint64_t max_bytes_ = 0;
 };
 
 // The whole file's bytes, decompressed (for formats parsed from one buffer).

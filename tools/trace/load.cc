@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/trace/decompress.h"
 #include "tools/trace/gpumem_reader.h"
+#include "tools/trace/plausible_sizes.h"
 #include "tools/trace/ring_reader.h"
 #include "tools/trace/snapshot_reader.h"
 
@@ -30,9 +31,11 @@ absl::StatusOr<Trace> LoadTrace(const std::string& path, const ReadProgress& pro
     if (!IsRingSegment(info)) return parsed;
     return ReadRing(path, std::move(parsed), info);
   }();
-  if (trace.ok() && trace->events.empty()) {
+  if (!trace.ok()) return trace;
+  if (trace->events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": the trace has no events"));
   }
+  if (absl::Status sizes = CheckPlausibleSizes(*trace); !sizes.ok()) return sizes;
   return trace;
 }
 

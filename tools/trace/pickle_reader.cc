@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "tools/trace/pickle_nesting.h"
 
 namespace gpumem::trace {
 namespace {
@@ -71,7 +72,7 @@ class Reader {
       const unsigned char op = static_cast<unsigned char>(data_[pos_++]);
       absl::Status status = Step(op);
       if (!status.ok()) return status;
-      if (done_) return std::move(builder_).Finish(stack_.back());
+      if (done_) return Finish();
     }
   }
 
@@ -110,6 +111,14 @@ class Reader {
     return true;
   }
   absl::Status Truncated() const { return OpError("truncated argument"); }
+
+  absl::StatusOr<PickleTree> Finish() {
+    const PickleId root = stack_.back();
+    if (auto fault = CheckNesting(builder_.tree(), root, limits_.max_depth)) {
+      return Error(builder_.tree().offset(fault->at), fault->what);
+    }
+    return std::move(builder_).Finish(root);
+  }
 
   absl::Status Push(PickleId id) {
     if (stack_.size() >= limits_.max_stack) {

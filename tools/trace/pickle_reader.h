@@ -19,6 +19,9 @@ struct PickleLimits {
   // a handful of each; the caps keep a crafted file from nesting without bound.
   std::size_t max_stack = 1 << 20;
   std::size_t max_marks = 1024;
+  // Containers inside containers: real snapshots nest 6 deep; Python's own recursion
+  // limit (1000) would stop far sooner than a crafted file.
+  std::size_t max_depth = 100;
 };
 
 // Errors read "NAME: byte N: what" (N is the offset of the opcode at fault).

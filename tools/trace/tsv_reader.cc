@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -54,6 +55,19 @@ bool ParseInt(absl::string_view text, T* out) {
   return ec == std::errc() && ptr == end && !text.empty();
 }
 
+// Longer lines are refused: a real stack line holds a few kB, and a file with no newline
+// (binary data, /dev/zero) would otherwise be held whole while looking for one.
+constexpr std::size_t kMaxLineBytes = 1 << 20;
+
+// Control bytes other than tab (and the \r of a CRLF line) never occur in a text trace.
+std::optional<std::size_t> FirstBinaryByte(absl::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c < 0x20 && c != '\t' && c != '\r') || c == 0x7f) return i;
+  }
+  return std::nullopt;
+}
+
 // One line at a time, in file order, from whichever source.
 class TsvParser {
  public:
@@ -64,12 +78,15 @@ class TsvParser {
 
   // Splits `piece` into lines; a line cut at the end is kept until the next piece.
   absl::Status Feed(absl::string_view piece) {
+    bytes_ += piece.size();
     if (!carry_.empty()) {
       const std::size_t nl = piece.find('\n');
       if (nl == absl::string_view::npos) {
+        if (absl::Status s = CheckCarry(piece.size()); !s.ok()) return s;
         carry_.append(piece.data(), piece.size());
         return absl::OkStatus();
       }
+      if (absl::Status s = CheckCarry(nl); !s.ok()) return s;
       carry_.append(piece.data(), nl);
       piece.remove_prefix(nl + 1);
       absl::Status s = Line(carry_);
@@ -80,6 +97,7 @@ class TsvParser {
       const std::size_t nl = piece.find('\n');
       if (nl == absl::string_view::npos) {
         carry_.assign(piece.data(), piece.size());
+        if (absl::Status s = CheckCarry(0); !s.ok()) return s;
         break;
       }
       if (absl::Status s = Line(piece.substr(0, nl)); !s.ok()) return s;
@@ -89,9 +107,11 @@ class TsvParser {
   }
 
   absl::StatusOr<Trace> Finish() {
+    // Every line a writer ends has its newline: a last line without one was cut (its last
+    // number may read as a smaller one), so it is left out and the loss said.
     if (!carry_.empty()) {
-      if (absl::Status s = Line(carry_); !s.ok()) return s;
-      carry_.clear();
+      if (auto binary = FirstBinaryByte(carry_)) return NotText(*binary);
+      DescribeCut();
     }
     events_.MoveTo(&trace_.events);
     // Until now stack_id held the file's own id: map it to ours.
@@ -113,13 +133,45 @@ class TsvParser {
   }
 
  private:
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": line ", line_no_, ": ", what));
+  }
+  absl::Status NotText(std::size_t column) const {
+    return Error(absl::StrCat("binary data at byte ", column + 1,
+                              ": not a .tsv trace (nor a gpumem trace or snapshot pickle)"));
+  }
+  // The unfinished line (carry_) grows by `more` bytes: refused past kMaxLineBytes.
+  absl::Status CheckCarry(std::size_t more) const {
+    if (carry_.size() + more <= kMaxLineBytes) return absl::OkStatus();
+    if (auto binary = FirstBinaryByte(carry_)) return NotText(*binary);
+    return absl::InvalidArgumentError(absl::StrCat(name_, ": line ", line_no_ + 1,
+                                                   " is longer than ", kMaxLineBytes,
+                                                   " bytes: not a .tsv trace"));
+  }
+  void DescribeCut() {
+    TraceLoss loss;
+    loss.events_kept = events_.size();
+    loss.last_event_us = last_time_us_;
+    loss.file_bytes = bytes_;
+    loss.bytes_lost = carry_.size();
+    loss.bytes_kept = bytes_ - carry_.size();
+    loss.data_end = loss.bytes_kept;
+    loss.summary = absl::StrCat(name_, ": the file ends inside line ", line_no_ + 1,
+                                " (no newline after it): cut there; kept the ", events_.size(),
+                                " events before it, lost ", carry_.size(), " bytes");
+    trace_.warnings.insert(trace_.warnings.begin(), loss.summary);
+    trace_.loss = std::move(loss);
+  }
+
   absl::Status Line(absl::string_view line) {
     ++line_no_;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (auto binary = FirstBinaryByte(line)) return NotText(*binary);
+    if (line.size() > kMaxLineBytes) {
+      return Error(absl::StrCat("longer than ", kMaxLineBytes, " bytes: not a .tsv trace"));
+    }
     if (line.empty() || line[0] == '#') return absl::OkStatus();
-    auto error = [&](absl::string_view what) {
-      return absl::InvalidArgumentError(absl::StrCat(name_, ": line ", line_no_, ": ", what));
-    };
+    auto error = [&](absl::string_view what) { return Error(what); };
     std::array<absl::string_view, 8> f;
     std::size_t count = SplitTabs(line, f);
     if (f[0] == "S") {
@@ -149,6 +201,7 @@ class TsvParser {
     if (e.action == Action::kOom) e.device_free = e.addr;
     e.stack_id = static_cast<std::uint32_t>(stack);  // the file's id until Finish()
     events_.push_back(e);
+    last_time_us_ = e.time_us;
     return absl::OkStatus();
   }
 
@@ -159,6 +212,8 @@ class TsvParser {
   absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_ids_;  // the file's -> ours
   std::string carry_;
   std::size_t line_no_ = 0;
+  std::uint64_t bytes_ = 0;  // text fed so far
+  std::int64_t last_time_us_ = 0;
 };
 
 }  // namespace
