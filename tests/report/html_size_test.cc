@@ -77,6 +77,8 @@ TEST(HtmlSize, DetailWindowHoldsThePeakEventByEvent) {
     seen = seen || (p.index == r.timeline.peak_allocated_index && p.allocated_end == r.timeline.peak_allocated);
   }
   EXPECT_TRUE(seen);
+  // No window where the whole view has a point an event already.
+  EXPECT_TRUE(BuildDetail(r, t.events.size(), html::kTopSites, 2048).detail_views.empty());
   EXPECT_EQ(DetailWindow(100, 3, 10).begin, 0u);   // clamped at the start
   EXPECT_EQ(DetailWindow(100, 98, 10).end, 100u);  // and at the end
   EXPECT_EQ(DetailWindow(5, 3, 10).end, 5u);       // a short trace whole

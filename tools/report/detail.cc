@@ -56,11 +56,11 @@ LiveSnapshot Capture(const LiveState& state, std::size_t index, int device) {
 }  // namespace
 
 // The windows of one point an event: around the peak, and the first OOM unless it is
-// inside the peak's.
-std::vector<ViewWindow> DetailWindows(const Report& r, std::size_t events) {
+// inside the peak's. None when the whole view has a point an event already.
+std::vector<ViewWindow> DetailWindows(const Report& r, std::size_t events, std::size_t view_points) {
   const std::size_t n = r.trace->events.size();
   std::vector<ViewWindow> windows;
-  if (events == 0 || n <= events) return windows;  // the whole view is that fine already
+  if (events == 0 || n <= std::max(events, view_points)) return windows;
   windows.push_back(DetailWindow(n, r.timeline.peak_allocated_index, events));
   if (!r.timeline.ooms.empty()) {
     const std::size_t oom = r.timeline.ooms.front().index;
@@ -78,7 +78,7 @@ Detail BuildDetail(const Report& r, std::size_t view_points, std::size_t top_sit
   if (n == 0) return d;
   ViewSeriesBuilder view(t, r.steps, d.top_sites, ViewWindow{0, n, view_points});
   std::vector<ViewSeriesBuilder> details;
-  for (const ViewWindow& w : DetailWindows(r, detail_events)) details.emplace_back(t, r.steps, d.top_sites, w);
+  for (const ViewWindow& w : DetailWindows(r, detail_events, view_points)) details.emplace_back(t, r.steps, d.top_sites, w);
   const std::size_t peak_at = r.timeline.peak_allocated_index + 1;  // after the peak alloc
   // SIZE_MAX: no OOM to capture (a plain value keeps gcc's maybe-uninitialized quiet).
   const std::size_t oom_at = r.timeline.ooms.empty() ? SIZE_MAX : r.timeline.ooms.front().index;
