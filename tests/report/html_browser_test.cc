@@ -125,6 +125,25 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_NE(page.dom.find("scale 0 to 1.00 GiB"), std::string::npos);
 }
 
+// A job of 10 ranks: every rank in the bars, sections for 8 only, the leaking (differing)
+// last rank among them.
+TEST(HtmlInBrowser, ManyRanksKeepSectionsForTheDifferingFirst) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  std::vector<trace::Trace> traces;
+  for (int i = 0; i < 9; ++i) traces.push_back(synthetic::PeakTrace());
+  traces.push_back(synthetic::LeakTrace());
+  std::vector<Report> reports;
+  for (const trace::Trace& t : traces) reports.push_back(BuildReport(t, {}));
+  const std::string leak_verdict = ReportToJson(reports.back())["verdict"].get<std::string>();
+  Page page = Load(chromium, reports, "many_ranks");
+  ExpectNoConsoleErrors(page);
+  EXPECT_EQ(Count(page.dom, "class=\"rank-bar\""), 10u);
+  EXPECT_EQ(Count(page.dom, "data-field=\"verdict\""), 8u);
+  EXPECT_NE(page.dom.find(leak_verdict), std::string::npos);
+  EXPECT_NE(page.dom.find("Sections below for 8 of 10 ranks"), std::string::npos);
+}
+
 // The band under the timeline: a bar per moment with the allocator, each library and the
 // remainder; the merged table's outside-allocator column; "unknown" for an old trace.
 TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {

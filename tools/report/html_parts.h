@@ -15,6 +15,9 @@ namespace gpumem::report::html {
 // each), so a job's page is bounded too.
 inline constexpr std::size_t kViewPoints = 16384;
 inline constexpr std::size_t kMinRankPoints = 1024;
+// A job's page: sections of their own for this many ranks (those that differ first); the
+// merged view (table, bars, heat map) has every rank.
+inline constexpr std::size_t kRankSections = 8;
 // Events kept one point each around the peak and the first OOM (zoom's finest detail).
 inline constexpr std::size_t kDetailEvents = 2048;
 inline constexpr std::size_t kTopSites = 8;       // drawn as bands; the rest is "other"

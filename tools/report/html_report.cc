@@ -28,6 +28,28 @@ std::size_t PointsPerReport(std::size_t reports) {
   return std::max(html::kMinRankPoints, html::kViewPoints / std::max<std::size_t>(reports, 1));
 }
 
+// The ranks that get a section of their own (file indices): those that differ from the
+// rest first, then by rank, at most html::kRankSections; the merged view covers all.
+std::vector<bool> RanksWithSections(const Merged& merged, std::size_t reports) {
+  std::vector<bool> shown(reports, reports <= html::kRankSections);
+  if (reports <= html::kRankSections) return shown;
+  std::size_t count = 0;
+  for (bool differing : {true, false}) {
+    for (const RankSummary& s : merged.ranks) {
+      if (count < html::kRankSections && s.differs.empty() != differing && !shown[s.file_index]) {
+        shown[s.file_index] = true;
+        ++count;
+      }
+    }
+  }
+  return shown;
+}
+
+// A rank without a section: its figures for the merged view only.
+nlohmann::json RankOnly(const Report& r) {
+  return {{"json", CappedReportJson(r)}, {"step_peaks", html::StepPeaksJson(r)}, {"no_section", true}};
+}
+
 nlohmann::json HtmlDataWithPoints(const Report& r, std::size_t points) {
   const Detail detail = BuildDetail(r, points, html::kTopSites, html::kDetailEvents);
   nlohmann::json out;
@@ -49,10 +71,14 @@ nlohmann::json HtmlData(const Report& r) { return HtmlDataWithPoints(r, html::kV
 std::string RenderHtml(const std::vector<Report>& reports) {
   nlohmann::json data;
   data["reports"] = nlohmann::json::array();
-  const std::size_t points = PointsPerReport(reports.size());
-  for (const Report& r : reports) data["reports"].push_back(HtmlDataWithPoints(r, points));
+  if (reports.size() == 1) data["reports"].push_back(HtmlData(reports[0]));
   if (reports.size() > 1) {
     const Merged merged = MergeRanks(reports);
+    const std::vector<bool> sections = RanksWithSections(merged, reports.size());
+    const std::size_t points = PointsPerReport(std::min(reports.size(), html::kRankSections));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      data["reports"].push_back(sections[i] ? HtmlDataWithPoints(reports[i], points) : RankOnly(reports[i]));
+    }
     data["merged"] = MergedToJson(merged);
     // Which report each rank is (sources can repeat: "synthetic", the same file twice).
     for (std::size_t i = 0; i < merged.ranks.size(); ++i) {
