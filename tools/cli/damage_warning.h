@@ -16,6 +16,7 @@ inline void WarnOfDamage(const trace::Trace& t) {
   if (t.format != "gpumem") return;
   for (const std::string& w : t.warnings) {
     if (t.loss && w == t.loss->summary) continue;  // WarnOfLoss said it
+    if (t.ring && w == t.ring->summary) continue;  // WarnOfLoss said it, as a note
     std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
 }
