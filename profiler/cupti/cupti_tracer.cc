@@ -33,6 +33,9 @@ struct LiveBlock {
 
 // Never destroyed: CUDA may still call back while the process exits.
 struct Tracer {
+  // Opened at the first call recorded: a process that never allocates device memory
+  // (torchrun's launcher, which only counts GPUs) writes no trace and takes no name.
+  std::once_flag open_once;
   Recorder* recorder = nullptr;
   std::string path_pattern;
   std::string parent_path;
@@ -72,6 +75,7 @@ void ReportForkedChild(const char* function) {
                         true);
   // Annotations are not journaled: make this one durable now, the worker may die soon.
   (*recorder)->Flush();
+  std::call_once(g_tracer->open_once, [] {});  // the parent's trace is never opened here
   g_tracer->recorder = recorder->release();
   g_forked_child.store(false);  // from now on this process records into its own trace
 }
@@ -130,13 +134,30 @@ std::uint32_t ApiFrame(Recorder* recorder, const MemoryCall& call, const char* r
                                                       0);
 }
 
+// The process's CUPTI trace, opened at its first use (Tracer::open_once).
+Recorder* OpenRecorder() {
+  std::call_once(g_tracer->open_once, [] {
+    auto recorder = Recorder::Open(g_tracer->options);
+    if (!recorder.ok()) {
+      std::fprintf(stderr, "gpumem-cupti: %s; not tracing\n",
+                   std::string(recorder.status().message()).c_str());
+      return;
+    }
+    g_tracer->recorder = recorder->release();
+    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s\n",
+                 g_tracer->recorder->writer().path().c_str());
+  });
+  return g_tracer->recorder;
+}
+
 // A device-memory call that failed, with the driver's free memory at that moment: the
 // library that made it (cuBLAS, cuDNN, NCCL) often reports it as something else.
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
 __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti_CallbackData* cb,
                                              const char* runtime_api, std::uint32_t error) {
-  Recorder* recorder = g_tracer->recorder;
-  if (recorder == nullptr || !TakesDeviceMemory(call)) return;
+  if (!TakesDeviceMemory(call)) return;
+  Recorder* recorder = OpenRecorder();
+  if (recorder == nullptr) return;
   const std::uint64_t word = format::FailedCallWord(format::MemoryApiOf(call.api), error);
   recorder->RecordEvent(format::RecordType::kFailedAlloc, call.device.value_or(DeviceOf(cb)),
                         word, call.size, call.stream, ApiFrame(recorder, call, runtime_api),
@@ -146,7 +167,7 @@ __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
 __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_CallbackData* cb,
                                       const char* runtime_api) {
-  Recorder* recorder = g_tracer->recorder;
+  Recorder* recorder = OpenRecorder();
   if (recorder == nullptr) return;
   std::int32_t device = call.host ? -1 : call.device.value_or(DeviceOf(cb));
   std::uint64_t size = call.size;
@@ -241,13 +262,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     auto* tracer = new Tracer();
     tracer->options = *options;
     tracer->parent_path = ExpandTracePath(options->path, getpid(), RankFromEnvironment());
-    auto recorder = Recorder::Open(*options);
-    if (!recorder.ok()) {
-      std::fprintf(stderr, "gpumem-cupti: %s; not tracing\n",
-                   std::string(recorder.status().message()).c_str());
-      return;
-    }
-    tracer->recorder = recorder->release();
     g_tracer = tracer;
     CUpti_SubscriberHandle subscriber;
     if (cuptiSubscribe(&subscriber, &OnCallback, nullptr) != CUPTI_SUCCESS) {
@@ -266,8 +280,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     }
     pthread_atfork(nullptr, nullptr, &AfterForkInChild);
     std::atexit(&Shutdown);
-    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s\n",
-                 tracer->recorder->writer().path().c_str());
   });
   return result;
 }

@@ -97,7 +97,9 @@ def figures():
     try:
         import gpumem
         if gpumem.installed():
-            out["gpumem_allocated"] = gpumem.stats()["allocated_bytes"]
+            stats = gpumem.stats()
+            out["gpumem_allocated"] = stats["allocated_bytes"]
+            out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
     except ImportError:
         pass
     return out
