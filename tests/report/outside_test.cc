@@ -216,6 +216,10 @@ TEST(CuptiCompanion, NamesAndGlobs) {
   EXPECT_EQ(WithoutCompanions(
                 {"run-0.cupti.gpumem", "run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}),
             (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}));
+  // A companion written beside a taken name, as a shell's run-*.gpumem lists it.
+  EXPECT_EQ(WithoutCompanions({"run-0.cupti.3146.gpumem", "run-0.cupti.gpumem", "run-0.gpumem",
+                               "run-1.gpumem", "run-10.gpumem"}),
+            (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "run-10.gpumem"}));
   EXPECT_EQ(LoadCuptiCompanion("/nonexistent/run-0.gpumem"), std::nullopt);
 }
 

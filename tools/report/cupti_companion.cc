@@ -18,11 +18,23 @@ std::string CuptiCompanionPath(const std::string& path) {
   return path.substr(0, path.size() - (sizeof(kExt) - 1)) + kCuptiExt;
 }
 
+namespace {
+// `p` is `main`'s companion, or a companion written beside it when its name was taken
+// (NAME.cupti.<pid>.gpumem: a shell's run-*.gpumem picks those up too).
+bool IsCompanionOf(const std::string& p, const std::string& main) {
+  const std::string companion = CuptiCompanionPath(main);
+  if (companion.empty()) return false;
+  if (p == companion) return true;
+  const std::string stem = companion.substr(0, companion.size() - (sizeof(kExt) - 1)) + ".";
+  return absl::StartsWith(p, stem) && absl::EndsWith(p, kExt);
+}
+}  // namespace
+
 std::vector<std::string> WithoutCompanions(const std::vector<std::string>& paths) {
   std::vector<std::string> out;
   for (const std::string& p : paths) {
     const bool companion = std::any_of(paths.begin(), paths.end(), [&](const std::string& main) {
-      return CuptiCompanionPath(main) == p;
+      return IsCompanionOf(p, main);
     });
     if (!companion) out.push_back(p);
   }
