@@ -102,7 +102,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
         right_site = expected != "leak" or site in r.stdout
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
-            "warning": said(stderr, "leak warning"), "at_oom": said(stderr, "verdict:"),
+            "warning": portable(said(stderr, "leak warning"), workdir),
+            "at_oom": portable(said(stderr, "verdict:"), workdir),
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
 
