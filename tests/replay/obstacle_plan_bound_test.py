@@ -10,7 +10,7 @@ import tempfile
 from contextlib import redirect_stdout
 
 here = os.path.dirname(os.path.abspath(__file__))
-tool = os.path.join(here, "..", "..", "tools", "replay", "obstacle_plan_bound.py")
+tool = os.path.join(here, "..", "..", "bench", "research", "obstacle_plan_bound.py")
 sys.path.insert(0, os.path.dirname(tool))
 import obstacle_plan_bound as opb  # noqa: E402
 

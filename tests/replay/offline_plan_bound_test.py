@@ -9,7 +9,7 @@ import tempfile
 from contextlib import redirect_stdout
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "tools", "replay"))
+sys.path.insert(0, os.path.join(here, "..", "..", "bench", "research"))
 import offline_plan_bound as opb  # noqa: E402
 
 DATA = os.path.join(here, "..", "data")
@@ -46,7 +46,7 @@ def main():
         bad = os.path.join(d, "bad.gz")
         with open(bad, "wb") as f:
             f.write(b"not gzip")
-        r = subprocess.run([sys.executable, os.path.join(here, "..", "..", "tools", "replay",
+        r = subprocess.run([sys.executable, os.path.join(here, "..", "..", "bench", "research",
                                                          "offline_plan_bound.py"), bad],
                            capture_output=True, text=True)
         assert r.returncode != 0 and "Traceback" not in r.stderr and bad in r.stderr, r
