@@ -10,6 +10,7 @@ between builds so a rebuild compiles only what changed.
 """
 import glob
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,9 @@ def _build_native(staging):
     cmake_dir = os.path.join(_BUILD, "cmake")
     configure = ["-S", _SOURCE, "-B", cmake_dir, "-DCMAKE_BUILD_TYPE=Release",
                  "-DGPUMEM_BUILD_TESTS=OFF", "-DGPUMEM_BENCHMARKS=OFF", "-DGPUMEM_SANITIZERS=OFF"]
+    # Extra configure arguments, as scikit-build-core reads them: e.g. where Abseil and
+    # the other dependencies are on a machine without Debian's packages.
+    configure += shlex.split(os.environ.get("CMAKE_ARGS", ""))
     torch_prefix = _torch_prefix()
     if torch_prefix:
         configure.append("-DCMAKE_PREFIX_PATH=" + torch_prefix)

@@ -4,7 +4,7 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
-#                         [diagnosis] [hiddenoom] [multigpu]
+#                         [diagnosis] [hiddenoom] [multigpu] [pip]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -12,6 +12,8 @@
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
 #        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
 #        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
+#        pip: `pip install` of this tree into a venv that sees torch, then a training run
+#        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
 #        MULTIGPU_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
@@ -154,6 +156,19 @@ fi
 # One file instead of one a case: the device returns a bounded number of files.
 if [ -d "$OUT/reports" ]; then
   tar czf "$OUT/reports.tgz" -C "$OUT" reports && rm -r "$OUT/reports"
+fi
+
+if want pip; then
+  echo "== pip install into torch's environment, then a training run with GPUMEM=1 alone"
+  venv=$(mktemp -d)/venv
+  $py -m venv --system-site-packages "$venv"
+  CMAKE_PREFIX_PATH=$prebuilt CMAKE_ARGS="-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
+    -DLIBLZMA_LIBRARY=$arch/liblzma.so -DZLIB_LIBRARY=$arch/libz.so \
+    -DLIBLZMA_INCLUDE_DIR=$prebuilt/include -DZLIB_INCLUDE_DIR=$prebuilt/include" \
+    GPUMEM_BUILD_DIR=$(dirname "$venv")/build "$venv/bin/pip" install --quiet \
+    --no-build-isolation --no-index "$repo" >"$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
+  (cd "$(dirname "$venv")" && env -u PYTHONPATH -u GPUMEM_LIB_DIR GPUMEM=1 \
+    "$venv/bin/python" "$repo/tests/gpu/pip_gpumem1_check.py") | tee "$OUT/pip-gpumem1.json"
 fi
 
 if want multigpu; then
