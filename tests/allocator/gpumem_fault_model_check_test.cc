@@ -74,6 +74,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
   int steps = 0;
   int ooms = 0;
   int faulted_ooms = 0;
+  std::uint64_t stitches = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
     const std::uint32_t seed = static_cast<std::uint32_t>(kFirstSeed + seq);
     ModelCheck m(seed, c.vmm, c.capacity, c.rates);
@@ -102,13 +103,14 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
     total.reserve += f.reserve;
     total.segment += f.segment;
     steps += m.steps();
+    stitches += m.stitches();
     ooms += m.ooms();
     for (const ModelCheck::Request& r : m.failed()) faulted_ooms += r.faulted;
   }
   // The figures docs/reliability.md quotes.
   std::printf("%s: %d sequences (seeds %d-%d), %d steps, faults injected: %llu "
               "(create %llu, map %llu, unmap %llu, event query %llu, reserve %llu, "
-              "segment %llu), OOMs %d (%d during a fault)\n",
+              "segment %llu), OOMs %d (%d during a fault), %llu stitches\n",
               Name(c).c_str(), kSequences, kFirstSeed, kFirstSeed + kSequences - 1, steps,
               static_cast<unsigned long long>(total.total()),
               static_cast<unsigned long long>(total.create),
@@ -116,9 +118,11 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
               static_cast<unsigned long long>(total.unmap),
               static_cast<unsigned long long>(total.event_query),
               static_cast<unsigned long long>(total.reserve),
-              static_cast<unsigned long long>(total.segment), ooms, faulted_ooms);
+              static_cast<unsigned long long>(total.segment), ooms, faulted_ooms,
+              static_cast<unsigned long long>(stitches));
   // The faults must have reached every path they are for.
   if (c.vmm) {
+    EXPECT_GT(stitches, 0u) << "idle pages were never remapped";
     EXPECT_GT(total.create, 0u);
     EXPECT_GT(total.map, 0u);
     EXPECT_GT(total.unmap, 0u);

@@ -246,6 +246,7 @@ class ModelCheck {
   }
 
   int ooms() const { return ooms_; }
+  std::uint64_t stitches() const { return alloc_->stats().stitch_count; }
   bool cached_seen() const { return cached_seen_; }
   FaultInjectingBackend& faults() { return faults_; }
   int steps() const { return steps_; }
