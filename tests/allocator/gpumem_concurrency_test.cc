@@ -9,17 +9,16 @@
 #include <gtest/gtest.h>
 
 #include "allocator/caching_allocator.h"
+#include "allocator/fault_injecting_backend.h"
 #include "allocator/sim_backend.h"
 
 namespace gpumem {
 namespace {
 
-TEST(GpumemConcurrencyTest, ThreadsAllocateAndFreeWithoutRacesOrOverlap) {
-  // Room to spare: the threads' live blocks reach ~2 GiB, and with 2 GiB some TSan
-  // interleavings filled the device (2021.8 MiB allocated, a 7 MiB request, 6 MiB the
-  // largest free piece): an out-of-memory this test is not about.
-  SimBackend sim({.capacity = std::uint64_t{4} << 30});
-  auto alloc = MakeCachingAllocator(sim);
+// 8 threads of 1500 random operations on 3 streams, frees crossing threads; returns how
+// many requests failed: `ooms` those that were out of memory, the rest otherwise (a
+// block not backed by memory, or an error other than an OOM).
+int RunThreads(DeviceAllocator& alloc, const SimBackend& sim, std::atomic<int>& ooms) {
   constexpr int kThreads = 8;
   constexpr int kOps = 1500;
   // Blocks handed between threads: a free often happens on another thread.
@@ -35,15 +34,19 @@ TEST(GpumemConcurrencyTest, ThreadsAllocateAndFreeWithoutRacesOrOverlap) {
       if (op < 5 || mine.empty()) {
         const std::size_t size = rng() % 2 ? rng() % 65536 : (rng() % 8 + 1) << 20;
         const StreamId stream = static_cast<StreamId>(id % 3);
-        absl::StatusOr<DevicePtr> p = alloc->Allocate(size, stream);
+        absl::StatusOr<DevicePtr> p = alloc.Allocate(size, stream);
+        if (!p.ok() && absl::IsResourceExhausted(p.status())) {
+          ++ooms;
+          continue;
+        }
         if (!p.ok() || !sim.IsAccessible(*p, size)) {
           ++failures;
           continue;
         }
-        if (op == 0) alloc->RecordStream(*p, (stream + 1) % 3);
+        if (op == 0) alloc.RecordStream(*p, (stream + 1) % 3);
         mine.emplace_back(*p, size);
       } else if (op < 8) {
-        alloc->Free(mine.back().first);
+        alloc.Free(mine.back().first);
         mine.pop_back();
       } else if (op == 8) {
         std::lock_guard lock(shared_mu);
@@ -52,28 +55,60 @@ TEST(GpumemConcurrencyTest, ThreadsAllocateAndFreeWithoutRacesOrOverlap) {
       } else {
         std::lock_guard lock(shared_mu);
         if (!shared.empty()) {
-          alloc->Free(shared.back().first);
+          alloc.Free(shared.back().first);
           shared.pop_back();
         }
       }
-      if (i % 500 == 0) (void)alloc->stats();
-      if (i % 700 == 0) alloc->EmptyCache();
+      if (i % 500 == 0) (void)alloc.stats();
+      if (i % 700 == 0) alloc.EmptyCache();
     }
-    for (auto& [p, size] : mine) alloc->Free(p);
+    for (auto& [p, size] : mine) alloc.Free(p);
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) threads.emplace_back(worker, t);
   for (std::thread& t : threads) t.join();
-  for (auto& [p, size] : shared) alloc->Free(p);
+  for (auto& [p, size] : shared) alloc.Free(p);
+  return failures.load();
+}
 
-  EXPECT_EQ(failures.load(), 0);
-  AllocatorStats s = alloc->stats();
+void ExpectEmpty(DeviceAllocator& alloc, const SimBackend& sim) {
+  AllocatorStats s = alloc.stats();
   EXPECT_EQ(s.allocated_bytes, 0u);
   EXPECT_EQ(s.active_blocks, 0u);
   EXPECT_EQ(s.alloc_count, s.free_count);
-  alloc->EmptyCache();
+  alloc.EmptyCache();
+  EXPECT_EQ(alloc.stats().reserved_bytes, 0u);
   EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
   EXPECT_EQ(sim.live_events(), 0u);
+}
+
+TEST(GpumemConcurrencyTest, ThreadsAllocateAndFreeWithoutRacesOrOverlap) {
+  // Room to spare: the threads' live blocks reach ~2 GiB, and with 2 GiB some TSan
+  // interleavings filled the device (2021.8 MiB allocated, a 7 MiB request, 6 MiB the
+  // largest free piece): an out-of-memory this test is not about.
+  SimBackend sim({.capacity = std::uint64_t{4} << 30});
+  auto alloc = MakeCachingAllocator(sim);
+  std::atomic<int> ooms{0};
+  EXPECT_EQ(RunThreads(*alloc, sim, ooms), 0);
+  EXPECT_EQ(ooms.load(), 0);
+  ExpectEmpty(*alloc, sim);
+}
+
+// The same with device calls failing at random (FaultInjectingBackend): requests may fail,
+// as OOMs only; then, faults off, everything goes back.
+TEST(GpumemConcurrencyTest, ThreadsUnderInjectedFaults) {
+  SimBackend sim({.capacity = std::uint64_t{4} << 30});
+  FaultInjectingBackend faults(sim, /*seed=*/3,
+                               {.create = 0.1, .map = 0.1, .unmap = 0.2, .event_query = 0.3,
+                                .reserve = 0.05});
+  auto alloc = MakeCachingAllocator(faults);
+  std::atomic<int> ooms{0};
+  EXPECT_EQ(RunThreads(*alloc, sim, ooms), 0);
+  EXPECT_GT(faults.injected().total(), 0u);
+  EXPECT_EQ(alloc->stats().reserved_bytes, sim.counters().physical_bytes);
+  faults.set_rates({});
+  ExpectEmpty(*alloc, sim);
 }
 
 }  // namespace
