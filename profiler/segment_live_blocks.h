@@ -1,9 +1,12 @@
-// The blocks live in one segment of a ring trace (GPUMEM_TRACE_MAX), kept by the segment's
-// writer thread from the records it compresses, never by the allocating threads: the next
-// segment's checkpoint, which makes that segment readable without this one.
+// The blocks live in one segment of a ring trace (GPUMEM_TRACE_MAX), and the device memory
+// held (segments from the driver, ranges of mapped pages), kept by the segment's writer
+// thread from the records it compresses, never by the allocating threads: the next
+// segment's checkpoint, which makes that segment readable without this one (its reserved
+// memory included).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -14,7 +17,8 @@ namespace gpumem {
 
 class SegmentLiveBlocks {
  public:
-  // An alloc or free compressed in drain number `drain` (other records are ignored).
+  // A record compressed in drain number `drain`: allocs and frees, segment allocs and
+  // frees, maps and unmaps, capacity records (others are ignored).
   void Apply(const RawRecord& r, std::uint64_t drain);
   // Forgets frees that matched nothing two drains ago (see unmatched_), once the start is
   // known.
@@ -23,9 +27,11 @@ class SegmentLiveBlocks {
   // before it came apply to its blocks now.
   void SetStart(const std::vector<RawRecord>& start);
   bool started() const { return started_; }
-  // The blocks live now (alloc records, autograd links left out), oldest first.
+  // What is live now, oldest first: alloc records (autograd links left out), segment
+  // alloc records, map records (one per mapped range) and each device's last capacity
+  // record.
   std::vector<RawRecord> Live() const;
-  std::size_t size() const { return live_.size(); }
+  std::size_t blocks() const { return live_.size(); }
 
  private:
   using Key = std::pair<std::int32_t, std::uint64_t>;  // device, address
@@ -39,6 +45,16 @@ class SegmentLiveBlocks {
   // next time, so an entry two drains old matches nothing).
   absl::flat_hash_map<Key, Unmatched> unmatched_;
   bool started_ = false;
+  absl::flat_hash_map<Key, RawRecord> segments_;  // segment allocs not freed
+  // Mapped ranges by device and start: the map record that made each (size = its length).
+  std::map<Key, RawRecord> mapped_;
+  absl::flat_hash_map<std::int32_t, RawRecord> caps_;  // the cap in force, by device
+  // Device-memory records before SetStart: its state is replayed over the start's.
+  std::vector<RawRecord> before_start_;
+  // Segment allocs and frees, maps and unmaps, capacity; false for other records.
+  bool ApplyDeviceMemory(const RawRecord& r);
+  void Map(const RawRecord& r);
+  void Unmap(const RawRecord& r);
 };
 
 }  // namespace gpumem

@@ -231,7 +231,7 @@ void TraceRing::Rotate() {
   if (!crowded_said_ && writer_->checkpoint_bytes() > share / 2) {
     crowded_said_ = true;
     std::fprintf(stderr, "gpumem: trace ring: segment %llu starts with a checkpoint of %zu "
-                 "bytes (%zu live blocks), over half of its %llu: GPUMEM_TRACE_MAX=%llu keeps "
+                 "bytes (%zu live blocks and device ranges), over half of its %llu: GPUMEM_TRACE_MAX=%llu keeps "
                  "little history; raise it\n",
                  static_cast<unsigned long long>(next), writer_->checkpoint_bytes(), blocks,
                  static_cast<unsigned long long>(share),

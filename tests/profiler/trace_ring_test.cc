@@ -53,7 +53,9 @@ TraceRingOptions RingOptions(const std::string& path, std::shared_ptr<StackTable
 
 // Weights allocated before the first step and never freed; per step, activations
 // (sizes drawn at random, addresses reused every step) freed at its end, and one block
-// from a leaking site that is never freed.
+// from a leaking site that is never freed. Device memory: a segment from the driver held
+// throughout, and per step a 2 MiB range mapped, unmapped half two steps later and the
+// other half three steps later (the checkpoint must cut ranges).
 class Workload {
  public:
   explicit Workload(StackTable* stacks) {
@@ -74,6 +76,11 @@ class Workload {
   template <typename Sink>
   void Step(std::uint64_t s, Sink sink) {
     if (s == 0) {
+      RawRecord cap = Make(format::RecordType::kCapacity, 0, kCapacity, 0);
+      cap.has_extra = true;
+      cap.extra = static_cast<std::uint64_t>(format::CapacitySource::kEnvironment);
+      sink(cap);
+      sink(Make(format::RecordType::kSegmentAlloc, kSegmentBase, 64 << 20, 0));
       for (int i = 0; i < kWeights; ++i) {
         sink(Make(format::RecordType::kAlloc, kWeightBase + i * kBlock, kBlock, weights_));
       }
@@ -88,6 +95,12 @@ class Workload {
     for (int i = kActivations; i-- > 0;) {
       sink(Make(format::RecordType::kFree, kActBase + i * kBlock, sizes[i], 0));
     }
+    constexpr std::uint64_t kHalf = kBlock;
+    sink(Make(format::RecordType::kMap, kMapBase + s * 2 * kHalf, 2 * kHalf, 0));
+    if (s >= 2) sink(Make(format::RecordType::kUnmap, kMapBase + (s - 2) * 2 * kHalf, kHalf, 0));
+    if (s >= 3) {
+      sink(Make(format::RecordType::kUnmap, kMapBase + (s - 3) * 2 * kHalf + kHalf, kHalf, 0));
+    }
     RawRecord step = Make(format::RecordType::kStep, 0, s, 0);
     sink(step);
   }
@@ -97,6 +110,9 @@ class Workload {
   static constexpr std::uint64_t kWeightBase = 0x100000000;
   static constexpr std::uint64_t kActBase = 0x200000000;
   static constexpr std::uint64_t kLeakBase = 0x300000000;
+  static constexpr std::uint64_t kSegmentBase = 0x400000000;
+  static constexpr std::uint64_t kMapBase = 0x500000000;
+  static constexpr std::uint64_t kCapacity = std::uint64_t{4} << 30;
 
  private:
   RawRecord Make(format::RecordType type, std::uint64_t addr, std::uint64_t size,
@@ -169,6 +185,21 @@ std::map<std::uint64_t, LiveBlock> LiveAtEnd(const trace::Trace& t) {
   return live;
 }
 
+// Device memory held after the last event: segments plus mapped bytes.
+std::int64_t ReservedAtEnd(const trace::Trace& t) {
+  std::int64_t bytes = 0;
+  for (const trace::Event& e : t.events) {
+    const auto size = static_cast<std::int64_t>(e.size);
+    if (e.action == trace::Action::kSegmentAlloc || e.action == trace::Action::kSegmentMap) {
+      bytes += size;
+    } else if (e.action == trace::Action::kSegmentFree ||
+               e.action == trace::Action::kSegmentUnmap) {
+      bytes -= size;
+    }
+  }
+  return bytes;
+}
+
 TEST(TraceRingTest, StaysWithinItsBoundAndNamesEveryLiveBlockAsAnUnboundedTraceDoes) {
   const std::string ring_path = TempPath("ring.gpumem");
   const std::string plain_path = TempPath("ring_plain.gpumem");
@@ -232,6 +263,13 @@ TEST(TraceRingTest, StaysWithinItsBoundAndNamesEveryLiveBlockAsAnUnboundedTraceD
     ASSERT_NE(it, got.end());
     EXPECT_EQ(it->second.stack.front(), "init_weights");
   }
+  // The device memory held: the segment, the last two ranges and half of the one before.
+  EXPECT_EQ(ReservedAtEnd(*unbounded), (64 << 20) + 5 * std::int64_t{Workload::kBlock});
+  EXPECT_EQ(ReservedAtEnd(*bounded), ReservedAtEnd(*unbounded));
+  // The cap, recorded once at the start, is still known.
+  ASSERT_FALSE(bounded->capacity_changes.empty());
+  EXPECT_EQ(bounded->capacity_changes.back().bytes, Workload::kCapacity);
+  EXPECT_EQ(bounded->capacity_changes.back().source, trace::CapacitySource::kEnvironment);
 
   // The report says it is a ring, from which step it starts, and that the rest was dropped.
   report::Report r = report::BuildReport(*bounded, report::ReportOptions{});

@@ -508,7 +508,7 @@ void Reader::TakeJournalRecords(const std::vector<std::pair<std::uint64_t, RawRe
 }
 
 // A ring segment's checkpoint: the blocks live when it began (allocated in segments
-// before it), prepended to the events by Build().
+// before it) and the device memory then held, prepended to the events by Build().
 void Reader::ReadCheckpoint(const std::string& payload, std::size_t pos) {
   ++info_->checkpoint_chunks;
   in_checkpoint_ = true;
@@ -524,8 +524,14 @@ void Reader::ReadCheckpoint(const std::string& payload, std::size_t pos) {
 
 void Reader::Take(Event e, RecordType type, std::optional<std::uint64_t> extra) {
   if (in_checkpoint_) {
-    if (type == RecordType::kAlloc) {
-      e.action = Action::kAlloc;
+    // The cap in force (not counted by the end chunk), the blocks, and the device memory
+    // held: segments and mapped ranges.
+    if (type == RecordType::kCapacity) {
+      capacity_.push_back({e.time_us, e.device, e.size, CapacitySourceOf(extra.value_or(0))});
+    }
+    if (type == RecordType::kAlloc || type == RecordType::kMap ||
+        type == RecordType::kSegmentAlloc) {
+      e.action = *ActionOf(type);
       checkpoint_.push_back(e);
     }
     return;
@@ -763,7 +769,10 @@ Trace Reader::Build() {
 
 void Reader::PrependCheckpoint(
     const absl::flat_hash_map<std::uint32_t, std::uint32_t>& stack_ids) {
-  info_->checkpoint_blocks = checkpoint_.size();
+  info_->checkpoint_events = checkpoint_.size();
+  info_->checkpoint_blocks = static_cast<std::uint64_t>(
+      std::count_if(checkpoint_.begin(), checkpoint_.end(),
+                    [](const Event& e) { return e.action == Action::kAlloc; }));
   if (checkpoint_.empty()) return;
   std::vector<Event>& events = trace_.events;
   std::int64_t start = checkpoint_.back().time_us;  // no events: the newest block's time

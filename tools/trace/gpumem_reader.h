@@ -25,9 +25,11 @@ struct GpumemFileInfo {
   // Events of a killed run taken from the raw journal (recorded, not yet compressed).
   std::uint64_t journal_events = 0;
   std::uint64_t journal_damaged = 0; // journal records whose check failed (not kept)
-  // A ring segment's checkpoint (GPUMEM_TRACE_MAX): its chunks (0: none) and blocks, which
-  // are the trace's first events.
+  // A ring segment's checkpoint (GPUMEM_TRACE_MAX): its chunks (0: none), its events,
+  // which are the trace's first (blocks as allocs, segments, mapped ranges), and of them
+  // the blocks.
   std::uint64_t checkpoint_chunks = 0;
+  std::uint64_t checkpoint_events = 0;
   std::uint64_t checkpoint_blocks = 0;
 };
 

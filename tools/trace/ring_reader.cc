@@ -75,7 +75,7 @@ void Append(RingSegment from, FrameTable* table, Trace* into) {
     stack_ids[s] = table->InternStack(frames);
   }
   const auto& events = from.trace.events;
-  for (std::size_t i = from.info.checkpoint_blocks; i < events.size(); ++i) {
+  for (std::size_t i = from.info.checkpoint_events; i < events.size(); ++i) {
     into->events.push_back(events[i]);
     into->events.back().stack_id = stack_ids[events[i].stack_id];
   }
@@ -98,15 +98,16 @@ void SortByTime(std::vector<T>* v) {
 }
 
 RingWindow Window(const Trace& t, const std::map<std::uint64_t, RingSegment>& kept,
-                  std::uint64_t checkpoint_blocks, std::uint64_t max_bytes) {
+                  std::uint64_t checkpoint_events, std::uint64_t max_bytes) {
   RingWindow w;
   w.first_segment = kept.begin()->first;
   w.last_segment = kept.rbegin()->first;
   w.max_bytes = max_bytes;
   w.dropped = w.first_segment > 0;
   w.start_us = t.events.empty() ? 0 : t.events.front().time_us;
-  w.checkpoint_blocks = checkpoint_blocks;
-  for (std::size_t i = 0; i < checkpoint_blocks && i < t.events.size(); ++i) {
+  for (std::size_t i = 0; i < checkpoint_events && i < t.events.size(); ++i) {
+    if (t.events[i].action != Action::kAlloc) continue;
+    ++w.checkpoint_blocks;
     w.checkpoint_bytes += t.events[i].size;
   }
   for (const Event& e : t.events) {
@@ -128,7 +129,8 @@ RingWindow Window(const Trace& t, const std::map<std::uint64_t, RingSegment>& ke
       w.first_step ? absl::StrCat(" (the first step record kept is step ", *w.first_step, ")")
                    : "",
       "; the ", w.checkpoint_blocks, " blocks (", w.checkpoint_bytes,
-      " bytes) live then come from the checkpoint and are shown as allocated at that time");
+      " bytes) live then, and the device memory then held, come from the checkpoint and "
+      "are shown as allocated at that time");
   return w;
 }
 
@@ -170,7 +172,7 @@ absl::StatusOr<Trace> ReadRing(const std::string& path, absl::StatusOr<Trace> pa
   if (kept.empty()) return parsed.status();
 
   auto oldest = kept.begin();
-  const std::uint64_t checkpoint_blocks = oldest->second.info.checkpoint_blocks;
+  const std::uint64_t checkpoint_events = oldest->second.info.checkpoint_events;
   if (oldest->first > 0 && oldest->second.info.checkpoint_chunks == 0) {
     notes.push_back(absl::StrCat("segment ", oldest->first, " has no checkpoint (the run was "
                                  "killed before it was written): blocks live at its start "
@@ -186,7 +188,7 @@ absl::StatusOr<Trace> ReadRing(const std::string& path, absl::StatusOr<Trace> pa
   SortByTime(&out.annotations);
   SortByTime(&out.capacity_changes);
   SortByTime(&out.failed_allocations);
-  out.ring = Window(out, kept, checkpoint_blocks, HeaderNumber(info, "ring_max_bytes"));
+  out.ring = Window(out, kept, checkpoint_events, HeaderNumber(info, "ring_max_bytes"));
   for (std::string& n : notes) out.warnings.push_back(std::move(n));
   out.warnings.insert(out.warnings.begin(), out.ring->summary);
   return out;
