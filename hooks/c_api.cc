@@ -445,7 +445,7 @@ void gpumem_note_cuda_in_forked_child(const char* what) { h::NoteCudaInForkedChi
 
 uint64_t gpumem_trace_events(void) {
   gpumem::Recorder* recorder = h::TraceRecorder();
-  return recorder == nullptr ? 0 : recorder->writer().recorded();
+  return recorder == nullptr ? 0 : recorder->ring().recorded();
 }
 
 const char* gpumem_backend_name(int device) {

@@ -145,6 +145,7 @@ void TraceRing::OnFull() {
     std::lock_guard<std::mutex> lock(mu_);
     if (spare_ != nullptr && !swapped_) {
       TraceWriter* full = current();
+      CountAtSwap(full);
       Publish(spare_.get());
       swapped_ = true;
       full->Release();
@@ -152,6 +153,13 @@ void TraceRing::OnFull() {
     full_ = true;
   }
   cv_.notify_one();
+}
+
+// The old segment's records join the count as the new one takes over, so that recorded()
+// never drops while a rotation is under way.
+void TraceRing::CountAtSwap(TraceWriter* old) {
+  counted_at_swap_ = old->recorded();
+  recorded_before_.fetch_add(counted_at_swap_, std::memory_order_acq_rel);
 }
 
 void TraceRing::Publish(TraceWriter* w) {
@@ -210,7 +218,10 @@ void TraceRing::Rotate() {
     opened = std::move(spare_);
   }
   if (opened == nullptr) return;  // PrepareSpare said why
-  if (!published) Publish(opened.get());
+  if (!published) {
+    CountAtSwap(writer_.get());
+    Publish(opened.get());
+  }
   std::unique_ptr<TraceWriter> old = std::move(writer_);
   old->Release();
   writer_ = std::move(opened);
@@ -222,6 +233,8 @@ void TraceRing::Rotate() {
     std::fprintf(stderr, "gpumem: trace ring: closing segment %llu: %s\n",
                  static_cast<unsigned long long>(next - 1), std::string(s.message()).c_str());
   }
+  // What raced into the old segment after the swap.
+  recorded_before_.fetch_add(old->recorded() - counted_at_swap_, std::memory_order_acq_rel);
   std::vector<RawRecord> live = old->LiveBlocks();
   const std::size_t blocks = live.size();
   writer_->SetCheckpoint(std::move(live));

@@ -55,6 +55,10 @@ class TraceRing {
   const std::string& path() const { return path_; }
   bool bounded() const { return options_.max_bytes > 0; }
   std::uint64_t segment() const { return segment_.load(std::memory_order_acquire); }
+  // Records accepted so far, over every segment (TraceWriter::recorded()).
+  std::uint64_t recorded() const {
+    return recorded_before_.load(std::memory_order_acquire) + current()->recorded();
+  }
   StackTable& stacks() { return *stacks_; }
 
  private:
@@ -67,6 +71,7 @@ class TraceRing {
   void Rotate();
   void OnFull();
   void Publish(TraceWriter* w);
+  void CountAtSwap(TraceWriter* old);
   void PrepareSpare();
   void StopRotating();
 
@@ -79,6 +84,8 @@ class TraceRing {
   std::int64_t start_unix_ns_ = 0;
   std::atomic<TraceWriter*> current_{nullptr};
   std::atomic<std::uint64_t> segment_{0};
+  std::atomic<std::uint64_t> recorded_before_{0};  // by the segments before current()
+  std::uint64_t counted_at_swap_ = 0;  // of the last segment swapped out, when it was
 
   // The ring's thread: rotation.
   std::unique_ptr<TraceWriter> writer_;   // current_'s owner

@@ -227,6 +227,7 @@ TEST(TraceRingTest, StaysWithinItsBoundAndNamesEveryLiveBlockAsAnUnboundedTraceD
   }
   ASSERT_TRUE((*ring)->Close().ok());
   ASSERT_TRUE((*plain)->Close().ok());
+  EXPECT_EQ((*ring)->recorded(), (*plain)->recorded());
   std::printf("%llu steps, %llu segments; most on disk: %llu bytes long, %llu allocated "
               "(bound %llu + margin %llu); unbounded: %llu\n",
               static_cast<unsigned long long>(steps),
