@@ -182,6 +182,9 @@ void TraceRing::PrepareSpare() {
                  static_cast<unsigned long long>(segment()));
     return;
   }
+  // Every definition so far in the file before a record can come: a run killed just
+  // after the spare took over still names its records' stacks.
+  (*opened)->Flush();
   std::lock_guard<std::mutex> lock(mu_);
   spare_ = std::move(*opened);
 }
