@@ -4,7 +4,7 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
-#                         [diagnosis] [hiddenoom] [multigpu] [pip]
+#                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -12,6 +12,8 @@
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
 #        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
 #        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
+#        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
+#        a moving cap, then two capped processes side by side (SOAK_PAIR_SECONDS);
 #        pip: `pip install` of this tree into a venv that sees torch, then a training run
 #        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
@@ -169,6 +171,20 @@ if want pip; then
     --no-build-isolation --no-index "$repo" >"$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
   (cd "$(dirname "$venv")" && env -u PYTHONPATH -u GPUMEM_LIB_DIR GPUMEM=1 \
     "$venv/bin/python" "$repo/tests/gpu/pip_gpumem1_check.py") | tee "$OUT/pip-gpumem1.json"
+fi
+
+if want soak; then
+  echo "== soak: threads, streams, record_stream, a moving cap, every byte checked"
+  "$build/bin/gpumem" run -- $py "$repo/tests/gpu/soak.py" soak \
+    --seconds "${SOAK_SECONDS:-300}" | tee "$OUT/soak.json"
+  echo "== two processes on one GPU, each capped at a quarter: one runs into its cap"
+  quarter=$(( $(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0) / 4 ))M
+  GPUMEM_CAPACITY=$quarter "$build/bin/gpumem" run -- $py "$repo/tests/gpu/soak.py" hog \
+    --seconds "${SOAK_PAIR_SECONDS:-60}" >"$OUT/soak-hog.json" &
+  GPUMEM_CAPACITY=$quarter "$build/bin/gpumem" run -- $py "$repo/tests/gpu/soak.py" steady \
+    --seconds "${SOAK_PAIR_SECONDS:-60}" | tee "$OUT/soak-steady.json"
+  wait
+  cat "$OUT/soak-hog.json"
 fi
 
 if want multigpu; then
