@@ -1,12 +1,16 @@
 """A Llama-style model trained by torchrun ranks, written as users write it (no gpumem
-call), with one of four parallel layouts: DDP, FSDP2 (`fully_shard` per block, parameters
-resharded after forward or kept), or tensor parallel (DTensor, `parallelize_module`).
+call), with one of five parallel layouts: DDP, FSDP2 (`fully_shard` per block, parameters
+resharded after forward or kept), tensor parallel (DTensor, `parallelize_module`), or
+both on a 2-D mesh (FSDP2 over the first dimension, tensor parallel over pairs of ranks).
+For the diagnosis checks one rank can be made to leak (it keeps a slice of its logits
+every step, which keeps the whole tensor) or to run under a cap of its own.
 Batches of varying length, bf16 autocast. Each rank prints one JSON line: its losses, step
 times, and the memory figures PyTorch's API gives for the current device (what gpumem
 answers under its allocator), plus gpumem's own where it is installed.
 
-usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp}
-       [--steps 40] [--warmup 10] [--dim 1024] [--layers 8]
+usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp,2d}
+       [--steps 40] [--warmup 10] [--dim 1024] [--layers 8] [--leak-rank R]
+       [--cap-rank R --cap-fraction F]
 """
 import argparse
 import json
@@ -57,8 +61,32 @@ class Model(nn.Module):
         return self.head(self.norm(x))
 
 
+TP = 2  # tensor-parallel ranks per data-parallel group in the 2-D layout
+
+def tp_plan():
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+    return {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
+            "o": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
+
+
+def parallelize_2d(model):
+    """FSDP2 over the data-parallel dimension of a (world / 2) x 2 mesh, tensor parallel
+    within each pair of ranks."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+    mesh = init_device_mesh("cuda", (dist.get_world_size() // TP, TP),
+                            mesh_dim_names=("dp", "tp"))
+    for block in model.blocks:
+        parallelize_module(block, mesh["tp"], tp_plan())
+        fully_shard(block, mesh=mesh["dp"])
+    return fully_shard(model, mesh=mesh["dp"])
+
+
 def parallelize(model, layout, device):
     world = dist.get_world_size()
+    if layout == "2d":
+        return parallelize_2d(model)
     if layout == "ddp":
         return nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
     if layout.startswith("fsdp2"):
@@ -68,19 +96,17 @@ def parallelize(model, layout, device):
             fully_shard(block, reshard_after_forward=reshard)
         return fully_shard(model, reshard_after_forward=reshard)
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import parallelize_module
     mesh = init_device_mesh("cuda", (world,))
-    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(),
-            "o": RowwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
     for block in model.blocks:
-        parallelize_module(block, mesh, plan)
+        parallelize_module(block, mesh, tp_plan())
     return model
 
 
 def batch(step, rank, layout, device, size=8):
     # Tensor-parallel ranks share each batch; data-parallel ranks each get their own.
-    rng = random.Random(step * 1000 + (0 if layout == "tp" else rank))
+    group = {"tp": 0, "2d": rank // TP}.get(layout, rank)
+    rng = random.Random(step * 1000 + group)
     length = rng.choice(range(128, 1025, 64))
     g = torch.Generator().manual_seed(rng.randrange(1 << 30))
     tokens = torch.randint(0, VOCAB, (size, length + 1), generator=g)
@@ -107,26 +133,35 @@ def figures():
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("layout", choices=["ddp", "fsdp2", "fsdp2-keep", "tp"])
+    ap.add_argument("layout", choices=["ddp", "fsdp2", "fsdp2-keep", "tp", "2d"])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--dim", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--leak-rank", type=int, default=-1,
+                    help="this rank keeps a slice of its logits every step (a leak)")
+    ap.add_argument("--cap-rank", type=int, default=-1,
+                    help="this rank runs under set_per_process_memory_fraction(--cap-fraction)")
+    ap.add_argument("--cap-fraction", type=float, default=0.05)
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
+    if rank == args.cap_rank:
+        torch.cuda.set_per_process_memory_fraction(args.cap_fraction, device)
     dist.init_process_group("nccl", device_id=device)
     torch.manual_seed(0)
     model = parallelize(Model(args.dim, args.layers).to(device), args.layout, device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    losses, times = [], []
+    losses, times, kept = [], [], []
     for step in range(args.steps):
         tokens, targets = batch(step, rank, args.layout, device)
         torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(tokens)
+        if rank == args.leak_rank:
+            kept.append(logits[:, -1:])  # LEAK: a view keeps the whole logits tensor
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
         loss.backward()
         opt.step()

@@ -4,7 +4,7 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
-#                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak]
+#                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -18,7 +18,9 @@
 #        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
-#        MULTIGPU_ROUNDS); overhead: tests/gpu/overhead.sh, recording cost;
+#        MULTIGPU_ROUNDS; layouts ddp, fsdp2, fsdp2-keep, tp, 2d); ranks:
+#        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
+#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -191,7 +193,14 @@ if want multigpu; then
   echo "== multi-GPU layouts under torchrun, native and gpumem taking turns"
   $py "$repo/tests/gpu/multi_gpu_matrix.py" "$build/bin/gpumem" \
     ${MULTIGPU_LAYOUTS:+--layouts $MULTIGPU_LAYOUTS} --rounds "${MULTIGPU_ROUNDS:-3}" \
+    ${MULTIGPU_STEPS:+--steps $MULTIGPU_STEPS} \
     --jsonl "$OUT/multi-gpu.jsonl" 2>"$OUT/multi-gpu.err" | tee "$OUT/multi-gpu.md"
+fi
+
+if want ranks; then
+  echo "== one torchrun job, every rank traced: a leak on one rank, an OOM on another"
+  $py "$repo/tests/gpu/rank_diagnosis_check.py" "$build/bin/gpumem" \
+    ${RANKS_LAYOUT:+--layout $RANKS_LAYOUT} | tee "$OUT/rank-diagnosis.md"
 fi
 
 if want overhead; then
