@@ -82,7 +82,7 @@ TEST(TsvLimitsTest, ALastLineWithoutNewlineIsACut) {
 }
 
 TEST(TsvLimitsTest, BinaryDataIsNotATsv) {
-  auto t = ParseTsvTrace(std::string("0\talloc\t4096\t512\t0\t1\t0\n\x01\x02\0\x03\n", 33), "b.tsv");
+  auto t = ParseTsvTrace(std::string("0\talloc\t4096\t512\t0\t1\t0\n\x01\x02\0\x03\n", 28), "b.tsv");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().message(),
             "b.tsv: line 2: binary data at byte 1: not a .tsv trace (nor a gpumem trace or "
