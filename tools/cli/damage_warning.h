@@ -15,7 +15,8 @@ namespace gpumem::cli {
 inline void WarnOfDamage(const trace::Trace& t) {
   if (t.format != "gpumem") return;
   for (const std::string& w : t.warnings) {
-    if (t.loss && w == t.loss->summary) continue;  // WarnOfLoss said it
+    // WarnOfLoss said these: the loss, and a ring trace's window (as its note).
+    if ((t.loss && w == t.loss->summary) || (t.ring && w == t.ring->summary)) continue;
     if (t.ring && w == t.ring->summary) continue;  // WarnOfLoss said it, as a note
     std::fprintf(stderr, "warning: %s\n", w.c_str());
   }
