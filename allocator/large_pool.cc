@@ -1,6 +1,7 @@
 #include "allocator/large_pool.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 
 #include "allocator/size_classes.h"
@@ -10,6 +11,7 @@ namespace gpumem {
 LargePool::LargePool(PageHeap& pages, std::size_t range_va_bytes, StreamId stream)
     : pages_(pages),
       page_(pages.page_bytes()),
+      page_mask_(std::has_single_bit(page_) ? page_ - 1 : 0),
       stream_(stream),
       range_va_bytes_(RoundUp(range_va_bytes, page_)) {}
 
@@ -30,60 +32,16 @@ LargePool::~LargePool() {
   }
 }
 
-Block* LargePool::NewNode() {
-  if (!spare_.empty()) {
-    Block* b = spare_.back();
-    spare_.pop_back();
-    return b;
-  }
-  return &nodes_.emplace_back();
-}
-
-void LargePool::Recycle(Block* b) {
-  *b = Block{};
-  spare_.push_back(b);
-}
-
-void LargePool::Unlink(Block* b) {
-  if (b->prev != nullptr) b->prev->next = b->next;
-  if (b->next != nullptr) b->next->prev = b->prev;
-  if (b->range->tail == b) b->range->tail = b->prev;
-}
-
-void LargePool::LinkAfter(Block* at, Block* b) {
-  b->range = at->range;
-  b->prev = at;
-  b->next = at->next;
-  if (at->next != nullptr) at->next->prev = b;
-  at->next = b;
-  if (at->range->tail == at) at->range->tail = b;
-}
-
-void LargePool::InsertFree(Block* b) {
-  b->free = true;
-  free_.Insert(b);
-  free_bytes_ += b->size;
-}
-
-void LargePool::EraseFree(Block* b) {
-  free_.Erase(b);
-  free_bytes_ -= b->size;
-}
-
 Block* LargePool::Carve(Block* b, std::size_t bytes) {
   if (b->size > bytes) {
     // Put the block against the end whose page is partly used (or away from the hole the
     // rest could grow into): the rest then keeps whole pages, which can be remapped, and
     // the partly used pages fill up.
-    const bool start_clean = b->addr % page_ == 0;
-    const bool end_clean = b->end() % page_ == 0;
-    const bool at_end = (start_clean && !end_clean) ||
-                        (start_clean && end_clean && RoomBefore(b) > 0 && RoomAfter(b) == 0);
     Block* rest = NewNode();
     rest->range = b->range;
     rest->size = b->size - bytes;
     rest->free = true;
-    if (at_end) {
+    if (UsedAtEnd(b)) {
       // b keeps the front as the free rest; the new node becomes the used block.
       rest->addr = b->addr + rest->size;
       rest->size = bytes;
@@ -102,12 +60,36 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
   return b;
 }
 
+// Carve for a block still in the free set: the rest takes its place there without the
+// erase and insert that Carve's caller and Carve would do (FreeIndex::Replace, Resize).
+Block* LargePool::Split(Block* b, std::size_t bytes) {
+  Block* used = NewNode();
+  if (UsedAtEnd(b)) {
+    used->addr = b->end() - bytes;
+    used->size = bytes;
+    LinkAfter(b, used);
+    free_.Resize(b, b->size - bytes);
+    return used;
+  }
+  Block* rest = used;
+  rest->addr = b->addr + bytes;
+  rest->size = b->size - bytes;
+  rest->free = true;
+  LinkAfter(b, rest);
+  free_.Replace(b, rest);
+  b->size = bytes;
+  b->free = false;
+  return b;
+}
+
 Block* LargePool::BestFit(std::size_t bytes) {
   Block* b = free_.BestFit(bytes);
   if (b == nullptr) return nullptr;
+  free_bytes_ -= bytes;
+  if (b->size > bytes) return Split(b, bytes);
   free_.Erase(b);
-  free_bytes_ -= b->size;
-  return Carve(b, bytes);
+  b->free = false;
+  return b;
 }
 
 Block* LargePool::CarveAt(DevicePtr addr, std::size_t bytes) {
@@ -160,21 +142,35 @@ Block* LargePool::Coalesce(Block* b) {
   return b;
 }
 
+// Coalesce and InsertFree, with the merged block's erase and insert fused where the
+// index allows (FreeIndex::Resize, Replace).
 void LargePool::Free(Block* block) {
+  free_bytes_ += block->size;
+  Block* p = block->prev;
+  Block* n = block->next;
+  const bool join_next = n != nullptr && n->free && block->end() == n->addr;
+  if (p != nullptr && p->free && p->end() == block->addr) {
+    std::size_t size = p->size + block->size;
+    Unlink(block);
+    Recycle(block);
+    if (join_next) {
+      size += n->size;
+      free_.Erase(n);
+      Unlink(n);
+      Recycle(n);
+    }
+    free_.Resize(p, size);
+    return;
+  }
   block->free = true;
-  InsertFree(Coalesce(block));
-}
-
-std::size_t LargePool::RoomAfter(const Block* b) const {
-  if (b->end() % page_ != 0) return 0;  // the rest of its last page is used
-  DevicePtr limit = b->next != nullptr ? b->next->addr : b->range->base + b->range->bytes;
-  return (limit - b->end()) / page_;
-}
-
-std::size_t LargePool::RoomBefore(const Block* b) const {
-  if (b->addr % page_ != 0) return 0;
-  DevicePtr limit = b->prev != nullptr ? b->prev->end() : b->range->base;
-  return (b->addr - limit) / page_;
+  if (!join_next) {
+    free_.Insert(block);
+    return;
+  }
+  block->size += n->size;
+  free_.Replace(n, block);
+  Unlink(n);
+  Recycle(n);
 }
 
 LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {

@@ -35,20 +35,7 @@ struct Range {
   std::size_t bytes = 0;         // virtual bytes reserved (segment: its size)
   bool segment = false;
   std::size_t mapped_bytes = 0;  // VMM: bytes backed by pages
-  struct Block* tail = nullptr;  // the block with the highest address
-};
-
-struct Block {
-  DevicePtr addr = 0;
-  std::size_t size = 0;
-  // Neighbours in address order within the range; a hole may lie between two of them.
-  Block* prev = nullptr;
-  Block* next = nullptr;
-  Range* range = nullptr;
-  Block* free_prev = nullptr;  // in the FreeIndex list of its size, while free
-  Block* free_next = nullptr;
-  bool free = false;
-  DevicePtr end() const { return addr + size; }
+  Block* tail = nullptr;         // the block with the highest address
 };
 
 class LargePool {
@@ -128,13 +115,58 @@ class LargePool {
   }
 
  private:
-  Block* NewNode();
-  void Recycle(Block* b);
-  void Unlink(Block* b);
+  // Spare nodes are linked through `next` (range null marks them, see ForEachBlock).
+  Block* NewNode() {
+    if (spare_ == nullptr) return &nodes_.emplace_back();
+    Block* b = spare_;
+    spare_ = b->next;
+    b->next = nullptr;
+    return b;
+  }
+  void Recycle(Block* b) {
+    *b = Block{};
+    b->next = spare_;
+    spare_ = b;
+  }
+  void Unlink(Block* b) {
+    if (b->prev != nullptr) b->prev->next = b->next;
+    if (b->next != nullptr) b->next->prev = b->prev;
+    if (b->range->tail == b) b->range->tail = b->prev;
+  }
   // Links `b` right after `at` (same range).
-  void LinkAfter(Block* at, Block* b);
-  void InsertFree(Block* b);
-  void EraseFree(Block* b);
+  void LinkAfter(Block* at, Block* b) {
+    b->range = at->range;
+    b->prev = at;
+    b->next = at->next;
+    if (at->next != nullptr) at->next->prev = b;
+    at->next = b;
+    if (at->range->tail == at) at->range->tail = b;
+  }
+  void InsertFree(Block* b) {
+    b->free = true;
+    free_.Insert(b);
+    free_bytes_ += b->size;
+  }
+  void EraseFree(Block* b) {
+    free_.Erase(b);
+    free_bytes_ -= b->size;
+  }
+  // Whether a block carved from free block `b` goes against its end (see Carve): its
+  // first page is its own and its last is not, or both are and there is a hole before it
+  // but none after. Masks and compares, not RoomBefore's divisions: this is on every split.
+  bool UsedAtEnd(const Block* b) const {
+    if (!PageAligned(b->addr)) return false;
+    if (!PageAligned(b->end())) return true;
+    const DevicePtr before = b->prev != nullptr ? b->prev->end() : b->range->base;
+    if (b->addr - before < page_) return false;
+    const DevicePtr after = b->next != nullptr ? b->next->addr : b->range->base + b->range->bytes;
+    return after - b->end() < page_;
+  }
+  bool PageAligned(DevicePtr a) const {
+    return page_mask_ != 0 ? (a & page_mask_) == 0 : a % page_ == 0;
+  }
+  // BestFit's split of free block `b` (still indexed) for a used block of `bytes`.
+  Block* Split(Block* b, std::size_t bytes);
   // Marks a free block (already out of the free set) used, splitting off the rest.
   Block* Carve(Block* b, std::size_t bytes);
   // Merges a free block (out of the free set) with adjacent free neighbours.
@@ -142,8 +174,17 @@ class LargePool {
   void ReleaseRange(Range* r);
   std::size_t TakeWholePages(Block* f, std::size_t max, bool lend);
   bool RetireHole(Block* hole, std::size_t* retired);
-  std::size_t RoomAfter(const Block* b) const;
-  std::size_t RoomBefore(const Block* b) const;
+  // Whole pages of the hole after (before) `b`, if its last (first) page is its own.
+  std::size_t RoomAfter(const Block* b) const {
+    if (b->end() % page_ != 0) return 0;  // the rest of its last page is used
+    DevicePtr limit = b->next != nullptr ? b->next->addr : b->range->base + b->range->bytes;
+    return (limit - b->end()) / page_;
+  }
+  std::size_t RoomBefore(const Block* b) const {
+    if (b->addr % page_ != 0) return 0;
+    DevicePtr limit = b->prev != nullptr ? b->prev->end() : b->range->base;
+    return (b->addr - limit) / page_;
+  }
 
   // The old addresses of one stitch's lent pages (placeholder blocks), and an event
   // recorded on the stream after the work that may still use them.
@@ -154,6 +195,7 @@ class LargePool {
 
   PageHeap& pages_;
   const std::size_t page_;
+  const std::size_t page_mask_;  // page_ - 1 if page_ is a power of two (always on CUDA), or 0
   const StreamId stream_;
   std::deque<Lent> lent_;  // oldest first
   std::size_t lent_pages_ = 0;
@@ -161,7 +203,7 @@ class LargePool {
   FreeIndex free_;  // best fit
   std::size_t free_bytes_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
-  std::vector<Block*> spare_;
+  Block* spare_ = nullptr;
   std::vector<std::unique_ptr<Range>> ranges_;
 };
 
