@@ -11,18 +11,6 @@ std::size_t FreeIndex::LastNonEmpty() const {
   return w * 64 + 63 - static_cast<std::size_t>(std::countl_zero(words_[w]));
 }
 
-Block* FreeIndex::SmallestIn(std::size_t i, std::size_t bytes) const {
-  if (i < kExactLists) return heads_[i];  // one size per list: the head fits
-  Block* best = nullptr;
-  for (Block* b = heads_[i]; b != nullptr; b = b->free_next) {
-    if (b->size < bytes) continue;
-    if (best == nullptr || b->size < best->size || (b->size == best->size && b->addr < best->addr)) {
-      best = b;
-    }
-  }
-  return best;
-}
-
 Block* FreeIndex::BestFitFrom(std::size_t i, std::size_t bytes) const {
   if (i >= kExactLists && heads_[i] != nullptr) {
     if (Block* b = SmallestIn(i, bytes)) return b;

@@ -33,7 +33,7 @@ struct Block {
   Block* free_prev = nullptr;  // in the FreeIndex list of its size, while free
   Block* free_next = nullptr;
   bool free = false;
-  std::uint16_t free_list = 0;  // that list (FreeIndex::ListOf(size)), while indexed
+  std::uint16_t free_list = 0;  // that list: FreeIndex::ListOf(size) when filed
   DevicePtr end() const { return addr + size; }
 };
 
@@ -43,7 +43,8 @@ class FreeIndex {
   static constexpr std::size_t kExactLists = kExactLimit / kBlockAlign;
   static constexpr std::size_t kLists = kExactLists + 44 * 16;  // classes up to 2^64
 
-  // A block's size must not change while it is indexed.
+  // Searches read the sizes of indexed blocks: change one out of the index, or Resize it
+  // before the next search (Erase finds a block's list by free_list, not by its size).
   void Insert(Block* b) { InsertIn(b, ListOf(b->size)); }
   void Erase(Block* b);
   // Erase(b), b's size set to `bytes`, Insert(b); the index's order is all that Erase
@@ -141,6 +142,21 @@ inline void FreeIndex::Erase(Block* b) {
   if (b->free_next != nullptr) b->free_next->free_prev = b->free_prev;
   b->free_prev = b->free_next = nullptr;
   --count_;
+}
+
+inline Block* FreeIndex::SmallestIn(std::size_t i, std::size_t bytes) const {
+  Block* head = heads_[i];
+  if (i < kExactLists) return head;  // one size per list: the head fits
+  // One block (a loop's one large block, freed and taken again): no comparisons.
+  if (head->free_next == nullptr) return head->size >= bytes ? head : nullptr;
+  Block* best = nullptr;
+  for (Block* b = head; b != nullptr; b = b->free_next) {
+    if (b->size < bytes) continue;
+    if (best == nullptr || b->size < best->size || (b->size == best->size && b->addr < best->addr)) {
+      best = b;
+    }
+  }
+  return best;
 }
 
 inline void FreeIndex::Resize(Block* b, std::size_t bytes) {

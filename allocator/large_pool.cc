@@ -60,15 +60,16 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
   return b;
 }
 
-// Carve for a block still in the free set: the rest takes its place there without the
-// erase and insert that Carve's caller and Carve would do (FreeIndex::Replace, Resize).
+// Carve for a block still in the free set, which stays filed under its old size: the
+// split is left pending (see split_).
 Block* LargePool::Split(Block* b, std::size_t bytes) {
   Block* used = NewNode();
   if (UsedAtEnd(b)) {
     used->addr = b->end() - bytes;
     used->size = bytes;
     LinkAfter(b, used);
-    free_.Resize(b, b->size - bytes);
+    b->size -= bytes;
+    split_ = {.used = used, .rest = b, .filed = b};
     return used;
   }
   Block* rest = used;
@@ -76,18 +77,30 @@ Block* LargePool::Split(Block* b, std::size_t bytes) {
   rest->size = b->size - bytes;
   rest->free = true;
   LinkAfter(b, rest);
-  free_.Replace(b, rest);
   b->size = bytes;
   b->free = false;
+  split_ = {.used = b, .rest = rest, .filed = b};
   return b;
 }
 
+// What Split would have done to the index at once: the rest takes the filed block's
+// place, or is refiled under its own size (FreeIndex::Replace, Resize).
+void LargePool::SettleSplit() const {
+  const PendingSplit s = split_;
+  split_ = {};
+  if (s.filed == s.used) {
+    index_.Replace(s.used, s.rest);
+  } else {
+    index_.Resize(s.rest, s.rest->size);
+  }
+}
+
 Block* LargePool::BestFit(std::size_t bytes) {
-  Block* b = free_.BestFit(bytes);
+  Block* b = index().BestFit(bytes);
   if (b == nullptr) return nullptr;
   free_bytes_ -= bytes;
   if (b->size > bytes) return Split(b, bytes);
-  free_.Erase(b);
+  index_.Erase(b);
   b->free = false;
   return b;
 }
@@ -142,9 +155,15 @@ Block* LargePool::Coalesce(Block* b) {
   return b;
 }
 
+void LargePool::Free(Block* block) {
+  if (block == split_.used && UndoSplit()) return;
+  Merge(block);
+}
+
 // Coalesce and InsertFree, with the merged block's erase and insert fused where the
 // index allows (FreeIndex::Resize, Replace).
-void LargePool::Free(Block* block) {
+void LargePool::Merge(Block* block) {
+  FreeIndex& index = this->index();
   free_bytes_ += block->size;
   Block* p = block->prev;
   Block* n = block->next;
@@ -155,22 +174,49 @@ void LargePool::Free(Block* block) {
     Recycle(block);
     if (join_next) {
       size += n->size;
-      free_.Erase(n);
+      index.Erase(n);
       Unlink(n);
       Recycle(n);
     }
-    free_.Resize(p, size);
+    index.Resize(p, size);
     return;
   }
   block->free = true;
   if (!join_next) {
-    free_.Insert(block);
+    index.Insert(block);
     return;
   }
   block->size += n->size;
-  free_.Replace(n, block);
+  index.Replace(n, block);
   Unlink(n);
   Recycle(n);
+}
+
+// The free of the pending split's used block when it merges with the rest alone: the
+// block so made is the one split, still filed where it was (at its exact list's head,
+// where best fit found it, so where a fresh insert would put it), and the index stays as
+// it is. Whether it applied. The rest is still free and next to the used block: any
+// other change to blocks goes through index() first, which settles the split.
+bool LargePool::UndoSplit() {
+  Block* used = split_.used;
+  const bool rest_after = split_.filed == used;
+  Block* kept = rest_after ? used : split_.rest;
+  Block* gone = rest_after ? split_.rest : used;
+  // The used block's other neighbour, which a free would merge too.
+  if (rest_after) {
+    const Block* p = used->prev;
+    if (p != nullptr && p->free && p->end() == used->addr) return false;
+  } else {
+    const Block* n = used->next;
+    if (n != nullptr && n->free && used->end() == n->addr) return false;
+  }
+  split_ = {};
+  free_bytes_ += used->size;
+  kept->size += gone->size;
+  kept->free = true;
+  Unlink(gone);
+  Recycle(gone);
+  return true;
 }
 
 LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
@@ -186,7 +232,7 @@ LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
   // and an aligned block gives back whole pages when it is freed. (resnet50's smallest
   // device 1532 -> 1528 pages, gpt2's 3700 -> 3710; docs/allocator.md, smallest device.)
   const bool whole_pages = bytes % page_ == 0;
-  for (Block* e : free_.Sorted()) {
+  for (Block* e : index().Sorted()) {
     std::size_t need = RoundUp(bytes - e->size, page_) / page_;
     if (need > best_pages) continue;
     if (need == best_pages && (best.extent != nullptr || whole_pages)) continue;
@@ -269,7 +315,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
 std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool lend) {
   if (!pages_.vmm() || max == 0) return 0;
   std::vector<Block*> candidates;
-  for (Block* f : free_.Sorted()) {
+  for (Block* f : index().Sorted()) {
     if (f == keep) continue;
     if (RoundUp(f->addr, page_) + page_ <= f->end() / page_ * page_) candidates.push_back(f);
   }
@@ -390,7 +436,7 @@ std::size_t LargePool::StrandedBytes(const Block* f) const {
 
 std::size_t LargePool::IdlePages() const {
   std::size_t n = 0;
-  for (const Block* f : free_.Sorted()) {
+  for (const Block* f : index().Sorted()) {
     DevicePtr first = RoundUp(f->addr, page_);
     DevicePtr last = f->end() / page_ * page_;
     if (last > first) n += (last - first) / page_;
@@ -400,7 +446,7 @@ std::size_t LargePool::IdlePages() const {
 
 std::size_t LargePool::ReleaseFreeSegments() {
   std::vector<Block*> whole;
-  for (Block* f : free_.Sorted()) {
+  for (Block* f : index().Sorted()) {
     if (f->range->segment && f->addr == f->range->base && f->size == f->range->bytes) {
       whole.push_back(f);
     }
@@ -420,7 +466,7 @@ std::size_t LargePool::ReleaseFreeSegments() {
 }
 
 std::size_t LargePool::largest_free() const {
-  const Block* b = free_.Largest();
+  const Block* b = index().Largest();
   return b == nullptr ? 0 : b->size;
 }
 

@@ -144,11 +144,11 @@ class LargePool {
   }
   void InsertFree(Block* b) {
     b->free = true;
-    free_.Insert(b);
+    index().Insert(b);
     free_bytes_ += b->size;
   }
   void EraseFree(Block* b) {
-    free_.Erase(b);
+    index().Erase(b);
     free_bytes_ -= b->size;
   }
   // Whether a block carved from free block `b` goes against its end (see Carve): its
@@ -167,6 +167,16 @@ class LargePool {
   }
   // BestFit's split of free block `b` (still indexed) for a used block of `bytes`.
   Block* Split(Block* b, std::size_t bytes);
+  // The index, with a pending split filed first: for every use but BestFit's and Free's.
+  FreeIndex& index() const {
+    if (split_.used != nullptr) SettleSplit();
+    return index_;
+  }
+  void SettleSplit() const;
+  bool UndoSplit();
+  // Free's coalescing of a used block with its free neighbours (a pending split settled
+  // first).
+  void Merge(Block* block);
   // Marks a free block (already out of the free set) used, splitting off the rest.
   Block* Carve(Block* b, std::size_t bytes);
   // Merges a free block (out of the free set) with adjacent free neighbours.
@@ -200,7 +210,18 @@ class LargePool {
   std::deque<Lent> lent_;  // oldest first
   std::size_t lent_pages_ = 0;
   const std::size_t range_va_bytes_;
-  FreeIndex free_;  // best fit
+  // The free blocks for best fit. A split leaves the block it split filed under its old
+  // size, pending in split_, until the next use of the index files the rest
+  // (SettleSplit): a free of the used part that merges it back into the same block then
+  // undoes the split without touching the index, as a loop allocating and freeing one
+  // size does every time. Settled, the index is what filing at once would have made it.
+  struct PendingSplit {
+    Block* used = nullptr;   // handed out; null: none pending
+    Block* rest = nullptr;   // the free rest
+    Block* filed = nullptr;  // the one of them filed under the unsplit size
+  };
+  mutable FreeIndex index_;
+  mutable PendingSplit split_;
   std::size_t free_bytes_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
   Block* spare_ = nullptr;
