@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include <cstdint>
-#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -15,10 +15,11 @@
 
 namespace gpumem::testing {
 
+// In the system's temporary folder (TMPDIR where set), named by this process.
 inline std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TMPDIR");
-  return std::string(dir != nullptr ? dir : "/tmp") + "/gpumem_" + std::to_string(getpid()) +
-         "_" + name;
+  return (std::filesystem::temp_directory_path() /
+          ("gpumem_" + std::to_string(getpid()) + "_" + name))
+      .string();
 }
 
 inline std::string ReadBytes(const std::string& path) {

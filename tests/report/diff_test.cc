@@ -144,15 +144,15 @@ trace::Trace OneStepRun(const std::string& dir, std::uint64_t model_bytes, bool 
 }
 
 TEST(DiffRuns, SitesMatchByNameAcrossCheckouts) {
-  const trace::Trace before = OneStepRun("/home/a/repo/", 10 * kMiB, false, true);
-  const trace::Trace after = OneStepRun("/srv/ci/checkout/", 12 * kMiB, true, false);
+  const trace::Trace before = OneStepRun("/checkout-a/repo/", 10 * kMiB, false, true);
+  const trace::Trace after = OneStepRun("/checkout-b/repo/", 12 * kMiB, true, false);
   absl::StatusOr<Diff> d = DiffRuns(before, after, {});
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->two_runs);
   EXPECT_EQ(d->from.step, 1u);  // each run's last step end
   EXPECT_EQ(d->to.step, 1u);
-  EXPECT_EQ(d->from.sites_relative_to, "/home/a/repo/");
-  EXPECT_EQ(d->to.sites_relative_to, "/srv/ci/checkout/");
+  EXPECT_EQ(d->from.sites_relative_to, "/checkout-a/repo/");
+  EXPECT_EQ(d->to.sites_relative_to, "/checkout-b/repo/");
   EXPECT_EQ(d->matched(), 2u);
   const SiteDiff* model = Find(*d, "model.py:12 build");
   ASSERT_NE(model, nullptr);

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "profiler/recorder.h"
+#include "tests/profiler/trace_test_util.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
@@ -51,9 +52,7 @@ void WriteMain(const std::string& path, const std::string& cupti) {
   ASSERT_TRUE((*r)->Close().ok());
 }
 
-std::string Temp(const std::string& name) {
-  return "/tmp/gpumem_outside_" + std::to_string(getpid()) + "_" + name;
-}
+std::string Temp(const std::string& name) { return gpumem::testing::TempPath("outside_" + name); }
 
 TEST(OutsideRecorded, ReportReadsTheCuptiTraceBesideTheMainOne) {
   const std::string main_path = Temp("run-0.gpumem");
