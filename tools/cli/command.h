@@ -1,6 +1,8 @@
 // Each `gpumem` subcommand lives in its own file and adds itself to the CLI here.
 #pragma once
 
+#include <string>
+
 #include "CLI/CLI.hpp"
 
 namespace gpumem::cli {
@@ -9,6 +11,10 @@ namespace gpumem::cli {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;   // the job ran and found a failure (a target missed)
 inline constexpr int kExitBadInput = 2;  // bad arguments or an unreadable / corrupt input
+
+// One line on stderr ("gpumem COMMAND: message", line breaks folded), then kExitBadInput:
+// the one way bad input ends.
+int BadInput(const char* command, const std::string& message);
 
 // Each adds its subcommand to `app`; when it runs, it stores its exit status in *status.
 void AddReplayCommand(CLI::App& app, int* status);

@@ -31,14 +31,7 @@ struct DiffArgs {
   std::string step_site;
 };
 
-int BadInput(const std::string& message) {
-  std::string line = message;
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::fprintf(stderr, "gpumem diff: %s\n", line.c_str());
-  return kExitBadInput;
-}
+int BadInput(const std::string& message) { return cli::BadInput("diff", message); }
 
 absl::StatusOr<report::DiffOptions> Options(const DiffArgs& args) {
   report::DiffOptions options;

@@ -27,14 +27,7 @@ struct ExportArgs {
   std::string at;  // pprof only: peak (default), oom, step:N
 };
 
-int BadInput(const std::string& message) {
-  std::string line = message;
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::fprintf(stderr, "gpumem export: %s\n", line.c_str());
-  return kExitBadInput;
-}
+int BadInput(const std::string& message) { return cli::BadInput("export", message); }
 
 // The moment a pprof profile is taken at; checked before the trace is read.
 absl::StatusOr<report::ProfilePoint> PprofPoint(const ExportArgs& args) {

@@ -132,15 +132,7 @@ void WarnOfUnpaired(const replay::ReplayResult& r) {
   }
 }
 
-// One line on stderr, exit status 2: the one way bad input ends.
-int BadInput(const std::string& message) {
-  std::string line = message;
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::fprintf(stderr, "gpumem replay: %s\n", line.c_str());
-  return kExitBadInput;
-}
+int BadInput(const std::string& message) { return cli::BadInput("replay", message); }
 
 // --cap: bytes, a size with a unit, or "1.02x": a factor of each trace's peak allocated.
 struct Cap {

@@ -42,14 +42,7 @@ struct ReportArgs {
   bool open = false;
 };
 
-int BadInput(const std::string& message) {
-  std::string line = message;
-  for (char& c : line) {
-    if (c == '\n' || c == '\r') c = ' ';
-  }
-  std::fprintf(stderr, "gpumem report: %s\n", line.c_str());
-  return kExitBadInput;
-}
+int BadInput(const std::string& message) { return cli::BadInput("report", message); }
 
 // file:// URL of `path`, which terminals make clickable; bytes outside [A-Za-z0-9/._~-]
 // are percent-encoded.
