@@ -187,12 +187,14 @@ Block* CachingAllocator::GrowFromIdle(StreamHeap& h, std::size_t bytes) {
   ++stats_.trim_count;
   CollectIdleOf([this](const StreamHeap& heap) { return Reclaimable(heap); });
   Block* b = h.large.BestFit(bytes);
-  const HeadroomUse use = b == nullptr ? HeadroomFor(h, bytes) : HeadroomUse::kKept;
-  if (use == HeadroomUse::kKept && b == nullptr) {
-    absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/false);
+  if (b == nullptr) {
+    const HeadroomUse use = HeadroomFor(h, bytes);
+    refused_for_headroom_ = use == HeadroomUse::kEaten;
+    absl::StatusOr<Block*> grown = use == HeadroomUse::kKept
+                                       ? Grow(h, bytes, /*budget=*/false)
+                                       : absl::StatusOr<Block*>(nullptr);
     if (grown.ok()) b = *grown;
   }
-  refused_for_headroom_ = use == HeadroomUse::kEaten;
   pages_.ReleaseCached();
   return b;
 }

@@ -15,7 +15,6 @@ usage: rank_diagnosis_check.py GPUMEM_CLI [--layout L] [--steps 60] [--gpus N]
 """
 import argparse
 import glob
-import inspect
 import json
 import os
 import subprocess
@@ -79,7 +78,7 @@ def check_oom(cli, args, folder, cap_rank):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=inspect.getdoc(sys.modules[__name__]).splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cli")
     ap.add_argument("--layout", default="",
                     help="default: 2d on 4 or more GPUs, else fsdp2")
