@@ -126,6 +126,8 @@ def figures():
             stats = gpumem.stats()
             out["gpumem_allocated"] = stats["allocated_bytes"]
             out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
+            # Device calls a slow step made: host synchronizes, stream waits, maps.
+            out["backend_counters"] = gpumem.snapshot()["devices"][0]["backend_counters"]
     except ImportError:
         pass
     return out

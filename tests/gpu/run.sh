@@ -37,7 +37,9 @@
 #        TURNS_BLOCK (turns: steps per turn, default 5), GPU_TARGETS (what to build),
 #        GPU_CXX_FLAGS (extra compiler flags, e.g. -fno-omit-frame-pointer for perf -g),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
-#        also skips the torch.empty loops), CAPREPEAT (see caprepeat).
+#        also skips the torch.empty loops), BENCH_REPS (repetitions of each benchmark,
+#        interleaved at random: the table gives each ratio a 95% interval), CAPREPEAT
+#        (see caprepeat).
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 steps=("$@")
@@ -70,6 +72,7 @@ if want bench; then
   echo "== microbenchmarks"
   "$build/bin/gpu_alloc_bench" --benchmark_out="$OUT/gpu_alloc_bench.json" \
     --benchmark_out_format=json ${BENCH_FILTER:+--benchmark_filter="$BENCH_FILTER"} \
+    ${BENCH_REPS:+--benchmark_repetitions=$BENCH_REPS --benchmark_enable_random_interleaving=true} \
     >"$OUT/bench.log" 2>&1 || tail -20 "$OUT/bench.log"
   : >"$OUT/torch_empty.jsonl"
   if [ -z "${BENCH_FILTER:-}" ]; then
