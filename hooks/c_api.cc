@@ -125,37 +125,47 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
   return 0;
 }
 
-void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::PoolId pool) {
-  if (size < 0) {
-    SetError(absl::StrCat("gpumem_alloc: negative size ", size));
-    return nullptr;
-  }
-  absl::StatusOr<DeviceState*> state = GetDevice(device);
-  if (!state.ok()) {
-    ReportStartError(device, state.status());
-    return nullptr;
-  }
-  DeviceState& s = **state;
-  gpumem::Recorder::CallScope call_stack(TraceRecorder());  // before the allocator's lock
-  const auto stream_id = reinterpret_cast<gpumem::StreamId>(stream);
-  const auto bytes = static_cast<std::size_t>(size);
-  // The default pool straight to Allocate: one virtual call on the hot path, not two.
-  absl::StatusOr<gpumem::DevicePtr> ptr =
-      pool == gpumem::kDefaultPool ? s.allocator->Allocate(bytes, stream_id)
-                                   : s.allocator->AllocateInPool(bytes, stream_id, pool);
-  if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
+// Out of the hot path: the reason for a failed allocation, left for gpumem_last_error.
+[[gnu::cold, gnu::noinline]] void* AllocationFailed(DeviceState& s, int device, ssize_t size,
+                                                    const absl::Status& status) {
   std::string message;
-  if (absl::IsResourceExhausted(ptr.status())) {
+  if (absl::IsResourceExhausted(status)) {
     gpumem::OomReport report = s.allocator->last_oom();
     message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
     ExplainAllocatorOom(s, report, message);  // before the caller raises: it may be fatal
   } else {
     message = absl::StrCat("gpumem: device ", device, ": allocation of ", size,
-                           " bytes failed: ", ptr.status().message());
+                           " bytes failed: ", status.message());
     std::fprintf(stderr, "%s\n", message.c_str());
   }
   SetError(message);
   return nullptr;
+}
+
+// The first allocation on a device starts it; a device that cannot start says why.
+[[gnu::cold, gnu::noinline]] DeviceState* StartDevice(int device) {
+  absl::StatusOr<DeviceState*> state = GetDevice(device);
+  if (state.ok()) return *state;
+  ReportStartError(device, state.status());
+  return nullptr;
+}
+
+void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::PoolId pool) {
+  if (size < 0) {
+    SetError(absl::StrCat("gpumem_alloc: negative size ", size));
+    return nullptr;
+  }
+  DeviceState* s = StartedDevice(device);
+  if (s == nullptr && (s = StartDevice(device)) == nullptr) return nullptr;
+  gpumem::Recorder::CallScope call_stack(TraceRecorder());  // before the allocator's lock
+  const auto stream_id = reinterpret_cast<gpumem::StreamId>(stream);
+  const auto bytes = static_cast<std::size_t>(size);
+  // The default pool straight to Allocate: one virtual call on the hot path, not two.
+  absl::StatusOr<gpumem::DevicePtr> ptr =
+      pool == gpumem::kDefaultPool ? s->allocator->Allocate(bytes, stream_id)
+                                   : s->allocator->AllocateInPool(bytes, stream_id, pool);
+  if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
+  return AllocationFailed(*s, device, size, ptr.status());
 }
 
 // A free that names no device: with one device started (the common case) that one,

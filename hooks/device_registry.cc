@@ -16,13 +16,18 @@ struct Registry {
   std::mutex mu;  // guards starts, pending caps and the config
   std::optional<absl::StatusOr<Config>> config;
   std::optional<absl::StatusOr<AllocatorObserver*>> observer;
-  std::array<std::atomic<DeviceState*>, kMaxDevices> devices{};
   std::atomic<DeviceState*> sole{nullptr};  // the only started device; null for 0 or 2+
   int started = 0;
   std::array<std::optional<absl::Status>, kMaxDevices> start_errors;
   std::array<std::optional<std::uint64_t>, kMaxDevices> pending_capacity;
   std::array<std::optional<double>, kMaxDevices> pending_fraction;
 };
+
+}  // namespace
+
+constinit std::atomic<DeviceState*> g_started_devices[kMaxDevices] = {};
+
+namespace {
 
 Registry& R() {
   static Registry* registry = new Registry;  // never destroyed: see the header
@@ -87,24 +92,19 @@ absl::StatusOr<DeviceState*> GetDevice(int device) {
   if (device < 0 || device >= kMaxDevices) {
     return absl::InvalidArgumentError(absl::StrCat("device ", device, " is out of range"));
   }
+  if (DeviceState* s = StartedDevice(device)) return s;
   Registry& r = R();
-  if (DeviceState* s = r.devices[device].load(std::memory_order_acquire)) return s;
   std::lock_guard<std::mutex> lock(r.mu);
-  if (DeviceState* s = r.devices[device].load(std::memory_order_acquire)) return s;
+  if (DeviceState* s = StartedDevice(device)) return s;
   if (r.start_errors[device]) return *r.start_errors[device];
   absl::StatusOr<DeviceState*> started = StartLocked(r, device);
   if (!started.ok()) {
     r.start_errors[device] = started.status();
     return started.status();
   }
-  r.devices[device].store(*started, std::memory_order_release);
+  g_started_devices[device].store(*started, std::memory_order_release);
   r.sole.store(++r.started == 1 ? *started : nullptr, std::memory_order_release);
   return *started;
-}
-
-DeviceState* StartedDevice(int device) {
-  if (device < 0 || device >= kMaxDevices) return nullptr;
-  return R().devices[device].load(std::memory_order_acquire);
 }
 
 DeviceState* SoleStartedDevice() { return R().sole.load(std::memory_order_acquire); }
@@ -137,7 +137,7 @@ void ResetRegistryForTesting() {
   r.sole.store(nullptr);
   r.started = 0;
   for (int d = 0; d < kMaxDevices; ++d) {
-    delete r.devices[d].exchange(nullptr);  // tests hold no block across a reset
+    delete g_started_devices[d].exchange(nullptr);  // tests hold no block across a reset
     r.start_errors[d].reset();
     r.pending_capacity[d].reset();
     r.pending_fraction[d].reset();

@@ -35,8 +35,15 @@ const absl::StatusOr<Config>& ProcessConfig();
 // The device's state, started on first call. Errors (bad configuration, no device) are
 // returned every time without retrying the start.
 absl::StatusOr<DeviceState*> GetDevice(int device);
+// Started devices by number. Outside the registry so that the allocation path finds a
+// started device with one load, inline; constant-initialized, never destroyed.
+extern std::atomic<DeviceState*> g_started_devices[kMaxDevices];
+
 // The device's state if it has started, else nullptr. Never starts one.
-DeviceState* StartedDevice(int device);
+inline DeviceState* StartedDevice(int device) {
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  return g_started_devices[device].load(std::memory_order_acquire);
+}
 // The started device if exactly one has started, else nullptr: one load in the common
 // one-device case.
 DeviceState* SoleStartedDevice();
