@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Recording overhead on a GPU: median step time after warm-up (capture.py's figure) for
 # gpt2 and resnet50 under: PyTorch's native allocator; gpumem without trace; gpumem + trace
-# with Python stacks; with all stacks; profile-only mode (native allocator recorded by
+# with Python stacks; the same as a 16M ring (GPUMEM_TRACE_MAX); with all stacks; profile-only mode (native allocator recorded by
 # gpumem, Python and all stacks); PyTorch's own _record_memory_history(stacks="python")
 # and stacks="all". Rounds interleave the configurations, so drift hits all of them.
 # Prints a table with ratios to gpumem without trace and to native, and the goals:
@@ -21,7 +21,7 @@ scratch=$(mktemp -d)  # the traces of the timed runs
 trap 'rm -rf "$scratch"' EXIT
 cap=$repo/tests/gpu/capture.py
 steps=${OVERHEAD_STEPS:-25}
-configs=${OVERHEAD_CONFIGS:-native gpumem gpumem+trace-python gpumem+trace-all profile-python profile-all torch-python torch-all}
+configs=${OVERHEAD_CONFIGS:-native gpumem gpumem+trace-python gpumem+ring-python gpumem+trace-all profile-python profile-all torch-python torch-all}
 workloads=${OVERHEAD_WORKLOADS:-gpt2 resnet50}
 results=$OUT/overhead-${workloads// /-}.jsonl  # one file per workload set: calls may be split
 : >"$results"
@@ -33,6 +33,7 @@ run_config() {  # workload config
     native) $py "${common[@]}" --allocator native ;;
     gpumem) $py "${common[@]}" --allocator gpumem ;;
     gpumem+trace-python) GPUMEM_TRACE=$t GPUMEM_STACKS=python $py "${common[@]}" --allocator gpumem ;;
+    gpumem+ring-python) GPUMEM_TRACE=$t GPUMEM_TRACE_MAX=16M GPUMEM_STACKS=python $py "${common[@]}" --allocator gpumem ;;
     gpumem+trace-all) GPUMEM_TRACE=$t GPUMEM_STACKS=all $py "${common[@]}" --allocator gpumem ;;
     profile-python) GPUMEM_TRACE=$t GPUMEM_STACKS=python $py "${common[@]}" --allocator profile ;;
     profile-all) GPUMEM_TRACE=$t GPUMEM_STACKS=all $py "${common[@]}" --allocator profile ;;
@@ -42,7 +43,7 @@ run_config() {  # workload config
   esac
   local rc=$?
   [ -f "$t" ] && ls -l "$t" | awk -v c="$c" -v w="$w" '{print "  trace " w " " c ": " $5 " bytes"}' >&2
-  rm -f "$t"
+  rm -f "$t" "${t%.gpumem}".seg*.gpumem
   return $rc
 }
 

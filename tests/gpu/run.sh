@@ -4,7 +4,7 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
-#                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks]
+#                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks] [ring]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -12,10 +12,12 @@
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
 #        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
 #        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
+#        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
+#        (RING_SECONDS before the fast leak, default 60);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
 #        a moving cap, then two capped processes side by side (SOAK_PAIR_SECONDS);
-#        pip: `pip install` of this tree into a venv that sees torch, then a training run
-#        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py);
+#        pip: `pip install` of this tree into torch's environment, then a training run
+#        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py; run it last);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
 #        MULTIGPU_ROUNDS; layouts ddp, fsdp2, fsdp2-keep, tp, 2d); ranks:
@@ -165,19 +167,6 @@ if [ -d "$OUT/reports" ]; then
   tar czf "$OUT/reports.tgz" -C "$OUT" reports && rm -r "$OUT/reports"
 fi
 
-if want pip; then
-  echo "== pip install into torch's environment, then a training run with GPUMEM=1 alone"
-  venv=$(mktemp -d)/venv
-  $py -m venv --system-site-packages "$venv"
-  CMAKE_PREFIX_PATH=$prebuilt CMAKE_ARGS="-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
-    -DLIBLZMA_LIBRARY=$arch/liblzma.so -DZLIB_LIBRARY=$arch/libz.so \
-    -DLIBLZMA_INCLUDE_DIR=$prebuilt/include -DZLIB_INCLUDE_DIR=$prebuilt/include" \
-    GPUMEM_BUILD_DIR=$(dirname "$venv")/build "$venv/bin/pip" install --quiet \
-    --no-build-isolation --no-index "$repo" >"$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
-  (cd "$(dirname "$venv")" && env -u PYTHONPATH -u GPUMEM_LIB_DIR GPUMEM=1 \
-    "$venv/bin/python" "$repo/tests/gpu/pip_gpumem1_check.py") | tee "$OUT/pip-gpumem1.json"
-fi
-
 if want soak; then
   echo "== soak: threads, streams, record_stream, a moving cap, every byte checked"
   "$build/bin/gpumem" run -- $py "$repo/tests/gpu/soak.py" soak \
@@ -190,6 +179,12 @@ if want soak; then
     --seconds "${SOAK_PAIR_SECONDS:-60}" | tee "$OUT/soak-steady.json"
   wait
   cat "$OUT/soak-hog.json"
+fi
+
+if want ring; then
+  echo "== a bounded trace (GPUMEM_TRACE_MAX) on a training run that leaks until its cap"
+  $py "$repo/tests/gpu/ring_check.py" "$build/bin/gpumem" --seconds "${RING_SECONDS:-60}" \
+    | tee "$OUT/ring.json"
 fi
 
 if want multigpu; then
@@ -225,4 +220,18 @@ if want mincap; then
       $py "$repo/tests/gpu/min_cap.py" "$results" "$w" 2>&1 | tee -a "$OUT/mincap.jsonl";;
     esac
   done
+fi
+
+if want pip; then
+  # Into the environment that holds torch, as a user would (the device is discarded after
+  # the call); gpumem's folders leave the environment, so only the installed copy is found.
+  echo "== pip install into torch's environment, then a training run with GPUMEM=1 alone"
+  work=$(mktemp -d)
+  CMAKE_PREFIX_PATH=$prebuilt CMAKE_ARGS="-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu \
+    -DLIBLZMA_LIBRARY=$arch/liblzma.so -DZLIB_LIBRARY=$arch/libz.so \
+    -DLIBLZMA_INCLUDE_DIR=$prebuilt/include -DZLIB_INCLUDE_DIR=$prebuilt/include" \
+    GPUMEM_BUILD_DIR=$work/build env -u PYTHONPATH $py -m pip install --quiet \
+    --no-build-isolation --no-index "$repo" >"$OUT/pip.log" 2>&1 || tail -20 "$OUT/pip.log"
+  (cd "$work" && env -u PYTHONPATH -u GPUMEM_LIB_DIR GPUMEM=1 \
+    $py "$repo/tests/gpu/pip_gpumem1_check.py") | tee "$OUT/pip-gpumem1.json"
 fi
