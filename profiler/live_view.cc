@@ -94,11 +94,12 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
     if (DeviceOf(key) != device || (key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;
     VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0};
     const SiteHistory::Series s = history_.Of(key);
-    if (const std::optional<report::Growth> g = report::SteadyGrowth(s.steps, s.live, min_growth)) {
+    if (const std::optional<report::Growth> g =
+            report::RecentSteadyGrowth(s.steps, s.live, min_growth)) {
       site.bytes_per_step = g->bytes_per_step;
       in->growth_per_step += g->bytes_per_step;
-      in->growth_steps = std::max(in->growth_steps, s.live.size());
-      if (bytes > s.live.front()) in->figures.grown_bytes += bytes - s.live.front();
+      in->growth_steps = std::max(in->growth_steps, s.live.size() - g->from);
+      if (bytes > s.live[g->from]) in->figures.grown_bytes += bytes - s.live[g->from];
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));
@@ -119,12 +120,12 @@ void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
                          std::uint64_t allocated_now, OomVerdictInput* in) {
   const SiteHistory::Series s = history.Of(TotalKey(device));
   const std::optional<report::Growth> g =
-      report::SteadyGrowth(s.steps, s.live, report::MinLeakGrowth(allocated_now));
+      report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(allocated_now));
   if (!g) return;
   in->figures.growth_suspected = true;
   in->growth_per_step = g->bytes_per_step;
-  in->growth_steps = s.live.size();
-  if (allocated_now > s.live.front()) in->figures.grown_bytes = allocated_now - s.live.front();
+  in->growth_steps = s.live.size() - g->from;
+  if (allocated_now > s.live[g->from]) in->figures.grown_bytes = allocated_now - s.live[g->from];
 }
 
 }  // namespace gpumem

@@ -65,6 +65,20 @@ TEST(Shapes, ValidationLeakIsFoundByInferenceWithoutMarks) {
   EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
 }
 
+TEST(Shapes, LeakThatBeginsLateIsNamed) {
+  trace::Trace t = synthetic::LateLeakTrace();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_GT(r.ooms[0].at.step, static_cast<std::size_t>(synthetic::kLateLeakStart));
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  const LeakSuspect& top = r.leaks.suspects[0];
+  EXPECT_EQ(top.name, "model.py:40 Net.forward");
+  EXPECT_NE(StackText(r, top.stack).find("train.py:90 evaluate"), std::string::npos);
+  EXPECT_NEAR(top.bytes_per_step, static_cast<double>(synthetic::kLateLeakPerStep),
+              0.05 * synthetic::kLateLeakPerStep);
+}
+
 TEST(Shapes, CappedRunUsesTheRecordedCap) {
   trace::Trace t = synthetic::CappedPeakTrace();
   Report r = BuildReport(t, {});

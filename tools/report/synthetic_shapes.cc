@@ -90,6 +90,22 @@ trace::Trace ValidationLeakTrace(bool marks) {
   }
 }
 
+trace::Trace LateLeakTrace() {
+  Builder b;
+  Device d(&b, kCapacity);
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t act = b.Stack({{"model.py", 40, "Net.forward"}, {"train.py", 30, "train_step"}});
+  const std::uint32_t kept = b.Stack({{"model.py", 40, "Net.forward"}, {"train.py", 90, "evaluate"}});
+  d.Alloc(471 * kMiB, params);
+  for (int step = 0;; ++step) {
+    const std::uint64_t a = d.Alloc(32 * kMiB, act);
+    if (a == 0) return b.Take();
+    d.Free(a, 32 * kMiB, act);
+    if (step >= kLateLeakStart && d.Alloc(kLateLeakPerStep, kept) == 0) return b.Take();
+    b.Step(StepSource::kOptimizerHook);
+  }
+}
+
 trace::Trace CappedPeakTrace() {
   Builder b;
   b.NoHeaderCapacity();

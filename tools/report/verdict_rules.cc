@@ -106,6 +106,24 @@ std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
   return g;
 }
 
+std::optional<Growth> RecentSteadyGrowth(const std::vector<double>& steps,
+                                         const std::vector<std::uint64_t>& live,
+                                         double min_growth) {
+  if (std::optional<Growth> whole = SteadyGrowth(steps, live, min_growth)) return whole;
+  const std::size_t n = std::min(steps.size(), live.size());
+  for (std::size_t window = n / 2; window >= kMinLateGrowthSamples; window /= 2) {
+    const std::size_t from = n - window;
+    std::optional<Growth> g = SteadyGrowth(
+        std::vector<double>(steps.begin() + from, steps.begin() + n),
+        std::vector<std::uint64_t>(live.begin() + from, live.begin() + n), min_growth);
+    if (g) {
+      g->from = from;
+      return g;
+    }
+  }
+  return std::nullopt;
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
   const std::uint64_t need = f.allocated + f.request;
   if (f.finished_steps >= kMinStepsForLeak && f.growth_suspected && f.grown_bytes > 0 &&

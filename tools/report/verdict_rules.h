@@ -30,14 +30,16 @@ struct LinearFit {
 // Least squares of y over x; r2 is 0 when y is constant.
 LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
 
-// Step ends a growth fit needs.
+// Step ends a growth fit needs; and one that began late, after the series started.
 inline constexpr std::size_t kMinGrowthSamples = 4;
+inline constexpr std::size_t kMinLateGrowthSamples = 8;
 
 struct Growth {
   double bytes_per_step = 0;  // the fit's slope
   double r2 = 0;
   double rising_share = 0;    // share of step-to-step changes that are increases
   std::uint64_t grown = 0;    // last - first
+  std::size_t from = 0;       // the sample the fitted window starts at
 };
 // The least growth worth calling a leak: 1 MiB, or 0.5% of the peak if more.
 double MinLeakGrowth(std::uint64_t peak_allocated);
@@ -45,6 +47,12 @@ double MinLeakGrowth(std::uint64_t peak_allocated);
 // straight-line fit, rising at most step ends) by at least `min_growth`, else nullopt.
 std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
                                    const std::vector<std::uint64_t>& live, double min_growth);
+// The same, where the growth may have begun late (a leak that starts in the evaluation
+// phase, or after thousands of healthy steps): the longest of the whole series and its
+// later halves, quarters, ... (down to kMinLateGrowthSamples) that grows steadily.
+std::optional<Growth> RecentSteadyGrowth(const std::vector<double>& steps,
+                                         const std::vector<std::uint64_t>& live,
+                                         double min_growth);
 
 // What an OOM is classed from.
 struct OomFigures {
