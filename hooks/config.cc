@@ -1,13 +1,10 @@
 #include "hooks/config.h"
 
-#include <cmath>
 #include <cstdlib>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
-#include "profiler/trace_ring.h"
+#include "profiler/trace_max.h"
 
 namespace gpumem::hooks {
 
@@ -35,8 +32,9 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_TRACE_MAX", "bytes: 256M, 2G (K/M/G/T = 1024^n), at least 16M",
      "keep the trace within this size on disk (plus a stated margin): a ring of 8 segment "
      "files, each starting with the blocks then live and their stacks, the oldest deleted, "
-     "so a long run records all the time and its last hours name every live block; "
-     "unset: one file that grows"},
+     "so a long run records all the time and its last hours name every live block; the "
+     "CUPTI tracer's companion (NAME.cupti.gpumem) is a ring of its own within a sixteenth "
+     "of this size, at least 16M, on top of it; unset: files that grow"},
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
@@ -72,31 +70,6 @@ absl::StatusOr<bool> ParseFlag(const char* name, absl::string_view value) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::uint64_t> ParseBytes(absl::string_view text) {
-  absl::string_view t = absl::StripAsciiWhitespace(text);
-  // Peel a unit: "GiB", "GB", "G" all mean 1024^3 here.
-  std::uint64_t scale = 1;
-  std::string lower = absl::AsciiStrToLower(t);
-  absl::string_view unit = lower;
-  absl::ConsumeSuffix(&unit, "ib") || absl::ConsumeSuffix(&unit, "b");
-  if (!unit.empty()) {
-    switch (unit.back()) {
-      case 'k': scale = std::uint64_t{1} << 10; break;
-      case 'm': scale = std::uint64_t{1} << 20; break;
-      case 'g': scale = std::uint64_t{1} << 30; break;
-      case 't': scale = std::uint64_t{1} << 40; break;
-      default: break;
-    }
-    if (scale != 1) unit.remove_suffix(1);
-  }
-  double number = 0;
-  if (unit.empty() || !absl::SimpleAtod(unit, &number) || !std::isfinite(number) ||
-      number <= 0 || number * static_cast<double>(scale) >= 1.8e19) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "' is not a positive size"));
-  }
-  return static_cast<std::uint64_t>(number * static_cast<double>(scale));
-}
 
 absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
   Config config;
@@ -134,13 +107,9 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     config.headroom = *bytes;
   }
   if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config.trace_path = v;
-  if (const char* v = env("GPUMEM_TRACE_MAX"); v != nullptr && *v != '\0') {
-    absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
-    if (!bytes.ok() || *bytes < TraceRingOptions::kMinBytes) {
-      return Invalid("GPUMEM_TRACE_MAX", v, "a size of at least 16M, such as 256M or 2G");
-    }
-    config.trace_max_bytes = *bytes;
-  }
+  absl::StatusOr<std::uint64_t> trace_max = ParseTraceMax(env(kTraceMaxVariable));
+  if (!trace_max.ok()) return trace_max.status();
+  config.trace_max_bytes = *trace_max;
   if (const char* v = env("GPUMEM_LOG_OOM"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
     if (!b.ok()) return b.status();

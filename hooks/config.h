@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "profiler/byte_size.h"
 
 namespace gpumem::hooks {
 
@@ -74,7 +75,7 @@ inline constexpr std::uint64_t kDefaultHeadroom = std::uint64_t{512} << 20;
 std::uint64_t HeadroomFor(const Config& config, bool simulated);
 
 // "512", "64K", "1.5G", "80GiB", ... (K/M/G/T are powers of 1024). For GPUMEM_CAPACITY.
-absl::StatusOr<std::uint64_t> ParseBytes(absl::string_view text);
+using gpumem::ParseBytes;
 
 struct ConfigVariable {
   const char* name;

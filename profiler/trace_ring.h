@@ -54,6 +54,7 @@ class TraceRing {
   // The name readers open: the plain file, or the ring's link to its newest segment.
   const std::string& path() const { return path_; }
   bool bounded() const { return options_.max_bytes > 0; }
+  std::uint64_t max_bytes() const { return options_.max_bytes; }
   std::uint64_t segment() const { return segment_.load(std::memory_order_acquire); }
   // Records accepted so far, over every segment (TraceWriter::recorded()).
   std::uint64_t recorded() const {

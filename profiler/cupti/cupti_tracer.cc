@@ -17,7 +17,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "profiler/cupti/memory_call.h"
-#include "profiler/cupti/trace_name.h"
+#include "profiler/cupti/tracer_options.h"
 #include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
 #include "profiler/recorder.h"
@@ -134,6 +134,19 @@ std::uint32_t ApiFrame(Recorder* recorder, const MemoryCall& call, const char* r
                                                       0);
 }
 
+// Under torchrun each rank says where its calls go.
+void SayWhereTracing(const Recorder& recorder) {
+  const std::string& path = recorder.trace_path();
+  if (recorder.ring().bounded()) {
+    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s (a ring within %llu "
+                 "bytes under GPUMEM_TRACE_MAX: segments %s)\n", path.c_str(),
+                 static_cast<unsigned long long>(recorder.ring().max_bytes()),
+                 format::RingSegmentName(path, 0).c_str());
+  } else {
+    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s\n", path.c_str());
+  }
+}
+
 // The process's CUPTI trace, opened at its first use (Tracer::open_once).
 Recorder* OpenRecorder() {
   std::call_once(g_tracer->open_once, [] {
@@ -144,8 +157,7 @@ Recorder* OpenRecorder() {
       return;
     }
     g_tracer->recorder = recorder->release();
-    std::fprintf(stderr, "gpumem-cupti: tracing CUDA memory calls to %s\n",
-                 g_tracer->recorder->writer().path().c_str());
+    SayWhereTracing(*g_tracer->recorder);
   });
   return g_tracer->recorder;
 }
@@ -250,15 +262,12 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   static std::once_flag once;
   static int result = 1;
   std::call_once(once, [] {
-    absl::StatusOr<RecorderOptions> options = RecorderOptions::FromEnvironment();
+    absl::StatusOr<RecorderOptions> options = TracerOptionsFromEnvironment();
     if (!options.ok()) {
       std::fprintf(stderr, "gpumem-cupti: %s; not tracing\n",
                    std::string(options.status().message()).c_str());
       return;
     }
-    options->path = CuptiTracePattern(std::getenv("GPUMEM_CUPTI_TRACE"),
-                                      std::getenv("GPUMEM_TRACE"));
-    options->writer.header["source"] = "cupti";
     auto* tracer = new Tracer();
     tracer->options = *options;
     tracer->parent_path = ExpandTracePath(options->path, getpid(), RankFromEnvironment());

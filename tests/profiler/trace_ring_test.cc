@@ -3,9 +3,7 @@
 // the end with its stack, as an unbounded recording of the same records does (weights
 // allocated in segments long deleted included), the report says where the ring starts,
 // and a recording killed with SIGKILL at any moment leaves a readable ring within the bound.
-#include <dirent.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +19,7 @@
 
 #include "profiler/trace_ring.h"
 #include "profiler/trace_writer.h"
+#include "tests/profiler/ring_disk_use.h"
 #include "tests/profiler/trace_test_util.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
@@ -29,6 +28,9 @@
 namespace gpumem {
 namespace {
 
+using testing::DiskUse;
+using testing::RemoveRing;
+using testing::RingDiskUse;
 using testing::TempPath;
 
 constexpr std::uint64_t kMaxBytes = 1 << 20;  // 8 segments of 128 KiB
@@ -132,37 +134,6 @@ class Workload {
   std::uint32_t leak_ = 0;
   std::vector<std::uint32_t> activations_;
 };
-
-// Bytes of the ring's segment files (links left out): their lengths, and the disk space
-// they take.
-struct DiskUse {
-  std::uint64_t length = 0;
-  std::uint64_t allocated = 0;
-};
-DiskUse RingDiskUse(const std::string& path) {
-  const std::string folder = path.substr(0, path.rfind('/') + 1);
-  const std::string stem = path.substr(folder.size(), path.size() - folder.size() - 7) + ".seg";
-  DiskUse use;
-  DIR* dir = opendir(folder.c_str());
-  if (dir == nullptr) return use;
-  while (dirent* e = readdir(dir)) {
-    const std::string name = e->d_name;
-    struct stat st;
-    if (name.rfind(stem, 0) != 0 || lstat((folder + name).c_str(), &st) != 0) continue;
-    if (!S_ISREG(st.st_mode)) continue;
-    use.length += static_cast<std::uint64_t>(st.st_size);
-    use.allocated += static_cast<std::uint64_t>(st.st_blocks) * 512;
-  }
-  closedir(dir);
-  return use;
-}
-
-void RemoveRing(const std::string& path) {
-  std::remove(path.c_str());
-  for (std::uint64_t k = 0; k < 1000; ++k) {
-    std::remove((path.substr(0, path.size() - 7) + ".seg" + std::to_string(k) + ".gpumem").c_str());
-  }
-}
 
 struct LiveBlock {
   std::uint64_t size;

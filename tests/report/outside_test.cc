@@ -213,14 +213,35 @@ TEST(CuptiCompanion, NamesAndGlobs) {
   EXPECT_EQ(CuptiCompanionPath("out/run-3.gpumem"), "out/run-3.cupti.gpumem");
   EXPECT_EQ(CuptiCompanionPath("out/run-3.cupti.gpumem"), "");
   EXPECT_EQ(CuptiCompanionPath("x.pickle"), "");
-  EXPECT_EQ(WithoutCompanions(
+  EXPECT_EQ(MainTraces(
                 {"run-0.cupti.gpumem", "run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}),
             (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}));
   // A companion written beside a taken name, as a shell's run-*.gpumem lists it.
-  EXPECT_EQ(WithoutCompanions({"run-0.cupti.3146.gpumem", "run-0.cupti.gpumem", "run-0.gpumem",
+  EXPECT_EQ(MainTraces({"run-0.cupti.3146.gpumem", "run-0.cupti.gpumem", "run-0.gpumem",
                                "run-1.gpumem", "run-10.gpumem"}),
             (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "run-10.gpumem"}));
   EXPECT_EQ(LoadCuptiCompanion("/nonexistent/run-0.gpumem"), std::nullopt);
+}
+
+// Under GPUMEM_TRACE_MAX both traces are rings: NAME.segK.gpumem beside NAME.gpumem and
+// NAME.cupti.segK.gpumem beside NAME.cupti.gpumem.
+TEST(CuptiCompanion, RingSegmentsAreNeitherRanksNorMainTraces) {
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.seg12.gpumem"), "out/run-3.cupti.gpumem");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.cupti.seg0.gpumem"), "");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.segment.gpumem"), "out/run-3.segment.cupti.gpumem");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.seg.gpumem"), "out/run-3.seg.cupti.gpumem");
+  // A shell's run-*.gpumem in a folder of two ranks' rings.
+  EXPECT_EQ(MainTraces({"run-0.cupti.gpumem", "run-0.cupti.seg3.gpumem", "run-0.cupti.seg4.gpumem",
+                        "run-0.gpumem", "run-0.seg7.gpumem", "run-0.seg8.gpumem",
+                        "run-1.cupti.seg0.gpumem", "run-1.cupti.gpumem", "run-1.gpumem",
+                        "run-1.seg0.gpumem"}),
+            (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem"}));
+  // A companion ring alone is one trace; a main segment named alone reads the companion
+  // ring through its name.
+  EXPECT_EQ(MainTraces({"lone.cupti.gpumem", "lone.cupti.seg2.gpumem"}),
+            (std::vector<std::string>{"lone.cupti.gpumem"}));
+  EXPECT_EQ(MainTraces({"run-0.seg7.gpumem", "run-0.cupti.seg3.gpumem"}),
+            (std::vector<std::string>{"run-0.seg7.gpumem"}));
 }
 
 }  // namespace

@@ -101,8 +101,9 @@ int Run(const ReportArgs& args) {
     if (!site.ok()) return BadInput(std::string(site.status().message()));
     options.step_site = *site;
   }
-  // A CUPTI trace named with its main trace is read with it (report/cupti_companion.h).
-  const std::vector<std::string> paths = report::WithoutCompanions(args.traces);
+  // A CUPTI trace, or a ring's segment, named with its trace is read with it
+  // (report/cupti_companion.h).
+  const std::vector<std::string> paths = report::MainTraces(args.traces);
   // Ranks of a job: read one by one, bounded memory (the HTML page needs them all).
   if (paths.size() > 1 && args.html.empty()) {
     return ReportRanks(paths, options, args.json);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "tools/trace/load.h"
 
@@ -11,16 +12,41 @@ namespace gpumem::report {
 namespace {
 constexpr char kExt[] = ".gpumem";
 constexpr char kCuptiExt[] = ".cupti.gpumem";
+constexpr char kSegmentTag[] = ".seg";
+
+// NAME.gpumem for NAME.segK.gpumem (format::RingSegmentName undone); empty for any other.
+std::string RingNameOfSegment(const std::string& path) {
+  if (!absl::EndsWith(path, kExt)) return "";
+  const std::string stem = path.substr(0, path.size() - (sizeof(kExt) - 1));
+  const std::size_t tag = stem.rfind(kSegmentTag);
+  if (tag == std::string::npos) return "";
+  const std::size_t digits = tag + sizeof(kSegmentTag) - 1;
+  if (digits == stem.size() ||
+      !std::all_of(stem.begin() + static_cast<std::ptrdiff_t>(digits), stem.end(),
+                   absl::ascii_isdigit)) {
+    return "";
+  }
+  return stem.substr(0, tag) + kExt;
+}
+
+// A ring's name for one of its segments, else the path itself.
+std::string TraceName(const std::string& path) {
+  const std::string ring = RingNameOfSegment(path);
+  return ring.empty() ? path : ring;
+}
+
+bool IsCuptiTrace(const std::string& path) { return absl::EndsWith(TraceName(path), kCuptiExt); }
 }  // namespace
 
 std::string CuptiCompanionPath(const std::string& path) {
-  if (!absl::EndsWith(path, kExt) || absl::EndsWith(path, kCuptiExt)) return "";
-  return path.substr(0, path.size() - (sizeof(kExt) - 1)) + kCuptiExt;
+  if (!absl::EndsWith(path, kExt) || IsCuptiTrace(path)) return "";
+  const std::string main = TraceName(path);
+  return main.substr(0, main.size() - (sizeof(kExt) - 1)) + kCuptiExt;
 }
 
 namespace {
-// `p` is `main`'s companion, or a companion written beside it when its name was taken
-// (NAME.cupti.<pid>.gpumem: a shell's run-*.gpumem picks those up too).
+// `p` is `main`'s companion or one of its segments, or a companion written beside it when
+// its name was taken (NAME.cupti.<pid>.gpumem: a shell's run-*.gpumem picks those up too).
 bool IsCompanionOf(const std::string& p, const std::string& main) {
   const std::string companion = CuptiCompanionPath(main);
   if (companion.empty()) return false;
@@ -28,15 +54,21 @@ bool IsCompanionOf(const std::string& p, const std::string& main) {
   const std::string stem = companion.substr(0, companion.size() - (sizeof(kExt) - 1)) + ".";
   return absl::StartsWith(p, stem) && absl::EndsWith(p, kExt);
 }
+
+// `p` is a segment of the ring named `name`: the ring is read through its name.
+bool IsSegmentOf(const std::string& p, const std::string& name) {
+  return RingNameOfSegment(p) == name;
+}
 }  // namespace
 
-std::vector<std::string> WithoutCompanions(const std::vector<std::string>& paths) {
+std::vector<std::string> MainTraces(const std::vector<std::string>& paths) {
   std::vector<std::string> out;
   for (const std::string& p : paths) {
-    const bool companion = std::any_of(paths.begin(), paths.end(), [&](const std::string& main) {
-      return IsCompanionOf(p, main);
-    });
-    if (!companion) out.push_back(p);
+    const bool read_with_another =
+        std::any_of(paths.begin(), paths.end(), [&](const std::string& other) {
+          return IsCompanionOf(p, other) || IsSegmentOf(p, other);
+        });
+    if (!read_with_another) out.push_back(p);
   }
   return out;
 }

@@ -1,6 +1,8 @@
 // The CUPTI tracer writes beside each gpumem trace NAME.gpumem a trace of its own,
 // NAME.cupti.gpumem (profiler/cupti/trace_name.h): the device memory other libraries took
-// from the driver. `gpumem report` reads it with its main trace.
+// from the driver. `gpumem report` reads it with its main trace. Under GPUMEM_TRACE_MAX
+// both are rings: NAME.segK.gpumem and NAME.cupti.segK.gpumem, each name a link to its
+// ring's newest segment.
 #pragma once
 
 #include <optional>
@@ -11,12 +13,14 @@
 
 namespace gpumem::report {
 
-// NAME.cupti.gpumem for NAME.gpumem; empty for a CUPTI trace itself or another name.
+// NAME.cupti.gpumem for NAME.gpumem or one of its ring's segments NAME.segK.gpumem; empty
+// for a CUPTI trace itself (or its ring's segment) or another name.
 std::string CuptiCompanionPath(const std::string& path);
 
-// `paths` less the CUPTI traces whose main trace is among them (a glob run-*.gpumem takes
-// both): they are read with it, not as ranks of their own.
-std::vector<std::string> WithoutCompanions(const std::vector<std::string>& paths);
+// `paths` less what is read through another of them (a glob run-*.gpumem takes it all):
+// the CUPTI traces of main traces among them, and the segments of rings whose name is
+// among them, so neither reads as a rank of its own.
+std::vector<std::string> MainTraces(const std::vector<std::string>& paths);
 
 // The companion of `path` where the file exists and reads; a file that exists but does not
 // read is a warning on stderr.
