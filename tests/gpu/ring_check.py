@@ -4,11 +4,12 @@ little of every step (the slow leak, from the first step on), then keeps much mo
 step (the fast leak) until the cap stops it. While it runs, the ring's files on disk are
 measured every 0.2 s. Then `gpumem report` on the ring.
 
-Right when: the run died of the OOM; the ring rotated (segments were deleted); the files
-never took more than the stated bound (docs/profiler.md, Bounded traces: SIZE + SIZE/64 +
-8 x 16 KiB a recording thread; 4 threads allowed); the report says it is a ring and names
-both leak sites at their lines, the slow leak's blocks living only in the checkpoint of the
-oldest kept segment. Prints one JSON line; exits 1 when a check fails.
+Right when: the run died of the OOM; the ring rotated (the report says what it dropped);
+the files never took more than the stated bound (docs/profiler.md, Bounded traces: SIZE +
+SIZE/64 + 8 x 16 KiB a recording thread, 4 threads allowed; the CUPTI tracer's companion
+ring within the same for its share, max(SIZE/16, 16M)); the report names both leak sites
+at their lines, the slow leak's early blocks living only in the checkpoint of the oldest
+kept segment. Prints one JSON line; exits 1 when a check fails.
 
 usage: ring_check.py GPUMEM_CLI [--seconds S] [--cap BYTES]
        ring_check.py train --seconds S   (what the ring records)
@@ -108,9 +109,11 @@ def check(cli, seconds, cap):
         "fast_leak_named": f"{me}:{line_of('FAST LEAK')}" in r.stdout,
         "stderr_tail": p.stderr.splitlines()[-6:],
     }
-    row["ok"] = bool(row["died_of_oom"] and row["segments_seen"] > 8
-                     and row["max_on_disk_bytes"] <= BOUND and row["report_ok"]
-                     and row["ring_note"] and row["verdict"].startswith("leak")
+    dropped = isinstance(row["ring_note"], dict) and row["ring_note"].get("dropped")
+    row["ok"] = bool(row["died_of_oom"] and dropped and row["report_ok"]
+                     and row["max_on_disk_bytes"] <= BOUND
+                     and row["cupti_max_on_disk_bytes"] <= BOUND
+                     and "leak" in row["verdict"].split(";")[0]
                      and row["slow_leak_named"] and row["fast_leak_named"])
     return row
 
