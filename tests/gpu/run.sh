@@ -13,7 +13,7 @@
 #        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
 #        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
-#        (RING_SECONDS before the fast leak, default 60);
+#        (RING_SECONDS before the fast leak, default 90);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
 #        a moving cap, then two capped processes side by side (SOAK_PAIR_SECONDS);
 #        pip: `pip install` of this tree into torch's environment, then a training run
@@ -183,7 +183,7 @@ fi
 
 if want ring; then
   echo "== a bounded trace (GPUMEM_TRACE_MAX) on a training run that leaks until its cap"
-  $py "$repo/tests/gpu/ring_check.py" "$build/bin/gpumem" --seconds "${RING_SECONDS:-60}" \
+  $py "$repo/tests/gpu/ring_check.py" "$build/bin/gpumem" --seconds "${RING_SECONDS:-90}" \
     | tee "$OUT/ring.json"
 fi
 

@@ -19,11 +19,11 @@ trace::Trace NoFitTrace();
 inline constexpr std::uint64_t kValidationLeakPerStep = 2ull << 20;
 trace::Trace ValidationLeakTrace(bool marks = true);
 
-// A leak that begins late: 2,000 healthy steps, then each step keeps an 8 MiB output
+// A leak that begins late: 20,000 healthy steps, then each step keeps an 8 MiB output
 // (train.py:90 evaluate) until, about 60 steps later, one runs out. Right answer: a leak
-// at 8 MiB a step, with its stack through evaluate; the 2,000 flat steps do not hide it.
+// at 8 MiB a step, with its stack through evaluate; the 20,000 flat steps do not hide it.
 inline constexpr std::uint64_t kLateLeakPerStep = 8ull << 20;
-inline constexpr int kLateLeakStart = 2000;
+inline constexpr int kLateLeakStart = 20000;
 trace::Trace LateLeakTrace();
 
 // A run capped at 512 MiB by set_per_process_memory_fraction on a 1 GiB device (both

@@ -11,8 +11,11 @@ namespace {
 using trace::Action;
 
 // Per-site samples cost sites x samples: past kMaxSamples step ends, sample every k-th
-// (the fit needs the trend, not every step), always including the last.
+// (the fit needs the trend, not every step), and every one of the last kDenseTail: a leak
+// that began a hundred steps before the OOM of a 30,000-step run is what killed it, and
+// a sample every 30 steps would give it three points.
 constexpr std::size_t kMaxSamples = 1000;
+constexpr std::size_t kDenseTail = 1000;
 // The layout walk is per OOM; a storm of them needs few.
 constexpr std::size_t kOomsWithLayout = 100;
 
@@ -60,7 +63,9 @@ class TimelineBuilder {
   void EndStep() {
     if (next_end_ + 1 == steps_.ends.size()) NoteLeakedStacks();
     SettleOoms(true);
-    if (next_end_ % sample_stride_ == 0 || next_end_ + 1 == steps_.ends.size()) TakeSample();
+    if (next_end_ % sample_stride_ == 0 || next_end_ + kDenseTail >= steps_.ends.size()) {
+      TakeSample();
+    }
     ++next_end_;
     ++step_;
   }
