@@ -39,6 +39,7 @@ struct BackendCounters {
   std::uint64_t segment_allocs = 0;
   std::uint64_t segment_frees = 0;
   std::uint64_t synchronizes = 0;         // Synchronize() calls: each stalls the host
+  std::uint64_t stream_waits = 0;         // StreamWaitEvent() calls: the host goes on
 };
 
 class Backend {
@@ -95,8 +96,12 @@ class Backend {
   virtual absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) = 0;
   virtual void FreeSegment(DevicePtr ptr, std::size_t bytes) = 0;
 
-  // --- stream order (cuEventRecord / cuEventQuery / cuEventDestroy)
+  // --- stream order (cuEventRecord / cuStreamWaitEvent / cuEventQuery / cuEventDestroy)
   virtual EventHandle RecordEvent(StreamId stream) = 0;
+  // Work queued on `waiter` after this call runs after the work queued before `event`
+  // (on its own stream), without blocking the host. An error leaves `waiter` unordered:
+  // callers wait for a Synchronize() then.
+  virtual absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) = 0;
   // True once the work queued before the event has run; false while it may not have,
   // which includes a query that failed: callers wait for a Synchronize() then.
   virtual bool EventCompleted(EventHandle event) = 0;

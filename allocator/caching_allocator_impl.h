@@ -455,6 +455,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   std::uint64_t NewBytesFor(const StreamHeap& h, std::size_t bytes) const;
   Block* GrowFromIdle(StreamHeap& h, std::size_t bytes);
   absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes, bool budget);
+  std::size_t TakeIdlePagesFor(StreamHeap& h, std::size_t want, const Block* keep, bool* lent);
+  std::size_t TakeOtherStreamPages(StreamHeap& from, StreamHeap& to, std::size_t want,
+                                   bool* lent);
   bool NewPagesFit(std::size_t pages, std::size_t bytes) const;
   void ReleaseAllCached();
   void ReleaseCachedOf(HeapFilter which);

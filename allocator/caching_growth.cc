@@ -207,21 +207,12 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
   const std::size_t need = plan.pages();
   std::size_t reused = pages_.cached_pages();
   bool lent = false;
-  // No stitching during a capture: it would unmap (or lend, recording an event).
+  // No stitching during a capture: it would unmap (or lend, recording and waiting for
+  // events).
   if (options_.stitch && !Capturing() && need > pages_.cached_pages() &&
       !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
-    const std::size_t want = need - pages_.cached_pages();
-    // This stream's own idle pages are lent: the new block's work follows theirs in
-    // stream order, so nothing waits. Other streams' pages need the device idle.
-    std::size_t taken = h.large.TakeIdlePages(want, plan.extent, /*lend=*/true);
-    lent = taken > 0;
-    // Another pool's pages are never taken, nor are this pool's given to another.
-    for (auto& [key, other] : heaps_) {
-      if (taken == want) break;
-      if (other.get() != &h && other->pool == h.pool) {
-        taken += other->large.TakeIdlePages(want - taken, nullptr);
-      }
-    }
+    const std::size_t taken =
+        TakeIdlePagesFor(h, need - pages_.cached_pages(), plan.extent, &lent);
     reused += taken;
     stitched_bytes_ += taken * pages_.page_bytes();
   }
@@ -230,6 +221,40 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
   // Lent pages left in the cache could go to another stream's growth: make them safe.
   if (lent && !b.ok()) pages_.Quiesce();
   return b;
+}
+
+// Up to `want` idle pages of `h`'s pool (never in `keep`) into the page cache for a growth
+// of `h`, this stream's own first; `lent` is set if any of them was lent. Own pages are
+// lent: the new block's work follows theirs in stream order, so nothing waits.
+std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
+                                               const Block* keep, bool* lent) {
+  std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true);
+  *lent = taken > 0;
+  // Another pool's pages are never taken, nor are this pool's given to another.
+  for (auto& [key, other] : heaps_) {
+    if (taken == want) break;
+    if (other.get() != &h && other->pool == h.pool) {
+      taken += TakeOtherStreamPages(*other, h, want - taken, lent);
+    }
+  }
+  return taken;
+}
+
+// Up to `want` idle pages of `from` for a growth of `to`. Lent too, and `to`'s stream
+// made to wait (on the device, the host goes on) for the event recorded on `from`'s
+// stream after the work that may still use them; where that wait fails, the device is
+// waited for. Once the device was waited for in this slow path, unmapping costs nothing.
+std::size_t CachingAllocator::TakeOtherStreamPages(StreamHeap& from, StreamHeap& to,
+                                                   std::size_t want, bool* lent) {
+  if (pages_.quiet()) return from.large.TakeIdlePages(want, nullptr);
+  const std::size_t taken = from.large.TakeIdlePages(want, nullptr, /*lend=*/true);
+  if (taken == 0) return 0;
+  *lent = true;
+  ++stats_.cross_stream_lends;
+  if (!backend_.StreamWaitEvent(to.stream, from.large.last_lend_event()).ok()) {
+    pages_.Quiesce();
+  }
+  return taken;
 }
 
 // Whether `pages` new pages keep reserved within the budget for growth without

@@ -174,6 +174,21 @@ EventHandle CudaMallocBackend::RecordEvent(StreamId stream) {
   return reinterpret_cast<EventHandle>(event);
 }
 
+absl::Status CudaMallocBackend::StreamWaitEvent(StreamId waiter, EventHandle event) {
+  if (event == 0) return absl::OkStatus();  // see RecordEvent: the work was waited for
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++counters_.stream_waits;
+  }
+  ScopedContext scope(api_, context_);
+  CUresult r = api_.cuStreamWaitEvent(reinterpret_cast<CUstream>(waiter),
+                                      reinterpret_cast<CUevent>(event), 0);
+  if (r == CUDA_SUCCESS) return absl::OkStatus();
+  absl::Status s = ToStatus(r, "cuStreamWaitEvent");
+  LogFailure(s);
+  return s;
+}
+
 bool CudaMallocBackend::EventCompleted(EventHandle event) {
   if (event == 0) return true;  // see RecordEvent: the work was waited for already
   CUresult r = api_.cuEventQuery(reinterpret_cast<CUevent>(event));

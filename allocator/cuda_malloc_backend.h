@@ -52,6 +52,7 @@ class CudaMallocBackend : public Backend {
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override;
 
   EventHandle RecordEvent(StreamId stream) override;
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override;
   bool EventCompleted(EventHandle event) override;
   void ReleaseEvent(EventHandle event) override;
   void Synchronize() override;

@@ -83,6 +83,13 @@ absl::StatusOr<DevicePtr> FaultInjectingBackend::AllocateSegment(std::size_t byt
   return inner_.AllocateSegment(bytes);
 }
 
+absl::Status FaultInjectingBackend::StreamWaitEvent(StreamId waiter, EventHandle event) {
+  if (Fail(&FaultRates::stream_wait, &FaultCounts::stream_wait)) {
+    return Injected("StreamWaitEvent");
+  }
+  return inner_.StreamWaitEvent(waiter, event);
+}
+
 bool FaultInjectingBackend::EventCompleted(EventHandle event) {
   if (Fail(&FaultRates::event_query, &FaultCounts::event_query)) return false;
   return inner_.EventCompleted(event);

@@ -1,8 +1,8 @@
 // FaultInjectingBackend: a Backend that passes every call to another one (SimBackend in
 // tests, a CUDA backend on a GPU) and makes some of them fail at random, as a device can:
-// page creates, maps (some pages mapped, then undone), unmaps, address reservations and
-// segment allocations return an error, and event queries answer "not yet". Seeded, so a
-// failing run repeats. With every rate 0 it only passes calls on.
+// page creates, maps (some pages mapped, then undone), unmaps, address reservations,
+// segment allocations and stream waits return an error, and event queries answer "not
+// yet". Seeded, so a failing run repeats. With every rate 0 it only passes calls on.
 // The allocator's promise under faults (docs/reliability.md): every failure comes back as
 // an OOM or an error, never an abort, an overlap, a page it lost track of, or an
 // allocator that stays unusable once the faults stop.
@@ -24,6 +24,7 @@ struct FaultRates {
   double event_query = 0;  // EventCompleted answers false whatever the event's state
   double reserve = 0;      // ReserveAddressRange
   double segment = 0;      // AllocateSegment
+  double stream_wait = 0;  // StreamWaitEvent
 };
 
 // Faults injected so far, by kind.
@@ -34,7 +35,10 @@ struct FaultCounts {
   std::uint64_t event_query = 0;
   std::uint64_t reserve = 0;
   std::uint64_t segment = 0;
-  std::uint64_t total() const { return create + map + unmap + event_query + reserve + segment; }
+  std::uint64_t stream_wait = 0;
+  std::uint64_t total() const {
+    return create + map + unmap + event_query + reserve + segment + stream_wait;
+  }
 };
 
 class FaultInjectingBackend final : public Backend {
@@ -64,6 +68,7 @@ class FaultInjectingBackend final : public Backend {
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override { inner_.FreeSegment(ptr, bytes); }
   EventHandle RecordEvent(StreamId stream) override { return inner_.RecordEvent(stream); }
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override;
   bool EventCompleted(EventHandle event) override;
   void ReleaseEvent(EventHandle event) override { inner_.ReleaseEvent(event); }
   void Synchronize() override { inner_.Synchronize(); }

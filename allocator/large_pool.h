@@ -8,10 +8,11 @@
 // that needs the fewest new pages (using its partly used page), or into a fresh range;
 // whole pages inside free blocks are idle and can be unmapped and mapped wherever a
 // request needs them (stitching: that is how this allocator defragments).
-// A stitch for this pool's own stream need not wait for the device: its idle pages are
-// lent (mapped at the new address while the old one stays mapped, see PageHeap::LendPage)
-// and the old addresses, held by placeholder blocks, are unmapped once an event recorded
-// on the stream says the work that used them is done.
+// A stitch need not wait for the device: idle pages are lent (mapped at the new address
+// while the old one stays mapped, see PageHeap::LendPage) and the old addresses, held by
+// placeholder blocks, are unmapped once an event recorded on this pool's stream says the
+// work that used them is done. A stitch for another stream makes that stream wait for
+// the event (Backend::StreamWaitEvent) before its new block is used.
 // Without VMM a range is a plain segment; growth allocates a new one.
 // Not thread-safe: the CachingAllocator calls it under its lock.
 #pragma once
@@ -73,10 +74,13 @@ class LargePool {
   // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
   // the page cache, from the free blocks with the fewest StrandedBytes first, then the
   // smallest. Returns how many (fewer where the device refuses an unmap: those pages
-  // stay where they are). With `lend`, the pages
-  // are lent instead (no synchronization): only a Grow of this pool, called next, may
-  // map them.
+  // stay where they are). With `lend`, the pages are lent instead (no synchronization):
+  // only the Grow called next may map them, of this pool or of a pool whose stream was
+  // made to wait for last_lend_event().
   std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false);
+  // The event recorded on this pool's stream by the last TakeIdlePages that lent pages
+  // (0 if none, or if the device could not record one and waited instead).
+  EventHandle last_lend_event() const { return lent_.empty() ? 0 : lent_.back().done; }
   // Unmaps the old addresses of lent pages whose stream work is done (all of them with
   // `all`: the caller waited for the device). Returns how many pages. Those the device
   // refuses to unmap stay lent, their placeholders in place, until a later call.

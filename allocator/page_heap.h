@@ -48,8 +48,8 @@ class PageHeap {
   // Stitching without waiting for the device. Puts the page mapped at `va` in the cache at
   // once, to be mapped elsewhere, while it stays mapped at `va` too (a page may be mapped
   // at two addresses). Safe only when the page's next user runs in stream order after the
-  // work that may still touch it at `va` (the same stream), and only if the next MapPages
-  // takes it. The caller keeps `va` unused and calls RetireLent(va) once that work is done.
+  // work that may still touch it at `va` (the same stream, or one made to wait for an
+  // event recorded after that work), and only if the next MapPages takes it. The caller keeps `va` unused and calls RetireLent(va) once that work is done.
   // Observers get kUnmap for `va` here, not at RetireLent: a page is never counted twice.
   void LendPage(DevicePtr va);
   // Unmaps a lent page's old address (no synchronization: the caller knows the work that

@@ -1,5 +1,6 @@
 #include "allocator/sim_backend.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -182,6 +183,15 @@ EventHandle SimBackend::RecordEvent(StreamId stream) {
   return e;
 }
 
+absl::Status SimBackend::StreamWaitEvent(StreamId waiter, EventHandle event) {
+  std::lock_guard lock(mu_);
+  auto it = events_.find(event);
+  if (it == events_.end()) Misuse(absl::StrCat("StreamWaitEvent(", event, "): no such event"));
+  ++counters_.stream_waits;
+  waits_[waiter].push_back({recorded_[waiter], it->second.stream, it->second.sequence});
+  return absl::OkStatus();
+}
+
 bool SimBackend::EventCompleted(EventHandle event) {
   std::lock_guard lock(mu_);
   auto it = events_.find(event);
@@ -199,11 +209,25 @@ void SimBackend::Synchronize() {
   std::lock_guard lock(mu_);
   ++counters_.synchronizes;
   for (auto& [stream, n] : recorded_) completed_[stream] = n;
+  waits_.clear();
 }
 
 void SimBackend::CompleteStream(StreamId stream) {
   std::lock_guard lock(mu_);
-  completed_[stream] = recorded_[stream];
+  CompleteLocked(stream, recorded_[stream], /*waits_too=*/true);
+}
+
+void SimBackend::CompleteLocked(StreamId stream, std::uint64_t sequence, bool waits_too) {
+  std::vector<Wait> run;  // the waits this stream has now run past
+  std::uint64_t& completed = completed_[stream];
+  completed = std::max(completed, sequence);
+  std::vector<Wait>& pending = waits_[stream];
+  std::erase_if(pending, [&](const Wait& w) {
+    if (!waits_too && w.after >= completed) return false;
+    run.push_back(w);
+    return true;
+  });
+  for (const Wait& w : run) CompleteLocked(w.stream, w.sequence, /*waits_too=*/false);
 }
 
 bool SimBackend::IsAccessible(DevicePtr ptr, std::size_t bytes) const {

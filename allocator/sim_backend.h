@@ -2,7 +2,8 @@
 // accounting of what a real device would hold, a capacity cap, and checks that catch
 // policy bugs (mapping over a mapping, releasing mapped memory, freeing twice).
 // Streams are simulated: events complete at once (kImmediate, for replay) or only when
-// the test says the stream has run (kManual), so stream-ordered reuse is testable.
+// the test says the stream has run (kManual), so stream-ordered reuse is testable. A
+// stream that waited for an event has run only once the work before that event has.
 #pragma once
 
 #include <cstdint>
@@ -47,13 +48,15 @@ class SimBackend final : public Backend {
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override;
   EventHandle RecordEvent(StreamId stream) override;
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override;
   bool EventCompleted(EventHandle event) override;
   void ReleaseEvent(EventHandle event) override;
   void Synchronize() override;
   BackendCounters counters() const override;
 
   // --- simulation controls and checks, for tests
-  // kManual events: everything recorded on `stream` so far has now run.
+  // kManual events: everything queued on `stream` so far has now run, and with it, on the
+  // streams it waited for, the work before the events it waited for (transitively).
   void CompleteStream(StreamId stream);
   // True if every byte of [ptr, ptr+bytes) is usable memory: inside a live segment or
   // backed by mappings.
@@ -82,10 +85,20 @@ class SimBackend final : public Backend {
     StreamId stream;
     std::uint64_t sequence;
   };
+  // A wait queued on a stream after `after` of its events: once that stream has run past
+  // it, `stream` has run up to event `sequence`.
+  struct Wait {
+    std::uint64_t after;
+    StreamId stream;
+    std::uint64_t sequence;
+  };
 
   [[noreturn]] void Misuse(const std::string& what) const;
   absl::Status Charge(std::size_t bytes, const char* what);  // capacity check + count
   bool InReservedRange(DevicePtr va, std::size_t bytes) const;
+  // Marks `stream` run up to its event `sequence` and, with `waits_too`, past the waits
+  // queued after it as well; then the streams those waits name (mu_ held).
+  void CompleteLocked(StreamId stream, std::uint64_t sequence, bool waits_too);
 
   SimBackendOptions options_;
   mutable std::mutex mu_;
@@ -103,6 +116,7 @@ class SimBackend final : public Backend {
   EventHandle next_event_ = 1;
   std::unordered_map<StreamId, std::uint64_t> recorded_;   // events recorded per stream
   std::unordered_map<StreamId, std::uint64_t> completed_;  // events completed per stream
+  std::unordered_map<StreamId, std::vector<Wait>> waits_;  // not yet run, per stream
 };
 
 }  // namespace gpumem

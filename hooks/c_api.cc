@@ -410,6 +410,7 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"largest_free_bytes", st.largest_free_bytes},
         // Not in gpumem_stats_t, whose size callers compile in: here and in the summary.
         {"thread_cached_bytes", thread_cached},
+        {"cross_stream_lends", s.allocator->stats().cross_stream_lends},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
         {"backend_counters",
@@ -424,7 +425,8 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
           {"unmaps", c.unmaps},
           {"segment_allocs", c.segment_allocs},
           {"segment_frees", c.segment_frees},
-          {"synchronizes", c.synchronizes}}},
+          {"synchronizes", c.synchronizes},
+          {"stream_waits", c.stream_waits}}},
     });
   });
   nlohmann::json doc = {{"step", h::g_step.load()}, {"devices", devices}};

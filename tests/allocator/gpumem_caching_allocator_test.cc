@@ -1,5 +1,6 @@
 #include "allocator/caching_allocator.h"
 
+#include <algorithm>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -247,17 +248,75 @@ TEST(CachingAllocatorTest, LentPagesAreUnmappedOnceTheirStreamRan) {
 }
 
 // Pages idle in another stream's blocks may still be used by that stream's queued work:
-// they are unmapped after waiting for the device, never lent.
-TEST(CachingAllocatorTest, StitchingFromAnotherStreamWaitsForTheDevice) {
+// they are lent too, and the growing stream waits on the device for an event recorded
+// after that work. The host waits for nothing.
+TEST(CachingAllocatorTest, StitchingFromAnotherStreamMakesItWait) {
   SimBackend sim({.capacity = 4 * kPage});
   auto alloc = MakeCachingAllocator(sim);
   DevicePtr a = *alloc->Allocate(4 * kPage, kS2);
   alloc->Free(a);
   DevicePtr b = *alloc->Allocate(2 * kPage, kS2);  // what is left of S2's range: 2 pages
   ASSERT_TRUE(alloc->Allocate(2 * kPage, kS1).ok());
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  EXPECT_EQ(sim.counters().stream_waits, 1u);
+  EXPECT_EQ(alloc->stats().cross_stream_lends, 1u);
+  EXPECT_EQ(sim.counters().unmaps, 0u);  // lent: unmapped at a later slow path
+  EXPECT_EQ(sim.counters().mapped_bytes, 6 * kPage);
+  alloc->Free(b);
+}
+
+// Eight one-page blocks on S2, every other one freed (work queued on S2 may still use
+// them), then four pages on S1 past the budget for new pages: S2's idle pages are lent to
+// S1, whose stream waits for S2's event; their old addresses are unmapped once S2 ran.
+TEST(CachingAllocatorTest, LendsAnotherStreamsPagesUntilThatStreamRan) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  testing::CheckedBackend checked(sim);
+  EventHandle before = 0;
+  checked.on_unmap = [&](DevicePtr, std::size_t) { EXPECT_TRUE(sim.EventCompleted(before)); };
+  auto alloc = MakeCachingAllocator(checked, {.new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kS2));
+  std::vector<SimBackend::Piece> freed;
+  for (int i = 0; i < 8; i += 2) {
+    for (const SimBackend::Piece& p : sim.Backing(blocks[i], kPage)) freed.push_back(p);
+    alloc->Free(blocks[i]);
+  }
+  before = sim.RecordEvent(kS2);  // stands for the work that used the freed blocks
+  auto big = alloc->Allocate(4 * kPage, kS1);
+  ASSERT_TRUE(big.ok()) << big.status();
+  for (const SimBackend::Piece& p : sim.Backing(*big, 4 * kPage)) {
+    EXPECT_TRUE(std::any_of(freed.begin(), freed.end(), [&](const SimBackend::Piece& f) {
+      return f.handle == p.handle;
+    })) << "not one of S2's idle pages";
+  }
+  EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
+  EXPECT_EQ(sim.counters().mapped_bytes, 12 * kPage);  // 4 pages at two addresses
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  EXPECT_GE(sim.counters().stream_waits, 1u);
+  EXPECT_EQ(alloc->stats().cross_stream_lends, 1u);
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  ASSERT_TRUE(alloc->Allocate(64 * kMiB, kS1).ok());  // a slow path: S2 has not run
+  EXPECT_EQ(sim.counters().unmaps, 0u);
+  sim.CompleteStream(kS2);
+  ASSERT_TRUE(alloc->Allocate(64 * kMiB, kS1).ok());  // the next slow path retires them
+  EXPECT_EQ(sim.counters().unmaps, 4u);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  checked.on_unmap = nullptr;  // the allocator's teardown unmaps the rest
+  sim.ReleaseEvent(before);
+}
+
+// A stream wait the device refuses: the growth waits for the device instead.
+TEST(CachingAllocatorTest, AFailedStreamWaitWaitsForTheDevice) {
+  SimBackend sim({.capacity = 4 * kPage});
+  FaultInjectingBackend faults(sim, /*seed=*/1, {.stream_wait = 1});
+  auto alloc = MakeCachingAllocator(faults);
+  DevicePtr a = *alloc->Allocate(4 * kPage, kS2);
+  alloc->Free(a);
+  DevicePtr b = *alloc->Allocate(2 * kPage, kS2);
+  ASSERT_TRUE(alloc->Allocate(2 * kPage, kS1).ok());
+  EXPECT_EQ(faults.injected().stream_wait, 1u);
+  EXPECT_EQ(sim.counters().stream_waits, 0u);
   EXPECT_EQ(sim.counters().synchronizes, 1u);
-  EXPECT_EQ(sim.counters().unmaps, 2u);
-  EXPECT_EQ(sim.counters().mapped_bytes, 4 * kPage);
   alloc->Free(b);
 }
 

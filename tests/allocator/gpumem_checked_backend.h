@@ -1,5 +1,6 @@
 // A Backend for tests: forwards to a SimBackend and lets a test watch what the policy
-// asks of the device (synchronizations, unmaps) to check the safety invariants.
+// asks of the device (synchronizations, unmaps, events and stream waits) to check the
+// safety invariants.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,8 @@ class CheckedBackend final : public Backend {
 
   std::function<void()> on_synchronize;                      // after the sim synchronized
   std::function<void(DevicePtr, std::size_t)> on_unmap;      // before the unmap
+  std::function<void(StreamId, EventHandle)> on_record_event;  // after the sim recorded
+  std::function<void(StreamId, EventHandle)> on_stream_wait;   // after the sim queued it
   std::atomic<int> synchronizations{0};
   // Called where a cuMemCreate fails, as a CUPTI callback on it would be.
   std::function<void()> on_create_failure;
@@ -59,7 +62,16 @@ class CheckedBackend final : public Backend {
     if (on_unmap) on_unmap(ptr, bytes);
     sim_.FreeSegment(ptr, bytes);
   }
-  EventHandle RecordEvent(StreamId stream) override { return sim_.RecordEvent(stream); }
+  EventHandle RecordEvent(StreamId stream) override {
+    const EventHandle event = sim_.RecordEvent(stream);
+    if (on_record_event) on_record_event(stream, event);
+    return event;
+  }
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override {
+    absl::Status s = sim_.StreamWaitEvent(waiter, event);
+    if (s.ok() && on_stream_wait) on_stream_wait(waiter, event);
+    return s;
+  }
   bool EventCompleted(EventHandle event) override { return sim_.EventCompleted(event); }
   void ReleaseEvent(EventHandle event) override { sim_.ReleaseEvent(event); }
   void Synchronize() override {

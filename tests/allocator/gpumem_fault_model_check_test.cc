@@ -1,11 +1,11 @@
 // The randomized model check (tests/allocator/gpumem_model_check.h) with device calls
 // failing at random (FaultInjectingBackend): page creates, maps, unmaps, address
-// reservations, segment allocations and event queries. Each sequence runs with faults,
-// then without: every invariant holds throughout (no overlap, no memory reused under
-// queued work, the allocator's reserved bytes equal to the device's at every step: no page
-// lost), every failed request is an OOM and never an abort; once faults stop, every
-// request that failed is served, and emptying the cache returns every page, range and
-// event.
+// reservations, segment allocations, event queries and stream waits. Each sequence runs
+// with faults, then without: every invariant holds throughout (no overlap, no memory
+// reused under queued work, the allocator's reserved bytes equal to the device's at every
+// step: no page lost), every failed request is an OOM and never an abort; once faults
+// stop, every request that failed is served, and emptying the cache returns every page,
+// range and event.
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
@@ -46,9 +46,9 @@ struct Config {
 };
 
 constexpr FaultRates kSome{.create = 0.05, .map = 0.05, .unmap = 0.05, .event_query = 0.2,
-                           .reserve = 0.02, .segment = 0.05};
+                           .reserve = 0.02, .segment = 0.05, .stream_wait = 0.2};
 constexpr FaultRates kMany{.create = 0.3, .map = 0.3, .unmap = 0.5, .event_query = 0.8,
-                           .reserve = 0.2, .segment = 0.3};
+                           .reserve = 0.2, .segment = 0.3, .stream_wait = 0.8};
 
 std::string Name(const Config& c) {
   return std::string(c.vmm ? "Vmm" : "Segments") +
@@ -75,6 +75,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
   int ooms = 0;
   int faulted_ooms = 0;
   std::uint64_t stitches = 0;
+  std::uint64_t lends = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
     const std::uint32_t seed = static_cast<std::uint32_t>(kFirstSeed + seq);
     ModelCheck m(seed, c.vmm, c.capacity, c.rates);
@@ -102,15 +103,18 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
     total.event_query += f.event_query;
     total.reserve += f.reserve;
     total.segment += f.segment;
+    total.stream_wait += f.stream_wait;
     steps += m.steps();
     stitches += m.stitches();
+    lends += m.cross_stream_lends();
     ooms += m.ooms();
     for (const ModelCheck::Request& r : m.failed()) faulted_ooms += r.faulted;
   }
   // The figures docs/reliability.md quotes.
   std::printf("%s: %d sequences (seeds %d-%d), %d steps, faults injected: %llu "
               "(create %llu, map %llu, unmap %llu, event query %llu, reserve %llu, "
-              "segment %llu), OOMs %d (%d during a fault), %llu stitches\n",
+              "segment %llu, stream wait %llu), OOMs %d (%d during a fault), %llu stitches "
+              "(%llu lent across streams)\n",
               Name(c).c_str(), kSequences, kFirstSeed, kFirstSeed + kSequences - 1, steps,
               static_cast<unsigned long long>(total.total()),
               static_cast<unsigned long long>(total.create),
@@ -118,14 +122,16 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
               static_cast<unsigned long long>(total.unmap),
               static_cast<unsigned long long>(total.event_query),
               static_cast<unsigned long long>(total.reserve),
-              static_cast<unsigned long long>(total.segment), ooms, faulted_ooms,
-              static_cast<unsigned long long>(stitches));
+              static_cast<unsigned long long>(total.segment),
+              static_cast<unsigned long long>(total.stream_wait), ooms, faulted_ooms,
+              static_cast<unsigned long long>(stitches), static_cast<unsigned long long>(lends));
   // The faults must have reached every path they are for.
   if (c.vmm) {
     EXPECT_GT(stitches, 0u) << "idle pages were never remapped";
     EXPECT_GT(total.create, 0u);
     EXPECT_GT(total.map, 0u);
     EXPECT_GT(total.unmap, 0u);
+    EXPECT_GT(total.stream_wait, 0u);
   } else {
     EXPECT_GT(total.segment, 0u);
   }

@@ -3,12 +3,14 @@
 // random sequences of allocations, frees, record_stream, stream progress and cache
 // emptying on several streams, with events that complete only when the test says so.
 // After every step: live blocks never overlap and are accessible; a block never reuses
-// memory that work queued on another stream may still touch, at its address or through
-// the physical page mapped elsewhere (a stitch lends pages); pages are never unmapped
-// under live blocks or queued work; the accounting is exact. At the end everything is
-// freed and the cache emptied: nothing is held.
+// memory that work queued on another stream may still touch (unless its stream was made
+// to wait for that work), at its address or through the physical page mapped elsewhere
+// (a stitch lends pages); pages are never unmapped under live blocks or queued work; the
+// accounting is exact. At the end everything is freed and the cache emptied: nothing is
+// held.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -48,7 +50,12 @@ struct Dirty {
   std::size_t size;
   std::set<StreamId> streams;
   std::vector<SimBackend::Piece> physical;  // what backed it when freed
+  std::uint64_t freed_at;                   // the model's clock then
 };
+
+// Per stream, the work of other streams that its work queued from now on runs after
+// (through stream waits, transitively): stream -> the clock when that work was queued.
+using StreamClock = std::map<StreamId, std::uint64_t>;
 
 inline bool SharePhysical(const std::vector<SimBackend::Piece>& a,
                    const std::vector<SimBackend::Piece>& b) {
@@ -87,6 +94,14 @@ class ModelCheck {
         checked_(sim_),
         faults_(checked_, seed, faults) {
     checked_.on_synchronize = [this] { dirty_.clear(); };
+    checked_.on_record_event = [this](StreamId q, EventHandle e) {
+      StreamClock clock = follows_[q];
+      clock[q] = ++clock_;
+      events_[e] = std::move(clock);
+    };
+    checked_.on_stream_wait = [this](StreamId s, EventHandle e) {
+      for (const auto& [q, t] : events_.at(e)) follows_[s][q] = std::max(follows_[s][q], t);
+    };
     checked_.on_unmap = [this](DevicePtr va, std::size_t bytes) {
       for (const auto& [p, b] : live_) {
         ASSERT_FALSE(Overlaps(va, bytes, p, b.size)) << "unmapped under a live block";
@@ -101,6 +116,14 @@ class ModelCheck {
                    .thread_cache = true,
                    .thread_cache_single_thread = true,
                    .thread_cache_bytes = kCacheBytes});
+  }
+
+  // The hooks use members that go before the allocator does: its teardown calls none.
+  ~ModelCheck() {
+    checked_.on_synchronize = nullptr;
+    checked_.on_unmap = nullptr;
+    checked_.on_record_event = nullptr;
+    checked_.on_stream_wait = nullptr;
   }
 
   std::size_t RandomSize() {
@@ -127,7 +150,10 @@ class ModelCheck {
     } else if (op < 99) {
       StreamId s = rng_() % kStreams;
       sim_.CompleteStream(s);
-      for (Dirty& d : dirty_) d.streams.erase(s);
+      // What it waited for ran too.
+      for (Dirty& d : dirty_) {
+        std::erase_if(d.streams, [&](StreamId q) { return Follows(s, q, d.freed_at); });
+      }
     } else {
       alloc_->EmptyCache();
       // It waited for the device: no free waits for a stream any more, even where an
@@ -165,7 +191,7 @@ class ModelCheck {
     const auto physical = sim_.Backing(*p, std::max<std::size_t>(size, 1));
     for (const Dirty& d : dirty_) {
       bool others = false;
-      for (StreamId q : d.streams) others |= q != s;
+      for (StreamId q : d.streams) others |= !Follows(s, q, d.freed_at);
       if (others) {
         ASSERT_FALSE(Overlaps(*p, size, d.ptr, d.size)) << "reused before other streams ran";
         ASSERT_FALSE(SharePhysical(physical, d.physical))
@@ -177,6 +203,15 @@ class ModelCheck {
     largest_ = std::max<std::uint64_t>(largest_, RoundUp(size, kBlockAlign));
   }
 
+  // Whether work queued on `s` from now on runs after the work queued on `q` by `when`.
+  bool Follows(StreamId s, StreamId q, std::uint64_t when) {
+    if (s == q) return true;
+    auto clock = follows_.find(s);
+    if (clock == follows_.end()) return false;
+    auto t = clock->second.find(q);
+    return t != clock->second.end() && t->second >= when;
+  }
+
   std::map<DevicePtr, LiveBlock>::iterator Pick() {
     auto it = live_.lower_bound(static_cast<DevicePtr>(rng_()) << 20 | rng_());
     return it == live_.end() ? live_.begin() : it;
@@ -186,7 +221,7 @@ class ModelCheck {
     auto it = Pick();
     alloc_->Free(it->first);
     const std::size_t size = std::max<std::size_t>(it->second.size, 1);
-    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size)};
+    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size), ++clock_};
     d.streams.insert(it->second.stream);
     dirty_.push_back(std::move(d));
     allocated_ -= it->second.size;
@@ -238,14 +273,15 @@ class ModelCheck {
     CheckAccounting();
   }
 
-  // Faults injected into calls that get or move memory: a failed event query alone must
-  // never cost an OOM (the slow path synchronizes instead).
+  // Faults injected into calls that get or move memory: a failed event query or stream
+  // wait alone must never cost an OOM (the slow path synchronizes instead).
   std::uint64_t MemoryFaults() const {
     const FaultCounts f = faults_.injected();
-    return f.total() - f.event_query;
+    return f.total() - f.event_query - f.stream_wait;
   }
 
   int ooms() const { return ooms_; }
+  std::uint64_t cross_stream_lends() const { return alloc_->stats().cross_stream_lends; }
   std::uint64_t stitches() const { return alloc_->stats().stitch_count; }
   bool cached_seen() const { return cached_seen_; }
   FaultInjectingBackend& faults() { return faults_; }
@@ -262,6 +298,9 @@ class ModelCheck {
   std::unique_ptr<DeviceAllocator> alloc_;
   std::map<DevicePtr, LiveBlock> live_;
   std::vector<Dirty> dirty_;
+  std::uint64_t clock_ = 0;                    // ticks at every free and event
+  std::map<StreamId, StreamClock> follows_;    // per stream, what its new work runs after
+  std::map<EventHandle, StreamClock> events_;  // what an event's waiters run after
   std::uint64_t allocated_ = 0;
   std::uint64_t largest_ = 0;  // the largest block handed out
   bool cached_seen_ = false;   // the thread cache held blocks at some step

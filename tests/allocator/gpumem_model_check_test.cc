@@ -1,5 +1,7 @@
 // Randomized model check of the gpumem policy (tests/allocator/gpumem_model_check.h):
-// 500 sequences of 200 steps on each backend kind and cap.
+// 500 sequences of 200 steps on each backend kind and cap. Other seeds without a rebuild:
+// GPUMEM_MODEL_SEED (the first seed) in the environment.
+#include <cstdlib>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -10,6 +12,11 @@ namespace gpumem {
 namespace {
 
 using testing::ModelCheck;
+
+int FirstSeed() {
+  const char* v = std::getenv("GPUMEM_MODEL_SEED");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : 1000;
+}
 
 struct Config {
   bool vmm;
@@ -23,22 +30,29 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
   constexpr int kSteps = 200;
   int ooms = 0;
   int cached = 0;
+  std::uint64_t lends = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
-    ModelCheck m(1000 + seq, GetParam().vmm, GetParam().capacity);
+    ModelCheck m(static_cast<std::uint32_t>(FirstSeed() + seq), GetParam().vmm,
+                 GetParam().capacity);
     for (int i = 0; i < kSteps; ++i) {
       m.Step();
       if (::testing::Test::HasFatalFailure()) {
-        FAIL() << "sequence " << seq << ", step " << i;
+        FAIL() << "sequence " << seq << " (seed " << FirstSeed() + seq << "), step " << i;
       }
     }
     m.FinishAndCheckEmpty();
     ooms += m.ooms();
     cached += m.cached_seen();
+    lends += m.cross_stream_lends();
   }
   EXPECT_GT(cached, 0) << "the thread cache was never used";
-  // Under the small cap the check must also have exercised the OOM path.
+  // Under the small cap the check must also have exercised the OOM path and, with VMM,
+  // stitches of another stream's pages (a stream wait).
   if (GetParam().capacity < (std::uint64_t{1} << 30)) {
     EXPECT_GT(ooms, 0);
+    if (GetParam().vmm) {
+      EXPECT_GT(lends, 0u) << "no stream was made to wait";
+    }
   }
 }
 

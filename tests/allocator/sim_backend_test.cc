@@ -67,5 +67,32 @@ TEST(SimBackendTest, ManualEventsCompleteWhenTheirStreamRuns) {
   EXPECT_EQ(sim.live_events(), 0u);
 }
 
+// A stream that waited for an event has run only once the work before that event has:
+// completing it completes the awaited stream up to the event, and through that stream's
+// own earlier waits, further.
+TEST(SimBackendTest, CompletingAStreamCompletesWhatItWaitedFor) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  EventHandle on3 = sim.RecordEvent(3);
+  ASSERT_TRUE(sim.StreamWaitEvent(2, on3).ok());
+  EventHandle on2 = sim.RecordEvent(2);
+  EventHandle later3 = sim.RecordEvent(3);  // after the awaited one: not waited for
+  ASSERT_TRUE(sim.StreamWaitEvent(1, on2).ok());
+  EventHandle after_wait = sim.RecordEvent(2);  // queued on 2 after the event 1 waits for
+  EXPECT_EQ(sim.counters().stream_waits, 2u);
+  sim.CompleteStream(1);
+  EXPECT_TRUE(sim.EventCompleted(on2));
+  EXPECT_TRUE(sim.EventCompleted(on3));
+  EXPECT_FALSE(sim.EventCompleted(later3));
+  EXPECT_FALSE(sim.EventCompleted(after_wait));
+  // A wait queued after a stream's last event runs when all of that stream runs.
+  ASSERT_TRUE(sim.StreamWaitEvent(1, later3).ok());
+  EXPECT_FALSE(sim.EventCompleted(later3));
+  sim.CompleteStream(1);
+  EXPECT_TRUE(sim.EventCompleted(later3));
+  EXPECT_FALSE(sim.EventCompleted(after_wait));
+  for (EventHandle e : {on3, on2, later3, after_wait}) sim.ReleaseEvent(e);
+  EXPECT_EQ(sim.live_events(), 0u);
+}
+
 }  // namespace
 }  // namespace gpumem

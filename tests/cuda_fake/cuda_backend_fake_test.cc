@@ -142,6 +142,34 @@ TEST_F(CudaBackendFakeTest, StitchLendsPagesUntilTheStreamRan) {
   EXPECT_EQ(end.live_handles, 0u);
 }
 
+// Another stream's scattered idle pages, stitched for this stream: lent as well, with
+// this stream made to wait for the other's event (cuStreamWaitEvent) instead of the host
+// waiting for the device.
+TEST_F(CudaBackendFakeTest, StitchFromAnotherStreamWaitsOnTheDevice) {
+  setenv("FAKE_CUDA_EVENTS_PENDING", "1", 1);
+  const FakeCudaCounters start = Fake();
+  {
+    auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
+                                                  .max_new_page_headroom = 0});
+    std::vector<DevicePtr> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
+    for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+    const DevicePtr big = *alloc->Allocate(4 * kPage, kStream + 1);
+    const FakeCudaCounters now = Fake();
+    EXPECT_EQ(now.synchronizes, start.synchronizes);
+    EXPECT_EQ(now.stream_waits - start.stream_waits, 1u);
+    EXPECT_EQ(backend_->counters().stream_waits, 1u);
+    EXPECT_EQ(now.handles_mapped_twice, 4u);
+    EXPECT_EQ(alloc->stats().cross_stream_lends, 1u);
+    alloc->Free(big);
+    for (int i = 1; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
+  }
+  const FakeCudaCounters end = Fake();
+  EXPECT_EQ(end.released_while_mapped, 0u);
+  EXPECT_EQ(end.live_mappings, 0u);
+  EXPECT_EQ(end.live_handles, 0u);
+}
+
 // EmptyCache with lent pages still waiting: it synchronizes, unmaps them and returns
 // every page, never releasing one that is still mapped.
 TEST_F(CudaBackendFakeTest, EmptyCacheRetiresLentPagesFirst) {

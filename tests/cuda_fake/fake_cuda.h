@@ -15,6 +15,7 @@ struct FakeCudaCounters {
   std::uint64_t live_mappings;
   std::uint64_t live_handles;
   std::uint64_t handles_mapped_twice;   // handles mapped at two addresses right now
+  std::uint64_t stream_waits;           // cuStreamWaitEvent
 };
 
 using FakeCudaCountersFn = FakeCudaCounters (*)();

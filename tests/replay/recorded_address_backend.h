@@ -67,6 +67,9 @@ class RecordedAddressBackend final : public Backend {
   }
   absl::Status Unmap(DevicePtr, std::size_t) override { return absl::OkStatus(); }
   EventHandle RecordEvent(StreamId stream) override { return sim_.RecordEvent(stream); }
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override {
+    return sim_.StreamWaitEvent(waiter, event);
+  }
   bool EventCompleted(EventHandle event) override { return sim_.EventCompleted(event); }
   void ReleaseEvent(EventHandle event) override { sim_.ReleaseEvent(event); }
   void Synchronize() override { sim_.Synchronize(); }

@@ -48,6 +48,9 @@ class RecordingBackend final : public Backend {
   }
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override { inner_.FreeSegment(ptr, bytes); }
   EventHandle RecordEvent(StreamId stream) override { return inner_.RecordEvent(stream); }
+  absl::Status StreamWaitEvent(StreamId waiter, EventHandle event) override {
+    return inner_.StreamWaitEvent(waiter, event);
+  }
   bool EventCompleted(EventHandle event) override { return inner_.EventCompleted(event); }
   void ReleaseEvent(EventHandle event) override { inner_.ReleaseEvent(event); }
   void Synchronize() override { inner_.Synchronize(); }
