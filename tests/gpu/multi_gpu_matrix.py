@@ -38,7 +38,9 @@ def launch(cli, mode, layout, gpus, steps, port):
             row = json.loads(line)
             rows.append(dict(row, mode=mode))
     if p.returncode != 0 or len(rows) != gpus:
-        tail = "\n".join(p.stderr.splitlines()[-15:])
+        # torchrun's summary hides the ranks' exceptions: those lines first.
+        errors = [l for l in p.stderr.splitlines() if "Error" in l and "error_file" not in l]
+        tail = "\n".join(list(dict.fromkeys(errors))[:8] + p.stderr.splitlines()[-15:])
         print(f"{layout} {mode}: exit {p.returncode}, {len(rows)} ranks reported\n{tail}",
               file=sys.stderr, flush=True)
     return rows

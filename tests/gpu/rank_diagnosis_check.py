@@ -29,8 +29,10 @@ ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1
 
 
 def leak_line():
+    """The line that allocates what the leak keeps (a trace names where memory was made;
+    the view kept at `# LEAK` allocates nothing)."""
     with open(os.path.join(HERE, "multi_gpu_train.py")) as f:
-        return next(i + 1 for i, line in enumerate(f) if "# LEAK" in line)
+        return next(i + 1 for i, line in enumerate(f) if "# LOGITS" in line)
 
 
 def job(cli, mode, folder, gpus, extra):
@@ -58,7 +60,7 @@ def check_leak(cli, args, folder, leak_rank):
     print(f"- leak on rank {leak_rank}: {'right' if ok else 'WRONG'}; ranks leaking: "
           f"{leaking}; site named: {bool(named)}; run exit {p.returncode}")
     for r in ranks:
-        print(f"  - rank {r['rank']}: peak allocated {r['peak_allocated']}, outside the "
+        print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, peak allocated {r['peak_allocated']}, outside the "
               f"allocator {r['outside_allocator']}, leak/step {r['leak_bytes_per_step']}")
     return bool(ok)
 
