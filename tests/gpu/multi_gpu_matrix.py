@@ -7,7 +7,10 @@ reserved / peak allocated), the memory the driver reports per rank, and step tim
 gpumem / native as the geometric mean of paired round ratios with a 95% interval.
 
 usage: multi_gpu_matrix.py GPUMEM_CLI [--layouts ddp,fsdp2,fsdp2-keep,tp] [--rounds 3]
-                           [--steps 40] [--jsonl FILE]
+                           [--steps 40] [--jsonl FILE] [--variant NAME:VAR=VALUE,...]...
+  --variant: gpumem again with these environment variables (e.g.
+  nostitch:GPUMEM_STITCH=0), taking its turn in every round after native and gpumem, and
+  judged against the same round's native run.
 """
 import argparse
 import json
@@ -25,12 +28,12 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 LOSS_TOLERANCE = 1e-2  # relative; bf16 autocast, and cuBLAS may pick other kernels
 
 
-def launch(cli, mode, layout, gpus, steps, port):
+def launch(cli, mode, layout, gpus, steps, port, extra_env=None):
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={gpus}", f"--master_port={port}",
                 os.path.join(HERE, "multi_gpu_train.py"), layout, "--steps", str(steps)]
     cmd = torchrun if mode == "native" else [cli, "run", "--"] + torchrun
-    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1", **(extra_env or {}))
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     rows = []
     for line in p.stdout.splitlines():
@@ -77,6 +80,24 @@ def step_ratio(rounds):
     return paired_interval(ratios) if len(ratios) >= 2 else None
 
 
+def device_calls(rounds):
+    """What gpumem's runs asked of the device per step, each rank of each round: the
+    spread of stitches, page maps, stream waits and host synchronizes."""
+    per = {"stitches": [], "maps": [], "stream waits": [], "synchronizes": []}
+    for _, gpumem in rounds:
+        for r in gpumem:
+            steps = max(1, len(r.get("losses", [])))
+            counters = r.get("backend_counters", {})
+            per["stitches"].append(r.get("gpumem_stats", {}).get("stitch_count", 0) / steps)
+            per["maps"].append(counters.get("maps", 0) / steps)
+            per["stream waits"].append(counters.get("stream_waits", 0) / steps)
+            per["synchronizes"].append(counters.get("synchronizes", 0) / steps)
+    if not per["maps"]:
+        return ""
+    return "- gpumem's device calls per step (every rank and round, whole run): " + "; ".join(
+        f"{k} {min(v):.1f}-{max(v):.1f}" for k, v in per.items())
+
+
 def summarize(layout, rounds):
     native, gpumem = rounds[0]
     ok, worst = losses_match(native, gpumem)
@@ -96,7 +117,35 @@ def summarize(layout, rounds):
         point, low, high = r
         lines.append(f"- step time gpumem/native over {len(rounds)} rounds: {point:.3f} "
                      f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
+    if calls := device_calls(rounds):
+        lines.append(calls)
     return "\n".join(lines) + "\n", ok and good
+
+
+def parse_variant(text):
+    """'nostitch:GPUMEM_STITCH=0,GPUMEM_THREAD_CACHE=0' -> ('nostitch', {...})."""
+    name, _, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not name or not env:
+        raise SystemExit(f"--variant {text!r}: expected NAME:VAR=VALUE[,VAR=VALUE]")
+    return name, env
+
+
+def summarize_variant(name, rounds, variant_rows):
+    """A variant's figures and step time against the native run of its own round."""
+    pairs = [(native, rows) for (native, _), rows in zip(rounds, variant_rows)]
+    lines = []
+    for rank, right, ratio, driver in rank_figures(pairs[0][1] if pairs else []):
+        lines.append(f"- {name}, rank {rank}: figures right {'yes' if right else 'NO'}; peak "
+                     f"reserved/allocated {ratio:.3f}; driver in use {driver / 2**30:.2f} GiB")
+    r = step_ratio(pairs)
+    if r:
+        point, low, high = r
+        lines.append(f"- step time {name}/native over {len(pairs)} rounds: {point:.3f} "
+                     f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
+    if calls := device_calls(pairs):
+        lines.append(calls.replace("gpumem's", f"{name}'s", 1))
+    return "\n".join(lines) + "\n" if lines else ""
 
 
 def main():
@@ -107,20 +156,32 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--gpus", type=int, default=0, help="ranks (default: every GPU)")
     ap.add_argument("--jsonl", default="")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME:VAR=VALUE,...: gpumem again with this environment")
     args = ap.parse_args()
+    variants = [parse_variant(v) for v in args.variant]
     gpus = args.gpus or int(subprocess.check_output(
         [sys.executable, "-c", "import torch;print(torch.cuda.device_count())"]).strip())
     out = open(args.jsonl, "w") if args.jsonl else None
     failed = 0
     for layout in args.layouts.split(","):
-        rounds = []
+        rounds, variant_rows = [], {name: [] for name, _ in variants}
         for i in range(args.rounds):
-            pair = [launch(args.cli, mode, layout, gpus, args.steps, 29500 + 2 * i + j)
+            port = 29500 + 8 * i
+            pair = [launch(args.cli, mode, layout, gpus, args.steps, port + j)
                     for j, mode in enumerate(("native", "gpumem"))]
             rounds.append(tuple(pair))
-            for row in pair[0] + pair[1]:
+            runs = pair[0] + pair[1]
+            for j, (name, env) in enumerate(variants):
+                rows = [dict(r, mode=name) for r in
+                        launch(args.cli, "gpumem", layout, gpus, args.steps, port + 2 + j, env)]
+                variant_rows[name].append(rows)
+                runs += rows
+            for row in runs:
                 print(json.dumps(dict(row, round=i)), file=out or sys.stderr, flush=True)
         text, ok = summarize(layout, rounds)
+        for name, _ in variants:
+            text += summarize_variant(name, rounds, variant_rows[name])
         print(text, flush=True)
         failed += not ok
     return 1 if failed else 0

@@ -62,6 +62,24 @@ class Judgement(unittest.TestCase):
         text, _ = m.summarize("ddp", [pair(0.12), pair(0.121), pair(0.119)])
         self.assertIn("within 1%: NOT MET", text)
 
+    def test_variant_against_its_rounds_native(self):
+        rounds = [pair(), pair()]
+        variant = [[row(0, "gpumem", time=0.12), row(1, "gpumem")] for _ in rounds]
+        for rows in variant:
+            for r in rows:
+                r["gpumem_stats"] = {"stitch_count": 0}
+                r["backend_counters"] = {"maps": 10, "stream_waits": 0, "synchronizes": 0}
+        text = m.summarize_variant("nostitch", rounds, variant)
+        self.assertIn("step time nostitch/native over 2 rounds: 1.200", text)
+        self.assertIn("nostitch's device calls per step", text)
+        self.assertIn("maps 5.0-5.0", text)  # 10 maps over 2 steps
+
+    def test_variant_text(self):
+        self.assertEqual(m.parse_variant("nostitch:GPUMEM_STITCH=0,GPUMEM_THREAD_CACHE=0"),
+                         ("nostitch", {"GPUMEM_STITCH": "0", "GPUMEM_THREAD_CACHE": "0"}))
+        with self.assertRaises(SystemExit):
+            m.parse_variant("nostitch")
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -2,8 +2,8 @@
 multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
 
 1. profile-only, one rank leaking (--leak-rank): `gpumem report --json` over the rank
-   traces must name that rank as differing, with the `# LEAK` line of multi_gpu_train.py
-   as its leak site, and no other rank leaking; each rank's memory outside the allocator
+   traces must name that rank as differing, with the line that allocates the logits it
+   keeps (`# LOGITS` in multi_gpu_train.py) as its leak site, and no other rank leaking; each rank's memory outside the allocator
    is printed beside the driver's figure.
 2. gpumem's allocator, one rank under a small cap (--cap-rank): that rank dies of an OOM,
    its trace holds the verdict, the others' traces read back whole, and the merged

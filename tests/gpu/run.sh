@@ -20,7 +20,8 @@
 #        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py; run it last);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
-#        MULTIGPU_ROUNDS; layouts ddp, fsdp2, fsdp2-keep, tp, 2d); ranks:
+#        MULTIGPU_ROUNDS; layouts ddp, fsdp2, fsdp2-keep, tp, 2d; MULTIGPU_VARIANTS: gpumem
+#        again with other settings in every round, e.g. "nostitch:GPUMEM_STITCH=0"); ranks:
 #        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
 #        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
@@ -192,6 +193,7 @@ if want multigpu; then
   $py "$repo/tests/gpu/multi_gpu_matrix.py" "$build/bin/gpumem" \
     ${MULTIGPU_LAYOUTS:+--layouts $MULTIGPU_LAYOUTS} --rounds "${MULTIGPU_ROUNDS:-3}" \
     ${MULTIGPU_STEPS:+--steps $MULTIGPU_STEPS} \
+    $(for v in ${MULTIGPU_VARIANTS:-}; do printf -- '--variant %s ' "$v"; done) \
     --jsonl "$OUT/multi-gpu.jsonl" 2>"$OUT/multi-gpu.err" | tee "$OUT/multi-gpu.md"
 fi
 
