@@ -94,12 +94,14 @@ TEST_F(CudaBackendFakeTest, AFailedMapLeavesNothingMapped) {
   backend_->ReleaseAddressRange(va, 2 * kPage);
 }
 
-// Eight one-page blocks on one stream, every other one freed, then four pages' worth: with
-// no growth budget, a stitch within the stream. `blocks` keeps all eight (the odd ones live).
-DevicePtr StitchOverScatteredPages(DeviceAllocator& alloc, std::vector<DevicePtr>* blocks) {
+// Eight one-page blocks on one stream, every other one freed, then four pages' worth on
+// `stream`: with no growth budget, a stitch of those idle pages (within the stream by
+// default). `blocks` keeps all eight (the odd ones live).
+DevicePtr StitchOverScatteredPages(DeviceAllocator& alloc, std::vector<DevicePtr>* blocks,
+                                   StreamId stream = kStream) {
   for (int i = 0; i < 8; ++i) blocks->push_back(*alloc.Allocate(kPage, kStream));
   for (int i = 0; i < 8; i += 2) alloc.Free((*blocks)[static_cast<std::size_t>(i)]);
-  return *alloc.Allocate(4 * kPage, kStream);
+  return *alloc.Allocate(4 * kPage, stream);
 }
 
 // Eight pages, every other block freed, then four pages' worth: a stitch within one
@@ -152,9 +154,7 @@ TEST_F(CudaBackendFakeTest, StitchFromAnotherStreamWaitsOnTheDevice) {
     auto alloc = MakeCachingAllocator(*backend_, {.new_page_headroom = 0,
                                                   .max_new_page_headroom = 0});
     std::vector<DevicePtr> blocks;
-    for (int i = 0; i < 8; ++i) blocks.push_back(*alloc->Allocate(kPage, kStream));
-    for (int i = 0; i < 8; i += 2) alloc->Free(blocks[static_cast<std::size_t>(i)]);
-    const DevicePtr big = *alloc->Allocate(4 * kPage, kStream + 1);
+    const DevicePtr big = StitchOverScatteredPages(*alloc, &blocks, kStream + 1);
     const FakeCudaCounters now = Fake();
     EXPECT_EQ(now.synchronizes, start.synchronizes);
     EXPECT_EQ(now.stream_waits - start.stream_waits, 1u);

@@ -80,7 +80,7 @@ def step_ratio(rounds):
     return paired_interval(ratios) if len(ratios) >= 2 else None
 
 
-def device_calls(rounds):
+def device_calls(rounds, name="gpumem"):
     """What gpumem's runs asked of the device per step, each rank of each round: the
     spread of stitches, page maps, stream waits and host synchronizes."""
     per = {"stitches": [], "maps": [], "stream waits": [], "synchronizes": []}
@@ -94,8 +94,18 @@ def device_calls(rounds):
             per["synchronizes"].append(counters.get("synchronizes", 0) / steps)
     if not per["maps"]:
         return ""
-    return "- gpumem's device calls per step (every rank and round, whole run): " + "; ".join(
+    return f"- {name}'s device calls per step (every rank and round, whole run): " + "; ".join(
         f"{k} {min(v):.1f}-{max(v):.1f}" for k, v in per.items())
+
+
+def step_line(name, rounds):
+    """Step time of `name` over native, paired by round, with its goal; None without pairs."""
+    r = step_ratio(rounds)
+    if not r:
+        return None
+    point, low, high = r
+    return (f"- step time {name}/native over {len(rounds)} rounds: {point:.3f} "
+            f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
 
 
 def summarize(layout, rounds):
@@ -112,13 +122,7 @@ def summarize(layout, rounds):
                      f"in use {driver / 2**30:.2f} GiB (native "
                      f"{(n['driver_used'] if n else 0) / 2**30:.2f} GiB)")
         good = good and right and ratio <= 1.02
-    r = step_ratio(rounds)
-    if r:
-        point, low, high = r
-        lines.append(f"- step time gpumem/native over {len(rounds)} rounds: {point:.3f} "
-                     f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
-    if calls := device_calls(rounds):
-        lines.append(calls)
+    lines += [line for line in (step_line("gpumem", rounds), device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
 
 
@@ -138,13 +142,7 @@ def summarize_variant(name, rounds, variant_rows):
     for rank, right, ratio, driver in rank_figures(pairs[0][1] if pairs else []):
         lines.append(f"- {name}, rank {rank}: figures right {'yes' if right else 'NO'}; peak "
                      f"reserved/allocated {ratio:.3f}; driver in use {driver / 2**30:.2f} GiB")
-    r = step_ratio(pairs)
-    if r:
-        point, low, high = r
-        lines.append(f"- step time {name}/native over {len(pairs)} rounds: {point:.3f} "
-                     f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
-    if calls := device_calls(pairs):
-        lines.append(calls.replace("gpumem's", f"{name}'s", 1))
+    lines += [line for line in (step_line(name, pairs), device_calls(pairs, name)) if line]
     return "\n".join(lines) + "\n" if lines else ""
 
 
