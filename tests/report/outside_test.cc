@@ -242,6 +242,11 @@ TEST(CuptiCompanion, RingSegmentsAreNeitherRanksNorMainTraces) {
             (std::vector<std::string>{"lone.cupti.gpumem"}));
   EXPECT_EQ(MainTraces({"run-0.seg7.gpumem", "run-0.cupti.seg3.gpumem"}),
             (std::vector<std::string>{"run-0.seg7.gpumem"}));
+  // Segments named without their ring's name (run-*.seg*.gpumem): one trace a ring, read
+  // through its first segment listed, never one rank a segment.
+  EXPECT_EQ(MainTraces({"run-0.seg7.gpumem", "run-0.seg8.gpumem", "run-1.seg2.gpumem",
+                        "run-1.seg3.gpumem", "run-1.seg4.gpumem"}),
+            (std::vector<std::string>{"run-0.seg7.gpumem", "run-1.seg2.gpumem"}));
 }
 
 }  // namespace

@@ -63,12 +63,20 @@ bool IsSegmentOf(const std::string& p, const std::string& name) {
 
 std::vector<std::string> MainTraces(const std::vector<std::string>& paths) {
   std::vector<std::string> out;
+  std::vector<std::string> rings_taken;  // rings already read through one of their segments
   for (const std::string& p : paths) {
     const bool read_with_another =
         std::any_of(paths.begin(), paths.end(), [&](const std::string& other) {
           return IsCompanionOf(p, other) || IsSegmentOf(p, other);
         });
-    if (!read_with_another) out.push_back(p);
+    if (read_with_another) continue;
+    // A segment reads its whole ring: several of one ring (run.seg*.gpumem) are one trace.
+    const std::string ring = RingNameOfSegment(p);
+    if (!ring.empty()) {
+      if (std::find(rings_taken.begin(), rings_taken.end(), ring) != rings_taken.end()) continue;
+      rings_taken.push_back(ring);
+    }
+    out.push_back(p);
   }
   return out;
 }

@@ -18,8 +18,9 @@ namespace gpumem::report {
 std::string CuptiCompanionPath(const std::string& path);
 
 // `paths` less what is read through another of them (a glob run-*.gpumem takes it all):
-// the CUPTI traces of main traces among them, and the segments of rings whose name is
-// among them, so neither reads as a rank of its own.
+// the CUPTI traces of main traces among them, the segments of rings whose name is among
+// them, and all but the first segment of a ring named only by its segments (a segment
+// reads its whole ring), so none reads as a rank of its own.
 std::vector<std::string> MainTraces(const std::vector<std::string>& paths);
 
 // The companion of `path` where the file exists and reads; a file that exists but does not
