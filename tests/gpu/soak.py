@@ -2,8 +2,9 @@
 
 soak: threads on several streams allocate random sizes, fill each block with a value of
 its own by a kernel on its stream, sometimes hand it to another stream (record_stream)
-and fill a part there, and check every byte before freeing it; meanwhile the cap moves
-and empty_cache runs at random. Prints one JSON line: operations, corruptions (must be
+and fill a part there, and check every byte before freeing it (also after an OOM);
+meanwhile the cap moves, a third of the time to just above what is live, and
+empty_cache runs at random. Prints one JSON line: operations, corruptions (must be
 0), OOMs survived, reserved / allocated at the end. Exit 1 on any corruption or error
 that is not an OOM.
 
@@ -85,25 +86,39 @@ def worker(index, args, streams, totals, stop):
             live.append((block, value, stream))
         except torch.OutOfMemoryError:
             totals.add("ooms")
-            live.clear()
+            check_all(live, totals)  # what was live through the OOM is still intact
         except Exception as e:  # anything else is a failure of the allocator
             with totals.lock:
                 totals.counts["errors"].append(repr(e)[:200])
             stop.set()
+    check_all(live, totals)
+
+
+def check_all(live, totals):
+    """Checks and frees every block in `live`."""
     for block, value, stream in live:
         totals.add("checks")
         if not intact(block, value, stream):
             totals.add("corruptions")
+    live.clear()
+
+
+def next_cap(rng, total):
+    """Mostly anywhere from half to all of the device; a third of the time just above what
+    is live, so that the threads run into it together and survive their OOMs."""
+    if rng.random() < 2 / 3:
+        return int(total * rng.uniform(0.5, 1.0))
+    return gpumem.stats()["allocated_bytes"] + int(rng.uniform(64 * MIB, 2048 * MIB))
 
 
 def chaos(args, totals, stop):
-    """The cap between half and all of the device; empty_cache now and then."""
+    """The cap moves (next_cap); empty_cache now and then."""
     rng = random.Random(args.seed)
     total = torch.cuda.mem_get_info()[1]
     while not stop.wait(rng.uniform(0.05, 0.5)):
         if rng.random() < 0.5:
             try:  # a cap below what is live is the allocator's to refuse, clearly
-                gpumem.set_capacity(int(total * rng.uniform(0.5, 1.0)))
+                gpumem.set_capacity(next_cap(rng, total))
                 totals.add("cap_changes")
             except (ValueError, RuntimeError) as e:
                 with totals.lock:
