@@ -104,13 +104,44 @@ PickleId PickleTreeBuilder::String(absl::string_view value, std::uint64_t offset
 PickleId PickleTreeBuilder::Container(PickleKind kind, std::uint64_t offset) {
   PickleTree::Node n;
   n.kind = kind;
-  n.len = static_cast<std::uint32_t>(tree_.containers_.size());
+  n.u = tree_.items_.size();
+  n.len = 0;
   n.offset = offset;
-  tree_.containers_.emplace_back();
   return Add(n);
 }
 
+// A container's items stay one run at the end of items_ while nothing else is added after
+// them (the common case: a dict or a batch-built list filled at once); one that grows
+// again later keeps them aside until Settle.
+void PickleTreeBuilder::Append(PickleId container, absl::Span<const PickleId> items) {
+  if (items.empty()) return;
+  PickleTree::Node& n = tree_.nodes_[container];
+  std::vector<PickleId>& all = tree_.items_;
+  if (auto it = scattered_.find(container); it != scattered_.end()) {
+    it->second.insert(it->second.end(), items.begin(), items.end());
+  } else if (n.len == 0 || n.u + n.len == all.size()) {
+    if (n.len == 0) n.u = all.size();
+    all.insert(all.end(), items.begin(), items.end());
+  } else {
+    std::vector<PickleId>& aside = scattered_[container];
+    aside.assign(all.begin() + static_cast<std::ptrdiff_t>(n.u),
+                 all.begin() + static_cast<std::ptrdiff_t>(n.u + n.len));
+    aside.insert(aside.end(), items.begin(), items.end());
+  }
+  n.len += static_cast<std::uint32_t>(items.size());
+}
+
+void PickleTreeBuilder::Settle() {
+  for (auto& [container, items] : scattered_) {
+    PickleTree::Node& n = tree_.nodes_[container];
+    n.u = tree_.items_.size();
+    tree_.items_.insert(tree_.items_.end(), items.begin(), items.end());
+  }
+  scattered_.clear();
+}
+
 PickleTree PickleTreeBuilder::Finish(PickleId root) && {
+  Settle();
   tree_.root_ = root;
   return std::move(tree_);
 }

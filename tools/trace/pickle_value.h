@@ -1,5 +1,6 @@
-// The values a pickle decodes to, stored flat: every value is a node in one vector and a
-// container holds node ids. A value the pickle reuses through its memo (BINGET) is the same
+// The values a pickle decodes to, stored flat: every value is a node in one vector, and the
+// items of every container are a run of node ids in one more (a 25M-event snapshot holds
+// 50M containers: one heap vector each cost more than their items). A value the pickle reuses through its memo (BINGET) is the same
 // node again, never a copy, so a snapshot that names one frame dict two million times costs
 // two million ids, not two million dicts. Through the memo a pickle can share values and
 // even build cycles: walk the tree by known paths (as the snapshot reader does), not by
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -63,7 +65,7 @@ class PickleTree {
     if (n.kind != PickleKind::kList && n.kind != PickleKind::kTuple && n.kind != PickleKind::kDict) {
       return {};
     }
-    return containers_[n.len];
+    return absl::Span<const PickleId>(items_.data() + n.u, n.len);
   }
 
   // The value under a string key of a dict (the last one, if the pickle repeats a key);
@@ -74,10 +76,10 @@ class PickleTree {
   friend class PickleTreeBuilder;
   struct Node {
     PickleKind kind = PickleKind::kNone;
-    std::uint32_t len = 0;  // string length, or index into containers_
+    std::uint32_t len = 0;  // string length, or a container's item count
     union {
       std::int64_t i;
-      std::uint64_t u;  // also bool, and a string's start in strings_
+      std::uint64_t u;  // also bool, a string's start in strings_, a container's in items_
       double d;
     };
     std::uint64_t offset = 0;
@@ -85,15 +87,19 @@ class PickleTree {
   };
   std::vector<Node> nodes_;
   std::string strings_;
-  std::vector<std::vector<PickleId>> containers_;
+  std::vector<PickleId> items_;  // every container's items, each a run
   PickleId root_ = 0;
 };
 
 // Used by the reader (and tests) to make trees.
 class PickleTreeBuilder {
  public:
-  // Room for about `nodes` values, so that a large pickle does not copy its tree as it grows.
-  void Reserve(std::size_t nodes) { tree_.nodes_.reserve(nodes); }
+  // Room for about `nodes` values and `items` container items, so that a large pickle does
+  // not copy its tree as it grows (memory only reserved is not touched).
+  void Reserve(std::size_t nodes, std::size_t items = 0) {
+    tree_.nodes_.reserve(nodes);
+    tree_.items_.reserve(items);
+  }
   PickleId None(std::uint64_t offset);
   PickleId Bool(bool value, std::uint64_t offset);
   PickleId Int(std::int64_t value, std::uint64_t offset);
@@ -101,15 +107,19 @@ class PickleTreeBuilder {
   PickleId Float(double value, std::uint64_t offset);
   PickleId String(absl::string_view value, std::uint64_t offset, PickleKind kind = PickleKind::kString);
   PickleId Container(PickleKind kind, std::uint64_t offset);  // empty list, tuple or dict
-  std::vector<PickleId>& items(PickleId container) {
-    return tree_.containers_[tree_.nodes_[container].len];
-  }
+  // Adds `items` at the end of `container`'s.
+  void Append(PickleId container, absl::Span<const PickleId> items);
   const PickleTree& tree() const { return tree_; }
+  // Every container's items in one run again (see Append); the tree reads whole after it.
+  void Settle();
   PickleTree Finish(PickleId root) &&;
 
  private:
   PickleId Add(PickleTree::Node node);
   PickleTree tree_;
+  // Containers that gained items after another container's were added (a long list
+  // appended to in batches, its items built in between): their items, until Settle.
+  absl::flat_hash_map<PickleId, std::vector<PickleId>> scattered_;
 };
 
 }  // namespace gpumem::trace
