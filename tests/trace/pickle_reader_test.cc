@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/escaping.h"
 #include "tools/trace/decompress.h"
+#include "tools/trace/pickle_value.h"
 #include "tests/trace/test_support.h"
 
 namespace gpumem::trace {
@@ -188,6 +190,42 @@ TEST(PickleReaderTest, CyclesAreStoredNotFollowed) {
 }
 
 // Every cut of a real snapshot is an error, never a crash or a bogus success.
+// A list appended to in batches, a dict built whole between them (as a pickler writes a
+// long list of dicts): every item in order once the tree is finished.
+TEST(PickleTreeTest, ItemsOfAContainerGrownAroundAnotherStayInOrder) {
+  PickleTreeBuilder b;
+  const PickleId list = b.Container(PickleKind::kList, 0);
+  const PickleId one = b.Int(1, 1);
+  b.Append(list, {one});
+  const PickleId dict = b.Container(PickleKind::kDict, 2);
+  const PickleId key = b.String("k", 3);
+  b.Append(dict, {key, one});
+  const PickleId two = b.Int(2, 4);
+  b.Append(list, {dict, two});
+  b.Append(list, {one});
+  const PickleTree t = std::move(b).Finish(list);
+  EXPECT_EQ(std::vector<PickleId>(t.items(list).begin(), t.items(list).end()),
+            (std::vector<PickleId>{one, dict, two, one}));
+  EXPECT_EQ(t.Find(dict, "k"), one);
+}
+
+// Offsets keep their high bits past 4 GiB (GPUMEM_MAX_INPUT may allow 16 GiB).
+TEST(PickleTreeTest, OffsetsPastFourGiBReadBack) {
+  PickleTreeBuilder b;
+  const std::uint64_t gib = std::uint64_t{1} << 30;
+  const PickleId a = b.Int(1, 10);
+  const PickleId c = b.Int(2, 5 * gib);
+  const PickleId d = b.String("x", 9 * gib + 7);
+  const PickleId e = b.None(9 * gib + 8);
+  const PickleTree t = std::move(b).Finish(a);
+  EXPECT_EQ(t.offset(a), 10u);
+  EXPECT_EQ(t.offset(c), 5 * gib);
+  EXPECT_EQ(t.offset(d), 9 * gib + 7);
+  EXPECT_EQ(t.offset(e), 9 * gib + 8);
+  EXPECT_EQ(t.kind(d), PickleKind::kString);
+  EXPECT_EQ(t.as_string(d), "x");
+}
+
 TEST(PickleReaderTest, EveryTruncationOfARealSnapshotIsAnError) {
   auto data = ReadFileDecompressed(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");
   ASSERT_TRUE(data.ok()) << data.status();

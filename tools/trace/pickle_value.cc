@@ -23,15 +23,15 @@ const char* PickleKindName(PickleKind kind) {
 
 std::optional<std::int64_t> PickleTree::as_int64(PickleId id) const {
   const Node& n = nodes_[id];
-  if (n.kind == PickleKind::kInt) return n.i;
-  if (n.kind == PickleKind::kBool) return static_cast<std::int64_t>(n.u);
+  if (kind(id) == PickleKind::kInt) return n.i;
+  if (kind(id) == PickleKind::kBool) return static_cast<std::int64_t>(n.u);
   return std::nullopt;
 }
 
 std::optional<std::uint64_t> PickleTree::as_uint64(PickleId id) const {
   const Node& n = nodes_[id];
-  if (n.kind == PickleKind::kUint || n.kind == PickleKind::kBool) return n.u;
-  if (n.kind == PickleKind::kInt && n.i >= 0) return static_cast<std::uint64_t>(n.i);
+  if (kind(id) == PickleKind::kUint || kind(id) == PickleKind::kBool) return n.u;
+  if (kind(id) == PickleKind::kInt && n.i >= 0) return static_cast<std::uint64_t>(n.i);
   return std::nullopt;
 }
 
@@ -45,31 +45,27 @@ std::optional<PickleId> PickleTree::Find(PickleId dict, absl::string_view key) c
   return std::nullopt;
 }
 
-PickleId PickleTreeBuilder::Add(PickleTree::Node node) {
+PickleId PickleTreeBuilder::Add(PickleKind kind, std::uint64_t offset, PickleTree::Node node) {
+  const auto id = static_cast<PickleId>(tree_.nodes_.size());
+  while ((offset >> 32) > tree_.epochs_.size()) tree_.epochs_.push_back(id);
+  node.offset_low = static_cast<std::uint32_t>(offset);
   tree_.nodes_.push_back(node);
-  return static_cast<PickleId>(tree_.nodes_.size() - 1);
+  tree_.kinds_.push_back(kind);
+  return id;
 }
 
-PickleId PickleTreeBuilder::None(std::uint64_t offset) {
-  PickleTree::Node n;
-  n.offset = offset;
-  return Add(n);
-}
+PickleId PickleTreeBuilder::None(std::uint64_t offset) { return Add(PickleKind::kNone, offset); }
 
 PickleId PickleTreeBuilder::Bool(bool value, std::uint64_t offset) {
   PickleTree::Node n;
-  n.kind = PickleKind::kBool;
   n.u = value ? 1 : 0;
-  n.offset = offset;
-  return Add(n);
+  return Add(PickleKind::kBool, offset, n);
 }
 
 PickleId PickleTreeBuilder::Int(std::int64_t value, std::uint64_t offset) {
   PickleTree::Node n;
-  n.kind = PickleKind::kInt;
   n.i = value;
-  n.offset = offset;
-  return Add(n);
+  return Add(PickleKind::kInt, offset, n);
 }
 
 PickleId PickleTreeBuilder::Uint(std::uint64_t value, std::uint64_t offset) {
@@ -77,37 +73,28 @@ PickleId PickleTreeBuilder::Uint(std::uint64_t value, std::uint64_t offset) {
     return Int(static_cast<std::int64_t>(value), offset);
   }
   PickleTree::Node n;
-  n.kind = PickleKind::kUint;
   n.u = value;
-  n.offset = offset;
-  return Add(n);
+  return Add(PickleKind::kUint, offset, n);
 }
 
 PickleId PickleTreeBuilder::Float(double value, std::uint64_t offset) {
   PickleTree::Node n;
-  n.kind = PickleKind::kFloat;
   n.d = value;
-  n.offset = offset;
-  return Add(n);
+  return Add(PickleKind::kFloat, offset, n);
 }
 
 PickleId PickleTreeBuilder::String(absl::string_view value, std::uint64_t offset, PickleKind kind) {
   PickleTree::Node n;
-  n.kind = kind;
   n.u = tree_.strings_.size();
   n.len = static_cast<std::uint32_t>(value.size());
-  n.offset = offset;
   tree_.strings_.append(value.data(), value.size());
-  return Add(n);
+  return Add(kind, offset, n);
 }
 
 PickleId PickleTreeBuilder::Container(PickleKind kind, std::uint64_t offset) {
   PickleTree::Node n;
-  n.kind = kind;
   n.u = tree_.items_.size();
-  n.len = 0;
-  n.offset = offset;
-  return Add(n);
+  return Add(kind, offset, n);
 }
 
 // A container's items stay one run at the end of items_ while nothing else is added after
