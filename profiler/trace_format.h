@@ -88,6 +88,12 @@ enum class RecordType : std::uint8_t {
   kFailedAlloc = 15,
 };
 inline constexpr std::uint8_t kMaxRecordType = 15;
+// Records a reader takes as events (allocations, frees, maps, OOMs, steps, memory outside
+// the allocator); the others (definitions, links, marks, caps, annotations, failed calls)
+// say something about them.
+constexpr bool IsEventRecord(RecordType type) {
+  return type >= RecordType::kAlloc && type <= RecordType::kSegmentFree;
+}
 
 // A step record's extra: what marked the step.
 enum class StepSource : std::uint8_t { kUnknown = 0, kExplicit = 1, kOptimizerHook = 2 };

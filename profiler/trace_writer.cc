@@ -89,7 +89,8 @@ struct TraceWriter::Ring {
   // overstates how full the ring is: head's line, which the writer keeps writing, is read
   // only when the ring may be half full, not on every record.
   std::uint64_t cached_head = 0;
-  std::atomic<std::uint64_t> links{0};  // autograd link slots: records, not events
+  // Records that are not events (autograd link slots, caps, annotations, failed calls).
+  std::atomic<std::uint64_t> not_events{0};
   std::atomic<bool> thread_exited{false};
 };
 
@@ -326,11 +327,18 @@ bool TraceWriter::Record(const RawRecord& record) {
     ring->in_record.store(0, std::memory_order_release);
     return false;
   }
+  // Counted before the slot is published: recorded() never counts a link, a cap or an
+  // annotation as an event (a reader does not, and gpumem_trace_events promises that
+  // many events back after a kill).
+  auto not_an_event = [ring] {
+    ring->not_events.store(ring->not_events.load(std::memory_order_relaxed) + 1,
+                           std::memory_order_release);
+  };
   if (record.has_autograd && !format::LinkFitsInSlot(record)) {
-    // Counted before the slot is published: recorded() never counts a link as an event.
-    ring->links.store(ring->links.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    not_an_event();
     Append(ring, format::JournalLinkOf(record));
   }
+  if (!format::IsEventRecord(record.type)) not_an_event();
   Append(ring, record);
   ring->in_record.store(0, std::memory_order_release);
   return true;
@@ -443,10 +451,10 @@ std::uint64_t TraceWriter::recorded() const {
   std::lock_guard<std::mutex> lock(rings_mu_);
   // A ring's tail counts every record of its region's life, whichever thread made it,
   // and rings are kept (busy or free) until the writer goes.
-  // The tail first: a link it counts is then counted in `links` too.
+  // The tail first: a record it counts that is no event is then counted in `not_events` too.
   auto events = [](const Ring& ring) {
     const std::uint64_t tail = ring.tail.load(std::memory_order_acquire);
-    return tail - ring.links.load(std::memory_order_acquire);
+    return tail - ring.not_events.load(std::memory_order_acquire);
   };
   std::uint64_t n = 0;
   for (const auto& ring : rings_) n += events(*ring);
