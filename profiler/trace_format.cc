@@ -3,6 +3,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "profiler/journal_format.h"
@@ -28,13 +29,30 @@ std::string FilePrefix(std::uint32_t version) {
   return out;
 }
 
+namespace {
+constexpr std::string_view kTraceSuffix = ".gpumem";
+constexpr std::string_view kSegmentTag = ".seg";
+}  // namespace
+
 std::string RingSegmentName(const std::string& base, std::uint64_t k) {
-  constexpr std::string_view kSuffix = ".gpumem";
-  const std::string seg = ".seg" + std::to_string(k);
-  if (base.size() > kSuffix.size() && base.ends_with(kSuffix)) {
-    return base.substr(0, base.size() - kSuffix.size()) + seg + std::string(kSuffix);
+  const std::string seg = std::string(kSegmentTag) + std::to_string(k);
+  if (base.size() > kTraceSuffix.size() && base.ends_with(kTraceSuffix)) {
+    return base.substr(0, base.size() - kTraceSuffix.size()) + seg + std::string(kTraceSuffix);
   }
   return base + seg;
+}
+
+std::string RingNameOfSegment(const std::string& path) {
+  if (!path.ends_with(kTraceSuffix)) return "";
+  const std::string_view stem(path.data(), path.size() - kTraceSuffix.size());
+  const std::size_t tag = stem.rfind(kSegmentTag);
+  if (tag == std::string_view::npos) return "";
+  const std::string_view digits = stem.substr(tag + kSegmentTag.size());
+  if (digits.empty() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return "";
+  }
+  return std::string(stem.substr(0, tag)) + std::string(kTraceSuffix);
 }
 
 namespace {

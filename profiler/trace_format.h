@@ -226,6 +226,9 @@ std::string FilePrefix(std::uint32_t version = kVersion);
 // Segment `k` of a ring trace whose file name is `base` ("run.gpumem" -> "run.seg7.gpumem";
 // a name without the .gpumem suffix gets ".seg7" appended). Names only, no folder.
 std::string RingSegmentName(const std::string& base, std::uint64_t k);
+// The ring's name for a segment's name (RingSegmentName undone: "out/run.seg7.gpumem" ->
+// "out/run.gpumem"); empty for a name that is no segment of a .gpumem ring.
+std::string RingNameOfSegment(const std::string& path);
 // True if `data` starts with the gpumem magic (the version is checked by the reader).
 bool HasMagic(absl::string_view data);
 

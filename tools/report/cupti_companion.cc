@@ -4,34 +4,18 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "profiler/trace_format.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::report {
 namespace {
 constexpr char kExt[] = ".gpumem";
 constexpr char kCuptiExt[] = ".cupti.gpumem";
-constexpr char kSegmentTag[] = ".seg";
-
-// NAME.gpumem for NAME.segK.gpumem (format::RingSegmentName undone); empty for any other.
-std::string RingNameOfSegment(const std::string& path) {
-  if (!absl::EndsWith(path, kExt)) return "";
-  const std::string stem = path.substr(0, path.size() - (sizeof(kExt) - 1));
-  const std::size_t tag = stem.rfind(kSegmentTag);
-  if (tag == std::string::npos) return "";
-  const std::size_t digits = tag + sizeof(kSegmentTag) - 1;
-  if (digits == stem.size() ||
-      !std::all_of(stem.begin() + static_cast<std::ptrdiff_t>(digits), stem.end(),
-                   absl::ascii_isdigit)) {
-    return "";
-  }
-  return stem.substr(0, tag) + kExt;
-}
 
 // A ring's name for one of its segments, else the path itself.
 std::string TraceName(const std::string& path) {
-  const std::string ring = RingNameOfSegment(path);
+  const std::string ring = format::RingNameOfSegment(path);
   return ring.empty() ? path : ring;
 }
 
@@ -57,7 +41,7 @@ bool IsCompanionOf(const std::string& p, const std::string& main) {
 
 // `p` is a segment of the ring named `name`: the ring is read through its name.
 bool IsSegmentOf(const std::string& p, const std::string& name) {
-  return RingNameOfSegment(p) == name;
+  return format::RingNameOfSegment(p) == name;
 }
 }  // namespace
 
@@ -71,7 +55,7 @@ std::vector<std::string> MainTraces(const std::vector<std::string>& paths) {
         });
     if (read_with_another) continue;
     // A segment reads its whole ring: several of one ring (run.seg*.gpumem) are one trace.
-    const std::string ring = RingNameOfSegment(p);
+    const std::string ring = format::RingNameOfSegment(p);
     if (!ring.empty()) {
       if (std::find(rings_taken.begin(), rings_taken.end(), ring) != rings_taken.end()) continue;
       rings_taken.push_back(ring);
