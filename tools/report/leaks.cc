@@ -23,8 +23,7 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
     const std::vector<std::uint64_t>& live = timeline.site_samples[s];
     if (live.size() != samples) continue;
     const std::optional<Growth> growth =
-        RecentSteadyGrowth(x, std::vector<std::uint64_t>(live.begin() + first, live.end()),
-                           min_growth);
+        RecentSteadyGrowth(x, absl::MakeConstSpan(live).subspan(first), min_growth);
     if (!growth) continue;
     LeakSuspect suspect;
     suspect.site = s;

@@ -54,7 +54,7 @@ const char* OomFix(OomClass c) {
   return kPeakFix;
 }
 
-LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y) {
+LinearFit FitLine(absl::Span<const double> x, absl::Span<const double> y) {
   LinearFit fit;
   const double n = static_cast<double>(x.size());
   if (x.size() < 2) return fit;
@@ -83,8 +83,8 @@ double MinLeakGrowth(std::uint64_t peak_allocated) {
                           kMinGrowthShareOfPeak * static_cast<double>(peak_allocated));
 }
 
-std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
-                                   const std::vector<std::uint64_t>& live, double min_growth) {
+std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
+                                   absl::Span<const std::uint64_t> live, double min_growth) {
   if (live.size() < kMinGrowthSamples || live.size() != steps.size() ||
       live.back() <= live.front()) {
     return std::nullopt;
@@ -106,16 +106,15 @@ std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
   return g;
 }
 
-std::optional<Growth> RecentSteadyGrowth(const std::vector<double>& steps,
-                                         const std::vector<std::uint64_t>& live,
+std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
+                                         absl::Span<const std::uint64_t> live,
                                          double min_growth) {
   if (std::optional<Growth> whole = SteadyGrowth(steps, live, min_growth)) return whole;
   const std::size_t n = std::min(steps.size(), live.size());
   for (std::size_t window = n / 2; window >= kMinLateGrowthSamples; window /= 2) {
     const std::size_t from = n - window;
-    std::optional<Growth> g = SteadyGrowth(
-        std::vector<double>(steps.begin() + from, steps.begin() + n),
-        std::vector<std::uint64_t>(live.begin() + from, live.begin() + n), min_growth);
+    std::optional<Growth> g =
+        SteadyGrowth(steps.subspan(from, window), live.subspan(from, window), min_growth);
     if (g) {
       g->from = from;
       return g;

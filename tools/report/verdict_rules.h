@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace gpumem::report {
 
@@ -28,7 +29,7 @@ struct LinearFit {
   double r2 = 0;         // 1 = a straight line
 };
 // Least squares of y over x; r2 is 0 when y is constant.
-LinearFit FitLine(const std::vector<double>& x, const std::vector<double>& y);
+LinearFit FitLine(absl::Span<const double> x, absl::Span<const double> y);
 
 // Step ends a growth fit needs; and one that began late, after the series started.
 inline constexpr std::size_t kMinGrowthSamples = 4;
@@ -45,13 +46,13 @@ struct Growth {
 double MinLeakGrowth(std::uint64_t peak_allocated);
 // Live bytes of one site at step ends `steps`: a Growth when they grow steadily (a good
 // straight-line fit, rising at most step ends) by at least `min_growth`, else nullopt.
-std::optional<Growth> SteadyGrowth(const std::vector<double>& steps,
-                                   const std::vector<std::uint64_t>& live, double min_growth);
+std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
+                                   absl::Span<const std::uint64_t> live, double min_growth);
 // The same, where the growth may have begun late (a leak that starts in the evaluation
 // phase, or after thousands of healthy steps): the longest of the whole series and its
 // later halves, quarters, ... (down to kMinLateGrowthSamples) that grows steadily.
-std::optional<Growth> RecentSteadyGrowth(const std::vector<double>& steps,
-                                         const std::vector<std::uint64_t>& live,
+std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
+                                         absl::Span<const std::uint64_t> live,
                                          double min_growth);
 
 // What an OOM is classed from.
