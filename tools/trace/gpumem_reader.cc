@@ -332,7 +332,7 @@ bool Reader::ReadEvent(ByteReader& r, RecordType type, std::uint8_t flags, Chunk
   }
   if (state->link) {
     // Links name events only.
-    if (type == RecordType::kCapacity || type == RecordType::kFailedAlloc) return false;
+    if (!format::IsEventRecord(type)) return false;
     state->link->event = events_.size();
     links_.push_back(*state->link);
     state->link.reset();
