@@ -110,7 +110,8 @@ void CachingAllocator::AddSlab(StreamHeap& h, int k, Block* b) {
   SampleReserved();
 }
 
-Block* CachingAllocator::AllocateLargeBlock(StreamHeap& h, std::size_t bytes, ThreadCache* c) {
+Block* CachingAllocator::AllocateLargeBlock(StreamHeap& h, std::size_t bytes, ThreadCache* c,
+                                            LiveBlock* live) {
   // This thread's cached large blocks go back before best fit: it would have picked among
   // them without the cache, and a smaller free block than the fit it needs split for it
   // fragments the layout (replays with caches on: more maps in steady steps).
@@ -118,7 +119,7 @@ Block* CachingAllocator::AllocateLargeBlock(StreamHeap& h, std::size_t bytes, Th
     std::lock_guard cl(c->mu());
     c->DrainLargeBlocks([this](DevicePtr p, const LiveBlock& l) { ReleaseBlock(p, l); });
   }
-  return AllocateLarge(h, RoundUp(bytes, kBlockAlign));
+  return AllocateLarge(h, RoundUp(bytes, kBlockAlign), live);
 }
 
 bool CachingAllocator::RetireUsedElsewhere(DevicePtr ptr, LiveBlock& live) {

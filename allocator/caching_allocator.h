@@ -29,6 +29,14 @@ struct CachingAllocatorOptions {
   // Before creating pages, remap idle pages (whole free pages) from elsewhere. Off: new
   // pages are created and idle ones are reclaimed only when the device is full.
   bool stitch = true;
+  // A large request that the stream's own heap cannot fit takes another stream's free
+  // block of the same pool where one fits, before anything grows: no page moves. The
+  // stream waits (on the device, not the host) for an event recorded on the lender's
+  // stream, and the block's free waits for the borrower's work, as a record_stream'd
+  // block's does, before it goes back to the lender. FSDP2's all-gather and
+  // reduce-scatter buffers then come from the compute stream's free memory every step
+  // instead of remapping pages between the streams' heaps. Off: growth only.
+  bool borrow = true;
   // Stitching costs a map and a later unmap per page (and, for another stream's pages, a
   // full synchronize, which stalls the host's run-ahead). So growth creates new pages while
   // reserved stays within a budget: (1 + new_page_headroom) x the peak allocated so far,

@@ -209,7 +209,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       // instructions more a pair. A cache's large blocks go back before it (see there);
       // a miss asks again there, on the way to growth.
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
-      if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c);
+      if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
       if (b == nullptr) return Oom(bytes, stream);
       live.block = b;
       live.bin = b->size;
@@ -312,8 +312,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   bool AddSlabFor(StreamHeap& h, int k);
   void AddSlab(StreamHeap& h, int k, Block* b);
   // A large block of `bytes` (as requested) for cache `c`'s thread; null when none can be
-  // had.
-  Block* AllocateLargeBlock(StreamHeap& h, std::size_t bytes, ThreadCache* c);
+  // had. One of another stream's heap (Borrow) updates `live`.
+  Block* AllocateLargeBlock(StreamHeap& h, std::size_t bytes, ThreadCache* c, LiveBlock* live);
   // Retire() of a block that RecordStream put on other streams; false for any other.
   bool RetireUsedElsewhere(DevicePtr ptr, LiveBlock& live);
   // Holds a freed block until work queued on `streams` has run.
@@ -441,11 +441,14 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // --- Growth and giving memory back (caching_growth.cc).
 
   using HeapFilter = absl::FunctionRef<bool(const StreamHeap&)>;
-  Block* AllocateLarge(StreamHeap& h, std::size_t bytes);
+  // `borrower`: the record of the block to be handed out, which may then come from
+  // another stream's heap (Borrow); null: `h`'s own blocks only (slabs).
+  Block* AllocateLarge(StreamHeap& h, std::size_t bytes, LiveBlock* borrower = nullptr);
   bool CannotFit(std::size_t bytes);
   Block* AllocateCapturing(StreamHeap& h, std::size_t bytes);
-  Block* AllocateSlow(StreamHeap& h, std::size_t bytes);
-  Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt);
+  Block* AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
+  Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt, LiveBlock* borrower);
+  Block* Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
   enum class HeadroomUse {
     kKept,          // growth leaves the driver the headroom, or creates nothing
     kEaten,         // it would fit only by taking the headroom: refused

@@ -79,12 +79,12 @@ void CachingAllocator::ReleaseEmptySlabs(StreamHeap& h) {
   });
 }
 
-Block* CachingAllocator::AllocateLarge(StreamHeap& h, std::size_t bytes) {
+Block* CachingAllocator::AllocateLarge(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   if (Block* b = h.large.BestFit(bytes)) return b;
   GrowingScope growing(this);
   Block* b = CannotFit(bytes)    ? nullptr
              : Capturing()       ? AllocateCapturing(h, bytes)
-                                 : AllocateSlow(h, bytes);
+                                 : AllocateSlow(h, bytes, borrower);
   SampleReserved();
   return b;
 }
@@ -119,7 +119,7 @@ Block* CachingAllocator::AllocateCapturing(StreamHeap& h, std::size_t bytes) {
 // No free block fits. In order: take back what pending frees and empty slabs hold, grow
 // from idle and new pages; if the device is full, wait for all queued work and retry;
 // then release every cached byte and retry once more.
-Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes) {
+Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   pages_.BeginSlowPath();
   refused_for_headroom_ = false;
   // Blocks in thread caches first, so growth sees all the free memory it would without
@@ -132,14 +132,15 @@ Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes) {
   const std::uint64_t stitches = stats_.stitch_count;
   Block* b = nullptr;
   int attempt = 0;
-  for (; attempt < 3 && b == nullptr; ++attempt) b = AttemptGrowth(h, bytes, attempt);
+  for (; attempt < 3 && b == nullptr; ++attempt) b = AttemptGrowth(h, bytes, attempt, borrower);
   if (attempt > 1 || stats_.stitch_count != stitches) ++retries_;
   return b;
 }
 
 // One round of AllocateSlow: the later ones wait for the device, stitch whatever the
 // budget says and, after the second, trim every cached byte.
-Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt) {
+Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt,
+                                       LiveBlock* borrower) {
   if (attempt > 0) pages_.Quiesce();  // every pending event has now completed
   // No event need be asked once the device was waited for: a failed query would hold
   // the block (and its bytes, against this request) for nothing.
@@ -147,6 +148,7 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   RetireLent();
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
+  if (Block* b = Borrow(h, bytes, borrower)) return b;
   if (HeadroomFor(h, bytes) != HeadroomUse::kKept) return GrowFromIdle(h, bytes);
   absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
   if (grown.ok()) return *grown;
@@ -155,6 +157,37 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
     ++stats_.trim_count;
   }
   return nullptr;
+}
+
+// The best fit for `bytes` among the free blocks of the other streams' heaps of `h`'s pool
+// (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits. `borrower` is
+// the block's record: it goes back to the lender's heap, once the work queued on `h`'s
+// stream up to its free has run.
+Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
+  if (borrower == nullptr || !options_.borrow || h.pool != kDefaultPool) return nullptr;
+  StreamHeap* lender = nullptr;
+  std::size_t fit = std::numeric_limits<std::size_t>::max();
+  for (auto& [key, other] : heaps_) {
+    if (other.get() == &h || other->pool != h.pool) continue;
+    const std::size_t size = other->large.FitSize(bytes);
+    if (size != 0 && size < fit) {
+      fit = size;
+      lender = other.get();
+    }
+  }
+  if (lender == nullptr) return nullptr;
+  // Work queued on the lender's stream may still use the block: this stream waits for it.
+  if (!pages_.quiet()) {
+    const EventHandle done = backend_.RecordEvent(lender->stream);
+    if (!backend_.StreamWaitEvent(h.stream, done).ok()) pages_.Quiesce();
+    backend_.ReleaseEvent(done);
+  }
+  Block* b = lender->large.BestFit(bytes);
+  borrower->heap = lender;
+  borrower->recorded = true;  // its free takes the lock, to wait for this stream
+  used_on_[b->addr].push_back(h.stream);
+  ++stats_.cross_stream_borrows;
+  return b;
 }
 
 // What growth for `bytes` would do to the driver's free memory against the headroom

@@ -24,6 +24,7 @@ struct AllocatorStats {
   std::uint64_t oom_count = 0;
   std::uint64_t stitch_count = 0;          // requests served by stitching pages (defrag)
   std::uint64_t cross_stream_lends = 0;    // stitches' lends of another stream's idle pages
+  std::uint64_t cross_stream_borrows = 0;  // blocks lent whole by another stream's heap
   std::uint64_t trim_count = 0;            // times cached memory was released under pressure
   std::uint64_t largest_free_bytes = 0;    // the largest request that could be served now
                                            // without new device memory

@@ -58,6 +58,11 @@ class LargePool {
   // The smallest free block of at least `bytes` (a multiple of kBlockAlign), split to
   // size and marked used; null if none.
   Block* BestFit(std::size_t bytes);
+  // The size of the block BestFit(bytes) would split, without taking it; 0 if none.
+  std::size_t FitSize(std::size_t bytes) const {
+    const Block* b = index().BestFit(bytes);
+    return b == nullptr ? 0 : b->size;
+  }
   // The free memory [addr, addr + bytes) of one range, split out and marked used; null if
   // any of it is not free. Restores a block where it was (a checkpointed pool state).
   Block* CarveAt(DevicePtr addr, std::size_t bytes);

@@ -26,9 +26,12 @@ class StreamGuard {
 
   // Calls release(ptr) for each held block whose events have all completed; for every
   // one if `synchronized`: the caller waited for the device since the last Defer, so no
-  // event need be asked (a failed query answers "not yet" until then).
+  // event need be asked (a failed query answers "not yet" until then). A stream's events
+  // complete in the order they were recorded: once one is not done, its later ones are
+  // not asked (a call asks at most one event per stream that is still busy).
   template <typename F>
   void Collect(F&& release, bool synchronized = false) {
+    busy_.clear();
     std::size_t keep = 0;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       if (Done(pending_[i], synchronized)) {
@@ -42,16 +45,23 @@ class StreamGuard {
   }
 
  private:
+  struct StreamEvent {
+    StreamId stream;
+    EventHandle event;
+  };
   struct Pending {
     DevicePtr ptr;
-    std::vector<EventHandle> events;
+    std::vector<StreamEvent> events;
   };
   // Releases the completed events of `p` (all of them if `synchronized`); true when none
   // is left.
   bool Done(Pending& p, bool synchronized);
+  // Whether the event is done, asked only if no earlier event of its stream was not.
+  bool Completed(const StreamEvent& e);
 
   Backend& backend_;
-  std::vector<Pending> pending_;
+  std::vector<Pending> pending_;  // in the order they were deferred
+  std::vector<StreamId> busy_;    // streams with an event not done, in this Collect
 };
 
 }  // namespace gpumem

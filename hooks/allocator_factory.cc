@@ -10,24 +10,23 @@
 namespace gpumem::hooks {
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer, bool stitch,
-    bool thread_cache, std::uint64_t headroom_bytes) {
+    Backend& backend, int device, AllocatorObserver* observer,
+    const AllocatorSettings& settings) {
 #ifdef GPUMEM_HAVE_CACHING_ALLOCATOR
   CachingAllocatorOptions options;
   options.device = device;
   options.observer = observer;
-  options.stitch = stitch;
-  options.thread_cache = thread_cache;
-  options.headroom_bytes = headroom_bytes;
+  options.stitch = settings.stitch;
+  options.borrow = settings.borrow;
+  options.thread_cache = settings.thread_cache;
+  options.headroom_bytes = settings.headroom_bytes;
   return MakeCachingAllocator(backend, options);
 #else
   // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if
   // any) stands in, without device and observer.
   (void)device;
   (void)observer;
-  (void)stitch;
-  (void)thread_cache;
-  (void)headroom_bytes;
+  (void)settings;
   return MakePolicy("gpumem", backend);
 #endif
 }

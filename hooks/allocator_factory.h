@@ -11,8 +11,16 @@
 
 namespace gpumem::hooks {
 
+// The settings of hooks::Config that shape the allocator (CachingAllocatorOptions).
+struct AllocatorSettings {
+  bool stitch = true;
+  bool borrow = true;
+  bool thread_cache = true;
+  std::uint64_t headroom_bytes = 0;
+};
+
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
-    Backend& backend, int device, AllocatorObserver* observer, bool stitch = true,
-    bool thread_cache = true, std::uint64_t headroom_bytes = 0);
+    Backend& backend, int device, AllocatorObserver* observer,
+    const AllocatorSettings& settings = {});
 
 }  // namespace gpumem::hooks

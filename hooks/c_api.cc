@@ -411,6 +411,7 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         // Not in gpumem_stats_t, whose size callers compile in: here and in the summary.
         {"thread_cached_bytes", thread_cached},
         {"cross_stream_lends", s.allocator->stats().cross_stream_lends},
+        {"cross_stream_borrows", s.allocator->stats().cross_stream_borrows},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
         {"backend_counters",

@@ -38,6 +38,10 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
+    {"GPUMEM_BORROW", "0, 1",
+     "1 (default): a large request its stream's own cache cannot fit takes another "
+     "stream's free block where it is, the stream waiting on the device for the other's "
+     "work (FSDP2's communication streams then remap nothing); 0: each stream grows its own"},
     {"GPUMEM_THREAD_CACHE", "0, 1",
      "1 (default): once threads keep contending for the allocator's lock, each thread "
      "reuses blocks it freed without taking it (off while GPUMEM_TRACE records); 0: every "
@@ -119,6 +123,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_STITCH", v);
     if (!b.ok()) return b.status();
     config.stitch = *b;
+  }
+  if (const char* v = env("GPUMEM_BORROW"); v != nullptr && *v != '\0') {
+    absl::StatusOr<bool> b = ParseFlag("GPUMEM_BORROW", v);
+    if (!b.ok()) return b.status();
+    config.borrow = *b;
   }
   if (const char* v = env("GPUMEM_THREAD_CACHE"); v != nullptr && *v != '\0') {
     absl::StatusOr<bool> b = ParseFlag("GPUMEM_THREAD_CACHE", v);

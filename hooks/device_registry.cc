@@ -68,8 +68,11 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   TraceCapacity(device, state->capacity, CapacitySourceAtStart(r, *config, device));
   const std::uint64_t headroom = HeadroomFor(*config, state->backend.name == "sim");
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
-      MakeDeviceAllocator(*state->backend.backend, device, **r.observer, config->stitch,
-                          config->thread_cache, headroom);
+      MakeDeviceAllocator(*state->backend.backend, device, **r.observer,
+                          {.stitch = config->stitch,
+                           .borrow = config->borrow,
+                           .thread_cache = config->thread_cache,
+                           .headroom_bytes = headroom});
   if (!allocator.ok()) return allocator.status();
   state->allocator = *std::move(allocator);
   if (config->verbose) {

@@ -82,7 +82,7 @@ TEST(CachingAllocatorTest, ReusesAFreedBlockOnItsOwnStreamAtOnce) {
 
 TEST(CachingAllocatorTest, AnotherStreamDoesNotGetAFreedBlockWhileWorkMayBeQueued) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
-  auto alloc = MakeCachingAllocator(sim);
+  auto alloc = MakeCachingAllocator(sim, {.borrow = false});
   DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
   DevicePtr small = *alloc->Allocate(4096, kS1);
   alloc->Free(a);
@@ -91,6 +91,42 @@ TEST(CachingAllocatorTest, AnotherStreamDoesNotGetAFreedBlockWhileWorkMayBeQueue
   DevicePtr c = *alloc->Allocate(4096, kS2);
   EXPECT_TRUE(b + 8 * kMiB <= a || a + 8 * kMiB <= b);
   EXPECT_TRUE(c + 4096 <= small || small + 4096 <= c);
+}
+
+// A large block freed on S1 serves S2 where it is, no page moved; S2 first waits (on the
+// device) for S1's work. Small blocks stay in their stream's slabs.
+TEST(CachingAllocatorTest, AnotherStreamBorrowsAFreedBlockBehindAWait) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  DevicePtr small = *alloc->Allocate(4096, kS1);
+  alloc->Free(a);
+  alloc->Free(small);
+  const std::uint64_t maps = sim.counters().maps;
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
+  EXPECT_EQ(sim.counters().stream_waits, 1u);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  EXPECT_EQ(sim.counters().maps, maps);
+  EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
+  DevicePtr c = *alloc->Allocate(4096, kS2);
+  EXPECT_TRUE(c + 4096 <= small || small + 4096 <= c);
+}
+
+// The borrowed block goes back to S1's heap only once S2's work up to its free has run:
+// until then S1 gets other memory.
+TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  alloc->Free(a);
+  ASSERT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
+  alloc->Free(a);
+  DevicePtr b = *alloc->Allocate(8 * kMiB, kS1);
+  EXPECT_NE(b, a);
+  alloc->Free(b);
+  sim.CompleteStream(kS2);
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
+  EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
 }
 
 TEST(CachingAllocatorTest, RecordStreamDelaysReuseUntilTheOtherStreamRan) {
@@ -252,7 +288,7 @@ TEST(CachingAllocatorTest, LentPagesAreUnmappedOnceTheirStreamRan) {
 // after that work. The host waits for nothing.
 TEST(CachingAllocatorTest, StitchingFromAnotherStreamMakesItWait) {
   SimBackend sim({.capacity = 4 * kPage});
-  auto alloc = MakeCachingAllocator(sim);
+  auto alloc = MakeCachingAllocator(sim, {.borrow = false});
   DevicePtr a = *alloc->Allocate(4 * kPage, kS2);
   alloc->Free(a);
   DevicePtr b = *alloc->Allocate(2 * kPage, kS2);  // what is left of S2's range: 2 pages

@@ -22,6 +22,7 @@ SimBackendOptions OneGiB() {
 std::unique_ptr<DeviceAllocator> WithIdle(Backend& backend, std::uint64_t headroom) {
   CachingAllocatorOptions options;
   options.headroom_bytes = headroom;
+  options.borrow = false;  // the other stream's request grows: growth is what is tested
   auto a = MakeCachingAllocator(backend, options);
   absl::StatusOr<DevicePtr> p = a->Allocate(256 * kMiB, kDefaultStream);
   EXPECT_TRUE(p.ok()) << p.status();

@@ -282,6 +282,7 @@ class ModelCheck {
 
   int ooms() const { return ooms_; }
   std::uint64_t cross_stream_lends() const { return alloc_->stats().cross_stream_lends; }
+  std::uint64_t cross_stream_borrows() const { return alloc_->stats().cross_stream_borrows; }
   std::uint64_t stitches() const { return alloc_->stats().stitch_count; }
   bool cached_seen() const { return cached_seen_; }
   FaultInjectingBackend& faults() { return faults_; }

@@ -31,6 +31,7 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
   int ooms = 0;
   int cached = 0;
   std::uint64_t lends = 0;
+  std::uint64_t borrows = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
     ModelCheck m(static_cast<std::uint32_t>(FirstSeed() + seq), GetParam().vmm,
                  GetParam().capacity);
@@ -44,8 +45,10 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
     ooms += m.ooms();
     cached += m.cached_seen();
     lends += m.cross_stream_lends();
+    borrows += m.cross_stream_borrows();
   }
   EXPECT_GT(cached, 0) << "the thread cache was never used";
+  EXPECT_GT(borrows, 0u) << "no stream took another stream's free block";
   // Under the small cap the check must also have exercised the OOM path and, with VMM,
   // stitches of another stream's pages (a stream wait).
   if (GetParam().capacity < (std::uint64_t{1} << 30)) {

@@ -20,7 +20,8 @@ class CApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const char* v : {"GPUMEM_CAPACITY", "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE",
-                          "GPUMEM_LOG_OOM", "GPUMEM_VERBOSE", "GPUMEM_HEADROOM"}) {
+                          "GPUMEM_LOG_OOM", "GPUMEM_VERBOSE", "GPUMEM_HEADROOM",
+                          "GPUMEM_BORROW"}) {
       unsetenv(v);
     }
     setenv("GPUMEM_BACKEND", "sim", 1);
@@ -114,6 +115,7 @@ TEST_F(CApiTest, ReleaseIdleAfterAnOutsideFailureLetsTheRetrySucceed) {
 TEST_F(CApiTest, HeadroomIsKeptWhenSet) {
   setenv("GPUMEM_CAPACITY", "256M", 1);
   setenv("GPUMEM_HEADROOM", "64M", 1);
+  setenv("GPUMEM_BORROW", "0", 1);  // the other stream's request grows: growth is tested
   ResetRegistryForTesting();
   void* idle = gpumem_alloc(128 * kMiB, 0, nullptr);
   ASSERT_NE(idle, nullptr);

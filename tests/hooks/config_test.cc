@@ -31,7 +31,7 @@ TEST(ConfigTest, ReadsEveryVariable) {
       Parse({{"GPUMEM_BACKEND", "cudamalloc"}, {"GPUMEM_CAPACITY", "1.5G"},
              {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "traces/x.gpumem"},
              {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"},
-             {"GPUMEM_STITCH", "0"}, {"GPUMEM_THREAD_CACHE", "0"}});
+             {"GPUMEM_STITCH", "0"}, {"GPUMEM_BORROW", "0"}, {"GPUMEM_THREAD_CACHE", "0"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backend, BackendKind::kCudaMalloc);
   EXPECT_EQ(*c->capacity, std::uint64_t{3} << 29);  // 1.5 * 2^30
@@ -40,6 +40,8 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_FALSE(c->log_oom);
   EXPECT_TRUE(c->verbose);
   EXPECT_FALSE(c->stitch);
+  EXPECT_FALSE(c->borrow);
+  EXPECT_TRUE(Parse({})->borrow);
   EXPECT_FALSE(c->thread_cache);
   EXPECT_TRUE(Parse({})->thread_cache);
   EXPECT_TRUE(Parse({{"GPUMEM_THREAD_CACHE", "1"}})->thread_cache);
@@ -81,6 +83,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
       {"GPUMEM_LOG_OOM", "yes", "0 or 1"},
       {"GPUMEM_VERBOSE", "2", "0 or 1"},
       {"GPUMEM_STITCH", "no", "0 or 1"},
+      {"GPUMEM_BORROW", "off", "0 or 1"},
       {"GPUMEM_THREAD_CACHE", "on", "0 or 1"},
       {"GPUMEM", "true", "0 or 1"},
   };
@@ -141,7 +144,8 @@ TEST(ConfigTest, EveryVariableIsListedOnce) {
   for (int i = 0; i < kConfigVariableCount; ++i) ++seen[kConfigVariables[i].name];
   for (const char* name : {"GPUMEM", "GPUMEM_MODE", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
                            "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
-                           "GPUMEM_VERBOSE", "GPUMEM_STITCH", "GPUMEM_THREAD_CACHE",
+                           "GPUMEM_VERBOSE", "GPUMEM_STITCH", "GPUMEM_BORROW",
+                           "GPUMEM_THREAD_CACHE",
                            "GPUMEM_TRACE_MAX"}) {
     EXPECT_EQ(seen[name], 1) << name;
   }
