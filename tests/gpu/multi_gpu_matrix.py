@@ -83,13 +83,17 @@ def step_ratio(rounds):
 def device_calls(rounds, name="gpumem"):
     """What gpumem's runs asked of the device per step, each rank of each round: the
     spread of stitches, page maps, stream waits and host synchronizes."""
-    per = {"stitches": [], "maps": [], "stream waits": [], "synchronizes": []}
+    per = {"stitches": [], "borrows": [], "maps": [], "unmaps": [], "stream waits": [],
+           "synchronizes": []}
     for _, gpumem in rounds:
         for r in gpumem:
             steps = max(1, len(r.get("losses", [])))
             counters = r.get("backend_counters", {})
             per["stitches"].append(r.get("gpumem_stats", {}).get("stitch_count", 0) / steps)
+            per["borrows"].append(
+                r.get("cross_stream", {}).get("cross_stream_borrows", 0) / steps)
             per["maps"].append(counters.get("maps", 0) / steps)
+            per["unmaps"].append(counters.get("unmaps", 0) / steps)
             per["stream waits"].append(counters.get("stream_waits", 0) / steps)
             per["synchronizes"].append(counters.get("synchronizes", 0) / steps)
     if not per["maps"]:

@@ -127,7 +127,10 @@ def figures():
             out["gpumem_allocated"] = stats["allocated_bytes"]
             out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
             # Device calls a slow step made: host synchronizes, stream waits, maps.
-            out["backend_counters"] = gpumem.snapshot()["devices"][0]["backend_counters"]
+            device = gpumem.snapshot()["devices"][0]
+            out["backend_counters"] = device["backend_counters"]
+            out["cross_stream"] = {k: device.get(k, 0) for k in
+                                   ("cross_stream_lends", "cross_stream_borrows")}
     except ImportError:
         pass
     return out
