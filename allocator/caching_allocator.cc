@@ -26,6 +26,7 @@ CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions opt
       options_(options),
       pages_(backend, options.device, options.observer),
       guard_(backend),
+      returns_(backend),
       id_(ThreadCaches::NewOwnerId()),
       block_events_(options.observer != nullptr && options.observer->wants_block_events()),
       // An observer of blocks is told of every alloc and free in the order they happen,
@@ -125,12 +126,45 @@ Block* CachingAllocator::AllocateLargeBlock(StreamHeap& h, std::size_t bytes, Th
 bool CachingAllocator::RetireUsedElsewhere(DevicePtr ptr, LiveBlock& live) {
   auto u = used_on_.find(ptr);
   if (u == used_on_.end()) return false;
+  std::vector<StreamId> streams = std::move(u->second);
+  used_on_.erase(u);
+  if (live.borrowed) streams.push_back(live.stream);  // the lender's stream waits for it
+  HoldFreed(ptr, live, std::move(streams));
+  return true;
+}
+
+void CachingAllocator::HoldFreed(DevicePtr ptr, LiveBlock& live, std::vector<StreamId> streams) {
   AddPending(live);  // before the live total falls: see AddFast
   CountFree(ptr, live);
   live.pending = true;
-  DeferFree(ptr, std::move(u->second));
-  used_on_.erase(u);
-  return true;
+  DeferFree(ptr, std::move(streams));
+}
+
+bool CachingAllocator::RetireBorrowed(DevicePtr ptr, LiveBlock& live) {
+  if (Capturing()) {
+    HoldFreed(ptr, live, {live.stream});
+    return true;
+  }
+  CountFree(ptr, live);
+  LiveBlock& returning = returning_[ptr];
+  returning = live;
+  returning.pending = true;
+  returns_.Defer(ptr, {live.stream});
+  return false;
+}
+
+void CachingAllocator::CollectReturns(bool synchronized) {
+  returns_.Collect(
+      [this](DevicePtr ptr) {
+        auto it = returning_.find(ptr);
+        ReleaseBlock(ptr, it->second);
+        returning_.erase(it);
+      },
+      synchronized);
+}
+
+void CachingAllocator::CollectReturnsSometimes() {
+  if (++collect_tick_ % kCollectEvery == 0) CollectReturns();
 }
 
 // A capture records no event that the allocator would query: the events are recorded

@@ -188,6 +188,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     std::lock_guard lock(mu_, std::adopt_lock);
     if (bytes > kMaxRequest) return Oom(bytes, stream);
     if (!guard_.empty() && !Capturing()) CollectPending();
+    if (!returns_.empty()) CollectReturnsSometimes();
     ReleaseDonePools();
     if (pool != kDefaultPool) PoolInUse(pool);
     StreamHeap* h = Heap(stream, pool);
@@ -257,6 +258,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // streams used it; whether it is pending. live_ is left as it is.
   bool Retire(DevicePtr ptr, LiveBlock& live) {
     if (!used_on_.empty() && RetireUsedElsewhere(ptr, live)) return true;
+    if (live.borrowed) return RetireBorrowed(ptr, live);
     CountFree(ptr, live);
     ReleaseBlock(ptr, live);
     return false;
@@ -318,6 +320,22 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   bool RetireUsedElsewhere(DevicePtr ptr, LiveBlock& live);
   // Holds a freed block until work queued on `streams` has run.
   void DeferFree(DevicePtr ptr, std::vector<StreamId> streams);
+  // A live block's free that waits for `streams`: pending, counted active until it ends.
+  void HoldFreed(DevicePtr ptr, LiveBlock& live, std::vector<StreamId> streams);
+  // Retire() of a borrowed block: freed for the program at once, back to its lender's heap
+  // once the borrower's stream has run past the free (returns_). During a capture, which
+  // records no event the allocator could query, it is pending as a record_stream'd
+  // block's free is.
+  bool RetireBorrowed(DevicePtr ptr, LiveBlock& live);
+  // Gives the returned borrowed blocks back to their lenders' heaps: those whose stream has
+  // run past their free; all of them when `synchronized`.
+  void CollectReturns(bool synchronized = false);
+  // CollectReturns on every kCollectEvery-th allocation: each asks the device (an event
+  // query per busy stream), and a training step allocates hundreds of times while a
+  // borrowed block returns. A request that finds no free block collects first, before it
+  // grows (AttemptGrowth), so a later return costs no memory.
+  static constexpr std::uint32_t kCollectEvery = 8;
+  void CollectReturnsSometimes();
   // Releases the blocks whose pending frees have completed: all of them when
   // `synchronized` (the device was waited for in this slow path, after every free).
   void CollectPending(bool synchronized = false);
@@ -496,6 +514,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // Live blocks not recorded in a thread cache (cache off, pending, or their thread gone).
   LiveMap live_;
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
+  // Borrowed blocks freed, on their way back to their lenders' heaps (Borrow): freed as
+  // far as the figures go, not yet reusable. Their records, marked pending for Layout.
+  StreamGuard returns_;
+  absl::flat_hash_map<DevicePtr, LiveBlock> returning_;
+  std::uint32_t collect_tick_ = 0;  // CollectReturnsSometimes
   AllocatorStats stats_;  // figures of the locked paths; the caches keep their own
   AllocTally tally_;      // allocations and frees of the locked paths
   const std::uint64_t id_;  // this allocator, to the threads' caches

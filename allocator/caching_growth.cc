@@ -145,6 +145,7 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   // No event need be asked once the device was waited for: a failed query would hold
   // the block (and its bytes, against this request) for nothing.
   CollectPending(/*synchronized=*/pages_.quiet());
+  CollectReturns(/*synchronized=*/pages_.quiet());
   RetireLent();
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
@@ -184,8 +185,8 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
   }
   Block* b = lender->large.BestFit(bytes);
   borrower->heap = lender;
-  borrower->recorded = true;  // its free takes the lock, to wait for this stream
-  used_on_[b->addr].push_back(h.stream);
+  borrower->borrowed = true;
+  borrower->recorded = true;  // its free takes the lock (RetireBorrowed)
   ++stats_.cross_stream_borrows;
   return b;
 }
@@ -325,6 +326,7 @@ void CachingAllocator::CollectIdleOf(HeapFilter which) {
   FlushCaches();
   pages_.Quiesce();
   CollectPending(/*synchronized=*/true);
+  CollectReturns(/*synchronized=*/true);
   for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
   for (auto& [key, h] : heaps_) {
     if (!which(*h)) continue;

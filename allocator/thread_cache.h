@@ -43,6 +43,7 @@ struct LiveBlock {
   std::size_t bin = 0;         // the block's bytes: its size class, or the large block's size
   bool pending = false;        // freed, waiting for other streams' events
   bool recorded = false;       // RecordStream'd on another stream: its free takes the lock
+  bool borrowed = false;       // of another stream's heap (CachingAllocator::Borrow)
   bool cached = false;         // free, in a thread cache's bin
   bool unseen = false;         // the observer did not take its allocation: nor its free
   int size_class = -1;         // small blocks: their class; -1: large

@@ -69,14 +69,24 @@ def rank_figures(rows):
     return out
 
 
+def run_time_ratio(native_times, gpumem_times):
+    """gpumem over native for one round. Step k trains the same batch in every run
+    (multi_gpu_train.batch), and batch lengths vary 8-fold, so the runs are compared over
+    the same steps: the time they took together. Runs of unequal length (one died):
+    their median steps."""
+    if len(native_times) == len(gpumem_times):
+        return sum(gpumem_times) / sum(native_times)
+    return statistics.median(gpumem_times) / statistics.median(native_times)
+
+
 def step_ratio(rounds):
-    """Paired per-round ratios of rank 0's median step time, gpumem over native."""
+    """Paired per-round ratios of rank 0's time over the timed steps, gpumem over native."""
     ratios = []
     for native, gpumem in rounds:
         n = next((r for r in native if r["rank"] == 0), None)
         g = next((r for r in gpumem if r["rank"] == 0), None)
         if n and g and n["step_times"] and g["step_times"]:
-            ratios.append(statistics.median(g["step_times"]) / statistics.median(n["step_times"]))
+            ratios.append(run_time_ratio(n["step_times"], g["step_times"]))
     return paired_interval(ratios) if len(ratios) >= 2 else None
 
 
@@ -108,7 +118,7 @@ def step_line(name, rounds):
     if not r:
         return None
     point, low, high = r
-    return (f"- step time {name}/native over {len(rounds)} rounds: {point:.3f} "
+    return (f"- time of the timed steps {name}/native over {len(rounds)} rounds: {point:.3f} "
             f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
 
 

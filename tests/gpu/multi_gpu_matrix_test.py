@@ -29,11 +29,18 @@ def pair(time=0.1, **gpumem_rank1):
 
 
 class Judgement(unittest.TestCase):
+    def test_rounds_compare_the_same_steps(self):
+        # Long and short batches at the same steps in both runs: the time of all of them.
+        self.assertAlmostEqual(m.run_time_ratio([0.2, 0.05, 0.05], [0.21, 0.05, 0.06]),
+                               0.32 / 0.30)
+        # A run cut short: medians.
+        self.assertAlmostEqual(m.run_time_ratio([0.1, 0.2, 0.3], [0.4]), 2.0)
+
     def test_all_right(self):
         text, ok = m.summarize("fsdp2", [pair(), pair(0.1)])
         self.assertTrue(ok, text)
         self.assertIn("same losses", text)
-        self.assertIn("step time gpumem/native over 2 rounds: 1.000", text)
+        self.assertIn("time of the timed steps gpumem/native over 2 rounds: 1.000", text)
 
     def test_other_losses(self):
         native, gpumem = pair()
@@ -70,7 +77,7 @@ class Judgement(unittest.TestCase):
                 r["gpumem_stats"] = {"stitch_count": 0}
                 r["backend_counters"] = {"maps": 10, "stream_waits": 0, "synchronizes": 0}
         text = m.summarize_variant("nostitch", rounds, variant)
-        self.assertIn("step time nostitch/native over 2 rounds: 1.200", text)
+        self.assertIn("time of the timed steps nostitch/native over 2 rounds: 1.200", text)
         self.assertIn("nostitch's device calls per step", text)
         self.assertIn("maps 5.0-5.0", text)  # 10 maps over 2 steps
 
