@@ -18,6 +18,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -33,13 +34,14 @@ def launch(cli, mode, layout, gpus, steps, port, extra_env=None):
                 f"--nproc_per_node={gpus}", f"--master_port={port}",
                 os.path.join(HERE, "multi_gpu_train.py"), layout, "--steps", str(steps)]
     cmd = torchrun if mode == "native" else [cli, "run", "--"] + torchrun
-    env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1", **(extra_env or {}))
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    rows = []
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            rows.append(dict(row, mode=mode))
+    with tempfile.TemporaryDirectory() as rows_dir:
+        env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1", MULTIGPU_ROWS=rows_dir,
+                   **(extra_env or {}))
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        rows = []
+        for name in sorted(os.listdir(rows_dir)):
+            with open(os.path.join(rows_dir, name)) as f:
+                rows.append(dict(json.load(f), mode=mode))
     if p.returncode != 0 or len(rows) != gpus:
         # torchrun's summary hides the ranks' exceptions: those lines first.
         errors = [l for l in p.stderr.splitlines() if "Error" in l and "error_file" not in l]

@@ -180,7 +180,14 @@ def main():
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
            "allocator": torch.cuda.memory.get_allocator_backend(), "losses": losses,
            "step_times": times, **figures()}
-    print(json.dumps(row), flush=True)
+    # Ranks share torchrun's stdout, and a row longer than a pipe's atomic write can be
+    # cut by another rank's: a folder named by the launcher gets one file per rank.
+    rows_dir = os.environ.get("MULTIGPU_ROWS")
+    if rows_dir:
+        with open(os.path.join(rows_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(row, f)
+    else:
+        print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 

@@ -5,6 +5,7 @@
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
 #                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks] [ring]
+#                         [vmmcosts]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -16,6 +17,8 @@
 #        (RING_SECONDS before the fast leak, default 90);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
 #        a moving cap, then two capped processes side by side (SOAK_PAIR_SECONDS);
+#        vmmcosts: tests/gpu/vmm_call_costs.py, what each driver call of growth,
+#        stitching and stream order costs on this GPU, idle and busy;
 #        pip: `pip install` of this tree into torch's environment, then a training run
 #        with GPUMEM=1 alone (tests/gpu/pip_gpumem1_check.py; run it last);
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
@@ -37,7 +40,9 @@
 #        out, default 10; gpt2 on gpumem stitched until step ~23 on an H100 in the fourth
 #        session, so 60 steps and 25 were fixed for the fifth, where its last device call
 #        came in step 6), TURNS_STEPS (turns: steps per process, default 1200),
-#        TURNS_BLOCK (turns: steps per turn, default 5), GPU_TARGETS (what to build),
+#        TURNS_BLOCK (turns: steps per turn, default 5), TURNS_SIDES (turns: baseline and
+#        candidate, default native,gpumem; gpumem+GPUMEM_HEADROOM=0,gpumem prices the
+#        headroom), GPU_TARGETS (what to build),
 #        GPU_CXX_FLAGS (extra compiler flags, e.g. -fno-omit-frame-pointer for perf -g),
 #        BENCH_FILTER (a Google Benchmark filter for gpu_alloc_bench, e.g. threads:8; it
 #        also skips the torch.empty loops), BENCH_REPS (repetitions of each benchmark,
@@ -129,6 +134,7 @@ if want turns; then
   echo "== step time, native and gpumem taking turns"
   $py "$repo/tests/gpu/step_time_turns.py" run ${STEPTIME_WORKLOADS:-gpt2 resnet50} \
     --steps "${TURNS_STEPS:-1200}" --turn-steps "${TURNS_BLOCK:-5}" \
+    --sides "${TURNS_SIDES:-native,gpumem}" \
     --log "$OUT/steptime-turns.err" >"$OUT/steptime-turns.jsonl"
   $py "$repo/tests/gpu/step_time_turns.py" judge "$OUT/steptime-turns.jsonl" \
     --warmup "${STEPTIME_WARMUP:-25}" | tee "$OUT/steptime-turns.txt"
@@ -186,6 +192,11 @@ if want ring; then
   echo "== a bounded trace (GPUMEM_TRACE_MAX) on a training run that leaks until its cap"
   $py "$repo/tests/gpu/ring_check.py" "$build/bin/gpumem" --seconds "${RING_SECONDS:-90}" \
     | tee "$OUT/ring.json"
+fi
+
+if want vmmcosts; then
+  echo "== driver call costs: VMM growth and stitching, stream order (idle and busy device)"
+  $py "$repo/tests/gpu/vmm_call_costs.py" | tee "$OUT/vmm-call-costs.json"
 fi
 
 if want multigpu; then

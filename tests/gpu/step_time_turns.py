@@ -10,10 +10,13 @@ and each gpumem block is compared with the mean of the native blocks either side
 drift cancels; the verdict is the geometric mean of those ratios with a 95% bootstrap
 interval (step_time_ab.paired_interval, goal_word).
 
-usage: step_time_turns.py run WORKLOAD... [--steps 1200] [--turn-steps 5] > turns.jsonl
+usage: step_time_turns.py run WORKLOAD... [--steps 1200] [--turn-steps 5]
+                             [--sides BASELINE,CANDIDATE] > turns.jsonl
        step_time_turns.py judge turns.jsonl [--warmup 25] [--within 1]
-  run: one native/gpumem pair per workload through capture.py (stderr of both to
-       --log); prints both JSON lines. judge: the verdict per workload.
+  run: one baseline/candidate pair per workload through capture.py (stderr of both to
+       --log); prints both JSON lines. A side is capture.py's allocator with environment
+       variables after '+': the default native,gpumem; gpumem+GPUMEM_HEADROOM=0,gpumem
+       prices the headroom. judge: the verdict per workload, candidate over baseline.
 """
 import argparse
 import json
@@ -27,50 +30,69 @@ import time
 from overhead_ab import block_medians, paired_ratios
 from step_time_ab import goal_word, paired_interval
 
-ALLOCATORS = ("native", "gpumem")  # native takes the first turn
+SIDES = ("native", "gpumem")  # baseline, candidate; the baseline takes the first turn
+ROLES = ("baseline", "candidate")
 CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture.py")
 
 
-def run_pair(workload, steps, turn_steps, log, script=CAPTURE):
-    """Both allocators' capture.py runs taking turns; their JSON lines (None: no result)."""
-    to_native, to_gpumem = os.pipe(), os.pipe()  # (read, write) each
-    ends = {"native": (to_native[0], to_gpumem[1]), "gpumem": (to_gpumem[0], to_native[1])}
+def parse_side(spec):
+    """'gpumem+GPUMEM_HEADROOM=0,GPUMEM_STITCH=1' -> ('gpumem', {...})."""
+    allocator, _, assignments = spec.partition("+")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not allocator or (assignments and not env):
+        raise SystemExit(f"--sides: {spec!r} is not ALLOCATOR[+VAR=VALUE,...]")
+    return allocator, env
+
+
+def run_pair(workload, steps, turn_steps, log, script=CAPTURE, sides=SIDES):
+    """Both sides' capture.py runs taking turns; their JSON lines, each marked with its
+    side and role (None: no result)."""
+    to_baseline, to_candidate = os.pipe(), os.pipe()  # (read, write) each
+    ends = {"baseline": (to_baseline[0], to_candidate[1]),
+            "candidate": (to_candidate[0], to_baseline[1])}
     procs, outs = {}, {}
-    for a in ALLOCATORS:
-        r, w = ends[a]
-        outs[a] = tempfile.TemporaryFile("w+")
-        procs[a] = subprocess.Popen(
-            [sys.executable, script, workload, "--allocator", a,
+    for role, spec in zip(ROLES, sides):
+        allocator, env = parse_side(spec)
+        r, w = ends[role]
+        outs[role] = tempfile.TemporaryFile("w+")
+        procs[role] = subprocess.Popen(
+            [sys.executable, script, workload, "--allocator", allocator,
              "--steps", str(steps), "--turns", f"{r},{w},{turn_steps}"],
-            pass_fds=(r, w), stdout=outs[a], stderr=log)
-    os.write(to_native[1], b"t")
-    for fd in (*to_native, *to_gpumem):  # only the children hold them now: a child's exit
-        os.close(fd)                     # is the end of its partner's pipe
+            pass_fds=(r, w), stdout=outs[role], stderr=log, env=dict(os.environ, **env))
+    os.write(to_baseline[1], b"t")
+    for fd in (*to_baseline, *to_candidate):  # only the children hold them now: a child's
+        os.close(fd)                          # exit is the end of its partner's pipe
     rows = []
-    for a in ALLOCATORS:
-        procs[a].wait()
-        outs[a].seek(0)
-        lines = [l for l in outs[a].read().splitlines() if l.startswith("{")]
-        rows.append(lines[-1] if lines else None)
+    for role, spec in zip(ROLES, sides):
+        procs[role].wait()
+        outs[role].seek(0)
+        lines = [l for l in outs[role].read().splitlines() if l.startswith("{")]
+        rows.append(json.dumps(dict(json.loads(lines[-1]), side=spec, role=role))
+                    if lines else None)
         if not lines:
-            print(f"step_time_turns: {workload} {a} exited {procs[a].returncode} with no "
-                  "result (see the log)", file=sys.stderr)
+            print(f"step_time_turns: {workload} {spec} exited {procs[role].returncode} with "
+                  "no result (see the log)", file=sys.stderr)
     return rows
 
 
-def merged_blocks(native, gpumem):
-    """The two runs' step times in the order they ran (native block k, then gpumem block
-    k), with True for gpumem's steps; only blocks both ran while taking turns."""
-    n = native["turn_steps"]
-    length = min(len(native["step_seconds"]), len(gpumem["step_seconds"]),
-                 *(r["alone_from_step"] for r in (native, gpumem)
+def merged_blocks(baseline, candidate):
+    """The two runs' step times in the order they ran (baseline block k, then candidate
+    block k), with True for the candidate's steps; only blocks both ran taking turns."""
+    n = baseline["turn_steps"]
+    length = min(len(baseline["step_seconds"]), len(candidate["step_seconds"]),
+                 *(r["alone_from_step"] for r in (baseline, candidate)
                    if r.get("alone_from_step") is not None))
-    steps, is_gpumem = [], []
+    steps, is_candidate = [], []
     for start in range(0, length - length % n, n):
-        for run, flag in ((native, False), (gpumem, True)):
+        for run, flag in ((baseline, False), (candidate, True)):
             steps += run["step_seconds"][start:start + n]
-            is_gpumem += [flag] * n
-    return steps, is_gpumem
+            is_candidate += [flag] * n
+    return steps, is_candidate
+
+
+def role_of(row):
+    """Rows of older runs have no role: native was the baseline."""
+    return row.get("role") or ("baseline" if row["allocator"] == "native" else "candidate")
 
 
 def judge(rows, warmup, within):
@@ -78,14 +100,16 @@ def judge(rows, warmup, within):
     pairs = {}
     for r in rows:
         if "turn_steps" in r:
-            pairs.setdefault(r["workload"], {})[r["allocator"]] = r
+            pairs.setdefault(r["workload"], {})[role_of(r)] = r
     out = []
     for w, runs in sorted(pairs.items()):
-        if not all(a in runs and runs[a].get("completed") for a in ALLOCATORS):
+        if not all(a in runs and runs[a].get("completed") for a in ROLES):
             out.append((f"{w}: a run failed or is missing", "FAILED"))
             continue
-        n = runs["native"]["turn_steps"]
-        steps, flags = merged_blocks(runs["native"], runs["gpumem"])
+        base, cand = runs["baseline"], runs["candidate"]
+        names = [r.get("side", r["allocator"]) for r in (cand, base)]
+        n = base["turn_steps"]
+        steps, flags = merged_blocks(base, cand)
         ratios = paired_ratios(steps, flags, 2 * warmup, n)
         if len(ratios) < 2:
             out.append((f"{w}: too few blocks after step {warmup}", "FAILED"))
@@ -93,11 +117,14 @@ def judge(rows, warmup, within):
         ours, theirs = block_medians(steps, flags, 2 * warmup, n)
         point, low, high = paired_interval(ratios)
         word = goal_word(low, high, within)
-        out.append((f"{w}: gpumem {statistics.median(ours) * 1e3:.2f} ms, native "
+        memory = "".join(
+            f"; {name} peak reserved {r['peak_reserved'] / 2**30:.3f} GiB"
+            for name, r in zip(names, (cand, base)) if "peak_reserved" in r)
+        out.append((f"{w}: {names[0]} {statistics.median(ours) * 1e3:.2f} ms, {names[1]} "
                     f"{statistics.median(theirs) * 1e3:.2f} ms (medians of {len(ours)} and "
-                    f"{len(theirs)} blocks of {n} steps, taking turns); gpumem/native "
-                    f"{point:.4f} [{low:.4f}, {high:.4f}]; goal within {within:g}% -> {word}",
-                    word))
+                    f"{len(theirs)} blocks of {n} steps, taking turns); {names[0]}/{names[1]} "
+                    f"{point:.4f} [{low:.4f}, {high:.4f}]; goal within {within:g}% -> {word}"
+                    f"{memory}", word))
     return out
 
 
@@ -110,6 +137,8 @@ def main(argv):
     r.add_argument("--steps", type=int, default=1200)
     r.add_argument("--turn-steps", type=int, default=5)
     r.add_argument("--log", default=os.devnull, help="where both runs' stderr goes")
+    r.add_argument("--sides", default=",".join(SIDES),
+                   help="BASELINE,CANDIDATE: ALLOCATOR[+VAR=VALUE,...] each")
     j = sub.add_parser("judge", help="the verdict from run's output")
     j.add_argument("results")
     j.add_argument("--warmup", type=int, default=25,
@@ -120,9 +149,12 @@ def main(argv):
         with open(args.log, "a") as log:
             for w in args.workloads:
                 start = time.monotonic()
-                print(f"step_time_turns: {w}: native and gpumem taking turns, {args.steps} "
-                      "steps each ...", file=sys.stderr, flush=True)
-                for line in run_pair(w, args.steps, args.turn_steps, log):
+                sides = args.sides.split(",")
+                if len(sides) != 2:
+                    p.error(f"--sides wants BASELINE,CANDIDATE, not {args.sides!r}")
+                print(f"step_time_turns: {w}: {sides[0]} and {sides[1]} taking turns, "
+                      f"{args.steps} steps each ...", file=sys.stderr, flush=True)
+                for line in run_pair(w, args.steps, args.turn_steps, log, sides=sides):
                     if line:
                         print(line, flush=True)
                 print(f"step_time_turns: {w}: done in {time.monotonic() - start:.0f} s",

@@ -22,6 +22,7 @@ p.add_argument("workload"); p.add_argument("--allocator"); p.add_argument("--ste
 p.add_argument("--turns")
 a = p.parse_args()
 cost = {"native": 1.0, "gpumem": float(a.workload.split("-")[1])}[a.allocator]
+cost *= float(os.environ.get("FAKE_COST", "1"))  # a side's environment reaches it
 crash_at = int(a.workload.split("-")[2]) if a.allocator == "gpumem" else -1
 turns = Turns(a.turns)
 turns.wait(0)
@@ -44,13 +45,13 @@ print(json.dumps({"workload": a.workload, "allocator": a.allocator, "completed":
 '''
 
 
-def pair(workload, folder, steps=60):
+def pair(workload, folder, steps=60, sides=step_time_turns.SIDES):
     log = os.path.join(folder, f"{workload}.order")
     script = os.path.join(folder, "fake_capture.py")
     with open(script, "w") as f:
         f.write(f"HERE = {here!r}\nLOG = {log!r}\n" + FAKE)
     with open(os.devnull, "w") as quiet:
-        rows = step_time_turns.run_pair(workload, steps, 5, quiet, script=script)
+        rows = step_time_turns.run_pair(workload, steps, 5, quiet, script=script, sides=sides)
     with open(log) as f:
         order = [line.split() for line in f]
     return rows, order
@@ -79,6 +80,12 @@ def main():
         assert [a for a, _ in order][-35:] == ["native"] * 35, order
         text, word = verdict(rows[:1])
         assert word == "FAILED", text
+        # Two settings of one allocator, told apart by their environment.
+        rows, order = pair("tie-1.0-999", folder,
+                           sides=("gpumem+FAKE_COST=1.0", "gpumem+FAKE_COST=1.05"))
+        assert [a for a, _ in order][:10] == ["gpumem"] * 10, order
+        text, word = verdict(rows)
+        assert word == "NOT MET" and "1.05" in text and "gpumem+FAKE_COST=1.05/" in text, text
     assert step_time_turns.main(["judge", "/nonexistent.jsonl"]) == 2
     print("step_time_turns: turns, tie under drift, slowdown, a crashed partner pass")
     return 0

@@ -1,0 +1,179 @@
+"""What the driver calls behind gpumem's growth, stitching and stream order cost on this
+GPU, per call, with the device idle and with it busy: cuMemCreate, cuMemMap,
+cuMemSetAccess, cuMemUnmap and cuMemRelease on 2 MiB pages and on 64 MiB handles,
+cuEventRecord, cuEventQuery and cuStreamWaitEvent. Whether an unmap waits for queued
+work (an implicit device wait) shows as a busy-device cost near the queued work's length.
+Prints one JSON object: microseconds per call (median of the calls), and the busy work's
+length.
+
+usage: python3 vmm_call_costs.py [--pages 128] [--device 0]
+"""
+import argparse
+import ctypes
+import json
+import statistics
+import time
+
+import torch
+
+MiB = 1 << 20
+
+
+class Location(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int),
+                ("location", Location), ("win32HandleMetaData", ctypes.c_void_p),
+                ("allocFlags", AllocFlags)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", Location), ("flags", ctypes.c_int)]
+
+
+class Driver:
+    def __init__(self, device):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.prop = AllocationProp(type=1, location=Location(1, device))  # pinned, device
+        self.access = AccessDesc(location=Location(1, device), flags=3)  # read-write
+
+    def __call__(self, name, *args):
+        r = getattr(self.lib, name)(*args)
+        if r != 0:
+            raise RuntimeError(f"{name} failed: CUresult {r}")
+
+    def timed(self, name, *args):
+        start = time.perf_counter()
+        self(name, *args)
+        return (time.perf_counter() - start) * 1e6
+
+    def create(self, size):
+        h = ctypes.c_ulonglong()
+        us = self.timed("cuMemCreate", ctypes.byref(h), ctypes.c_size_t(size),
+                        ctypes.byref(self.prop), ctypes.c_ulonglong(0))
+        return h.value, us
+
+    def map(self, va, size, handle):
+        return self.timed("cuMemMap", ctypes.c_ulonglong(va), ctypes.c_size_t(size),
+                          ctypes.c_size_t(0), ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
+
+    def set_access(self, va, size):
+        return self.timed("cuMemSetAccess", ctypes.c_ulonglong(va), ctypes.c_size_t(size),
+                          ctypes.byref(self.access), ctypes.c_size_t(1))
+
+    def unmap(self, va, size):
+        return self.timed("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+
+    def release(self, handle):
+        return self.timed("cuMemRelease", ctypes.c_ulonglong(handle))
+
+
+def busy(ms):
+    """Queues about `ms` of matrix products on the current stream; returns the host time
+    it takes to queue them (the rest runs after)."""
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    a @ a  # cuBLAS's first call sets up
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    a @ a
+    torch.cuda.synchronize()
+    one = (time.perf_counter() - start) * 1e3
+    for _ in range(max(1, int(ms / max(one, 0.01)))):
+        a = a @ a * 1e-4
+    return a
+
+
+def page_costs(d, base, pages, page, prefix):
+    """Per-page create, map, one set-access for the run, unmap and release, in µs."""
+    out = {}
+    made = [d.create(page) for _ in range(pages)]
+    out[f"{prefix}create"] = statistics.median(us for _, us in made)
+    out[f"{prefix}map"] = statistics.median(
+        d.map(base + i * page, page, h) for i, (h, _) in enumerate(made))
+    out[f"{prefix}set_access_run"] = d.set_access(base, pages * page)
+    out[f"{prefix}unmap"] = statistics.median(d.unmap(base + i * page, page)
+                                              for i in range(pages))
+    out[f"{prefix}release"] = statistics.median(d.release(h) for h, _ in made)
+    return out
+
+
+def run_unmap(d, base, pages, page):
+    """One cuMemUnmap over a run of separately mapped pages: allowed, and its cost."""
+    made = [d.create(page)[0] for _ in range(pages)]
+    for i, h in enumerate(made):
+        d.map(base + i * page, page, h)
+    d.set_access(base, pages * page)
+    try:
+        us = d.unmap(base, pages * page)
+    except RuntimeError as e:
+        for i in range(pages):
+            d.unmap(base + i * page, page)
+        us = str(e)
+    for h in made:
+        d.release(h)
+    return us
+
+
+def event_costs(d, stream):
+    ev = ctypes.c_void_p()
+    d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))  # disable timing
+    rec = [d.timed("cuEventRecord", ev, stream) for _ in range(200)]
+    query = []
+    for _ in range(200):
+        start = time.perf_counter()
+        d.lib.cuEventQuery(ev)
+        query.append((time.perf_counter() - start) * 1e6)
+    wait = [d.timed("cuStreamWaitEvent", stream, ev, ctypes.c_uint(0)) for _ in range(200)]
+    d("cuEventDestroy_v2", ev)
+    return {"event_record": statistics.median(rec), "event_query": statistics.median(query),
+            "stream_wait_event": statistics.median(wait)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pages", type=int, default=128)
+    ap.add_argument("--device", type=int, default=0)
+    args = ap.parse_args()
+    torch.cuda.set_device(args.device)
+    torch.zeros(1, device="cuda")  # the primary context, current on this thread
+    d = Driver(args.device)
+    page, chunk = 2 * MiB, 64 * MiB
+    va = ctypes.c_ulonglong()
+    d("cuMemAddressReserve", ctypes.byref(va), ctypes.c_size_t(8 << 30), ctypes.c_size_t(0),
+      ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+    base = va.value
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    out = {"gpu": torch.cuda.get_device_name(), "pages": args.pages}
+    out.update(page_costs(d, base, args.pages, page, "page_idle_"))
+    out.update(page_costs(d, base, 8, chunk, "chunk64m_idle_"))
+    out["run_unmap_idle"] = run_unmap(d, base, args.pages, page)
+    out.update(event_costs(d, stream))
+    # The same with about 300 ms of work queued on the stream that touches none of it.
+    for name, fn in (("page_busy_", lambda: page_costs(d, base, args.pages, page, "")),
+                     ("run_unmap_busy", lambda: {"": run_unmap(d, base, args.pages, page)})):
+        keep = busy(300)
+        start = time.perf_counter()
+        costs = fn()
+        host = (time.perf_counter() - start) * 1e3
+        torch.cuda.synchronize()
+        out.update({(name + k).rstrip("_"): v for k, v in costs.items()})
+        out[name + "host_ms"] = host
+        del keep
+    start = time.perf_counter()
+    keep = busy(300)
+    torch.cuda.synchronize()
+    out["busy_ms"] = (time.perf_counter() - start) * 1e3
+    del keep
+    d("cuMemAddressFree", ctypes.c_ulonglong(base), ctypes.c_size_t(8 << 30))
+    print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
+
+
+if __name__ == "__main__":
+    main()
