@@ -24,7 +24,7 @@ constexpr std::size_t kMaxRangeVa = std::size_t{4} << 30;
 CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions options)
     : backend_(backend),
       options_(options),
-      pages_(backend, options.device, options.observer),
+      pages_(backend, options.device, options.observer, options.page_bytes),
       guard_(backend),
       returns_(backend),
       id_(ThreadCaches::NewOwnerId()),
@@ -37,7 +37,7 @@ CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions opt
   options_.small_limit = std::min(options_.small_limit, kSmallLimit);
   if (options_.range_va_bytes == 0) {
     options_.range_va_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(
-        RoundUp(backend.capacity(), backend.granularity()), kMaxRangeVa));
+        RoundUp(backend.capacity(), pages_.page_bytes()), kMaxRangeVa));
   }
   live_.reserve(1024);
 }

@@ -6,11 +6,14 @@
 
 namespace gpumem {
 
-PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer)
+PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer,
+                   std::size_t page_bytes)
     : backend_(backend),
       device_(device),
       observer_(observer),
-      page_(backend.granularity()),
+      page_(std::max(backend.granularity(),
+                     (page_bytes + backend.granularity() - 1) / backend.granularity() *
+                         backend.granularity())),
       vmm_(backend.supports_vmm()) {}
 
 PageHeap::~PageHeap() {
@@ -31,14 +34,27 @@ void PageHeap::Notify(AllocatorEventKind kind, DevicePtr ptr, std::size_t bytes)
   if (observer_ != nullptr) observer_->OnEvent({kind, device_, ptr, bytes, kDefaultStream});
 }
 
+// Pages are whole multiples of the device's granularity, and ranges start on a page
+// (the pools find whole pages by address): the backend aligns to its granularity only,
+// so a range larger by a page less a granule is reserved and its aligned part used.
 absl::StatusOr<DevicePtr> PageHeap::ReserveRange(std::size_t bytes) {
-  absl::StatusOr<DevicePtr> base = backend_.ReserveAddressRange(bytes);
-  if (base.ok()) ++ranges_created_;
-  return base;
+  const std::size_t slack = page_ - backend_.granularity();
+  absl::StatusOr<DevicePtr> base = backend_.ReserveAddressRange(bytes + slack);
+  if (!base.ok()) return base;
+  ++ranges_created_;
+  if (slack == 0) return base;
+  const DevicePtr aligned = (*base + page_ - 1) / page_ * page_;
+  reserved_bases_.emplace(aligned, *base);
+  return aligned;
 }
 
 void PageHeap::ReleaseRange(DevicePtr base, std::size_t bytes) {
-  backend_.ReleaseAddressRange(base, bytes);
+  const std::size_t slack = page_ - backend_.granularity();
+  if (auto it = reserved_bases_.find(base); it != reserved_bases_.end()) {
+    base = it->second;
+    reserved_bases_.erase(it);
+  }
+  backend_.ReleaseAddressRange(base, bytes + slack);
   ++ranges_released_;
 }
 

@@ -19,7 +19,10 @@ namespace gpumem {
 
 class PageHeap {
  public:
-  PageHeap(Backend& backend, int device, AllocatorObserver* observer);
+  // `page_bytes`: the unit of mapping, rounded up to a multiple of the device's
+  // granularity (0: the granularity).
+  PageHeap(Backend& backend, int device, AllocatorObserver* observer,
+           std::size_t page_bytes = 0);
   ~PageHeap();
   PageHeap(const PageHeap&) = delete;
   PageHeap& operator=(const PageHeap&) = delete;
@@ -109,6 +112,9 @@ class PageHeap {
     std::size_t bytes;
   };
   std::vector<Dropped> dropped_;  // ranges to release once the device unmaps their pages
+  // Page-aligned range starts -> what the backend reserved (ReserveRange), for pages
+  // larger than the device's granularity.
+  absl::flat_hash_map<DevicePtr, DevicePtr> reserved_bases_;
   std::uint64_t reserved_ = 0;                              // pages + segments held
   std::uint64_t created_bytes_ = 0;
   std::uint64_t released_bytes_ = 0;

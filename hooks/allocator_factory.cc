@@ -20,6 +20,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
   options.borrow = settings.borrow;
   options.thread_cache = settings.thread_cache;
   options.headroom_bytes = settings.headroom_bytes;
+  options.page_bytes = settings.page_bytes;
   return MakeCachingAllocator(backend, options);
 #else
   // The caching allocator is not in this tree yet: the registry's "gpumem" policy (if

@@ -17,6 +17,7 @@ struct AllocatorSettings {
   bool borrow = true;
   bool thread_cache = true;
   std::uint64_t headroom_bytes = 0;
+  std::size_t page_bytes = 0;  // 0: the device's granularity
 };
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(

@@ -72,7 +72,8 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
                           {.stitch = config->stitch,
                            .borrow = config->borrow,
                            .thread_cache = config->thread_cache,
-                           .headroom_bytes = headroom});
+                           .headroom_bytes = headroom,
+                           .page_bytes = config->page_bytes});
   if (!allocator.ok()) return allocator.status();
   state->allocator = *std::move(allocator);
   if (config->verbose) {

@@ -133,6 +133,32 @@ TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
   EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
 }
 
+// Pages of two granules: ranges start on a page (the backend aligns to a granule only),
+// growth maps whole 4 MiB pages, stitching moves them, and everything goes back.
+TEST(CachingAllocatorTest, PagesLargerThanTheGranularity) {
+  SimBackend sim({.capacity = 16 * kMiB, .address_offset = kPage});  // ranges off the page
+  auto alloc = MakeCachingAllocator(
+      sim, {.page_bytes = 4 * kMiB, .new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> blocks;
+  for (int i = 0; i < 4; ++i) {
+    blocks.push_back(*alloc->Allocate(4 * kMiB, kS1));
+    EXPECT_EQ(blocks.back() % (4 * kMiB), 0u);
+  }
+  EXPECT_EQ(sim.counters().physical_bytes, 16 * kMiB);
+  EXPECT_EQ(sim.counters().physical_creates, 4u);
+  alloc->Free(blocks[0]);
+  alloc->Free(blocks[2]);
+  absl::StatusOr<DevicePtr> both = alloc->Allocate(8 * kMiB, kS1);  // two idle pages
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(sim.IsAccessible(*both, 8 * kMiB));
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(sim.counters().physical_bytes, 16 * kMiB);
+  for (DevicePtr p : {*both, blocks[1], blocks[3]}) alloc->Free(p);
+  alloc->EmptyCache();
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
+}
+
 TEST(CachingAllocatorTest, RecordStreamDelaysReuseUntilTheOtherStreamRan) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim);
