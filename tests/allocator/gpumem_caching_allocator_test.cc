@@ -1,6 +1,7 @@
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -69,13 +70,19 @@ TEST(CachingAllocatorTest, AccountsExactlyAndEmptiesTheCache) {
   EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
 }
 
+// An 8 MiB block and a 4 KiB one allocated on kS1 and freed: their addresses.
+std::pair<DevicePtr, DevicePtr> FreeALargeAndASmallBlockOnS1(DeviceAllocator& alloc) {
+  const DevicePtr large = *alloc.Allocate(8 * kMiB, kS1);
+  const DevicePtr small = *alloc.Allocate(4096, kS1);
+  alloc.Free(large);
+  alloc.Free(small);
+  return {large, small};
+}
+
 TEST(CachingAllocatorTest, ReusesAFreedBlockOnItsOwnStreamAtOnce) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim);
-  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  DevicePtr small = *alloc->Allocate(4096, kS1);
-  alloc->Free(a);
-  alloc->Free(small);
+  const auto [a, small] = FreeALargeAndASmallBlockOnS1(*alloc);
   EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
   EXPECT_EQ(*alloc->Allocate(4096, kS1), small);
 }
@@ -83,10 +90,7 @@ TEST(CachingAllocatorTest, ReusesAFreedBlockOnItsOwnStreamAtOnce) {
 TEST(CachingAllocatorTest, AnotherStreamDoesNotGetAFreedBlockWhileWorkMayBeQueued) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim, {.borrow = false});
-  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  DevicePtr small = *alloc->Allocate(4096, kS1);
-  alloc->Free(a);
-  alloc->Free(small);
+  const auto [a, small] = FreeALargeAndASmallBlockOnS1(*alloc);
   DevicePtr b = *alloc->Allocate(8 * kMiB, kS2);
   DevicePtr c = *alloc->Allocate(4096, kS2);
   EXPECT_TRUE(b + 8 * kMiB <= a || a + 8 * kMiB <= b);
@@ -98,10 +102,7 @@ TEST(CachingAllocatorTest, AnotherStreamDoesNotGetAFreedBlockWhileWorkMayBeQueue
 TEST(CachingAllocatorTest, AnotherStreamBorrowsAFreedBlockBehindAWait) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim);
-  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  DevicePtr small = *alloc->Allocate(4096, kS1);
-  alloc->Free(a);
-  alloc->Free(small);
+  const auto [a, small] = FreeALargeAndASmallBlockOnS1(*alloc);
   const std::uint64_t maps = sim.counters().maps;
   EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
   EXPECT_EQ(sim.counters().stream_waits, 1u);

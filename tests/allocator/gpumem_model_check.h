@@ -111,8 +111,11 @@ class ModelCheck {
         ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
       }
     };
+    // Every other sequence without borrowing: requests on a stream with no free block of
+    // its own then grow (and, under faults, fail) as they would without other streams.
     alloc_ = MakeCachingAllocator(
         faults_, {.observer = &mapped_,
+                   .borrow = seed % 2 == 0,
                    .thread_cache = true,
                    .thread_cache_single_thread = true,
                    .thread_cache_bytes = kCacheBytes});

@@ -430,14 +430,20 @@ TEST(ThreadCacheTest, EmptyCacheReturnsEveryThreadsBlocks) {
   SimBackend sim;
   auto a = MakeCachingAllocator(sim, Cached());
   constexpr int kThreads = 3;
+  std::barrier allocated(kThreads);
   std::barrier cached(kThreads + 1);
   std::barrier emptied(kThreads + 1);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
+      // Thread 2's stream may borrow the others' free blocks (never cached) and its growth
+      // drains every cache: all allocate before any frees.
+      std::vector<DevicePtr> mine;
       for (std::size_t size : {std::size_t{512} << t, 200 * kKiB, (3 + std::size_t(t)) * kMiB}) {
-        a->Free(MustAllocate(*a, size, t == 2 ? kS1 : kDefaultStream));
+        mine.push_back(MustAllocate(*a, size, t == 2 ? kS1 : kDefaultStream));
       }
+      allocated.arrive_and_wait();
+      for (DevicePtr p : mine) a->Free(p);
       cached.arrive_and_wait();
       emptied.arrive_and_wait();
     });
