@@ -467,6 +467,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
   Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt, LiveBlock* borrower);
   Block* Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
+  bool ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes);
   enum class HeadroomUse {
     kKept,          // growth leaves the driver the headroom, or creates nothing
     kEaten,         // it would fit only by taking the headroom: refused

@@ -150,6 +150,9 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
   if (Block* b = Borrow(h, bytes, borrower)) return b;
+  if (attempt == 0 && ReclaimReturnsPastBudget(h, bytes)) {
+    if (Block* b = h.large.BestFit(bytes)) return b;
+  }
   if (HeadroomFor(h, bytes) != HeadroomUse::kKept) return GrowFromIdle(h, bytes);
   absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
   if (grown.ok()) return *grown;
@@ -189,6 +192,31 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
   borrower->recorded = true;  // its free takes the lock (RetireBorrowed)
   ++stats_.cross_stream_borrows;
   return b;
+}
+
+// Growth for `bytes` would pass the growth budget (stitching, or creating pages beyond it)
+// while blocks lent by `h` are on their way back (returns_, their borrowers' work not yet
+// run: the host runs ahead of the device): they come back now, `h`'s stream waiting on the
+// device for the borrowers' events instead. Whether any came back. Within the budget new
+// pages are created as usual, and no stream waits for another's.
+bool CachingAllocator::ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes) {
+  if (returns_.empty() || !pages_.vmm()) return false;
+  const std::size_t need = h.large.PlanGrowth(bytes).pages();
+  const std::size_t cached = pages_.cached_pages();
+  if (need <= cached || NewPagesFit(need - cached, bytes)) return false;
+  bool any = false;
+  returns_.TakeEarly(
+      [&](DevicePtr ptr) { return returning_.find(ptr)->second.heap == &h; },
+      [&](StreamId, EventHandle event) {
+        if (!backend_.StreamWaitEvent(h.stream, event).ok()) pages_.Quiesce();
+      },
+      [&](DevicePtr ptr) {
+        auto it = returning_.find(ptr);
+        ReleaseBlock(ptr, it->second);
+        returning_.erase(it);
+        any = true;
+      });
+  return any;
 }
 
 // What growth for `bytes` would do to the driver's free memory against the headroom

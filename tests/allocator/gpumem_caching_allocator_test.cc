@@ -114,11 +114,12 @@ TEST(CachingAllocatorTest, AnotherStreamBorrowsAFreedBlockBehindAWait) {
 }
 
 // The borrowed block goes back to S1's heap only once S2's work up to its free has run:
-// until then S1 gets other memory. Its free counts at once (it is not active), and the
-// next request that finds no free block takes it back before growing.
+// until then S1 gets other memory (new pages, within the growth budget). Its free counts at
+// once (it is not active), and the next request that finds no free block takes it back
+// before growing.
 TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
-  auto alloc = MakeCachingAllocator(sim);
+  auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 1, .max_new_page_headroom = 1});
   DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
   alloc->Free(a);
   ASSERT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
@@ -132,6 +133,24 @@ TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
   EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);  // b is live: no other free block
   EXPECT_EQ(sim.counters().physical_bytes, physical);
   EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
+  EXPECT_EQ(sim.counters().stream_waits, 1u);  // the borrow's alone
+}
+
+// Past the growth budget S1 does not grow while its block is on the way back: it takes
+// the block at once, its stream waiting on the device for S2's work (the host may be a
+// step ahead of the device, with many such blocks in flight).
+TEST(CachingAllocatorTest, PastTheBudgetAReturningBlockComesBackBehindAWait) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0, .max_new_page_headroom = 0});
+  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  alloc->Free(a);
+  ASSERT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
+  alloc->Free(a);
+  const std::uint64_t physical = sim.counters().physical_bytes;
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
+  EXPECT_EQ(sim.counters().physical_bytes, physical);
+  EXPECT_EQ(sim.counters().stream_waits, 2u);  // the borrow's, and S1's on S2's free
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
 }
 
 // Pages of two granules: ranges start on a page (the backend aligns to a granule only),

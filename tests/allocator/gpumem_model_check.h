@@ -222,9 +222,12 @@ class ModelCheck {
 
   void Free() {
     auto it = Pick();
+    // The block's work was queued before its free: an event the free records on a stream
+    // follows that work.
+    const std::uint64_t freed_at = ++clock_;
     alloc_->Free(it->first);
     const std::size_t size = std::max<std::size_t>(it->second.size, 1);
-    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size), ++clock_};
+    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size), freed_at};
     d.streams.insert(it->second.stream);
     dirty_.push_back(std::move(d));
     allocated_ -= it->second.size;
