@@ -113,6 +113,15 @@ TEST(CachingAllocatorTest, AnotherStreamBorrowsAFreedBlockBehindAWait) {
   EXPECT_TRUE(c + 4096 <= small || small + 4096 <= c);
 }
 
+// An 8 MiB block of S1's heap, borrowed by S2 and freed there: its address.
+DevicePtr BorrowedByS2AndFreed(DeviceAllocator& alloc) {
+  const DevicePtr a = *alloc.Allocate(8 * kMiB, kS1);
+  alloc.Free(a);
+  EXPECT_EQ(*alloc.Allocate(8 * kMiB, kS2), a);
+  alloc.Free(a);
+  return a;
+}
+
 // The borrowed block goes back to S1's heap only once S2's work up to its free has run:
 // until then S1 gets other memory (new pages, within the growth budget). Its free counts at
 // once (it is not active), and the next request that finds no free block takes it back
@@ -120,10 +129,7 @@ TEST(CachingAllocatorTest, AnotherStreamBorrowsAFreedBlockBehindAWait) {
 TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 1, .max_new_page_headroom = 1});
-  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  alloc->Free(a);
-  ASSERT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
-  alloc->Free(a);
+  const DevicePtr a = BorrowedByS2AndFreed(*alloc);
   EXPECT_EQ(alloc->stats().allocated_bytes, 0u);
   EXPECT_EQ(alloc->stats().active_blocks, 0u);
   DevicePtr b = *alloc->Allocate(8 * kMiB, kS1);
@@ -142,10 +148,7 @@ TEST(CachingAllocatorTest, ABorrowedBlockReturnsOnceTheBorrowerRan) {
 TEST(CachingAllocatorTest, PastTheBudgetAReturningBlockComesBackBehindAWait) {
   SimBackend sim({.events = SimBackendOptions::Events::kManual});
   auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0, .max_new_page_headroom = 0});
-  DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  alloc->Free(a);
-  ASSERT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);
-  alloc->Free(a);
+  const DevicePtr a = BorrowedByS2AndFreed(*alloc);
   const std::uint64_t physical = sim.counters().physical_bytes;
   EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
   EXPECT_EQ(sim.counters().physical_bytes, physical);
