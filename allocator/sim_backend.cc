@@ -217,6 +217,16 @@ void SimBackend::CompleteStream(StreamId stream) {
   CompleteLocked(stream, recorded_[stream], /*waits_too=*/true);
 }
 
+void SimBackend::CompleteStreamUpTo(StreamId stream, std::uint64_t events) {
+  std::lock_guard lock(mu_);
+  CompleteLocked(stream, std::min(events, recorded_[stream]), /*waits_too=*/false);
+}
+
+std::vector<std::pair<StreamId, std::uint64_t>> SimBackend::RecordedEvents() const {
+  std::lock_guard lock(mu_);
+  return {recorded_.begin(), recorded_.end()};
+}
+
 void SimBackend::CompleteLocked(StreamId stream, std::uint64_t sequence, bool waits_too) {
   std::vector<Wait> run;  // the waits this stream has now run past
   std::uint64_t& completed = completed_[stream];

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "allocator/backend.h"
@@ -58,6 +59,11 @@ class SimBackend final : public Backend {
   // kManual events: everything queued on `stream` so far has now run, and with it, on the
   // streams it waited for, the work before the events it waited for (transitively).
   void CompleteStream(StreamId stream);
+  // kManual: `stream` has run up to its `events`-th event (counted from 1), and with it
+  // the work it waited for before that.
+  void CompleteStreamUpTo(StreamId stream, std::uint64_t events);
+  // The events recorded on each stream so far.
+  std::vector<std::pair<StreamId, std::uint64_t>> RecordedEvents() const;
   // True if every byte of [ptr, ptr+bytes) is usable memory: inside a live segment or
   // backed by mappings.
   bool IsAccessible(DevicePtr ptr, std::size_t bytes) const;

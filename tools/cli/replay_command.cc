@@ -36,6 +36,7 @@ struct ReplayArgs {
   bool min_cap = false;
   bool json = false;
   std::string addresses;
+  std::size_t device_lag = 0;
 };
 
 // Readable at every scale: 11.402 GiB, 16.00 MiB, 512 B.
@@ -245,6 +246,7 @@ int RunReplay(const ReplayArgs& args) {
     WarnOfDamage(*trace);
     replay::ReplayOptions options;
     options.capacity = cap->bytes;
+    options.device_lag = args.device_lag;
     // Device activity is counted per training step: the trace's own (or inferred) steps,
     // else ten equal slices.
     options.step_ends = report::FindSteps(*trace, std::nullopt).ends;
@@ -326,6 +328,11 @@ void AddReplayCommand(CLI::App& app, int* status) {
                 "warmup_steps, and the device calls (maps, unmaps, synchronizes,\n"
                 "physical_creates, segment_allocs, segment_frees, stitches) in device_total,\n"
                 "device_steady (the steps after the warm-up) and device_per_step)");
+  cmd->add_option("--device-lag", args->device_lag,
+                  "the simulated device runs this many trace events behind the host, as a GPU\n"
+                  "runs behind the Python that queues its work: memory that waits for a\n"
+                  "stream (another stream's frees) comes back that much later (default 0: at\n"
+                  "once)");
   cmd->add_option("--addresses", args->addresses,
                   "write where the policy put each block to this file (TSV: event index,\n"
                   "the trace's address, the policy's address, size), for layout studies\n"

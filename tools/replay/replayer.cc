@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -75,9 +78,13 @@ std::vector<std::size_t> EqualStepEnds(std::size_t events, std::size_t parts) {
   return ends;
 }
 
-absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
-                                      Backend& backend, const AllocObserver& on_alloc,
-                                      const ReplayOptions& options) {
+namespace {
+
+// ReplayOn, calling `tick(i)` after each trace event i (null: never).
+absl::StatusOr<ReplayResult> RunReplay(const trace::Trace& trace, absl::string_view policy,
+                                       Backend& backend, const AllocObserver& on_alloc,
+                                       const ReplayOptions& options,
+                                       const std::function<void(std::size_t)>& tick) {
   if (trace.events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(trace.source, ": the trace has no events"));
   }
@@ -154,6 +161,7 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
         break;
     }
     if (result.oom) break;
+    if (tick) tick(i);
   }
   if (!result.oom) result.events = events.size();
   result.seconds =
@@ -170,6 +178,31 @@ absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_vi
                      ? 0.0
                      : static_cast<double>(result.peak_reserved) / result.peak_allocated;
   return result;
+}
+
+// Completes each stream's events `lag` trace events after they were recorded.
+class LaggingDevice {
+ public:
+  LaggingDevice(SimBackend& sim, std::size_t lag) : sim_(sim), lag_(lag) {}
+  void operator()(std::size_t) {
+    recorded_.push_back(sim_.RecordedEvents());
+    if (recorded_.size() <= lag_) return;
+    for (const auto& [stream, events] : recorded_.front()) sim_.CompleteStreamUpTo(stream, events);
+    recorded_.pop_front();
+  }
+
+ private:
+  SimBackend& sim_;
+  const std::size_t lag_;
+  std::deque<std::vector<std::pair<StreamId, std::uint64_t>>> recorded_;
+};
+
+}  // namespace
+
+absl::StatusOr<ReplayResult> ReplayOn(const trace::Trace& trace, absl::string_view policy,
+                                      Backend& backend, const AllocObserver& on_alloc,
+                                      const ReplayOptions& options) {
+  return RunReplay(trace, policy, backend, on_alloc, options, nullptr);
 }
 
 std::uint64_t PeakAllocated(const trace::Trace& trace) {
@@ -197,9 +230,12 @@ absl::StatusOr<ReplayResult> Replay(const trace::Trace& trace, absl::string_view
                                     const ReplayOptions& options, const AllocObserver& on_alloc) {
   SimBackendOptions sim;
   sim.capacity = options.capacity.value_or(kDefaultCapacity);
-  sim.events = SimBackendOptions::Events::kImmediate;
+  sim.events = options.device_lag == 0 ? SimBackendOptions::Events::kImmediate
+                                        : SimBackendOptions::Events::kManual;
   SimBackend backend(sim);
-  return ReplayOn(trace, policy, backend, on_alloc, options);
+  if (options.device_lag == 0) return ReplayOn(trace, policy, backend, on_alloc, options);
+  LaggingDevice lagging(backend, options.device_lag);
+  return RunReplay(trace, policy, backend, on_alloc, options, std::ref(lagging));
 }
 
 }  // namespace gpumem::replay

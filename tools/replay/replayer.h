@@ -26,6 +26,10 @@ struct ReplayOptions {
   // Steps at the start that may still grow the pools; the rest are the steady state.
   // Unset: the first half (real runs pass their peak late: resnet50 in step 5 of 12).
   std::optional<std::size_t> warmup_steps;
+  // The device runs this many trace events behind the host: an event the policy records
+  // (a stream's work) completes only once the replay is that many events further on, as
+  // on a GPU, where the host queues work well ahead of it. 0: at once. Replay only.
+  std::size_t device_lag = 0;
 };
 
 // What the policy asked of the device: on a GPU each synchronize stalls the host's
