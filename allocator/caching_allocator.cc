@@ -154,13 +154,13 @@ bool CachingAllocator::RetireBorrowed(DevicePtr ptr, LiveBlock& live) {
 }
 
 void CachingAllocator::CollectReturns(bool synchronized) {
-  returns_.Collect(
-      [this](DevicePtr ptr) {
-        auto it = returning_.find(ptr);
-        ReleaseBlock(ptr, it->second);
-        returning_.erase(it);
-      },
-      synchronized);
+  returns_.Collect([this](DevicePtr ptr) { ReleaseReturned(ptr); }, synchronized);
+}
+
+void CachingAllocator::ReleaseReturned(DevicePtr ptr) {
+  auto it = returning_.find(ptr);
+  ReleaseBlock(ptr, it->second);
+  returning_.erase(it);
 }
 
 void CachingAllocator::CollectReturnsSometimes() {

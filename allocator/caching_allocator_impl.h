@@ -330,6 +330,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // Gives the returned borrowed blocks back to their lenders' heaps: those whose stream has
   // run past their free; all of them when `synchronized`.
   void CollectReturns(bool synchronized = false);
+  // A returning borrowed block into its lender's heap, its record gone.
+  void ReleaseReturned(DevicePtr ptr);
   // CollectReturns on every kCollectEvery-th allocation: each asks the device (an event
   // query per busy stream), and a training step allocates hundreds of times while a
   // borrowed block returns. A request that finds no free block collects first, before it
@@ -468,6 +470,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt, LiveBlock* borrower);
   Block* Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
   bool ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes);
+  // Work queued on `waiter` from now on runs after `event` (on the device); where that
+  // wait fails, the device is waited for.
+  void OrderAfter(StreamId waiter, EventHandle event);
   enum class HeadroomUse {
     kKept,          // growth leaves the driver the headroom, or creates nothing
     kEaten,         // it would fit only by taking the headroom: refused

@@ -183,7 +183,7 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
   // Work queued on the lender's stream may still use the block: this stream waits for it.
   if (!pages_.quiet()) {
     const EventHandle done = backend_.RecordEvent(lender->stream);
-    if (!backend_.StreamWaitEvent(h.stream, done).ok()) pages_.Quiesce();
+    OrderAfter(h.stream, done);
     backend_.ReleaseEvent(done);
   }
   Block* b = lender->large.BestFit(bytes);
@@ -207,13 +207,9 @@ bool CachingAllocator::ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes
   bool any = false;
   returns_.TakeEarly(
       [&](DevicePtr ptr) { return returning_.find(ptr)->second.heap == &h; },
-      [&](StreamId, EventHandle event) {
-        if (!backend_.StreamWaitEvent(h.stream, event).ok()) pages_.Quiesce();
-      },
+      [&](StreamId, EventHandle event) { OrderAfter(h.stream, event); },
       [&](DevicePtr ptr) {
-        auto it = returning_.find(ptr);
-        ReleaseBlock(ptr, it->second);
-        returning_.erase(it);
+        ReleaseReturned(ptr);
         any = true;
       });
   return any;
@@ -313,10 +309,12 @@ std::size_t CachingAllocator::TakeOtherStreamPages(StreamHeap& from, StreamHeap&
   if (taken == 0) return 0;
   *lent = true;
   ++stats_.cross_stream_lends;
-  if (!backend_.StreamWaitEvent(to.stream, from.large.last_lend_event()).ok()) {
-    pages_.Quiesce();
-  }
+  OrderAfter(to.stream, from.large.last_lend_event());
   return taken;
+}
+
+void CachingAllocator::OrderAfter(StreamId waiter, EventHandle event) {
+  if (!backend_.StreamWaitEvent(waiter, event).ok()) pages_.Quiesce();
 }
 
 // Whether `pages` new pages keep reserved within the budget for growth without

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "allocator/size_classes.h"
+
 namespace gpumem {
 
 PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer,
@@ -11,9 +13,7 @@ PageHeap::PageHeap(Backend& backend, int device, AllocatorObserver* observer,
     : backend_(backend),
       device_(device),
       observer_(observer),
-      page_(std::max(backend.granularity(),
-                     (page_bytes + backend.granularity() - 1) / backend.granularity() *
-                         backend.granularity())),
+      page_(std::max(backend.granularity(), RoundUp(page_bytes, backend.granularity()))),
       vmm_(backend.supports_vmm()) {}
 
 PageHeap::~PageHeap() {
@@ -43,7 +43,7 @@ absl::StatusOr<DevicePtr> PageHeap::ReserveRange(std::size_t bytes) {
   if (!base.ok()) return base;
   ++ranges_created_;
   if (slack == 0) return base;
-  const DevicePtr aligned = (*base + page_ - 1) / page_ * page_;
+  const DevicePtr aligned = RoundUp(*base, page_);
   reserved_bases_.emplace(aligned, *base);
   return aligned;
 }
