@@ -148,9 +148,11 @@ def soak(args):
         t.join()
     torch.cuda.synchronize()
     stats = gpumem.stats()
+    device = gpumem.snapshot()["devices"][0]  # blocks moved between the streams' heaps
     row = dict(totals.counts, seconds=round(time.time() - start, 1),
                reserved=stats["reserved_bytes"], allocated=stats["allocated_bytes"],
-               oom_count=stats["oom_count"])
+               oom_count=stats["oom_count"],
+               **{k: device.get(k, 0) for k in ("cross_stream_borrows", "cross_stream_lends")})
     print(json.dumps(row), flush=True)
     return 1 if row["corruptions"] or row["errors"] else 0
 
