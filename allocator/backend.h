@@ -40,6 +40,9 @@ struct BackendCounters {
   std::uint64_t segment_frees = 0;
   std::uint64_t synchronizes = 0;         // Synchronize() calls: each stalls the host
   std::uint64_t stream_waits = 0;         // StreamWaitEvent() calls: the host goes on
+  // Host time spent inside the device's calls above (and event queries): what the
+  // allocator's device work costs a training step's host thread. Zero where simulated.
+  std::uint64_t host_call_ns = 0;
 };
 
 class Backend {

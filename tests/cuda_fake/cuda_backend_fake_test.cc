@@ -63,6 +63,21 @@ TEST_F(CudaBackendFakeTest, MapsARunOfPagesWithOneAccessGrant) {
   EXPECT_EQ(Fake().released_while_mapped, 0u);
 }
 
+// The host's time inside the driver is counted, so a GPU run can tell what the
+// allocator's device calls cost a step.
+TEST_F(CudaBackendFakeTest, CountsTheHostTimeSpentInDriverCalls) {
+  const std::uint64_t before = backend_->counters().host_call_ns;
+  DevicePtr va = *backend_->ReserveAddressRange(8 * kPage);
+  std::vector<PhysicalHandle> h = Create(4);
+  setenv("FAKE_CUDA_MAP_US", "500", 1);
+  ASSERT_TRUE(backend_->MapPages(va, kPage, h.data(), h.size()).ok());
+  unsetenv("FAKE_CUDA_MAP_US");
+  EXPECT_GE(backend_->counters().host_call_ns - before, 4u * 500'000u);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(backend_->Unmap(va + i * kPage, kPage).ok());
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 8 * kPage);
+}
+
 // A driver that refuses one grant over several mappings: the run is granted page by page,
 // and every later run too.
 TEST_F(CudaBackendFakeTest, FallsBackToAGrantPerPage) {

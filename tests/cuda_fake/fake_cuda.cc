@@ -7,9 +7,11 @@
 //
 // Switches, read at each call: FAKE_CUDA_RANGE_ACCESS=0 refuses cuMemSetAccess over a run
 // of several mappings; FAKE_CUDA_EVENTS_PENDING=1 keeps events from completing until a
-// synchronize. fake_cuda_counters() reports what was called.
+// synchronize; FAKE_CUDA_MAP_US=N makes each cuMemMap take N microseconds, as a real
+// driver's calls take time. fake_cuda_counters() reports what was called.
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "tests/cuda_fake/fake_cuda.h"
 
@@ -171,6 +174,9 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
 }
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long) {
+  if (const char* us = std::getenv("FAKE_CUDA_MAP_US")) {
+    std::this_thread::sleep_for(std::chrono::microseconds(std::atoi(us)));
+  }
   State& s = S();
   std::lock_guard lock(s.mu);
   if (offset != 0 || bytes != kGranularity || !s.handles.contains(handle)) {

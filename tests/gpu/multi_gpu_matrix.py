@@ -1,20 +1,29 @@
 """The multi-GPU matrix: multi_gpu_train.py under torchrun on every GPU of the machine, for
 each layout (DDP, FSDP2 resharding and keeping parameters, tensor parallel), under
-PyTorch's allocator and `gpumem run`, taking turns for --rounds rounds so that drift
-hits both. Prints a Markdown table per layout: same losses (rank 0, first round), each
-rank's figures under gpumem (device = local rank, memory_allocated = gpumem's own, peak
+PyTorch's allocator and `gpumem run`, for --rounds rounds so that drift hits both.
+Prints a Markdown table per layout: same losses (rank 0, first round), each rank's
+figures under gpumem (device = local rank, memory_allocated = gpumem's own, peak
 reserved / peak allocated), the memory the driver reports per rank, and step time
-gpumem / native as the geometric mean of paired round ratios with a 95% interval.
+gpumem / native as a geometric mean of paired ratios with a 95% interval.
+
+Runs one after the other differ by 10-20% on the lent machines, more than the 1% to be
+told. With --turns N both jobs live at once on the same GPUs and take turns N steps at
+a time, rank r of one with rank r of the other (turns.fifo_turns): each block of gpumem's
+steps is compared with native's block of the same steps (the same batches) just before
+it. The driver's in-use figure then holds both jobs and is not reported.
 
 usage: multi_gpu_matrix.py GPUMEM_CLI [--layouts ddp,fsdp2,fsdp2-keep,tp] [--rounds 3]
-                           [--steps 40] [--jsonl FILE] [--variant NAME:VAR=VALUE,...]...
+                           [--steps 40] [--turns N] [--train-args "--dim 2048 ..."]
+                           [--jsonl FILE] [--variant NAME:VAR=VALUE,...]...
   --variant: gpumem again with these environment variables (e.g.
-  nostitch:GPUMEM_STITCH=0), taking its turn in every round after native and gpumem, and
-  judged against the same round's native run.
+  nostitch:GPUMEM_STITCH=0), in every round after native and gpumem (with --turns: taking
+  turns with a native job of its own), judged against its round's native run.
 """
 import argparse
 import json
+import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -29,26 +38,68 @@ NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"
 LOSS_TOLERANCE = 1e-2  # relative; bf16 autocast, and cuBLAS may pick other kernels
 
 
-def launch(cli, mode, layout, gpus, steps, port, extra_env=None):
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={gpus}", f"--master_port={port}",
-                os.path.join(HERE, "multi_gpu_train.py"), layout, "--steps", str(steps)]
-    cmd = torchrun if mode == "native" else [cli, "run", "--"] + torchrun
-    with tempfile.TemporaryDirectory() as rows_dir:
-        env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1", MULTIGPU_ROWS=rows_dir,
-                   **(extra_env or {}))
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-        rows = []
-        for name in sorted(os.listdir(rows_dir)):
-            with open(os.path.join(rows_dir, name)) as f:
-                rows.append(dict(json.load(f), mode=mode))
-    if p.returncode != 0 or len(rows) != gpus:
-        # torchrun's summary hides the ranks' exceptions: those lines first.
-        errors = [l for l in p.stderr.splitlines() if "Error" in l and "error_file" not in l]
-        tail = "\n".join(list(dict.fromkeys(errors))[:8] + p.stderr.splitlines()[-15:])
-        print(f"{layout} {mode}: exit {p.returncode}, {len(rows)} ranks reported\n{tail}",
-              file=sys.stderr, flush=True)
-    return rows
+class Job:
+    """One torchrun job of multi_gpu_train.py, native or under `gpumem run`."""
+
+    def __init__(self, cli, mode, layout, gpus, steps, port, train_args=(), extra_env=None):
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc_per_node={gpus}", f"--master_port={port}",
+                    os.path.join(HERE, "multi_gpu_train.py"), layout, "--steps", str(steps),
+                    *train_args]
+        self.cmd = torchrun if mode == "native" else [cli, "run", "--"] + torchrun
+        self.mode, self.layout, self.gpus = mode, layout, gpus
+        self.extra_env = extra_env or {}
+
+
+def run_jobs(jobs):
+    """Runs the jobs at once; each job's rank rows (a rank that reported nothing is
+    missing, and the job's errors go to stderr)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        procs = []
+        for i, job in enumerate(jobs):
+            rows_dir = os.path.join(scratch, f"rows{i}")
+            os.mkdir(rows_dir)
+            env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1",
+                       MULTIGPU_ROWS=rows_dir, **job.extra_env)
+            procs.append((subprocess.Popen(job.cmd, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.PIPE, text=True), rows_dir))
+        out = []
+        for job, (proc, rows_dir) in zip(jobs, procs):
+            try:
+                _, stderr = proc.communicate(timeout=600)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, stderr = proc.communicate()
+            rows = []
+            for name in sorted(os.listdir(rows_dir)):
+                with open(os.path.join(rows_dir, name)) as f:
+                    rows.append(dict(json.load(f), mode=job.mode))
+            if proc.returncode != 0 or len(rows) != job.gpus:
+                report_failure(job, proc.returncode, rows, stderr)
+            out.append(rows)
+    return out
+
+
+def report_failure(job, returncode, rows, stderr):
+    # torchrun's summary hides the ranks' exceptions: those lines first.
+    errors = [l for l in stderr.splitlines() if "Error" in l and "error_file" not in l]
+    tail = "\n".join(list(dict.fromkeys(errors))[:8] + stderr.splitlines()[-15:])
+    print(f"{job.layout} {job.mode}: exit {returncode}, {len(rows)} ranks reported\n{tail}",
+          file=sys.stderr, flush=True)
+
+
+def launch_job(job):
+    """One job alone: its rank rows."""
+    return run_jobs([job])[0]
+
+
+def launch_in_turns(native, gpumem, turn_steps):
+    """The two jobs at once on the same GPUs, taking turns `turn_steps` steps at a time
+    (native first): (native rows, gpumem rows)."""
+    with tempfile.TemporaryDirectory() as fifos:
+        for job, role in ((native, "baseline"), (gpumem, "candidate")):
+            job.extra_env = dict(job.extra_env, MULTIGPU_TURNS=f"{fifos},{role},{turn_steps}")
+        return tuple(run_jobs([native, gpumem]))
 
 
 def losses_match(native, gpumem):
@@ -81,22 +132,48 @@ def run_time_ratio(native_times, gpumem_times):
     return statistics.median(gpumem_times) / statistics.median(native_times)
 
 
-def step_ratio(rounds):
-    """Paired per-round ratios of rank 0's time over the timed steps, gpumem over native."""
+def turn_block_ratios(native, gpumem):
+    """Runs that took turns: per block, gpumem's time over native's for the same steps
+    (the same batches), each block's first step left out (it follows the other job's
+    block, on a device the other job just used). Blocks after either ran alone are out."""
+    n, warmup = native["turn_steps"], native.get("warmup", 0)
+    end = warmup + min(len(native["step_times"]), len(gpumem["step_times"]))
+    for r in (native, gpumem):
+        if r.get("alone_from_step") is not None:
+            end = min(end, r["alone_from_step"])
     ratios = []
+    for start in range(math.ceil(warmup / n) * n, end - n + 1, n):
+        steps = range(start + 1 - warmup, start + n - warmup)
+        ratios.append(sum(gpumem["step_times"][i] for i in steps)
+                      / sum(native["step_times"][i] for i in steps))
+    return ratios
+
+
+def rank0_pairs(rounds):
     for native, gpumem in rounds:
         n = next((r for r in native if r["rank"] == 0), None)
         g = next((r for r in gpumem if r["rank"] == 0), None)
         if n and g and n["step_times"] and g["step_times"]:
-            ratios.append(run_time_ratio(n["step_times"], g["step_times"]))
-    return paired_interval(ratios) if len(ratios) >= 2 else None
+            yield n, g
+
+
+def step_ratio(rounds):
+    """Rank 0's time, gpumem over native: paired by block where the runs took turns, by
+    round otherwise. (point, low, high, pairs, per-round ratios) or None."""
+    ratios, per_round = [], []
+    for n, g in rank0_pairs(rounds):
+        per_round.append(run_time_ratio(n["step_times"], g["step_times"]))
+        ratios += turn_block_ratios(n, g) if "turn_steps" in n else [per_round[-1]]
+    if len(ratios) < 2:
+        return None
+    return (*paired_interval(ratios), len(ratios), per_round)
 
 
 def device_calls(rounds, name="gpumem"):
     """What gpumem's runs asked of the device per step, each rank of each round: the
     spread of stitches, page maps, stream waits and host synchronizes."""
     per = {"stitches": [], "borrows": [], "maps": [], "unmaps": [], "stream waits": [],
-           "synchronizes": []}
+           "synchronizes": [], "ms in driver calls": []}
     for _, gpumem in rounds:
         for r in gpumem:
             steps = max(1, len(r.get("losses", [])))
@@ -108,20 +185,32 @@ def device_calls(rounds, name="gpumem"):
             per["unmaps"].append(counters.get("unmaps", 0) / steps)
             per["stream waits"].append(counters.get("stream_waits", 0) / steps)
             per["synchronizes"].append(counters.get("synchronizes", 0) / steps)
+            per["ms in driver calls"].append(counters.get("host_call_ns", 0) / steps / 1e6)
     if not per["maps"]:
         return ""
+    digits = {"ms in driver calls": 2}  # counts need one
     return f"- {name}'s device calls per step (every rank and round, whole run): " + "; ".join(
-        f"{k} {min(v):.1f}-{max(v):.1f}" for k, v in per.items())
+        f"{k} {min(v):.{digits.get(k, 1)}f}-{max(v):.{digits.get(k, 1)}f}"
+        for k, v in per.items())
 
 
 def step_line(name, rounds):
-    """Step time of `name` over native, paired by round, with its goal; None without pairs."""
+    """Step time of `name` over native, paired by round (or by block where the runs took
+    turns), with its goal; None without pairs."""
     r = step_ratio(rounds)
     if not r:
         return None
-    point, low, high = r
-    return (f"- time of the timed steps {name}/native over {len(rounds)} rounds: {point:.3f} "
-            f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
+    point, low, high, pairs, per_round = r
+    unit = "rounds" if pairs == len(per_round) else f"blocks of turns in {len(rounds)} rounds"
+    each = ", ".join(f"{x:.3f}" for x in per_round)
+    return (f"- time of the timed steps {name}/native over {pairs} {unit}: {point:.3f} "
+            f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}; "
+            f"each round: {each}")
+
+
+def gib(used):
+    """The driver's in-use figure; None where two jobs shared the GPUs (turns)."""
+    return "shared by both jobs" if used is None else f"{used / 2**30:.2f} GiB"
 
 
 def summarize(layout, rounds):
@@ -135,8 +224,7 @@ def summarize(layout, rounds):
         native_ratio = n["peak_reserved"] / max(1, n["peak_allocated"]) if n else float("nan")
         lines.append(f"- rank {rank}: figures right {'yes' if right else 'NO'}; peak "
                      f"reserved/allocated {ratio:.3f} (native {native_ratio:.3f}); driver "
-                     f"in use {driver / 2**30:.2f} GiB (native "
-                     f"{(n['driver_used'] if n else 0) / 2**30:.2f} GiB)")
+                     f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
     lines += [line for line in (step_line("gpumem", rounds), device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
@@ -151,15 +239,40 @@ def parse_variant(text):
     return name, env
 
 
-def summarize_variant(name, rounds, variant_rows):
-    """A variant's figures and step time against the native run of its own round."""
-    pairs = [(native, rows) for (native, _), rows in zip(rounds, variant_rows)]
+def summarize_variant(name, pairs):
+    """A variant's figures and step time against its native run, round by round: pairs of
+    (native rows, variant rows)."""
     lines = []
     for rank, right, ratio, driver in rank_figures(pairs[0][1] if pairs else []):
         lines.append(f"- {name}, rank {rank}: figures right {'yes' if right else 'NO'}; peak "
-                     f"reserved/allocated {ratio:.3f}; driver in use {driver / 2**30:.2f} GiB")
+                     f"reserved/allocated {ratio:.3f}; driver in use {gib(driver)}")
     lines += [line for line in (step_line(name, pairs), device_calls(pairs, name)) if line]
     return "\n".join(lines) + "\n" if lines else ""
+
+
+def run_round(args, layout, gpus, index, variants):
+    """One round: (native rows, gpumem rows) and each variant's (native rows, its rows).
+    Taking turns, every gpumem job has a native job of its own beside it; otherwise the
+    jobs run one after the other and the variants share the round's native run."""
+    port = 29500 + 8 * index
+    train_args = shlex.split(args.train_args)
+
+    def job(mode, j, env=None):
+        return Job(args.cli, mode, layout, gpus, args.steps, port + j, train_args, env)
+
+    def tagged(rows, name):
+        return [dict(r, mode=name) for r in rows]
+
+    if args.turns:
+        pair = launch_in_turns(job("native", 0), job("gpumem", 1), args.turns)
+        others = {name: launch_in_turns(job("native", 2 + 2 * k), job("gpumem", 3 + 2 * k, env),
+                                        args.turns)
+                  for k, (name, env) in enumerate(variants)}
+    else:
+        pair = (launch_job(job("native", 0)), launch_job(job("gpumem", 1)))
+        others = {name: (pair[0], launch_job(job("gpumem", 2 + k, env)))
+                  for k, (name, env) in enumerate(variants)}
+    return pair, {name: (native, tagged(rows, name)) for name, (native, rows) in others.items()}
 
 
 def main():
@@ -168,6 +281,10 @@ def main():
     ap.add_argument("--layouts", default="ddp,fsdp2,fsdp2-keep,tp")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--turns", type=int, default=0, metavar="N",
+                    help="native and gpumem at once, taking turns N steps at a time")
+    ap.add_argument("--train-args", default="",
+                    help="more arguments for multi_gpu_train.py, e.g. \"--dim 2048 --layers 12\"")
     ap.add_argument("--gpus", type=int, default=0, help="ranks (default: every GPU)")
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--variant", action="append", default=[],
@@ -179,23 +296,19 @@ def main():
     out = open(args.jsonl, "w") if args.jsonl else None
     failed = 0
     for layout in args.layouts.split(","):
-        rounds, variant_rows = [], {name: [] for name, _ in variants}
+        rounds, variant_pairs = [], {name: [] for name, _ in variants}
         for i in range(args.rounds):
-            port = 29500 + 8 * i
-            pair = [launch(args.cli, mode, layout, gpus, args.steps, port + j)
-                    for j, mode in enumerate(("native", "gpumem"))]
-            rounds.append(tuple(pair))
+            pair, others = run_round(args, layout, gpus, i, variants)
+            rounds.append(pair)
             runs = pair[0] + pair[1]
-            for j, (name, env) in enumerate(variants):
-                rows = [dict(r, mode=name) for r in
-                        launch(args.cli, "gpumem", layout, gpus, args.steps, port + 2 + j, env)]
-                variant_rows[name].append(rows)
-                runs += rows
+            for name, (native, rows) in others.items():
+                variant_pairs[name].append((native, rows))
+                runs += rows + (native if args.turns else [])
             for row in runs:
                 print(json.dumps(dict(row, round=i)), file=out or sys.stderr, flush=True)
         text, ok = summarize(layout, rounds)
         for name, _ in variants:
-            text += summarize_variant(name, rounds, variant_rows[name])
+            text += summarize_variant(name, variant_pairs[name])
         print(text, flush=True)
         failed += not ok
     return 1 if failed else 0

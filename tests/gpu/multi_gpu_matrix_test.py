@@ -76,10 +76,34 @@ class Judgement(unittest.TestCase):
             for r in rows:
                 r["gpumem_stats"] = {"stitch_count": 0}
                 r["backend_counters"] = {"maps": 10, "stream_waits": 0, "synchronizes": 0}
-        text = m.summarize_variant("nostitch", rounds, variant)
+        text = m.summarize_variant("nostitch", [(native, rows) for (native, _), rows
+                                                in zip(rounds, variant)])
         self.assertIn("time of the timed steps nostitch/native over 2 rounds: 1.200", text)
         self.assertIn("nostitch's device calls per step", text)
         self.assertIn("maps 5.0-5.0", text)  # 10 maps over 2 steps
+
+    def test_turns_compare_each_block_with_natives_same_steps(self):
+        # Steps 10.. timed, blocks of 4 from step 12; a block's first step is left out.
+        native = {"turn_steps": 4, "warmup": 10, "step_times": [9, 9] + [1, 2, 2, 2] * 3}
+        gpumem = {"turn_steps": 4, "warmup": 10, "step_times": [9, 9] + [5, 2, 2, 4] * 3}
+        self.assertEqual(m.turn_block_ratios(native, gpumem), [8 / 6] * 3)
+        # Blocks after one job ran alone do not count.
+        gpumem["alone_from_step"] = 20
+        self.assertEqual(m.turn_block_ratios(native, gpumem), [8 / 6] * 2)
+
+    def test_turns_verdict_pools_the_blocks_of_every_round(self):
+        rounds = []
+        for slow in (1.0, 1.1):
+            native, gpumem = pair()
+            for r in native + gpumem:
+                r.update(turn_steps=2, warmup=0, step_times=[0.1] * 8, driver_used=None)
+            for r in gpumem:
+                r["step_times"] = [0.1, 0.1 * slow] * 4
+            rounds.append((native, gpumem))
+        text, _ = m.summarize("fsdp2", rounds)
+        self.assertIn("over 8 blocks of turns in 2 rounds", text)
+        self.assertIn("each round: 1.000, 1.050", text)
+        self.assertIn("driver in use shared by both jobs", text)
 
     def test_variant_text(self):
         self.assertEqual(m.parse_variant("nostitch:GPUMEM_STITCH=0,GPUMEM_THREAD_CACHE=0"),

@@ -11,6 +11,8 @@ answers under its allocator), plus gpumem's own where it is installed.
 usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp,2d}
        [--steps 40] [--warmup 10] [--dim 1024] [--layers 8] [--leak-rank R]
        [--cap-rank R --cap-fraction F]
+  MULTIGPU_TURNS=FOLDER,ROLE,N: take turns with another job on the same GPUs, N steps
+  at a time, rank by rank (turns.fifo_turns; multi_gpu_matrix.py --turns sets it).
 """
 import argparse
 import json
@@ -22,6 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+from turns import fifo_turns
 
 VOCAB = 32000
 
@@ -150,6 +154,8 @@ def main():
     ap.add_argument("--cap-fraction", type=float, default=0.05)
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    turns, first = (fifo_turns(os.environ["MULTIGPU_TURNS"], rank)
+                    if os.environ.get("MULTIGPU_TURNS") else (None, True))
     device = torch.device("cuda", local)
     torch.cuda.set_device(device)
     if rank == args.cap_rank:
@@ -161,6 +167,8 @@ def main():
     # fused multi-tensor (foreach) update refuses to mix.
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=args.layout != "tp")
     losses, times, kept = [], [], []
+    if turns and not first:
+        turns.wait(0)
     for step in range(args.steps):
         tokens, targets = batch(step, rank, args.layout, device)
         torch.cuda.synchronize()
@@ -177,9 +185,14 @@ def main():
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
+        if turns and (step + 1) % turns.steps == 0:
+            turns.pass_and_wait(step + 1)
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
            "allocator": torch.cuda.memory.get_allocator_backend(), "losses": losses,
-           "step_times": times, **figures()}
+           "step_times": times, "warmup": args.warmup, **figures()}
+    if turns:  # the other job's memory is on the same GPU: the driver's figure is both
+        row.update(turn_steps=turns.steps, alone_from_step=turns.alone_from,
+                   driver_used=None)
     # Ranks share torchrun's stdout, and a row longer than a pipe's atomic write can be
     # cut by another rank's: a folder named by the launcher gets one file per rank.
     rows_dir = os.environ.get("MULTIGPU_ROWS")

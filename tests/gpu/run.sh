@@ -24,7 +24,9 @@
 #        multigpu: DDP, FSDP2 and tensor parallel on every GPU under torchrun, native and
 #        gpumem taking turns (tests/gpu/multi_gpu_matrix.py; MULTIGPU_LAYOUTS,
 #        MULTIGPU_ROUNDS; layouts ddp, fsdp2, fsdp2-keep, tp, 2d; MULTIGPU_VARIANTS: gpumem
-#        again with other settings in every round, e.g. "nostitch:GPUMEM_STITCH=0"); ranks:
+#        again with other settings in every round, e.g. "nostitch:GPUMEM_STITCH=0";
+#        MULTIGPU_TURNS=N: native and gpumem jobs at once, taking turns N steps at a time;
+#        MULTIGPU_TRAIN_ARGS: more multi_gpu_train.py arguments, e.g. "--dim 2048"); ranks:
 #        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
 #        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
@@ -203,7 +205,8 @@ if want multigpu; then
   echo "== multi-GPU layouts under torchrun, native and gpumem taking turns"
   $py "$repo/tests/gpu/multi_gpu_matrix.py" "$build/bin/gpumem" \
     ${MULTIGPU_LAYOUTS:+--layouts $MULTIGPU_LAYOUTS} --rounds "${MULTIGPU_ROUNDS:-3}" \
-    ${MULTIGPU_STEPS:+--steps $MULTIGPU_STEPS} \
+    ${MULTIGPU_STEPS:+--steps $MULTIGPU_STEPS} ${MULTIGPU_TURNS:+--turns $MULTIGPU_TURNS} \
+    ${MULTIGPU_TRAIN_ARGS:+--train-args "$MULTIGPU_TRAIN_ARGS"} \
     $(for v in ${MULTIGPU_VARIANTS:-}; do printf -- '--variant %s ' "$v"; done) \
     --jsonl "$OUT/multi-gpu.jsonl" 2>"$OUT/multi-gpu.err" | tee "$OUT/multi-gpu.md"
 fi

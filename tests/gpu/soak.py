@@ -52,12 +52,34 @@ def fill(block, value, stream):
         block.fill_(value)
 
 
-def intact(block, value, stream):
+def intact(block, value, stream, patience_s=30):
+    """Whether every byte of `block` still holds `value`; the block is spent (it is freed
+    after its check). The comparison runs in place, so the check itself asks only for the
+    one-byte answer; under a cap just above what is live even that may fail, and since a
+    check is not one of the allocations under test it waits for memory and asks again."""
+    deadline = time.time() + patience_s
     with torch.cuda.stream(stream):
-        return bool((block == value).all().item())
+        block.eq_(value)
+        while True:
+            try:
+                return bool(block.all().item())
+            except torch.OutOfMemoryError:
+                if time.time() > deadline:
+                    raise RuntimeError(f"a check found no memory for {patience_s} s") from None
+                time.sleep(0.01)
 
 
 def worker(index, args, streams, totals, stop):
+    """One thread's loop; anything but an OOM that escapes it is a failure, recorded."""
+    try:
+        work(index, args, streams, totals, stop)
+    except Exception as e:
+        with totals.lock:
+            totals.counts["errors"].append(repr(e)[:200])
+        stop.set()
+
+
+def work(index, args, streams, totals, stop):
     rng = random.Random(args.seed * 1000 + index)
     live = []  # (block, value, stream)
     while not stop.is_set():
@@ -87,10 +109,6 @@ def worker(index, args, streams, totals, stop):
         except torch.OutOfMemoryError:
             totals.add("ooms")
             check_all(live, totals)  # what was live through the OOM is still intact
-        except Exception as e:  # anything else is a failure of the allocator
-            with totals.lock:
-                totals.counts["errors"].append(repr(e)[:200])
-            stop.set()
     check_all(live, totals)
 
 

@@ -29,9 +29,9 @@ import time
 
 from overhead_ab import block_medians, paired_ratios
 from step_time_ab import goal_word, paired_interval
+from turns import ROLES
 
 SIDES = ("native", "gpumem")  # baseline, candidate; the baseline takes the first turn
-ROLES = ("baseline", "candidate")
 CAPTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "capture.py")
 
 
