@@ -4,6 +4,7 @@
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -26,7 +27,6 @@ CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions opt
       options_(options),
       pages_(backend, options.device, options.observer, options.page_bytes),
       guard_(backend),
-      returns_(backend),
       id_(ThreadCaches::NewOwnerId()),
       block_events_(options.observer != nullptr && options.observer->wants_block_events()),
       // An observer of blocks is told of every alloc and free in the order they happen,
@@ -58,6 +58,7 @@ CachingAllocator::~CachingAllocator() {
   // Waits for queued work, so pages can be unmapped; the heaps return everything.
   pages_.BeginSlowPath();
   pages_.Quiesce();
+  CollectFences(/*synchronized=*/true);
 }
 
 bool CachingAllocator::Owns(DevicePtr ptr) const {
@@ -100,6 +101,7 @@ StreamHeap* CachingAllocator::FindHeap(StreamId stream, PoolId pool) {
 bool CachingAllocator::AddSlabFor(StreamHeap& h, int k) {
   Block* b = AllocateLarge(h, SizeClasses::SlabBytes(k));
   if (b == nullptr) return false;
+  if (!h.fences.empty()) WaitForFences(h, b->addr, b->size);
   AddSlab(h, k, b);
   return true;
 }
@@ -146,25 +148,39 @@ bool CachingAllocator::RetireBorrowed(DevicePtr ptr, LiveBlock& live) {
     return true;
   }
   CountFree(ptr, live);
-  LiveBlock& returning = returning_[ptr];
-  returning = live;
-  returning.pending = true;
-  returns_.Defer(ptr, {live.stream});
+  live.heap->fences.push_back({ptr, live.bin, backend_.RecordEvent(live.stream)});
+  ++fences_;
+  ReleaseBlock(ptr, live);
   return false;
 }
 
-void CachingAllocator::CollectReturns(bool synchronized) {
-  returns_.Collect([this](DevicePtr ptr) { ReleaseReturned(ptr); }, synchronized);
+void CachingAllocator::WaitForFences(StreamHeap& h, DevicePtr addr, std::size_t size) {
+  std::erase_if(h.fences, [&](const StreamHeap::Fence& f) {
+    if (f.addr >= addr + size || addr >= f.addr + f.size) return false;
+    OrderAfter(h.stream, f.event);
+    backend_.ReleaseEvent(f.event);
+    --fences_;
+    return true;
+  });
 }
 
-void CachingAllocator::ReleaseReturned(DevicePtr ptr) {
-  auto it = returning_.find(ptr);
-  ReleaseBlock(ptr, it->second);
-  returning_.erase(it);
+void CachingAllocator::WaitForAllFences(StreamHeap& h) {
+  if (!h.fences.empty()) WaitForFences(h, 0, std::numeric_limits<DevicePtr>::max());
 }
 
-void CachingAllocator::CollectReturnsSometimes() {
-  if (++collect_tick_ % kCollectEvery == 0) CollectReturns();
+void CachingAllocator::CollectFences(bool synchronized) {
+  for (auto& [key, h] : heaps_) {
+    std::erase_if(h->fences, [&](const StreamHeap::Fence& f) {
+      if (!synchronized && !backend_.EventCompleted(f.event)) return false;
+      backend_.ReleaseEvent(f.event);
+      --fences_;
+      return true;
+    });
+  }
+}
+
+void CachingAllocator::CollectFencesSometimes() {
+  if (++collect_tick_ % kCollectEvery == 0) CollectFences();
 }
 
 // A capture records no event that the allocator would query: the events are recorded

@@ -50,6 +50,16 @@ struct StreamHeap {
   SmallPool small;
   StreamId stream;
   PoolId pool;
+  // Blocks this heap lent (CachingAllocator::Borrow), freed by their borrowers: back in
+  // the heap at once, each fenced by an event recorded on its borrower's stream at the
+  // free. Before that memory is used again this heap's stream waits for the event on the
+  // device (CachingAllocator::WaitForFences); completed fences are dropped.
+  struct Fence {
+    DevicePtr addr;
+    std::size_t size;
+    EventHandle event;
+  };
+  std::vector<Fence> fences;
 };
 
 // Requests beyond this cannot be rounded without overflow; no device has that much.
@@ -188,7 +198,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     std::lock_guard lock(mu_, std::adopt_lock);
     if (bytes > kMaxRequest) return Oom(bytes, stream);
     if (!guard_.empty() && !Capturing()) CollectPending();
-    if (!returns_.empty()) CollectReturnsSometimes();
+    if (fences_ != 0) CollectFencesSometimes();
     ReleaseDonePools();
     if (pool != kDefaultPool) PoolInUse(pool);
     StreamHeap* h = Heap(stream, pool);
@@ -212,6 +222,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
       if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
       if (b == nullptr) return Oom(bytes, stream);
+      if (!live.heap->fences.empty()) WaitForFences(*live.heap, b->addr, b->size);
       live.block = b;
       live.bin = b->size;
       ptr = b->addr;
@@ -322,22 +333,23 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void DeferFree(DevicePtr ptr, std::vector<StreamId> streams);
   // A live block's free that waits for `streams`: pending, counted active until it ends.
   void HoldFreed(DevicePtr ptr, LiveBlock& live, std::vector<StreamId> streams);
-  // Retire() of a borrowed block: freed for the program at once, back to its lender's heap
-  // once the borrower's stream has run past the free (returns_). During a capture, which
-  // records no event the allocator could query, it is pending as a record_stream'd
-  // block's free is.
+  // Retire() of a borrowed block: freed for the program and back in its lender's heap at
+  // once, fenced (StreamHeap::fences) until the borrower's stream has run past the free.
+  // During a capture, which records no event the allocator could query, it is pending as
+  // a record_stream'd block's free is.
   bool RetireBorrowed(DevicePtr ptr, LiveBlock& live);
-  // Gives the returned borrowed blocks back to their lenders' heaps: those whose stream has
-  // run past their free; all of them when `synchronized`.
-  void CollectReturns(bool synchronized = false);
-  // A returning borrowed block into its lender's heap, its record gone.
-  void ReleaseReturned(DevicePtr ptr);
-  // CollectReturns on every kCollectEvery-th allocation: each asks the device (an event
-  // query per busy stream), and a training step allocates hundreds of times while a
-  // borrowed block returns. A request that finds no free block collects first, before it
-  // grows (AttemptGrowth), so a later return costs no memory.
+  // `h`'s stream waits on the device for the fences over [addr, addr + size), which go.
+  void WaitForFences(StreamHeap& h, DevicePtr addr, std::size_t size);
+  // ... for all of `h`'s fences: before `h`'s memory goes to another stream (a borrow, a
+  // stitch), whose wait on `h`'s stream then covers the borrowers' work too.
+  void WaitForAllFences(StreamHeap& h);
+  // Drops the fences whose borrower's work has run; all of them when `synchronized`.
+  void CollectFences(bool synchronized = false);
+  // CollectFences on every kCollectEvery-th allocation: each asks the device (an event
+  // query costs ~1.6 us on an H100), and a training step allocates hundreds of times while
+  // a fence is up. A fence still up when its memory is used again costs a stream wait.
   static constexpr std::uint32_t kCollectEvery = 8;
-  void CollectReturnsSometimes();
+  void CollectFencesSometimes();
   // Releases the blocks whose pending frees have completed: all of them when
   // `synchronized` (the device was waited for in this slow path, after every free).
   void CollectPending(bool synchronized = false);
@@ -469,7 +481,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
   Block* AttemptGrowth(StreamHeap& h, std::size_t bytes, int attempt, LiveBlock* borrower);
   Block* Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
-  bool ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes);
   // Work queued on `waiter` from now on runs after `event` (on the device); where that
   // wait fails, the device is waited for.
   void OrderAfter(StreamId waiter, EventHandle event);
@@ -522,9 +533,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
   // Borrowed blocks freed, on their way back to their lenders' heaps (Borrow): freed as
   // far as the figures go, not yet reusable. Their records, marked pending for Layout.
-  StreamGuard returns_;
-  absl::flat_hash_map<DevicePtr, LiveBlock> returning_;
-  std::uint32_t collect_tick_ = 0;  // CollectReturnsSometimes
+  std::size_t fences_ = 0;           // fences up in every heap (StreamHeap::fences)
+  std::uint32_t collect_tick_ = 0;  // CollectFencesSometimes
   AllocatorStats stats_;  // figures of the locked paths; the caches keep their own
   AllocTally tally_;      // allocations and frees of the locked paths
   const std::uint64_t id_;  // this allocator, to the threads' caches

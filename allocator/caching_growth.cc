@@ -103,6 +103,7 @@ bool CachingAllocator::CannotFit(std::size_t bytes) {
   pages_.BeginSlowPath();
   pages_.Quiesce();
   CollectPending(/*synchronized=*/true);
+  CollectFences(/*synchronized=*/true);
   return pending_bytes_ > capacity - bytes - live;
 }
 
@@ -145,14 +146,11 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
   // No event need be asked once the device was waited for: a failed query would hold
   // the block (and its bytes, against this request) for nothing.
   CollectPending(/*synchronized=*/pages_.quiet());
-  CollectReturns(/*synchronized=*/pages_.quiet());
+  if (pages_.quiet()) CollectFences(/*synchronized=*/true);
   RetireLent();
   if (attempt > 0 || EmptySlabBytes() > options_.slab_cache_bytes) ReleaseEmptySlabs();
   if (Block* b = h.large.BestFit(bytes)) return b;
   if (Block* b = Borrow(h, bytes, borrower)) return b;
-  if (attempt == 0 && ReclaimReturnsPastBudget(h, bytes)) {
-    if (Block* b = h.large.BestFit(bytes)) return b;
-  }
   if (HeadroomFor(h, bytes) != HeadroomUse::kKept) return GrowFromIdle(h, bytes);
   absl::StatusOr<Block*> grown = Grow(h, bytes, /*budget=*/attempt == 0);
   if (grown.ok()) return *grown;
@@ -180,8 +178,10 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
     }
   }
   if (lender == nullptr) return nullptr;
-  // Work queued on the lender's stream may still use the block: this stream waits for it.
+  // Work queued on the lender's stream may still use the block: this stream waits for it
+  // (and so for what the lender's stream waits for: its fences).
   if (!pages_.quiet()) {
+    WaitForAllFences(*lender);
     const EventHandle done = backend_.RecordEvent(lender->stream);
     OrderAfter(h.stream, done);
     backend_.ReleaseEvent(done);
@@ -192,27 +192,6 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
   borrower->recorded = true;  // its free takes the lock (RetireBorrowed)
   ++stats_.cross_stream_borrows;
   return b;
-}
-
-// Growth for `bytes` would pass the growth budget (stitching, or creating pages beyond it)
-// while blocks lent by `h` are on their way back (returns_, their borrowers' work not yet
-// run: the host runs ahead of the device): they come back now, `h`'s stream waiting on the
-// device for the borrowers' events instead. Whether any came back. Within the budget new
-// pages are created as usual, and no stream waits for another's.
-bool CachingAllocator::ReclaimReturnsPastBudget(StreamHeap& h, std::size_t bytes) {
-  if (returns_.empty() || !pages_.vmm()) return false;
-  const std::size_t need = h.large.PlanGrowth(bytes).pages();
-  const std::size_t cached = pages_.cached_pages();
-  if (need <= cached || NewPagesFit(need - cached, bytes)) return false;
-  bool any = false;
-  returns_.TakeEarly(
-      [&](DevicePtr ptr) { return returning_.find(ptr)->second.heap == &h; },
-      [&](StreamId, EventHandle event) { OrderAfter(h.stream, event); },
-      [&](DevicePtr ptr) {
-        ReleaseReturned(ptr);
-        any = true;
-      });
-  return any;
 }
 
 // What growth for `bytes` would do to the driver's free memory against the headroom
@@ -286,6 +265,9 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
 // lent: the new block's work follows theirs in stream order, so nothing waits.
 std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
                                                const Block* keep, bool* lent) {
+  // Lent pages are unmapped from their old addresses once an event recorded on their
+  // stream has completed: that stream first waits for the borrowers' work on them.
+  if (!pages_.quiet()) WaitForAllFences(h);
   std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true);
   *lent = taken > 0;
   // Another pool's pages are never taken, nor are this pool's given to another.
@@ -305,6 +287,7 @@ std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
 std::size_t CachingAllocator::TakeOtherStreamPages(StreamHeap& from, StreamHeap& to,
                                                    std::size_t want, bool* lent) {
   if (pages_.quiet()) return from.large.TakeIdlePages(want, nullptr);
+  WaitForAllFences(from);
   const std::size_t taken = from.large.TakeIdlePages(want, nullptr, /*lend=*/true);
   if (taken == 0) return 0;
   *lent = true;
@@ -314,7 +297,11 @@ std::size_t CachingAllocator::TakeOtherStreamPages(StreamHeap& from, StreamHeap&
 }
 
 void CachingAllocator::OrderAfter(StreamId waiter, EventHandle event) {
-  if (!backend_.StreamWaitEvent(waiter, event).ok()) pages_.Quiesce();
+  if (backend_.StreamWaitEvent(waiter, event).ok()) return;
+  // A fence's wait comes outside any slow path, where quiet() may date from an earlier
+  // one: the device is waited for now.
+  pages_.BeginSlowPath();
+  pages_.Quiesce();
 }
 
 // Whether `pages` new pages keep reserved within the budget for growth without
@@ -352,7 +339,7 @@ void CachingAllocator::CollectIdleOf(HeapFilter which) {
   FlushCaches();
   pages_.Quiesce();
   CollectPending(/*synchronized=*/true);
-  CollectReturns(/*synchronized=*/true);
+  CollectFences(/*synchronized=*/true);
   for (auto& [key, h] : heaps_) h->large.RetireLent(/*all=*/true);
   for (auto& [key, h] : heaps_) {
     if (!which(*h)) continue;

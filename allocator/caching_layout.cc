@@ -41,7 +41,6 @@ std::vector<LayoutSegment> CachingAllocator::Layout() const {
 
 const LiveBlock* CachingAllocator::FindRecord(DevicePtr ptr) const {
   if (const LiveBlock* r = live_.Find(ptr)) return r;
-  if (auto it = returning_.find(ptr); it != returning_.end()) return &it->second;
   for (const std::shared_ptr<ThreadCache>& c : caches_) {
     if (const LiveBlock* r = c->FindRecord(ptr)) return r;
   }

@@ -42,8 +42,11 @@ absl::StatusOr<DevicePtr> CachingAllocator::AllocateAt(DevicePtr addr, std::size
   return addr;
 }
 
+// Before the capture starts: a stream wait for an event recorded outside it would break
+// it, so every heap's stream waits for its fences now.
 void CachingAllocator::BeginCapture() {
   std::lock_guard lock(mu_);
+  for (auto& [key, h] : heaps_) WaitForAllFences(*h);
   ++capture_depth_;
 }
 

@@ -29,22 +29,6 @@ class StreamGuard {
   // event need be asked (a failed query answers "not yet" until then). A stream's events
   // complete in the order they were recorded: once one is not done, its later ones are
   // not asked (a call asks at most one event per stream that is still busy).
-  // Hands over, before their events completed, the held blocks `which(ptr)` picks: calls
-  // wait(stream, event) for each of their events (the caller orders its own stream after
-  // them), then release(ptr).
-  template <typename P, typename W, typename F>
-  void TakeEarly(P&& which, W&& wait, F&& release) {
-    std::erase_if(pending_, [&](Pending& p) {
-      if (!which(p.ptr)) return false;
-      for (const StreamEvent& e : p.events) {
-        wait(e.stream, e.event);
-        backend_.ReleaseEvent(e.event);
-      }
-      release(p.ptr);
-      return true;
-    });
-  }
-
   template <typename F>
   void Collect(F&& release, bool synchronized = false) {
     busy_.clear();
