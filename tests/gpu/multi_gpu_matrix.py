@@ -188,10 +188,35 @@ def device_calls(rounds, name="gpumem"):
             per["ms in driver calls"].append(counters.get("host_call_ns", 0) / steps / 1e6)
     if not per["maps"]:
         return ""
+    lines = [f"- {name}'s device calls per step (every rank and round, whole run): "
+             + spreads(per)]
+    timed = timed_device_calls(rounds)
+    if timed:
+        lines.append(f"- {name}'s device calls per timed step (after the warm-up): " + timed)
+    return "\n".join(lines)
+
+
+def timed_device_calls(rounds):
+    """The same for the timed steps alone: the warm-up creates every page once."""
+    per = {"maps": [], "unmaps": [], "page creates": [], "stream waits": [],
+           "ms in driver calls": []}
+    keys = {"maps": "maps", "unmaps": "unmaps", "page creates": "physical_creates",
+            "stream waits": "stream_waits", "ms in driver calls": "host_call_ns"}
+    for _, gpumem in rounds:
+        for r in gpumem:
+            if "timed_counters" not in r or not r.get("step_times"):
+                continue
+            steps = len(r["step_times"])
+            for k, counter in keys.items():
+                value = r["timed_counters"].get(counter, 0) / steps
+                per[k].append(value / 1e6 if k.startswith("ms") else value)
+    return spreads(per) if per["maps"] else ""
+
+
+def spreads(per):
     digits = {"ms in driver calls": 2}  # counts need one
-    return f"- {name}'s device calls per step (every rank and round, whole run): " + "; ".join(
-        f"{k} {min(v):.{digits.get(k, 1)}f}-{max(v):.{digits.get(k, 1)}f}"
-        for k, v in per.items())
+    return "; ".join(f"{k} {min(v):.{digits.get(k, 1)}f}-{max(v):.{digits.get(k, 1)}f}"
+                     for k, v in per.items())
 
 
 def step_line(name, rounds):

@@ -117,6 +117,15 @@ def batch(step, rank, layout, device, size=8):
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
+def device_counters():
+    """gpumem's device calls so far (backend counters), None without gpumem."""
+    try:
+        import gpumem
+    except ImportError:
+        return None
+    return gpumem.snapshot()["devices"][0]["backend_counters"] if gpumem.installed() else None
+
+
 def figures():
     free, total = torch.cuda.mem_get_info()
     out = {"device": torch.cuda.current_device(),
@@ -169,7 +178,10 @@ def main():
     losses, times, kept = [], [], []
     if turns and not first:
         turns.wait(0)
+    warm_counters = None
     for step in range(args.steps):
+        if step == args.warmup:
+            warm_counters = device_counters()
         tokens, targets = batch(step, rank, args.layout, device)
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -190,6 +202,9 @@ def main():
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
            "allocator": torch.cuda.memory.get_allocator_backend(), "losses": losses,
            "step_times": times, "warmup": args.warmup, **figures()}
+    if warm_counters is not None:  # the timed steps' device calls alone
+        row["timed_counters"] = {k: v - warm_counters.get(k, 0)
+                                 for k, v in row.get("backend_counters", {}).items()}
     if turns:  # the other job's memory is on the same GPU: the driver's figure is both
         row.update(turn_steps=turns.steps, alone_from_step=turns.alone_from,
                    driver_used=None)
