@@ -10,15 +10,22 @@ namespace {
 
 struct PolicyEntry {
   const char* name;
-  std::unique_ptr<DeviceAllocator> (*make)(Backend&);
+  std::unique_ptr<DeviceAllocator> (*make)(Backend&, const PolicySettings&);
 };
 
 // One line per policy; each policy's header provides its factory.
 const std::vector<PolicyEntry>& Entries() {
   static const std::vector<PolicyEntry> entries = {
-      {"gpumem", [](Backend& b) { return MakeCachingAllocator(b); }},
-      {"pytorch", &emulation::MakePytorchAllocator},
-      {"pytorch-expandable", &emulation::MakePytorchExpandableAllocator},
+      {"gpumem",
+       [](Backend& b, const PolicySettings& s) {
+         return MakeCachingAllocator(b, {.page_bytes = s.page_bytes});
+       }},
+      {"pytorch",
+       [](Backend& b, const PolicySettings&) { return emulation::MakePytorchAllocator(b); }},
+      {"pytorch-expandable",
+       [](Backend& b, const PolicySettings&) {
+         return emulation::MakePytorchExpandableAllocator(b);
+       }},
   };
   return entries;
 }
@@ -32,9 +39,10 @@ std::vector<std::string> PolicyNames() {
 }
 
 absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakePolicy(absl::string_view name,
-                                                            Backend& backend) {
+                                                            Backend& backend,
+                                                            const PolicySettings& settings) {
   for (const PolicyEntry& e : Entries()) {
-    if (name == e.name) return e.make(backend);
+    if (name == e.name) return e.make(backend, settings);
   }
   return absl::NotFoundError(absl::StrCat("unknown policy '", name, "'; known: ",
                                           absl::StrJoin(PolicyNames(), ", ")));

@@ -130,6 +130,22 @@ TEST(ReplayCliTest, DeviceCallsPerStep) {
       << table.out;
 }
 
+// --page-size: gpumem's page in whole granules; larger pages map fewer times.
+TEST(ReplayCliTest, PageSize) {
+  const CliRun two = Gpumem("replay --json --policy gpumem " + kLeaky);
+  const CliRun four = Gpumem("replay --json --policy gpumem --page-size 4MiB " + kLeaky);
+  ASSERT_EQ(two.status, 0) << two.err;
+  ASSERT_EQ(four.status, 0) << four.err;
+  const auto maps = [](const CliRun& r) {
+    return nlohmann::json::parse(r.out)["device_total"]["maps"].get<std::uint64_t>();
+  };
+  EXPECT_LT(maps(four), maps(two));
+  ExpectBadInput(Gpumem("replay --page-size 4M " + kLeaky), "M alone is 10^6");
+  ExpectBadInput(Gpumem("replay --page-size 3MiB " + kLeaky), "2 MiB granules");
+  ExpectBadInput(Gpumem("replay --page-size 0 " + kLeaky), "--page-size");
+  ExpectBadInput(Gpumem("replay --page-size big " + kLeaky), "--page-size");
+}
+
 TEST(ReplayCliTest, CapBelowThePeakReportsAnOom) {
   const CliRun r = Gpumem("replay --json --policy pytorch --cap 400MB " + kLeaky);
   ASSERT_EQ(r.status, 0) << r.err;

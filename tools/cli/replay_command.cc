@@ -37,7 +37,24 @@ struct ReplayArgs {
   bool json = false;
   std::string addresses;
   std::size_t device_lag = 0;
+  std::string page_size;
 };
+
+constexpr std::uint64_t kSimGranularity = std::uint64_t{2} << 20;  // SimBackend's
+
+// --page-size: a whole number of the simulated device's granules, or empty (0: the
+// granularity).
+absl::StatusOr<std::size_t> ParsePageSize(const std::string& text) {
+  if (text.empty()) return 0;
+  absl::StatusOr<std::uint64_t> bytes = replay::ParseSize(text);
+  if (!bytes.ok()) return bytes.status();
+  if (*bytes == 0 || *bytes % kSimGranularity != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", text, "' is ", *bytes, " bytes, not a whole number of 2 MiB granules (write "
+        "2MiB, 4MiB, 8MiB: M alone is 10^6)"));
+  }
+  return static_cast<std::size_t>(*bytes);
+}
 
 // Readable at every scale: 11.402 GiB, 16.00 MiB, 512 B.
 std::string Gib(std::uint64_t bytes) {
@@ -221,6 +238,10 @@ struct AddressFile {
 int RunReplay(const ReplayArgs& args) {
   absl::StatusOr<Cap> cap = ParseCap(args.cap);
   if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
+  absl::StatusOr<std::size_t> page_bytes = ParsePageSize(args.page_size);
+  if (!page_bytes.ok()) {
+    return BadInput(absl::StrCat("--page-size: ", page_bytes.status().message()));
+  }
   if (args.min_cap && !args.cap.empty()) {
     return BadInput("--min-cap searches the cap itself: leave out --cap");
   }
@@ -247,6 +268,7 @@ int RunReplay(const ReplayArgs& args) {
     replay::ReplayOptions options;
     options.capacity = cap->bytes;
     options.device_lag = args.device_lag;
+    options.page_bytes = *page_bytes;
     // Device activity is counted per training step: the trace's own (or inferred) steps,
     // else ten equal slices.
     options.step_ends = report::FindSteps(*trace, std::nullopt).ends;
@@ -333,6 +355,10 @@ void AddReplayCommand(CLI::App& app, int* status) {
                   "runs behind the Python that queues its work: memory that waits for a\n"
                   "stream (another stream's frees) comes back that much later (default 0: at\n"
                   "once)");
+  cmd->add_option("--page-size", args->page_size,
+                  "gpumem's page, the unit it maps and moves (GPUMEM_PAGE_SIZE on a GPU): a\n"
+                  "multiple of 2 MiB, e.g. 4MiB (default: 2 MiB). Larger pages mean fewer\n"
+                  "driver calls for what stitching moves, and more memory held");
   cmd->add_option("--addresses", args->addresses,
                   "write where the policy put each block to this file (TSV: event index,\n"
                   "the trace's address, the policy's address, size), for layout studies\n"

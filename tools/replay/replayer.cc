@@ -88,7 +88,7 @@ absl::StatusOr<ReplayResult> RunReplay(const trace::Trace& trace, absl::string_v
   if (trace.events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(trace.source, ": the trace has no events"));
   }
-  absl::StatusOr<std::unique_ptr<DeviceAllocator>> made = MakePolicy(policy, backend);
+  absl::StatusOr<std::unique_ptr<DeviceAllocator>> made = MakePolicy(policy, backend, {.page_bytes = options.page_bytes});
   if (!made.ok()) return made.status();
   DeviceAllocator& allocator = **made;
 

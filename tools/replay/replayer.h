@@ -30,6 +30,9 @@ struct ReplayOptions {
   // (a stream's work) completes only once the replay is that many events further on, as
   // on a GPU, where the host queues work well ahead of it. 0: at once. Replay only.
   std::size_t device_lag = 0;
+  // gpumem's page (PolicySettings::page_bytes): a multiple of the simulated device's
+  // 2 MiB granularity; 0: the granularity.
+  std::size_t page_bytes = 0;
 };
 
 // What the policy asked of the device: on a GPU each synchronize stalls the host's
