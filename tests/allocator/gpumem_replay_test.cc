@@ -130,20 +130,33 @@ TEST_P(GpumemSteadyStateTest, NoUnmapOrSynchronizeOnceWarm) {
   }
 }
 
+// A gpumem trace of tests/data and replay options that count device calls per step of its
+// own: nullopt (a test failure) if it does not load or has other than `steps` step marks.
+struct SteppedTrace {
+  trace::Trace trace;
+  replay::ReplayOptions options;
+};
+std::optional<SteppedTrace> LoadStepped(const std::string& file, std::size_t steps) {
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/" + file);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return std::nullopt;
+  SteppedTrace s{*std::move(t), {}};
+  s.options.step_ends = report::FindSteps(s.trace, std::nullopt).ends;
+  EXPECT_EQ(s.options.step_ends.size(), steps) << file;
+  if (s.options.step_ends.size() != steps) return std::nullopt;
+  return s;
+}
+
 // FSDP2's three streams (compute, all-gather, reduce-scatter; tests/data/README.md): the
 // communication streams' buffers come from the compute stream's free blocks where they
 // are, so memory moves between the streams' heaps without remapping pages. Without
 // borrowing the steps after the warm-up map 1,863 pages (14 stitches) at 1.016; with it,
 // 792 (3) at 1.009.
 TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
-  absl::StatusOr<trace::Trace> t =
-      trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/fsdp2_rank0.gpumem");
-  ASSERT_TRUE(t.ok()) << t.status();
-  const report::Steps steps = report::FindSteps(*t, std::nullopt);
-  ASSERT_EQ(steps.ends.size(), 40u);
-  replay::ReplayOptions options;
-  options.step_ends = steps.ends;
-  absl::StatusOr<replay::ReplayResult> r = replay::Replay(*t, "gpumem", options);
+  std::optional<SteppedTrace> s = LoadStepped("fsdp2_rank0.gpumem", 40);
+  ASSERT_TRUE(s.has_value());
+  replay::ReplayOptions& options = s->options;
+  absl::StatusOr<replay::ReplayResult> r = replay::Replay(s->trace, "gpumem", options);
   ASSERT_TRUE(r.ok()) << r.status();
   std::printf("fsdp2 rank 0: ratio %.4f; steps %zu-%zu: %llu maps, %llu unmaps, %llu "
               "stitches\n", r->ratio, r->warmup_steps + 1, r->steps.size(),
@@ -161,8 +174,8 @@ TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
   // fenced: the layout stays what it is with the device in step, at the price of a stream
   // wait. (Held back until the borrowers' work ran, it mapped 4,430 pages at 1.017; held
   // and not taken back early, 1.11.)
-  options.device_lag = t->events.size() / steps.ends.size();
-  r = replay::Replay(*t, "gpumem", options);
+  options.device_lag = s->trace.events.size() / options.step_ends.size();
+  r = replay::Replay(s->trace, "gpumem", options);
   ASSERT_TRUE(r.ok()) << r.status();
   std::printf("fsdp2 rank 0, device %zu events behind: ratio %.4f; %llu maps, %llu "
               "stitches\n", options.device_lag, r->ratio,
@@ -179,18 +192,14 @@ TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
 // are stitched from pages idle elsewhere (~200 a step on two H200s, as here). 4 MiB
 // pages move half as many for the same bytes, within the same 1.02.
 TEST(GpumemFsdp2Test, LargerPagesHalveWhatStitchingMaps) {
-  absl::StatusOr<trace::Trace> t =
-      trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/fsdp2_2048_rank1.gpumem");
-  ASSERT_TRUE(t.ok()) << t.status();
-  const report::Steps steps = report::FindSteps(*t, std::nullopt);
-  ASSERT_EQ(steps.ends.size(), 60u);
-  replay::ReplayOptions options;
-  options.step_ends = steps.ends;
-  options.device_lag = t->events.size() / steps.ends.size();
+  std::optional<SteppedTrace> s = LoadStepped("fsdp2_2048_rank1.gpumem", 60);
+  ASSERT_TRUE(s.has_value());
+  replay::ReplayOptions& options = s->options;
+  options.device_lag = s->trace.events.size() / options.step_ends.size();
   std::uint64_t maps[2] = {};
   for (int i = 0; i < 2; ++i) {
     options.page_bytes = std::size_t{2} << (20 + i);
-    absl::StatusOr<replay::ReplayResult> r = replay::Replay(*t, "gpumem", options);
+    absl::StatusOr<replay::ReplayResult> r = replay::Replay(s->trace, "gpumem", options);
     ASSERT_TRUE(r.ok()) << r.status();
     std::printf("fsdp2 hidden 2048 rank 1, %zu MiB pages: ratio %.4f; steps %zu-%zu: %llu "
                 "maps, %llu stitches\n", options.page_bytes >> 20, r->ratio,
