@@ -152,6 +152,30 @@ TEST(CachingAllocatorTest, AFenceWhoseWorkRanCostsNoWait) {
   EXPECT_EQ(sim.live_events(), 0u);
 }
 
+// A capture must not wait for an event recorded outside it: at its start the lender's
+// stream waits for its fences, and what it hands out during the capture waits for none.
+TEST(CachingAllocatorTest, ACaptureStartsWithTheFencesWaitedFor) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim);
+  const DevicePtr a = BorrowedByS2AndFreed(*alloc);
+  alloc->BeginCapture();
+  EXPECT_EQ(sim.counters().stream_waits, 2u);  // the borrow's, and S1's on S2's free
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS1), a);
+  EXPECT_EQ(sim.counters().stream_waits, 2u);
+  alloc->EndCapture();
+}
+
+// The allocator's end releases the events of fences still up.
+TEST(CachingAllocatorTest, FencesStillUpAtTheEndLeaveNoEvent) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  {
+    auto alloc = MakeCachingAllocator(sim);
+    BorrowedByS2AndFreed(*alloc);
+    EXPECT_GT(sim.live_events(), 0u);
+  }
+  EXPECT_EQ(sim.live_events(), 0u);
+}
+
 // Pages of two granules: ranges start on a page (the backend aligns to a granule only),
 // growth maps whole 4 MiB pages, stitching moves them, and everything goes back.
 TEST(CachingAllocatorTest, PagesLargerThanTheGranularity) {
