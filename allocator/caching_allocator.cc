@@ -27,6 +27,7 @@ CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions opt
       options_(options),
       pages_(backend, options.device, options.observer, options.page_bytes),
       guard_(backend),
+      fence_queries_(backend),
       id_(ThreadCaches::NewOwnerId()),
       block_events_(options.observer != nullptr && options.observer->wants_block_events()),
       // An observer of blocks is told of every alloc and free in the order they happen,
@@ -148,7 +149,7 @@ bool CachingAllocator::RetireBorrowed(DevicePtr ptr, LiveBlock& live) {
     return true;
   }
   CountFree(ptr, live);
-  live.heap->fences.push_back({ptr, live.bin, backend_.RecordEvent(live.stream)});
+  live.heap->fences.push_back({ptr, live.bin, live.stream, backend_.RecordEvent(live.stream)});
   ++fences_;
   ReleaseBlock(ptr, live);
   return false;
@@ -169,9 +170,10 @@ void CachingAllocator::WaitForAllFences(StreamHeap& h) {
 }
 
 void CachingAllocator::CollectFences(bool synchronized) {
+  fence_queries_.Reset();
   for (auto& [key, h] : heaps_) {
     std::erase_if(h->fences, [&](const StreamHeap::Fence& f) {
-      if (!synchronized && !backend_.EventCompleted(f.event)) return false;
+      if (!synchronized && !fence_queries_.Completed(f.stream, f.event)) return false;
       backend_.ReleaseEvent(f.event);
       --fences_;
       return true;

@@ -57,6 +57,7 @@ struct StreamHeap {
   struct Fence {
     DevicePtr addr;
     std::size_t size;
+    StreamId stream;  // the borrower's
     EventHandle event;
   };
   std::vector<Fence> fences;
@@ -531,9 +532,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // Live blocks not recorded in a thread cache (cache off, pending, or their thread gone).
   LiveMap live_;
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
-  // Borrowed blocks freed, on their way back to their lenders' heaps (Borrow): freed as
-  // far as the figures go, not yet reusable. Their records, marked pending for Layout.
   std::size_t fences_ = 0;           // fences up in every heap (StreamHeap::fences)
+  EventQueries fence_queries_;       // CollectFences' questions
   std::uint32_t collect_tick_ = 0;  // CollectFencesSometimes
   AllocatorStats stats_;  // figures of the locked paths; the caches keep their own
   AllocTally tally_;      // allocations and frees of the locked paths

@@ -20,7 +20,7 @@ void StreamGuard::Defer(DevicePtr ptr, const std::vector<StreamId>& streams) {
 bool StreamGuard::Done(Pending& p, bool synchronized) {
   std::size_t keep = 0;
   for (const StreamEvent& e : p.events) {
-    if (synchronized || Completed(e)) {
+    if (synchronized || queries_.Completed(e.stream, e.event)) {
       backend_.ReleaseEvent(e.event);
     } else {
       p.events[keep++] = e;
@@ -30,10 +30,10 @@ bool StreamGuard::Done(Pending& p, bool synchronized) {
   return keep == 0;
 }
 
-bool StreamGuard::Completed(const StreamEvent& e) {
-  if (std::find(busy_.begin(), busy_.end(), e.stream) != busy_.end()) return false;
-  if (backend_.EventCompleted(e.event)) return true;
-  busy_.push_back(e.stream);
+bool EventQueries::Completed(StreamId stream, EventHandle event) {
+  if (std::find(busy_.begin(), busy_.end(), stream) != busy_.end()) return false;
+  if (backend_.EventCompleted(event)) return true;
+  busy_.push_back(stream);
   return false;
 }
 

@@ -11,9 +11,25 @@
 
 namespace gpumem {
 
+// Asks whether events are done, at most one not yet done per stream: a stream's events
+// complete in the order they were recorded, so once one is not done its later ones are
+// not asked (an event query costs ~1.6 us on an H100). Reset() starts a round of
+// questions; an event asked before an earlier one of its stream may hold that one back
+// a round, never let a later one through early.
+class EventQueries {
+ public:
+  explicit EventQueries(Backend& backend) : backend_(backend) {}
+  void Reset() { busy_.clear(); }
+  bool Completed(StreamId stream, EventHandle event);
+
+ private:
+  Backend& backend_;
+  std::vector<StreamId> busy_;  // streams with an event not done, this round
+};
+
 class StreamGuard {
  public:
-  explicit StreamGuard(Backend& backend) : backend_(backend) {}
+  explicit StreamGuard(Backend& backend) : backend_(backend), queries_(backend) {}
   ~StreamGuard();
   StreamGuard(const StreamGuard&) = delete;
   StreamGuard& operator=(const StreamGuard&) = delete;
@@ -31,7 +47,7 @@ class StreamGuard {
   // not asked (a call asks at most one event per stream that is still busy).
   template <typename F>
   void Collect(F&& release, bool synchronized = false) {
-    busy_.clear();
+    queries_.Reset();
     std::size_t keep = 0;
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       if (Done(pending_[i], synchronized)) {
@@ -56,12 +72,10 @@ class StreamGuard {
   // Releases the completed events of `p` (all of them if `synchronized`); true when none
   // is left.
   bool Done(Pending& p, bool synchronized);
-  // Whether the event is done, asked only if no earlier event of its stream was not.
-  bool Completed(const StreamEvent& e);
 
   Backend& backend_;
   std::vector<Pending> pending_;  // in the order they were deferred
-  std::vector<StreamId> busy_;    // streams with an event not done, in this Collect
+  EventQueries queries_;
 };
 
 }  // namespace gpumem
