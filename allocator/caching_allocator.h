@@ -41,10 +41,11 @@ struct CachingAllocatorOptions {
   // A large request that the stream's own heap cannot fit takes another stream's free
   // block of the same pool where one fits, before anything grows: no page moves. The
   // stream waits (on the device, not the host) for an event recorded on the lender's
-  // stream, and the block's free waits for the borrower's work, as a record_stream'd
-  // block's does, before it goes back to the lender. FSDP2's all-gather and
-  // reduce-scatter buffers then come from the compute stream's free memory every step
-  // instead of remapping pages between the streams' heaps. Off: growth only.
+  // stream; at its free the block is back in the lender's heap, fenced by an event on the
+  // borrower's stream that the lender waits for (on the device) if it uses that memory
+  // again before the borrower's work ran. FSDP2's all-gather and reduce-scatter buffers
+  // then come from the compute stream's free memory every step instead of remapping
+  // pages between the streams' heaps. Off: growth only.
   bool borrow = true;
   // Stitching costs a map and a later unmap per page (and, for another stream's pages, a
   // full synchronize, which stalls the host's run-ahead). So growth creates new pages while

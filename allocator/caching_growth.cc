@@ -163,8 +163,8 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
 
 // The best fit for `bytes` among the free blocks of the other streams' heaps of `h`'s pool
 // (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits. `borrower` is
-// the block's record: it goes back to the lender's heap, once the work queued on `h`'s
-// stream up to its free has run.
+// the block's record: at its free the block goes back to the lender's heap behind a
+// fence (RetireBorrowed).
 Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   if (borrower == nullptr || !options_.borrow || h.pool != kDefaultPool) return nullptr;
   StreamHeap* lender = nullptr;
