@@ -117,13 +117,19 @@ def batch(step, rank, layout, device, size=8):
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
 
 
-def device_counters():
-    """gpumem's device calls so far (backend counters), None without gpumem."""
+def gpumem_device():
+    """gpumem's snapshot of this rank's device; None where gpumem is not the allocator."""
     try:
         import gpumem
     except ImportError:
         return None
-    return gpumem.snapshot()["devices"][0]["backend_counters"] if gpumem.installed() else None
+    return gpumem.snapshot()["devices"][0] if gpumem.installed() else None
+
+
+def device_counters():
+    """gpumem's device calls so far (backend counters), None without gpumem."""
+    device = gpumem_device()
+    return device["backend_counters"] if device is not None else None
 
 
 def figures():
@@ -133,19 +139,16 @@ def figures():
            "peak_allocated": torch.cuda.max_memory_allocated(),
            "peak_reserved": torch.cuda.max_memory_reserved(),
            "driver_used": total - free}
-    try:
+    device = gpumem_device()
+    if device is not None:
         import gpumem
-        if gpumem.installed():
-            stats = gpumem.stats()
-            out["gpumem_allocated"] = stats["allocated_bytes"]
-            out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
-            # Device calls a slow step made: host synchronizes, stream waits, maps.
-            device = gpumem.snapshot()["devices"][0]
-            out["backend_counters"] = device["backend_counters"]
-            out["cross_stream"] = {k: device.get(k, 0) for k in
-                                   ("cross_stream_lends", "cross_stream_borrows")}
-    except ImportError:
-        pass
+        stats = gpumem.stats()
+        out["gpumem_allocated"] = stats["allocated_bytes"]
+        out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
+        # Device calls a slow step made: host synchronizes, stream waits, maps.
+        out["backend_counters"] = device["backend_counters"]
+        out["cross_stream"] = {k: device.get(k, 0) for k in
+                               ("cross_stream_lends", "cross_stream_borrows")}
     return out
 
 
