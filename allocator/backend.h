@@ -43,7 +43,13 @@ struct BackendCounters {
   // Host time spent inside the device's calls above (and event queries): what the
   // allocator's device work costs a training step's host thread. Zero where simulated.
   std::uint64_t host_call_ns = 0;
+  // The same on the allocator's own threads (BackgroundUnmapper), not in host_call_ns:
+  // time the training thread does not wait for.
+  std::uint64_t background_call_ns = 0;
 };
+
+// Set on the allocator's own threads: their device calls count as background_call_ns.
+inline thread_local bool t_background_driver_calls = false;
 
 class Backend {
  public:

@@ -94,6 +94,7 @@ StreamHeap* CachingAllocator::FindHeap(StreamId stream, PoolId pool) {
   std::unique_ptr<StreamHeap>& h = heaps_[{pool, stream}];
   if (h == nullptr) {
     h = std::make_unique<StreamHeap>(pages_, options_.range_va_bytes, stream, pool);
+    h->large.set_unmapper(unmapper_.get());
   }
   last_heap_ = h.get();
   return last_heap_;

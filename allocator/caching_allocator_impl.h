@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "allocator/allocator_mutex.h"
 #include "allocator/backend.h"
+#include "allocator/background_unmapper.h"
 #include "allocator/caching_allocator.h"
 #include "allocator/device_allocator.h"
 #include "allocator/large_pool.h"
@@ -504,6 +505,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void GiveBackIdle();
   bool HoldsIdle() const;
   std::uint64_t LargestFree() const;
+  void StartUnmapper();
   void RetireLent();
   std::size_t EmptySlabBytes() const;
   void ReleaseEmptySlabs();
@@ -526,6 +528,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   CachingAllocatorOptions options_;
   PageHeap pages_;  // outlives the heaps, which return their pages to it
   StreamGuard guard_;
+  // Outlives the heaps, whose pools hand it their lent pages' old addresses.
+  std::unique_ptr<BackgroundUnmapper> unmapper_;
   // By (pool, stream): a pool's blocks come only from its own heaps.
   absl::flat_hash_map<std::pair<PoolId, StreamId>, std::unique_ptr<StreamHeap>> heaps_;
   StreamHeap* last_heap_ = nullptr;

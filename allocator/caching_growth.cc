@@ -52,11 +52,22 @@ OomReport CachingAllocator::last_oom() const {
   return last_oom_;
 }
 
-// Unmaps the old addresses of lent pages whose work is done (all, once quiet).
+// Unmaps the old addresses of lent pages whose work is done (all, once quiet); with
+// background_unmap, hands them to the unmapper's thread.
 void CachingAllocator::RetireLent() {
   for (auto& [key, h] : heaps_) {
-    if (h->large.lent_pages() > 0) h->large.RetireLent(/*all=*/pages_.quiet());
+    if (h->large.lent_pages() == 0) continue;
+    if (options_.background_unmap && unmapper_ == nullptr) StartUnmapper();
+    h->large.RetireLent(/*all=*/pages_.quiet());
   }
+}
+
+// The thread starts at the first stitch that lent pages: most processes never need it.
+// Its driver calls are this allocator's growth: a tracer's callback on their failure
+// must not ask it to release memory (ReleaseIdle) while its lock waits for the thread.
+void CachingAllocator::StartUnmapper() {
+  unmapper_ = std::make_unique<BackgroundUnmapper>(backend_, [this] { t_growing = this; });
+  for (auto& [key, h] : heaps_) h->large.set_unmapper(unmapper_.get());
 }
 
 std::size_t CachingAllocator::EmptySlabBytes() const {
@@ -253,10 +264,16 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
     reused += taken;
     stitched_bytes_ += taken * pages_.page_bytes();
   }
-  absl::StatusOr<Block*> b = h.large.Grow(plan, bytes);
+  absl::StatusOr<Block*> b;
+  {
+    BackgroundUnmapper::Pause pause(unmapper_.get());  // the maps go first
+    b = h.large.Grow(plan, bytes);
+  }
   if (b.ok() && reused > 0) ++stats_.stitch_count;
   // Lent pages left in the cache could go to another stream's growth: make them safe.
   if (lent && !b.ok()) pages_.Quiesce();
+  // Their old addresses go to the unmapper now, to be unmapped while this thread goes on.
+  if (lent && options_.background_unmap) RetireLent();
   return b;
 }
 

@@ -109,7 +109,7 @@ absl::Status CudaMallocBackend::Unmap(DevicePtr, std::size_t) {
 
 // --- segments
 absl::StatusOr<DevicePtr> CudaMallocBackend::AllocateSegment(std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   if (absl::Status s = ChargeCapacity(bytes, "segment"); !s.ok()) return s;
   CUdeviceptr ptr = 0;
   CUresult r;
@@ -129,7 +129,7 @@ absl::StatusOr<DevicePtr> CudaMallocBackend::AllocateSegment(std::size_t bytes) 
 }
 
 void CudaMallocBackend::FreeSegment(DevicePtr ptr, std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);
@@ -148,7 +148,7 @@ void CudaMallocBackend::FreeSegment(DevicePtr ptr, std::size_t bytes) {
 
 // --- stream order
 EventHandle CudaMallocBackend::RecordEvent(StreamId stream) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUevent event = nullptr;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -178,7 +178,7 @@ EventHandle CudaMallocBackend::RecordEvent(StreamId stream) {
 }
 
 absl::Status CudaMallocBackend::StreamWaitEvent(StreamId waiter, EventHandle event) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   if (event == 0) return absl::OkStatus();  // see RecordEvent: the work was waited for
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -194,7 +194,7 @@ absl::Status CudaMallocBackend::StreamWaitEvent(StreamId waiter, EventHandle eve
 }
 
 bool CudaMallocBackend::EventCompleted(EventHandle event) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   if (event == 0) return true;  // see RecordEvent: the work was waited for already
   CUresult r = api_.cuEventQuery(reinterpret_cast<CUevent>(event));
   if (r == CUDA_SUCCESS) return true;
@@ -212,7 +212,7 @@ void CudaMallocBackend::ReleaseEvent(EventHandle event) {
 }
 
 void CudaMallocBackend::Synchronize() {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.synchronizes;
@@ -224,7 +224,7 @@ void CudaMallocBackend::Synchronize() {
 }
 
 std::uint64_t CudaMallocBackend::DeviceFreeBytes() const {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   std::size_t free_bytes = 0, total_bytes = 0;
   ScopedContext scope(api_, context_);
   if (api_.cuMemGetInfo(&free_bytes, &total_bytes) != CUDA_SUCCESS) {
@@ -239,7 +239,8 @@ BackendCounters CudaMallocBackend::counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     out = counters_;
   }
-  out.host_call_ns = host_call_ns_.load(std::memory_order_relaxed);
+  out.host_call_ns = call_ns_.host_ns.load(std::memory_order_relaxed);
+  out.background_call_ns = call_ns_.background_ns.load(std::memory_order_relaxed);
   return out;
 }
 

@@ -84,12 +84,19 @@ class CudaMallocBackend : public Backend {
   // Logs a failure that a void call cannot return (it would otherwise be lost).
   void LogFailure(const absl::Status& status) const;
 
+  // Host time in driver calls: on the callers' threads, and on the allocator's own.
+  struct CallTimes {
+    std::atomic<std::uint64_t> host_ns{0};
+    std::atomic<std::uint64_t> background_ns{0};
+  };
   // Adds the host time of one call into the driver, its context switch included, to
-  // `host_call_ns` (two clock reads: small beside the microseconds of any such call).
+  // `host_call_ns` or, on the allocator's own threads, `background_call_ns` (two clock
+  // reads: small beside the microseconds of any such call).
   class CallClock {
    public:
-    explicit CallClock(std::atomic<std::uint64_t>& total)
-        : total_(total), start_(std::chrono::steady_clock::now()) {}
+    explicit CallClock(CallTimes& times)
+        : total_(t_background_driver_calls ? times.background_ns : times.host_ns),
+          start_(std::chrono::steady_clock::now()) {}
     ~CallClock() {
       const auto spent = std::chrono::steady_clock::now() - start_;
       total_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
@@ -114,7 +121,7 @@ class CudaMallocBackend : public Backend {
   mutable std::mutex mu_;  // guards counters_ and the event pool
   BackendCounters counters_;
   std::vector<CUevent> free_events_;  // created events kept for reuse: creation is slow
-  mutable std::atomic<std::uint64_t> host_call_ns_{0};  // see CallClock
+  mutable CallTimes call_ns_;  // see CallClock
 };
 
 }  // namespace gpumem

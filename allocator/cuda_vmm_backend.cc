@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<CudaVmmBackend>> CudaVmmBackend::Create(
 CudaVmmBackend::~CudaVmmBackend() = default;
 
 absl::StatusOr<DevicePtr> CudaVmmBackend::ReserveAddressRange(std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUdeviceptr base = 0;
   CUresult r;
   {
@@ -70,7 +70,7 @@ absl::StatusOr<DevicePtr> CudaVmmBackend::ReserveAddressRange(std::size_t bytes)
 }
 
 void CudaVmmBackend::ReleaseAddressRange(DevicePtr base, std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);
@@ -85,7 +85,7 @@ void CudaVmmBackend::ReleaseAddressRange(DevicePtr base, std::size_t bytes) {
 }
 
 absl::StatusOr<PhysicalHandle> CudaVmmBackend::CreatePhysical(std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   if (absl::Status s = ChargeCapacity(bytes, "physical memory"); !s.ok()) return s;
   CUmemGenericAllocationHandle handle = 0;
   CUresult r;
@@ -104,7 +104,7 @@ absl::StatusOr<PhysicalHandle> CudaVmmBackend::CreatePhysical(std::size_t bytes)
 }
 
 void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);
@@ -124,7 +124,7 @@ void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
 
 absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                                  std::size_t offset) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   ScopedContext scope(api_, context_);
   CUdeviceptr ptr = static_cast<CUdeviceptr>(va);
   CUresult r = api_.cuMemMap(ptr, bytes, offset,
@@ -143,7 +143,7 @@ absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle
 
 absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
                                       const PhysicalHandle* handles, std::size_t n) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   if (n == 0) return absl::OkStatus();
   ScopedContext scope(api_, context_);
   const CUdeviceptr base = static_cast<CUdeviceptr>(va);
@@ -183,7 +183,7 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
 }
 
 absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
-  CallClock clock(host_call_ns_);
+  CallClock clock(call_ns_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);

@@ -390,6 +390,17 @@ std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend) {
 
 std::size_t LargePool::RetireLent(bool all) {
   std::size_t retired = 0;
+  if (unmapper_ != nullptr) {
+    if (all) unmapper_->Drain();
+    retired = CollectUnmapped();
+    if (!all) {
+      for (Lent& l : lent_) {
+        if (l.job == nullptr) Submit(l);
+      }
+      lent_pages_ -= retired;
+      return retired;
+    }
+  }
   Backend& backend = pages_.backend();
   // One stream: its events complete in order, so the first pending one ends the search.
   while (!lent_.empty() && (all || backend.EventCompleted(lent_.front().done))) {
@@ -404,17 +415,59 @@ std::size_t LargePool::RetireLent(bool all) {
   return retired;
 }
 
+void LargePool::Submit(Lent& l) {
+  auto job = std::make_shared<UnmapJob>();
+  job->done = l.done;
+  job->page_bytes = page_;
+  for (const Block* hole : l.holes) job->runs.push_back({hole->addr, hole->size / page_, 0});
+  l.job = job;
+  unmapper_->Submit(std::move(job));
+}
+
+std::size_t LargePool::CollectUnmapped() {
+  std::size_t retired = 0;
+  for (auto it = lent_.begin(); it != lent_.end();) {
+    Lent& l = *it;
+    if (l.job == nullptr || !l.job->finished.load(std::memory_order_acquire)) {
+      ++it;
+      continue;
+    }
+    std::vector<UnmapJob::Run>& runs = l.job->runs;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      for (std::size_t k = 0; k < runs[i].unmapped; ++k) {
+        pages_.ForgetLent(runs[i].base + (runs[i].pages - k - 1) * page_);
+      }
+      retired += runs[i].unmapped;
+      if (ShrinkHole(l.holes[i], runs[i].unmapped)) l.holes[i] = nullptr;
+    }
+    std::erase(l.holes, nullptr);
+    l.job.reset();  // what the device refused is handed over again later
+    if (!l.holes.empty()) {
+      ++it;
+      continue;
+    }
+    pages_.backend().ReleaseEvent(l.done);
+    it = lent_.erase(it);
+  }
+  return retired;
+}
+
 // Unmaps the old addresses of a lent hole, top down, adding the pages to `retired`.
 // Whether all went: if the device refuses one, the hole shrinks to the pages still mapped.
 bool LargePool::RetireHole(Block* hole, std::size_t* retired) {
   DevicePtr end = hole->end();
   while (end > hole->addr && pages_.RetireLent(end - page_)) end -= page_;
-  const std::size_t bytes = hole->end() - end;
-  *retired += bytes / page_;
+  const std::size_t pages = (hole->end() - end) / page_;
+  *retired += pages;
+  return ShrinkHole(hole, pages);
+}
+
+bool LargePool::ShrinkHole(Block* hole, std::size_t pages) {
+  const std::size_t bytes = pages * page_;
   Range* r = hole->range;
   r->mapped_bytes -= bytes;
-  if (end > hole->addr) {
-    hole->size = end - hole->addr;
+  if (bytes < hole->size) {
+    hole->size -= bytes;
     return false;
   }
   Unlink(hole);

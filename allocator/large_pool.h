@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "allocator/backend.h"
+#include "allocator/background_unmapper.h"
 #include "allocator/free_index.h"
 #include "allocator/page_heap.h"
 
@@ -89,7 +90,10 @@ class LargePool {
   // Unmaps the old addresses of lent pages whose stream work is done (all of them with
   // `all`: the caller waited for the device). Returns how many pages. Those the device
   // refuses to unmap stay lent, their placeholders in place, until a later call.
+  // With an unmapper, the unmaps run on its thread: a call collects what it finished
+  // and hands it the rest (which it unmaps once their work is done); `all` waits for it.
   std::size_t RetireLent(bool all);
+  void set_unmapper(BackgroundUnmapper* unmapper) { unmapper_ = unmapper; }
   std::size_t lent_pages() const { return lent_pages_; }
   // Whole pages inside free blocks.
   std::size_t IdlePages() const;
@@ -210,13 +214,21 @@ class LargePool {
   struct Lent {
     std::vector<Block*> holes;
     EventHandle done = 0;
+    std::shared_ptr<UnmapJob> job;  // with the unmapper: its holes are being unmapped
   };
+  // Hands `l`'s holes to the unmapper.
+  void Submit(Lent& l);
+  // Applies the unmapper's finished jobs; returns how many pages went.
+  std::size_t CollectUnmapped();
+  // A hole whose top `pages` pages were unmapped: shrunk, or gone (whether it is).
+  bool ShrinkHole(Block* hole, std::size_t pages);
 
   PageHeap& pages_;
   const std::size_t page_;
   const std::size_t page_mask_;  // page_ - 1 if page_ is a power of two (always on CUDA), or 0
   const StreamId stream_;
   std::deque<Lent> lent_;  // oldest first
+  BackgroundUnmapper* unmapper_ = nullptr;
   std::size_t lent_pages_ = 0;
   const std::size_t range_va_bytes_;
   // The free blocks for best fit. A split leaves the block it split filed under its old

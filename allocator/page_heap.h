@@ -59,6 +59,11 @@ class PageHeap {
   // used it is done). Nothing to do if ReleaseCached already did it. False when the
   // device refused: the address stays lent, to be retired again later.
   bool RetireLent(DevicePtr va);
+  // A lent page's old address that the caller unmapped itself (BackgroundUnmapper).
+  void ForgetLent(DevicePtr va) {
+    lent_.erase(va);
+    mapped_.erase(va);
+  }
   std::size_t lent_pages() const { return lent_.size(); }
 
   // Called at the start of every slow path: work may have been queued since the last

@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<DeviceAllocator>> MakeDeviceAllocator(
   options.observer = observer;
   options.stitch = settings.stitch;
   options.borrow = settings.borrow;
+  options.background_unmap = settings.background_unmap;
   options.thread_cache = settings.thread_cache;
   options.headroom_bytes = settings.headroom_bytes;
   options.page_bytes = settings.page_bytes;

@@ -15,6 +15,7 @@ namespace gpumem::hooks {
 struct AllocatorSettings {
   bool stitch = true;
   bool borrow = true;
+  bool background_unmap = true;
   bool thread_cache = true;
   std::uint64_t headroom_bytes = 0;
   std::size_t page_bytes = 0;  // 0: the device's granularity

@@ -428,7 +428,8 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
           {"segment_frees", c.segment_frees},
           {"synchronizes", c.synchronizes},
           {"stream_waits", c.stream_waits},
-          {"host_call_ns", c.host_call_ns}}},
+          {"host_call_ns", c.host_call_ns},
+          {"background_call_ns", c.background_call_ns}}},
     });
   });
   nlohmann::json doc = {{"step", h::g_step.load()}, {"devices", devices}};

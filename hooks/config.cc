@@ -1,6 +1,7 @@
 #include "hooks/config.h"
 
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,10 @@ const ConfigVariable kConfigVariables[] = {
      "1 (default): a large request its stream's own cache cannot fit takes another "
      "stream's free block where it is, the stream waiting on the device for the other's "
      "work (FSDP2's communication streams then remap nothing); 0: each stream grows its own"},
+    {"GPUMEM_BACKGROUND_UNMAP", "0, 1",
+     "1 (default): the old addresses of pages that stitching moved are unmapped on a "
+     "thread of gpumem's own once the device is done with them; 0: on the allocating "
+     "thread, at its next growth"},
     {"GPUMEM_THREAD_CACHE", "0, 1",
      "1 (default): once threads keep contending for the allocator's lock, each thread "
      "reuses blocks it freed without taking it (off while GPUMEM_TRACE records); 0: every "
@@ -119,32 +124,12 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
   absl::StatusOr<std::uint64_t> trace_max = ParseTraceMax(env(kTraceMaxVariable));
   if (!trace_max.ok()) return trace_max.status();
   config.trace_max_bytes = *trace_max;
-  if (const char* v = env("GPUMEM_LOG_OOM"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM_LOG_OOM", v);
-    if (!b.ok()) return b.status();
-    config.log_oom = *b;
-  }
-  if (const char* v = env("GPUMEM_STITCH"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM_STITCH", v);
-    if (!b.ok()) return b.status();
-    config.stitch = *b;
-  }
   if (const char* v = env("GPUMEM_PAGE_SIZE"); v != nullptr && *v != '\0') {
     absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
     if (!bytes.ok() || *bytes < (std::uint64_t{2} << 20) || *bytes > (std::uint64_t{1} << 30)) {
       return Invalid("GPUMEM_PAGE_SIZE", v, "a size from 2M to 1G, such as 4M");
     }
     config.page_bytes = *bytes;
-  }
-  if (const char* v = env("GPUMEM_BORROW"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM_BORROW", v);
-    if (!b.ok()) return b.status();
-    config.borrow = *b;
-  }
-  if (const char* v = env("GPUMEM_THREAD_CACHE"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM_THREAD_CACHE", v);
-    if (!b.ok()) return b.status();
-    config.thread_cache = *b;
   }
   if (const char* v = env("GPUMEM_LEAK_WARN_STEPS"); v != nullptr && *v != '\0') {
     int steps = 0;
@@ -153,14 +138,22 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
     }
     config.leak_warn_steps = static_cast<std::size_t>(steps);
   }
-  if (const char* v = env("GPUMEM_VERBOSE"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM_VERBOSE", v);
-    if (!b.ok()) return b.status();
-    config.verbose = *b;
-  }
-  if (const char* v = env("GPUMEM"); v != nullptr && *v != '\0') {
-    absl::StatusOr<bool> b = ParseFlag("GPUMEM", v);
-    if (!b.ok()) return b.status();
+  bool on = true;  // GPUMEM itself is read by the preload; here it is only checked
+  const std::pair<const char*, bool*> flags[] = {
+      {"GPUMEM_LOG_OOM", &config.log_oom},
+      {"GPUMEM_STITCH", &config.stitch},
+      {"GPUMEM_BORROW", &config.borrow},
+      {"GPUMEM_BACKGROUND_UNMAP", &config.background_unmap},
+      {"GPUMEM_THREAD_CACHE", &config.thread_cache},
+      {"GPUMEM_VERBOSE", &config.verbose},
+      {"GPUMEM", &on},
+  };
+  for (const auto& [name, field] : flags) {
+    if (const char* v = env(name); v != nullptr && *v != '\0') {
+      absl::StatusOr<bool> b = ParseFlag(name, v);
+      if (!b.ok()) return b.status();
+      *field = *b;
+    }
   }
   return config;
 }

@@ -71,6 +71,7 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
       MakeDeviceAllocator(*state->backend.backend, device, **r.observer,
                           {.stitch = config->stitch,
                            .borrow = config->borrow,
+                           .background_unmap = config->background_unmap,
                            .thread_cache = config->thread_cache,
                            .headroom_bytes = headroom,
                            .page_bytes = config->page_bytes});

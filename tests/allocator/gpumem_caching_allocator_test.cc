@@ -1,6 +1,10 @@
 #include "allocator/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -354,6 +358,74 @@ TEST(CachingAllocatorTest, LentPagesAreUnmappedOnceTheirStreamRan) {
   EXPECT_EQ(sim.counters().mapped_bytes, (8 + 64) * kPage);
   checked.on_unmap = nullptr;  // the allocator's teardown unmaps the rest
   sim.ReleaseEvent(before);
+}
+
+// Polls `done` for up to 10 s: the unmapper's thread works on its own time.
+bool Eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 10000 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+// With background_unmap the old addresses are unmapped on the unmapper's thread, once
+// the event says the stream's work is done, without waiting for a later slow path; that
+// slow path only collects what it did.
+TEST(CachingAllocatorTest, LentPagesAreUnmappedOffThreadOnceTheirStreamRan) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  testing::CheckedBackend checked(sim);
+  EventHandle before = 0;
+  const std::thread::id allocating = std::this_thread::get_id();
+  std::atomic<int> off_thread{0};
+  checked.on_unmap = [&](DevicePtr, std::size_t) {
+    EXPECT_TRUE(sim.EventCompleted(before));
+    if (std::this_thread::get_id() != allocating) ++off_thread;
+  };
+  auto alloc = MakeCachingAllocator(
+      checked, {.background_unmap = true, .new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> live;
+  before = sim.RecordEvent(kS1);  // stands for the work that used the freed blocks
+  GrowPastScatteredIdlePages(*alloc, &live);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(sim.counters().unmaps, 0u);  // the stream has not run
+  sim.CompleteStream(kS1);
+  EXPECT_TRUE(Eventually([&] { return sim.counters().unmaps == 3; }));
+  EXPECT_EQ(off_thread.load(), 3);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  EXPECT_EQ(sim.counters().mapped_bytes, 8 * kPage);
+  // The next slow path collects them: the old addresses are holes again, and growth
+  // may map there.
+  absl::StatusOr<DevicePtr> more = alloc->Allocate(64 * kMiB, kS1);
+  ASSERT_TRUE(more.ok());
+  live.push_back(*more);
+  EXPECT_EQ(sim.counters().mapped_bytes, (8 + 32) * kPage);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  checked.on_unmap = nullptr;
+  for (DevicePtr p : live) alloc->Free(p);
+  alloc->EmptyCache();
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
+  sim.ReleaseEvent(before);
+}
+
+// An unmap the device refuses on the unmapper's thread leaves the address lent and its
+// page cached, and is tried again: EmptyCache, which waits for the thread, gets all.
+TEST(CachingAllocatorTest, AnUnmapRefusedOffThreadIsTriedAgain) {
+  SimBackend sim;
+  FaultInjectingBackend faults(sim, /*seed=*/1, {});
+  auto alloc = MakeCachingAllocator(
+      faults, {.background_unmap = true, .new_page_headroom = 0, .max_new_page_headroom = 0});
+  faults.set_rates({.unmap = 1.0});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);
+  EXPECT_TRUE(Eventually([&] { return faults.injected().unmap >= 3; }));
+  EXPECT_EQ(sim.counters().unmaps, 0u);
+  EXPECT_EQ(sim.counters().mapped_bytes, 11 * kPage);  // 3 pages at two addresses
+  faults.set_rates({});
+  for (DevicePtr p : live) alloc->Free(p);
+  alloc->EmptyCache();
+  EXPECT_EQ(sim.counters().mapped_bytes, 0u);
+  EXPECT_EQ(sim.counters().physical_bytes, 0u);
 }
 
 // Pages idle in another stream's blocks may still be used by that stream's queued work:

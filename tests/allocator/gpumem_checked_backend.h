@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
 
 #include "allocator/sim_backend.h"
 
@@ -15,6 +16,9 @@ class CheckedBackend final : public Backend {
   explicit CheckedBackend(SimBackend& sim) : sim_(sim) {}
 
   std::function<void()> on_synchronize;                      // after the sim synchronized
+  // Held across the sim's synchronize and on_synchronize where set: a check whose unmap
+  // hook runs on another thread sees the device's progress and its model's together.
+  std::mutex* synchronize_mu = nullptr;
   std::function<void(DevicePtr, std::size_t)> on_unmap;      // before the unmap
   std::function<void(StreamId, EventHandle)> on_record_event;  // after the sim recorded
   std::function<void(StreamId, EventHandle)> on_stream_wait;   // after the sim queued it
@@ -75,6 +79,8 @@ class CheckedBackend final : public Backend {
   bool EventCompleted(EventHandle event) override { return sim_.EventCompleted(event); }
   void ReleaseEvent(EventHandle event) override { sim_.ReleaseEvent(event); }
   void Synchronize() override {
+    std::unique_lock<std::mutex> lock;
+    if (synchronize_mu != nullptr) lock = std::unique_lock(*synchronize_mu);
     sim_.Synchronize();
     ++synchronizations;
     if (on_synchronize) on_synchronize();

@@ -95,6 +95,20 @@ TEST(GpumemConcurrencyTest, ThreadsAllocateAndFreeWithoutRacesOrOverlap) {
   ExpectEmpty(*alloc, sim);
 }
 
+// With no budget for new pages every growth stitches, lending pages whose old addresses
+// the allocator's own thread unmaps (background_unmap) while the others allocate.
+TEST(GpumemConcurrencyTest, ThreadsWhileLentPagesAreUnmappedInTheBackground) {
+  SimBackend sim({.capacity = std::uint64_t{4} << 30});
+  auto alloc = MakeCachingAllocator(
+      sim, {.background_unmap = true, .new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::atomic<int> ooms{0};
+  EXPECT_EQ(RunThreads(*alloc, sim, ooms), 0);
+  EXPECT_EQ(ooms.load(), 0);
+  EXPECT_GT(alloc->stats().stitch_count, 0u);
+  EXPECT_GT(sim.counters().unmaps, 0u);
+  ExpectEmpty(*alloc, sim);
+}
+
 // The same with device calls failing at random (FaultInjectingBackend): requests may fail,
 // as OOMs only; then, faults off, everything goes back.
 TEST(GpumemConcurrencyTest, ThreadsUnderInjectedFaults) {

@@ -7,14 +7,19 @@
 // to wait for that work), at its address or through the physical page mapped elsewhere
 // (a stitch lends pages); pages are never unmapped under live blocks or queued work; the
 // accounting is exact. At the end everything is freed and the cache emptied: nothing is
-// held.
+// held. With `background`, lent pages are unmapped on the allocator's own thread
+// (background_unmap): those unmaps are checked there, against the model under a lock
+// that its changes take too, and every live block is checked to be accessible after every
+// step.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 #include <set>
 #include <vector>
 
@@ -88,11 +93,13 @@ class ModelCheck {
 
   // `faults`: the device calls that fail at random (FaultInjectingBackend, seeded with
   // `seed`); none by default.
-  ModelCheck(std::uint32_t seed, bool vmm, std::uint64_t capacity, FaultRates faults = {})
+  ModelCheck(std::uint32_t seed, bool vmm, std::uint64_t capacity, FaultRates faults = {},
+             bool background = false)
       : rng_(seed),
         sim_({.capacity = capacity, .vmm = vmm, .events = SimBackendOptions::Events::kManual}),
         checked_(sim_),
         faults_(checked_, seed, faults) {
+    checked_.synchronize_mu = &model_mu_;
     checked_.on_synchronize = [this] { dirty_.clear(); };
     checked_.on_record_event = [this](StreamId q, EventHandle e) {
       StreamClock clock = follows_[q];
@@ -103,6 +110,22 @@ class ModelCheck {
       for (const auto& [q, t] : events_.at(e)) follows_[s][q] = std::max(follows_[s][q], t);
     };
     checked_.on_unmap = [this](DevicePtr va, std::size_t bytes) {
+      std::lock_guard lock(model_mu_);
+      if (std::this_thread::get_id() != test_thread_) ++off_thread_unmaps_;
+      CheckUnmap(va, bytes);
+    };
+    // Every other sequence without borrowing: requests on a stream with no free block of
+    // its own then grow (and, under faults, fail) as they would without other streams.
+    alloc_ = MakeCachingAllocator(
+        faults_, {.observer = &mapped_,
+                   .borrow = seed % 2 == 0,
+                   .background_unmap = background,
+                   .thread_cache = true,
+                   .thread_cache_single_thread = true,
+                   .thread_cache_bytes = kCacheBytes});
+  }
+
+  void CheckUnmap(DevicePtr va, std::size_t bytes) {
       for (const auto& [p, b] : live_) {
         ASSERT_FALSE(Overlaps(va, bytes, p, b.size)) << "unmapped under a live block";
       }
@@ -110,19 +133,19 @@ class ModelCheck {
         if (d.streams.empty()) continue;  // its work all ran
         ASSERT_FALSE(Overlaps(va, bytes, d.ptr, d.size)) << "unmapped under queued work";
       }
-    };
-    // Every other sequence without borrowing: requests on a stream with no free block of
-    // its own then grow (and, under faults, fail) as they would without other streams.
-    alloc_ = MakeCachingAllocator(
-        faults_, {.observer = &mapped_,
-                   .borrow = seed % 2 == 0,
-                   .thread_cache = true,
-                   .thread_cache_single_thread = true,
-                   .thread_cache_bytes = kCacheBytes});
+  }
+
+  // Every live block still backed (an unmap off the test's thread could come late).
+  void CheckLiveBacked() {
+    for (const auto& [p, b] : live_) {
+      ASSERT_TRUE(sim_.IsAccessible(p, std::max<std::size_t>(b.size, 1))) << "unmapped later";
+    }
   }
 
   // The hooks use members that go before the allocator does: its teardown calls none.
+  // The unmapper's thread is idle first (EmptyCache waits for it), so none is running.
   ~ModelCheck() {
+    alloc_->EmptyCache();
     checked_.on_synchronize = nullptr;
     checked_.on_unmap = nullptr;
     checked_.on_record_event = nullptr;
@@ -152,6 +175,7 @@ class ModelCheck {
       if (s != it->second.stream) it->second.used_on.insert(s);
     } else if (op < 99) {
       StreamId s = rng_() % kStreams;
+      std::lock_guard lock(model_mu_);  // an unmap may follow at once, off this thread
       sim_.CompleteStream(s);
       // What it waited for ran too.
       for (Dirty& d : dirty_) {
@@ -165,6 +189,7 @@ class ModelCheck {
                 static_cast<std::int64_t>(allocated_));
     }
     CheckAccounting();
+    CheckLiveBacked();
   }
 
   void Allocate() {
@@ -201,6 +226,7 @@ class ModelCheck {
             << "physical memory reused before other streams ran";
       }
     }
+    std::lock_guard lock(model_mu_);
     live_.emplace(*p, LiveBlock{size, s, {}});
     allocated_ += size;
     largest_ = std::max<std::uint64_t>(largest_, RoundUp(size, kBlockAlign));
@@ -229,6 +255,7 @@ class ModelCheck {
     const std::size_t size = std::max<std::size_t>(it->second.size, 1);
     Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size), freed_at};
     d.streams.insert(it->second.stream);
+    std::lock_guard lock(model_mu_);
     dirty_.push_back(std::move(d));
     allocated_ -= it->second.size;
     live_.erase(it);
@@ -252,7 +279,11 @@ class ModelCheck {
 
   void FinishAndCheckEmpty() {
     while (!live_.empty()) Free();
-    sim_.Synchronize();
+    {
+      std::lock_guard lock(model_mu_);  // the device's progress and the model's at once
+      sim_.Synchronize();
+      dirty_.clear();
+    }
     alloc_->EmptyCache();
     const AllocatorStats s = alloc_->stats();
     EXPECT_EQ(s.allocated_bytes, 0u);
@@ -293,6 +324,10 @@ class ModelCheck {
   bool cached_seen() const { return cached_seen_; }
   FaultInjectingBackend& faults() { return faults_; }
   int steps() const { return steps_; }
+  std::uint64_t off_thread_unmaps() {
+    std::lock_guard lock(model_mu_);
+    return off_thread_unmaps_;
+  }
   // The requests that failed (OOM), in order.
   const std::vector<Request>& failed() const { return failed_; }
 
@@ -314,6 +349,11 @@ class ModelCheck {
   int ooms_ = 0;
   int steps_ = 0;
   std::vector<Request> failed_;
+  // Taken by changes to live_ and dirty_, and by unmaps, which may come from the
+  // allocator's own thread (background_unmap).
+  std::mutex model_mu_;
+  const std::thread::id test_thread_ = std::this_thread::get_id();
+  std::uint64_t off_thread_unmaps_ = 0;  // under model_mu_
 };
 
 }  // namespace gpumem::testing

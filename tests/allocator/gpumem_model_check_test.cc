@@ -21,6 +21,7 @@ int FirstSeed() {
 struct Config {
   bool vmm;
   std::uint64_t capacity;
+  bool background = false;  // lent pages unmapped on the allocator's thread
 };
 
 class GpumemModelCheckTest : public ::testing::TestWithParam<Config> {};
@@ -32,9 +33,10 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
   int cached = 0;
   std::uint64_t lends = 0;
   std::uint64_t borrows = 0;
+  std::uint64_t off_thread_unmaps = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
     ModelCheck m(static_cast<std::uint32_t>(FirstSeed() + seq), GetParam().vmm,
-                 GetParam().capacity);
+                 GetParam().capacity, {}, GetParam().background);
     for (int i = 0; i < kSteps; ++i) {
       m.Step();
       if (::testing::Test::HasFatalFailure()) {
@@ -46,6 +48,12 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
     cached += m.cached_seen();
     lends += m.cross_stream_lends();
     borrows += m.cross_stream_borrows();
+    off_thread_unmaps += m.off_thread_unmaps();
+  }
+  if (GetParam().background) {
+    EXPECT_GT(off_thread_unmaps, 0u) << "no page was unmapped on the allocator's thread";
+  } else {
+    EXPECT_EQ(off_thread_unmaps, 0u);
   }
   EXPECT_GT(cached, 0) << "the thread cache was never used";
   EXPECT_GT(borrows, 0u) << "no stream took another stream's free block";
@@ -62,10 +70,12 @@ TEST_P(GpumemModelCheckTest, RandomSequencesKeepEveryInvariant) {
 INSTANTIATE_TEST_SUITE_P(
     Backends, GpumemModelCheckTest,
     ::testing::Values(Config{true, std::uint64_t{8} << 30}, Config{true, std::uint64_t{96} << 20},
+                      Config{true, std::uint64_t{96} << 20, /*background=*/true},
                       Config{false, std::uint64_t{8} << 30}, Config{false, std::uint64_t{96} << 20}),
     [](const auto& p) {
       return std::string(p.param.vmm ? "Vmm" : "Segments") +
-             (p.param.capacity < (std::uint64_t{1} << 30) ? "SmallCap" : "LargeCap");
+             (p.param.capacity < (std::uint64_t{1} << 30) ? "SmallCap" : "LargeCap") +
+             (p.param.background ? "BackgroundUnmap" : "");
     });
 
 }  // namespace

@@ -199,9 +199,10 @@ def device_calls(rounds, name="gpumem"):
 def timed_device_calls(rounds):
     """The same for the timed steps alone: the warm-up creates every page once."""
     per = {"maps": [], "unmaps": [], "page creates": [], "stream waits": [],
-           "ms in driver calls": []}
+           "ms in driver calls": [], "ms in gpumem's thread": []}
     keys = {"maps": "maps", "unmaps": "unmaps", "page creates": "physical_creates",
-            "stream waits": "stream_waits", "ms in driver calls": "host_call_ns"}
+            "stream waits": "stream_waits", "ms in driver calls": "host_call_ns",
+            "ms in gpumem's thread": "background_call_ns"}
     for _, gpumem in rounds:
         for r in gpumem:
             if "timed_counters" not in r or not r.get("step_times"):
@@ -214,7 +215,7 @@ def timed_device_calls(rounds):
 
 
 def spreads(per):
-    digits = {"ms in driver calls": 2}  # counts need one
+    digits = {"ms in driver calls": 2, "ms in gpumem's thread": 2}  # counts need one
     return "; ".join(f"{k} {min(v):.{digits.get(k, 1)}f}-{max(v):.{digits.get(k, 1)}f}"
                      for k, v in per.items())
 

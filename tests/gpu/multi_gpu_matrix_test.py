@@ -83,12 +83,13 @@ class Judgement(unittest.TestCase):
         self.assertIn("maps 5.0-5.0", text)  # 10 maps over 2 steps
         for rows in variant:
             for r in rows:  # 5 timed steps after the warm-up: 4 maps, 2 ms in the driver
-                r["timed_counters"] = {"maps": 4, "host_call_ns": 2_000_000}
+                r["timed_counters"] = {"maps": 4, "host_call_ns": 2_000_000,
+                                       "background_call_ns": 1_000_000}
         text = m.summarize_variant("nostitch", [(native, rows) for (native, _), rows
                                                 in zip(rounds, variant)])
         self.assertIn("per timed step (after the warm-up): maps 0.8-0.8; unmaps 0.0-0.0; "
                       "page creates 0.0-0.0; stream waits 0.0-0.0; ms in driver calls "
-                      "0.40-0.40", text)
+                      "0.40-0.40; ms in gpumem's thread 0.20-0.20", text)
 
     def test_turns_compare_each_block_with_natives_same_steps(self):
         # Steps 10.. timed, blocks of 4 from step 12; a block's first step is left out.

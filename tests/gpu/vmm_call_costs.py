@@ -121,6 +121,120 @@ def run_unmap(d, base, pages, page):
     return us
 
 
+def device_stall(d, base, pages, page, rounds=6):
+    """The device time that page moves cost queued work running beside them: ~200 ms of
+    matrix products timed by events, alone and with `pages` pages moved (map at a new
+    address, access, unmap the old) on the host while they run, alternating. Returns the
+    median extra device milliseconds per move (in µs) and the moves' host time."""
+    made = [d.create(page)[0] for _ in range(pages)]
+    for i, h in enumerate(made):
+        d.map(base + i * page, page, h)
+    d.set_access(base, pages * page)
+    other = base + pages * page  # the moves alternate between the two runs
+    at = [base, other]
+    extra, host_us = [], []
+    for r in range(2 * rounds):
+        moving = r % 2 == 1
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        keep = busy(200)
+        end.record()
+        if moving:
+            src, dst = at[0], at[1]
+            t0 = time.perf_counter()
+            for i, h in enumerate(made):
+                d.map(dst + i * page, page, h)
+                d.set_access(dst + i * page, page)
+                d.unmap(src + i * page, page)
+            host_us.append((time.perf_counter() - t0) * 1e6 / pages)
+            at.reverse()
+        torch.cuda.synchronize()
+        ms = start.elapsed_time(end)
+        extra.append((moving, ms))
+        del keep
+    alone = [ms for moving, ms in extra if not moving]
+    moved = [ms for moving, ms in extra if moving]
+    for i in range(pages):
+        d.unmap(at[0] + i * page, page)
+    for h in made:
+        d.release(h)
+    return {"stall_device_ms_alone": statistics.median(alone),
+            "stall_device_ms_moving": statistics.median(moved),
+            "stall_us_per_move": (statistics.median(moved) - statistics.median(alone)) * 1e3 / pages,
+            "stall_host_us_per_move": statistics.median(host_us)}
+
+
+def parallel_costs(d, base, pages, page, threads):
+    """Whether the driver runs VMM calls from several threads at once: the wall time of
+    mapping + granting access to `pages` pages (and of unmapping them), split among
+    `threads` threads, in µs per page."""
+    import threading
+    made = [d.create(page)[0] for _ in range(pages)]
+    chunk = pages // threads
+
+    def in_threads(work):
+        ts = [threading.Thread(target=work, args=(k * chunk, chunk)) for k in range(threads)]
+        start = time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        return (time.perf_counter() - start) * 1e6 / (chunk * threads)
+
+    def map_run(first, n):
+        for i in range(first, first + n):
+            d.map(base + i * page, page, made[i])
+        d.set_access(base + first * page, n * page)
+
+    def unmap_run(first, n):
+        for i in range(first, first + n):
+            d.unmap(base + i * page, page)
+
+    out = {f"threads{threads}_map_access": in_threads(map_run),
+           f"threads{threads}_unmap": in_threads(unmap_run)}
+    for h in made:
+        d.release(h)
+    return out
+
+
+def launch_interference(d, base, pages, page):
+    """The host time of queuing small kernels on this thread, alone and while another
+    thread moves pages: whether the driver's VMM calls hold up launches."""
+    import threading
+    x = torch.zeros(256, device="cuda")
+    made = [d.create(page)[0] for _ in range(pages)]
+    stop = threading.Event()
+
+    def mover():
+        while not stop.is_set():
+            for i, h in enumerate(made):
+                d.map(base + i * page, page, h)
+                d.set_access(base + i * page, page)
+            for i in range(pages):
+                d.unmap(base + i * page, page)
+
+    def launches():
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(3000):
+            x.add_(1.0)
+        t = (time.perf_counter() - start) * 1e6 / 3000
+        torch.cuda.synchronize()
+        return t
+
+    alone = [launches() for _ in range(3)]
+    t = threading.Thread(target=mover)
+    t.start()
+    time.sleep(0.01)
+    beside = [launches() for _ in range(3)]
+    stop.set()
+    t.join()
+    for h in made:
+        d.release(h)
+    return {"launch_us_alone": statistics.median(alone),
+            "launch_us_beside_moves": statistics.median(beside)}
+
+
 def event_costs(d, stream):
     ev = ctypes.c_void_p()
     d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))  # disable timing
@@ -155,6 +269,10 @@ def main():
     out.update(page_costs(d, base, 8, chunk, "chunk64m_idle_"))
     out["run_unmap_idle"] = run_unmap(d, base, args.pages, page)
     out.update(event_costs(d, stream))
+    out.update(device_stall(d, base, 1000, page))
+    for threads in (1, 2, 4, 8):
+        out.update(parallel_costs(d, base, 512, page, threads))
+    out.update(launch_interference(d, base, 256, page))
     # The same with about 300 ms of work queued on the stream that touches none of it.
     for name, fn in (("page_busy_", lambda: page_costs(d, base, args.pages, page, "")),
                      ("run_unmap_busy", lambda: {"": run_unmap(d, base, args.pages, page)})):
