@@ -152,18 +152,16 @@ bool CachingAllocator::RetireBorrowed(DevicePtr ptr, LiveBlock& live) {
   CountFree(ptr, live);
   live.heap->fences.push_back({ptr, live.bin, live.stream, backend_.RecordEvent(live.stream)});
   ++fences_;
-  ReleaseBlock(ptr, live);
+  ReleaseBlock(ptr, live, /*stream_used=*/false);
   return false;
 }
 
 void CachingAllocator::WaitForFences(StreamHeap& h, DevicePtr addr, std::size_t size) {
-  std::erase_if(h.fences, [&](const StreamHeap::Fence& f) {
-    if (f.addr >= addr + size || addr >= f.addr + f.size) return false;
+  for (StreamHeap::Fence& f : h.fences) {
+    if (f.waited || f.addr >= addr + size || addr >= f.addr + f.size) continue;
     OrderAfter(h.stream, f.event);
-    backend_.ReleaseEvent(f.event);
-    --fences_;
-    return true;
-  });
+    f.waited = true;
+  }
 }
 
 void CachingAllocator::WaitForAllFences(StreamHeap& h) {
@@ -173,6 +171,11 @@ void CachingAllocator::WaitForAllFences(StreamHeap& h) {
 void CachingAllocator::CollectFences(bool synchronized) {
   fence_queries_.Reset();
   for (auto& [key, h] : heaps_) {
+    if (h->checkpoint != 0 && (synchronized || backend_.EventCompleted(h->checkpoint))) {
+      backend_.ReleaseEvent(h->checkpoint);
+      h->checkpoint = 0;
+      h->ran_at = h->checkpoint_at;
+    }
     std::erase_if(h->fences, [&](const StreamHeap::Fence& f) {
       if (!synchronized && !fence_queries_.Completed(f.stream, f.event)) return false;
       backend_.ReleaseEvent(f.event);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -60,8 +61,18 @@ struct StreamHeap {
     std::size_t size;
     StreamId stream;  // the borrower's
     EventHandle event;
+    // This heap's stream waits for it already. The fence stays until its work ran: a
+    // later borrower of the memory waits for it too.
+    bool waited = false;
   };
   std::vector<Fence> fences;
+  // An event recorded on this heap's stream when its free count was `checkpoint_at`: a
+  // borrower of a block last used by this stream before then waits for it
+  // (CachingAllocator::OrderAfterUsers); 0: none. Once it is seen complete, its event
+  // goes and `ran_at` keeps its count: blocks last used before then need no wait.
+  EventHandle checkpoint = 0;
+  std::uint32_t checkpoint_at = 0;
+  std::optional<std::uint32_t> ran_at;
 };
 
 // Requests beyond this cannot be rounded without overflow; no device has that much.
@@ -224,7 +235,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
       if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
       if (b == nullptr) return Oom(bytes, stream);
-      if (!live.heap->fences.empty()) WaitForFences(*live.heap, b->addr, b->size);
+      // A borrowed block's stream waited for its fences already (OrderAfterUsers).
+      if (!live.borrowed && !h->fences.empty()) WaitForFences(*h, b->addr, b->size);
       live.block = b;
       live.bin = b->size;
       ptr = b->addr;
@@ -283,11 +295,12 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     if (!live.unseen) Notify(AllocatorEventKind::kFree, ptr, live.requested, live.stream);
   }
 
-  void ReleaseBlock(DevicePtr ptr, const LiveBlock& live) {
+  // `stream_used`: the heap's own stream may have used it (LargePool::Free).
+  void ReleaseBlock(DevicePtr ptr, const LiveBlock& live, bool stream_used = true) {
     if (live.slab != nullptr) {
       live.heap->small.Free(live.slab, ptr);
     } else {
-      live.heap->large.Free(live.block);
+      live.heap->large.Free(live.block, stream_used);
     }
     if (live.heap->pool != kDefaultPool) PoolBlockReleased(live.heap->pool);
   }
@@ -505,6 +518,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void GiveBackIdle();
   bool HoldsIdle() const;
   std::uint64_t LargestFree() const;
+  void OrderAfterUsers(StreamHeap& lender, const Block& b, StreamId borrower);
   void StartUnmapper();
   void RetireLent();
   std::size_t EmptySlabBytes() const;

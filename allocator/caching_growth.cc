@@ -189,20 +189,38 @@ Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* bor
     }
   }
   if (lender == nullptr) return nullptr;
-  // Work queued on the lender's stream may still use the block: this stream waits for it
-  // (and so for what the lender's stream waits for: its fences).
-  if (!pages_.quiet()) {
-    WaitForAllFences(*lender);
-    const EventHandle done = backend_.RecordEvent(lender->stream);
-    OrderAfter(h.stream, done);
-    backend_.ReleaseEvent(done);
-  }
   Block* b = lender->large.BestFit(bytes);
+  if (!pages_.quiet()) OrderAfterUsers(*lender, *b, h.stream);
   borrower->heap = lender;
   borrower->borrowed = true;
   borrower->recorded = true;  // its free takes the lock (RetireBorrowed)
   ++stats_.cross_stream_borrows;
   return b;
+}
+
+// Makes `borrower` wait (on the device) for the work that may still use `b`, a free block
+// of `lender`: its stream's work up to the block's last use there (Block::used_at), and
+// the streams that borrowed it before (its fences). Not for everything queued on the
+// lender's stream: FSDP2's all-gather stream borrows its prefetch's buffers from the
+// compute stream's heap, and would wait for the computation it prefetches for.
+void CachingAllocator::OrderAfterUsers(StreamHeap& lender, const Block& b, StreamId borrower) {
+  for (const StreamHeap::Fence& f : lender.fences) {
+    if (f.stream != borrower && f.addr < b.end() && b.addr < f.addr + f.size) {
+      OrderAfter(borrower, f.event);
+    }
+  }
+  // Counts more than 2^30 frees apart may have wrapped: such a checkpoint is not used.
+  const std::uint32_t now = lender.large.free_seq();
+  auto covers = [&](std::uint32_t at) {
+    return LaterCount(b.used_at, at) == at && now - at < (std::uint32_t{1} << 30);
+  };
+  if (lender.ran_at && covers(*lender.ran_at)) return;  // that work has run
+  if (lender.checkpoint == 0 || !covers(lender.checkpoint_at)) {
+    if (lender.checkpoint != 0) backend_.ReleaseEvent(lender.checkpoint);
+    lender.checkpoint = backend_.RecordEvent(lender.stream);
+    lender.checkpoint_at = now;
+  }
+  if (lender.checkpoint != 0) OrderAfter(borrower, lender.checkpoint);
 }
 
 // What growth for `bytes` would do to the driver's free memory against the headroom

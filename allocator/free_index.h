@@ -34,8 +34,16 @@ struct Block {
   Block* free_next = nullptr;
   bool free = false;
   std::uint16_t free_list = 0;  // that list: FreeIndex::ListOf(size) when filed
+  // The pool's free count (LargePool::free_seq) when its pool's stream last used any of
+  // it: work queued on that stream by then may still touch it. In the padding.
+  std::uint32_t used_at = 0;
   DevicePtr end() const { return addr + size; }
 };
+
+// Of two free counts that may have wrapped, the later.
+inline std::uint32_t LaterCount(std::uint32_t a, std::uint32_t b) {
+  return static_cast<std::int32_t>(a - b) > 0 ? a : b;
+}
 
 class FreeIndex {
  public:

@@ -41,6 +41,7 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
     rest->range = b->range;
     rest->size = b->size - bytes;
     rest->free = true;
+    rest->used_at = b->used_at;
     if (UsedAtEnd(b)) {
       // b keeps the front as the free rest; the new node becomes the used block.
       rest->addr = b->addr + rest->size;
@@ -64,6 +65,7 @@ Block* LargePool::Carve(Block* b, std::size_t bytes) {
 // split is left pending (see split_).
 Block* LargePool::Split(Block* b, std::size_t bytes) {
   Block* used = NewNode();
+  used->used_at = b->used_at;
   if (UsedAtEnd(b)) {
     used->addr = b->end() - bytes;
     used->size = bytes;
@@ -119,6 +121,7 @@ Block* LargePool::CarveAt(DevicePtr addr, std::size_t bytes) {
     Block* rest = NewNode();
     rest->addr = addr;
     rest->size = b->end() - addr;
+    rest->used_at = b->used_at;
     LinkAfter(b, rest);
     b->size = addr - b->addr;
     InsertFree(b);
@@ -128,6 +131,7 @@ Block* LargePool::CarveAt(DevicePtr addr, std::size_t bytes) {
     Block* back = NewNode();
     back->addr = addr + bytes;
     back->size = b->size - bytes;
+    back->used_at = b->used_at;
     LinkAfter(b, back);
     b->size = bytes;
     InsertFree(back);
@@ -141,6 +145,7 @@ Block* LargePool::Coalesce(Block* b) {
   if (p != nullptr && p->free && p->end() == b->addr) {
     EraseFree(p);
     p->size += b->size;
+    p->used_at = LaterCount(p->used_at, b->used_at);
     Unlink(b);
     Recycle(b);
     b = p;
@@ -149,13 +154,15 @@ Block* LargePool::Coalesce(Block* b) {
   if (n != nullptr && n->free && b->end() == n->addr) {
     EraseFree(n);
     b->size += n->size;
+    b->used_at = LaterCount(b->used_at, n->used_at);
     Unlink(n);
     Recycle(n);
   }
   return b;
 }
 
-void LargePool::Free(Block* block) {
+void LargePool::Free(Block* block, bool stream_used) {
+  if (stream_used) block->used_at = ++free_seq_;
   if (block == split_.used && UndoSplit()) return;
   Merge(block);
 }
@@ -170,10 +177,12 @@ void LargePool::Merge(Block* block) {
   const bool join_next = n != nullptr && n->free && block->end() == n->addr;
   if (p != nullptr && p->free && p->end() == block->addr) {
     std::size_t size = p->size + block->size;
+    p->used_at = LaterCount(p->used_at, block->used_at);
     Unlink(block);
     Recycle(block);
     if (join_next) {
       size += n->size;
+      p->used_at = LaterCount(p->used_at, n->used_at);
       index.Erase(n);
       Unlink(n);
       Recycle(n);
@@ -187,6 +196,7 @@ void LargePool::Merge(Block* block) {
     return;
   }
   block->size += n->size;
+  block->used_at = LaterCount(block->used_at, n->used_at);
   index.Replace(n, block);
   Unlink(n);
   Recycle(n);
@@ -213,6 +223,7 @@ bool LargePool::UndoSplit() {
   split_ = {};
   free_bytes_ += used->size;
   kept->size += gone->size;
+  kept->used_at = LaterCount(kept->used_at, gone->used_at);
   kept->free = true;
   Unlink(gone);
   Recycle(gone);
@@ -261,6 +272,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     Block* b = NewNode();
     b->addr = *base;
     b->size = seg_bytes;
+    b->used_at = ++free_seq_;
     b->range = r.get();
     r->tail = b;
     return Carve(b, bytes);
@@ -281,6 +293,9 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     Block* b = NewNode();
     b->addr = *base;
     b->size = n * page_;
+    // Its pages may be lent ones, which this stream was made to wait for: a borrower of
+    // any of it waits for this stream's work from now on.
+    b->used_at = ++free_seq_;
     b->range = r.get();
     r->tail = b;
     return Carve(b, bytes);
@@ -308,6 +323,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     InsertFree(e);
   }
   EraseFree(e);
+  e->used_at = ++free_seq_;  // its new pages, as above
   e = Coalesce(e);
   return Carve(e, bytes);
 }
@@ -363,6 +379,7 @@ std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend) {
     Block* tail = NewNode();
     tail->addr = last;
     tail->size = f->end() - last;
+    tail->used_at = f->used_at;
     LinkAfter(f, tail);
     InsertFree(tail);
   }

@@ -67,8 +67,13 @@ class LargePool {
   // The free memory [addr, addr + bytes) of one range, split out and marked used; null if
   // any of it is not free. Restores a block where it was (a checkpointed pool state).
   Block* CarveAt(DevicePtr addr, std::size_t bytes);
-  // Returns a used block; it coalesces with free neighbours.
-  void Free(Block* block);
+  // Returns a used block; it coalesces with free neighbours. `stream_used`: this pool's
+  // stream used it (its used_at becomes a new free count); false for a block that only
+  // another stream used since its last free here (one lent by CachingAllocator::Borrow).
+  void Free(Block* block, bool stream_used = true);
+  // Frees so far (wrapping): with Block::used_at, what work of this pool's stream a
+  // block may still be touched by.
+  std::uint32_t free_seq() const { return free_seq_; }
 
   // VMM: the cheapest way to grow for `bytes`, in new pages; at equal pages a free block
   // rather than a fresh range, unless `bytes` is whole pages.
@@ -244,6 +249,7 @@ class LargePool {
   mutable FreeIndex index_;
   mutable PendingSplit split_;
   std::size_t free_bytes_ = 0;
+  std::uint32_t free_seq_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
   Block* spare_ = nullptr;
   std::vector<std::unique_ptr<Range>> ranges_;

@@ -156,6 +156,60 @@ TEST(CachingAllocatorTest, AFenceWhoseWorkRanCostsNoWait) {
   EXPECT_EQ(sim.live_events(), 0u);
 }
 
+// A borrower waits for the lender's work up to the block's last use there, not for all
+// that the lender queued since: a block back from S2 and borrowed again waits on the
+// event recorded at its first borrow, while one S1 used since gets a new one.
+TEST(CachingAllocatorTest, ABorrowWaitsForTheLendersWorkUpToTheBlocksLastUse) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  testing::CheckedBackend checked(sim);
+  std::vector<std::pair<StreamId, EventHandle>> recorded, waits;
+  checked.on_record_event = [&](StreamId s, EventHandle e) { recorded.push_back({s, e}); };
+  checked.on_stream_wait = [&](StreamId s, EventHandle e) { waits.push_back({s, e}); };
+  auto alloc = MakeCachingAllocator(checked);
+  const DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
+  const DevicePtr b = *alloc->Allocate(16 * kMiB, kS1);
+  alloc->Free(a);
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);  // borrowed: S2 waits for S1's work
+  ASSERT_EQ(recorded.size(), 1u);
+  const EventHandle checkpoint = recorded[0].second;
+  EXPECT_EQ(recorded[0].first, kS1);
+  EXPECT_EQ(waits.back(), std::make_pair(kS2, checkpoint));
+  alloc->Free(a);  // back in S1's heap behind a fence on S2
+  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);  // S1 never used it since
+  EXPECT_EQ(recorded.size(), 2u);                 // the fence's event alone
+  EXPECT_EQ(waits.back(), std::make_pair(kS2, checkpoint));
+  alloc->Free(b);  // S1's work up to now may touch b
+  EXPECT_EQ(*alloc->Allocate(16 * kMiB, kS2), b);
+  ASSERT_EQ(recorded.size(), 3u);
+  EXPECT_EQ(recorded.back().first, kS1);
+  EXPECT_EQ(waits.back(), std::make_pair(kS2, recorded.back().second));
+  checked.on_record_event = nullptr;
+  checked.on_stream_wait = nullptr;
+}
+
+// The lender's stream waiting for a fence leaves it up: another stream borrowing the rest
+// of the fenced memory still waits for it (the lender's wait is queued on its stream
+// after the event the borrower would otherwise rely on).
+TEST(CachingAllocatorTest, ABorrowerWaitsForAFenceTheLenderWaitedFor) {
+  constexpr StreamId kS3 = 3;
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  testing::CheckedBackend checked(sim);
+  std::vector<std::pair<StreamId, EventHandle>> recorded, waits;
+  checked.on_record_event = [&](StreamId s, EventHandle e) { recorded.push_back({s, e}); };
+  checked.on_stream_wait = [&](StreamId s, EventHandle e) { waits.push_back({s, e}); };
+  auto alloc = MakeCachingAllocator(checked, {.new_page_headroom = 1, .max_new_page_headroom = 1});
+  const DevicePtr a = BorrowedByS2AndFreed(*alloc);
+  ASSERT_EQ(recorded.back().first, kS2);
+  const EventHandle fence = recorded.back().second;
+  const DevicePtr front = *alloc->Allocate(4 * kMiB, kS1);  // S1 waits for the fence
+  EXPECT_EQ(waits.back(), std::make_pair(kS1, fence));
+  const DevicePtr rest = *alloc->Allocate(4 * kMiB, kS3);  // the fenced block's other half
+  EXPECT_TRUE((front == a && rest == a + 4 * kMiB) || (rest == a && front == a + 4 * kMiB));
+  EXPECT_NE(std::find(waits.begin(), waits.end(), std::make_pair(kS3, fence)), waits.end());
+  checked.on_record_event = nullptr;
+  checked.on_stream_wait = nullptr;
+}
+
 // A capture must not wait for an event recorded outside it: at its start the lender's
 // stream waits for its fences, and what it hands out during the capture waits for none.
 TEST(CachingAllocatorTest, ACaptureStartsWithTheFencesWaitedFor) {
