@@ -40,10 +40,11 @@ struct CachingAllocatorOptions {
   std::size_t page_bytes = 0;
   // A large request that the stream's own heap cannot fit takes another stream's free
   // block of the same pool where one fits, before anything grows: no page moves. The
-  // stream waits (on the device, not the host) for an event recorded on the lender's
-  // stream; at its free the block is back in the lender's heap, fenced by an event on the
-  // borrower's stream that the lender waits for (on the device) if it uses that memory
-  // again before the borrower's work ran. FSDP2's all-gather and reduce-scatter buffers
+  // stream waits (on the device, not the host) for the work that may still use the block
+  // (the lender's up to the block's last use there, and earlier borrowers'); at its free
+  // the block is back in the lender's heap, fenced by an event on the borrower's stream
+  // that the lender waits for (on the device) if it uses that memory again before the
+  // borrower's work ran. FSDP2's all-gather and reduce-scatter buffers
   // then come from the compute stream's free memory every step instead of remapping
   // pages between the streams' heaps. Off: growth only.
   bool borrow = true;

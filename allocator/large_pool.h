@@ -11,8 +11,9 @@
 // A stitch need not wait for the device: idle pages are lent (mapped at the new address
 // while the old one stays mapped, see PageHeap::LendPage) and the old addresses, held by
 // placeholder blocks, are unmapped once an event recorded on this pool's stream says the
-// work that used them is done. A stitch for another stream makes that stream wait for
-// the event (Backend::StreamWaitEvent) before its new block is used.
+// work that used them is done (on the allocator's BackgroundUnmapper thread if it has
+// one). A stitch for another stream makes that stream wait for the event
+// (Backend::StreamWaitEvent) before its new block is used.
 // Without VMM a range is a plain segment; growth allocates a new one.
 // Not thread-safe: the CachingAllocator calls it under its lock.
 #pragma once
