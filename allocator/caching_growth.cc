@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <mutex>
+#include <system_error>
 
 #include "allocator/caching_allocator_impl.h"
 
@@ -65,8 +66,14 @@ void CachingAllocator::RetireLent() {
 // The thread starts at the first stitch that lent pages: most processes never need it.
 // Its driver calls are this allocator's growth: a tracer's callback on their failure
 // must not ask it to release memory (ReleaseIdle) while its lock waits for the thread.
+// A thread the system refuses leaves the unmaps where they were, on this thread.
 void CachingAllocator::StartUnmapper() {
-  unmapper_ = std::make_unique<BackgroundUnmapper>(backend_, [this] { t_growing = this; });
+  try {
+    unmapper_ = std::make_unique<BackgroundUnmapper>(backend_, [this] { t_growing = this; });
+  } catch (const std::system_error&) {
+    options_.background_unmap = false;
+    return;
+  }
   for (auto& [key, h] : heaps_) h->large.set_unmapper(unmapper_.get());
 }
 
