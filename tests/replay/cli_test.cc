@@ -111,7 +111,8 @@ TEST(ReplayCliTest, DeviceCallsPerStep) {
   EXPECT_EQ(j["steps"], 60u);
   EXPECT_EQ(j["warmup_steps"], 30u);
   ASSERT_EQ(j["device_per_step"].size(), 60u);
-  for (const char* key : {"maps", "unmaps", "synchronizes", "physical_creates", "stitches"}) {
+  for (const char* key :
+       {"maps", "unmaps", "synchronizes", "stream_waits", "physical_creates", "stitches"}) {
     std::uint64_t total = 0, steady = 0;
     for (std::size_t k = 0; k < 60; ++k) {
       const std::uint64_t n = j["device_per_step"][k][key].get<std::uint64_t>();

@@ -78,6 +78,7 @@ nlohmann::json ActivityJson(const replay::DeviceActivity& a) {
   return {{"maps", a.maps},
           {"unmaps", a.unmaps},
           {"synchronizes", a.synchronizes},
+          {"stream_waits", a.stream_waits},
           {"physical_creates", a.physical_creates},
           {"segment_allocs", a.segment_allocs},
           {"segment_frees", a.segment_frees},
@@ -347,7 +348,7 @@ void AddReplayCommand(CLI::App& app, int* status) {
   cmd->add_flag("--json", args->json,
                 "print one JSON object per trace and policy per line (keys: trace, policy,\n"
                 "events, peak_allocated, peak_reserved, ratio, seconds, capacity, oom; steps,\n"
-                "warmup_steps, and the device calls (maps, unmaps, synchronizes,\n"
+                "warmup_steps, and the device calls (maps, unmaps, synchronizes, stream_waits,\n"
                 "physical_creates, segment_allocs, segment_frees, stitches) in device_total,\n"
                 "device_steady (the steps after the warm-up) and device_per_step)");
   cmd->add_option("--device-lag", args->device_lag,

@@ -36,6 +36,7 @@ DeviceActivity CountsNow(const Backend& backend, const DeviceAllocator& allocato
   d.maps = c.maps;
   d.unmaps = c.unmaps;
   d.synchronizes = c.synchronizes;
+  d.stream_waits = c.stream_waits;
   d.physical_creates = c.physical_creates;
   d.segment_allocs = c.segment_allocs;
   d.segment_frees = c.segment_frees;
@@ -48,6 +49,7 @@ DeviceActivity Since(const DeviceActivity& now, const DeviceActivity& then) {
   d.maps = now.maps - then.maps;
   d.unmaps = now.unmaps - then.unmaps;
   d.synchronizes = now.synchronizes - then.synchronizes;
+  d.stream_waits = now.stream_waits - then.stream_waits;
   d.physical_creates = now.physical_creates - then.physical_creates;
   d.segment_allocs = now.segment_allocs - then.segment_allocs;
   d.segment_frees = now.segment_frees - then.segment_frees;
@@ -65,6 +67,7 @@ DeviceActivity& DeviceActivity::operator+=(const DeviceActivity& o) {
   maps += o.maps;
   unmaps += o.unmaps;
   synchronizes += o.synchronizes;
+  stream_waits += o.stream_waits;
   physical_creates += o.physical_creates;
   segment_allocs += o.segment_allocs;
   segment_frees += o.segment_frees;

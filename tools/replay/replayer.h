@@ -42,6 +42,7 @@ struct DeviceActivity {
   std::uint64_t maps = 0;
   std::uint64_t unmaps = 0;
   std::uint64_t synchronizes = 0;      // device-wide (cuCtxSynchronize)
+  std::uint64_t stream_waits = 0;      // one stream after another's event (the host goes on)
   std::uint64_t physical_creates = 0;  // new pages (cuMemCreate)
   std::uint64_t segment_allocs = 0;    // plain segments (cudaMalloc)
   std::uint64_t segment_frees = 0;
