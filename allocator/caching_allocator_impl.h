@@ -353,12 +353,14 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // During a capture, which records no event the allocator could query, it is pending as
   // a record_stream'd block's free is.
   bool RetireBorrowed(DevicePtr ptr, LiveBlock& live);
-  // `h`'s stream waits on the device for the fences over [addr, addr + size), which go.
+  // `h`'s stream waits on the device for the fences over [addr, addr + size) it has not
+  // waited for yet; they stay up (marked) for other streams that borrow the memory.
   void WaitForFences(StreamHeap& h, DevicePtr addr, std::size_t size);
-  // ... for all of `h`'s fences: before `h`'s memory goes to another stream (a borrow, a
-  // stitch), whose wait on `h`'s stream then covers the borrowers' work too.
+  // ... for all of `h`'s fences: before `h`'s pages go to another stream (a stitch, a
+  // capture's start), whose wait on `h`'s stream then covers the borrowers' work too.
   void WaitForAllFences(StreamHeap& h);
-  // Drops the fences whose borrower's work has run; all of them when `synchronized`.
+  // Drops the fences whose borrower's work has run, and the checkpoints that have run
+  // (StreamHeap::checkpoint); all of them when `synchronized`.
   void CollectFences(bool synchronized = false);
   // CollectFences on every kCollectEvery-th allocation: each asks the device (an event
   // query costs ~1.6 us on an H100), and a training step allocates hundreds of times while
