@@ -18,6 +18,10 @@ BackgroundUnmapper::BackgroundUnmapper(Backend& backend, std::function<void()> o
     : backend_(backend), thread_([this, f = std::move(on_start)] { Run(f); }) {}
 
 BackgroundUnmapper::~BackgroundUnmapper() {
+  if (InForkedChild()) {
+    thread_.detach();  // the parent's: nothing to join here
+    return;
+  }
   Drain();
   {
     std::lock_guard lock(mu_);
@@ -28,6 +32,11 @@ BackgroundUnmapper::~BackgroundUnmapper() {
 }
 
 void BackgroundUnmapper::Submit(std::shared_ptr<UnmapJob> job) {
+  if (InForkedChild()) {
+    Unmap(*job);
+    job->finished.store(true, std::memory_order_release);
+    return;
+  }
   {
     std::lock_guard lock(mu_);
     jobs_.push_back(std::move(job));
@@ -38,6 +47,7 @@ void BackgroundUnmapper::Submit(std::shared_ptr<UnmapJob> job) {
 // The callers waited for the device first (the allocator's quiet points), so every job's
 // work is done: the thread stops polling and unmaps at once.
 void BackgroundUnmapper::Drain() {
+  if (InForkedChild()) return;  // every job was run at its Submit
   std::unique_lock lock(mu_);
   ++draining_;
   wake_.notify_all();
@@ -76,7 +86,7 @@ bool BackgroundUnmapper::AwaitWork(const UnmapJob& job, std::unique_lock<std::mu
 }
 
 void BackgroundUnmapper::WaitWhilePaused() {
-  if (paused_.load(std::memory_order_relaxed) == 0) return;
+  if (paused_.load(std::memory_order_relaxed) == 0 || InForkedChild()) return;
   std::unique_lock lock(mu_);
   while (paused_.load(std::memory_order_relaxed) > 0 && draining_ == 0) {
     wake_.wait_for(lock, kPauseInterval);

@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "allocator/backend.h"
 
 namespace gpumem {
@@ -77,7 +79,12 @@ class BackgroundUnmapper {
   // Waits while paused, unless a drain asks for everything now.
   void WaitWhilePaused();
 
+  // A forked child has no copy of the thread (and maybe a copy of a held mu_): there,
+  // jobs run on the caller's thread.
+  bool InForkedChild() const { return getpid() != owner_pid_; }
+
   Backend& backend_;
+  const pid_t owner_pid_ = getpid();
   std::mutex mu_;
   std::condition_variable wake_;      // a job came, a drain began, or the stop
   std::condition_variable finished_;  // the queue emptied

@@ -8,6 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "allocator/fault_injecting_backend.h"
@@ -480,6 +483,34 @@ TEST(CachingAllocatorTest, AnUnmapRefusedOffThreadIsTriedAgain) {
   alloc->EmptyCache();
   EXPECT_EQ(sim.counters().mapped_bytes, 0u);
   EXPECT_EQ(sim.counters().physical_bytes, 0u);
+}
+
+// A child forked after the unmapper's thread started has no copy of that thread: there
+// its unmaps run on the allocating thread, and nothing waits for the thread forever.
+TEST(CachingAllocatorTest, AForkedChildUnmapsWithoutTheParentsThread) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(
+      sim, {.background_unmap = true, .new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> live;
+  GrowPastScatteredIdlePages(*alloc, &live);  // starts the thread
+  ASSERT_TRUE(Eventually([&] { return sim.counters().unmaps == 3; }));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(20);  // a child that hangs fails the test instead of stalling it
+    std::vector<DevicePtr> more;
+    GrowPastScatteredIdlePages(*alloc, &more);  // lends again: unmapped inline
+    for (DevicePtr p : live) alloc->Free(p);
+    for (DevicePtr p : more) alloc->Free(p);
+    alloc->EmptyCache();
+    const bool empty = sim.counters().mapped_bytes == 0 && sim.counters().physical_bytes == 0;
+    _exit(empty ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  for (DevicePtr p : live) alloc->Free(p);
 }
 
 // Pages idle in another stream's blocks may still be used by that stream's queued work:
