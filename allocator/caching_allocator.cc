@@ -171,7 +171,8 @@ void CachingAllocator::WaitForAllFences(StreamHeap& h) {
 void CachingAllocator::CollectFences(bool synchronized) {
   fence_queries_.Reset();
   for (auto& [key, h] : heaps_) {
-    if (h->checkpoint != 0 && (synchronized || backend_.EventCompleted(h->checkpoint))) {
+    if (h->checkpoint != 0 &&
+        (synchronized || fence_queries_.Completed(h->stream, h->checkpoint))) {
       backend_.ReleaseEvent(h->checkpoint);
       h->checkpoint = 0;
       h->ran_at = h->checkpoint_at;
