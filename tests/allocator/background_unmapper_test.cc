@@ -1,7 +1,6 @@
 #include "allocator/background_unmapper.h"
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <thread>
 
@@ -9,19 +8,15 @@
 
 #include "allocator/fault_injecting_backend.h"
 #include "allocator/sim_backend.h"
+#include "tests/allocator/eventually.h"
 
 namespace gpumem {
 namespace {
 
+using testing::Eventually;
+
 constexpr std::size_t kPage = std::size_t{2} << 20;
 constexpr StreamId kStream = 1;
-
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 10000 && !done(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
 
 // A run of `pages` pages at the start of a fresh range, mapped from page `first` on, and
 // a job to unmap them once the work queued on kStream so far has run.

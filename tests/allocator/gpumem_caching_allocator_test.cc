@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <functional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "allocator/fault_injecting_backend.h"
 #include "allocator/policies.h"
 #include "allocator/sim_backend.h"
+#include "tests/allocator/eventually.h"
 #include "tests/allocator/gpumem_checked_backend.h"
 
 namespace gpumem {
@@ -417,14 +417,6 @@ TEST(CachingAllocatorTest, LentPagesAreUnmappedOnceTheirStreamRan) {
   sim.ReleaseEvent(before);
 }
 
-// Polls `done` for up to 10 s: the unmapper's thread works on its own time.
-bool Eventually(const std::function<bool()>& done) {
-  for (int i = 0; i < 10000 && !done(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return done();
-}
-
 // With background_unmap the old addresses are unmapped on the unmapper's thread, once
 // the event says the stream's work is done, without waiting for a later slow path; that
 // slow path only collects what it did.
@@ -446,7 +438,7 @@ TEST(CachingAllocatorTest, LentPagesAreUnmappedOffThreadOnceTheirStreamRan) {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(sim.counters().unmaps, 0u);  // the stream has not run
   sim.CompleteStream(kS1);
-  EXPECT_TRUE(Eventually([&] { return sim.counters().unmaps == 3; }));
+  EXPECT_TRUE(testing::Eventually([&] { return sim.counters().unmaps == 3; }));
   EXPECT_EQ(off_thread.load(), 3);
   EXPECT_EQ(sim.counters().synchronizes, 0u);
   EXPECT_EQ(sim.counters().mapped_bytes, 8 * kPage);
@@ -475,7 +467,7 @@ TEST(CachingAllocatorTest, AnUnmapRefusedOffThreadIsTriedAgain) {
   faults.set_rates({.unmap = 1.0});
   std::vector<DevicePtr> live;
   GrowPastScatteredIdlePages(*alloc, &live);
-  EXPECT_TRUE(Eventually([&] { return faults.injected().unmap >= 3; }));
+  EXPECT_TRUE(testing::Eventually([&] { return faults.injected().unmap >= 3; }));
   EXPECT_EQ(sim.counters().unmaps, 0u);
   EXPECT_EQ(sim.counters().mapped_bytes, 11 * kPage);  // 3 pages at two addresses
   faults.set_rates({});
@@ -493,7 +485,7 @@ TEST(CachingAllocatorTest, AForkedChildUnmapsWithoutTheParentsThread) {
       sim, {.background_unmap = true, .new_page_headroom = 0, .max_new_page_headroom = 0});
   std::vector<DevicePtr> live;
   GrowPastScatteredIdlePages(*alloc, &live);  // starts the thread
-  ASSERT_TRUE(Eventually([&] { return sim.counters().unmaps == 3; }));
+  ASSERT_TRUE(testing::Eventually([&] { return sim.counters().unmaps == 3; }));
   const pid_t child = fork();
   ASSERT_GE(child, 0);
   if (child == 0) {
