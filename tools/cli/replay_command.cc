@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "allocator/policies.h"
+#include "allocator/sim_backend.h"
 #include "nlohmann/json.hpp"
 #include "tools/cli/command.h"
 #include "tools/cli/damage_warning.h"
@@ -40,18 +41,17 @@ struct ReplayArgs {
   std::string page_size;
 };
 
-constexpr std::uint64_t kSimGranularity = std::uint64_t{2} << 20;  // SimBackend's
-
 // --page-size: a whole number of the simulated device's granules, or empty (0: the
 // granularity).
 absl::StatusOr<std::size_t> ParsePageSize(const std::string& text) {
   if (text.empty()) return 0;
   absl::StatusOr<std::uint64_t> bytes = replay::ParseSize(text);
   if (!bytes.ok()) return bytes.status();
-  if (*bytes == 0 || *bytes % kSimGranularity != 0) {
+  const std::uint64_t granularity = SimBackendOptions{}.granularity;  // the replay's device
+  if (*bytes == 0 || *bytes % granularity != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "'", text, "' is ", *bytes, " bytes, not a whole number of 2 MiB granules (write "
-        "2MiB, 4MiB, 8MiB: M alone is 10^6)"));
+        "'", text, "' is ", *bytes, " bytes, not a whole number of ", granularity >> 20,
+        " MiB granules (write 2MiB, 4MiB, 8MiB: M alone is 10^6)"));
   }
   return static_cast<std::size_t>(*bytes);
 }
