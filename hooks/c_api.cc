@@ -414,6 +414,7 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"cross_stream_borrows", s.allocator->stats().cross_stream_borrows},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
+        {"page_bytes", s.page_bytes},
         {"backend_counters",
          {{"physical_bytes", c.physical_bytes},
           {"peak_physical_bytes", c.peak_physical_bytes},

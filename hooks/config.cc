@@ -39,11 +39,12 @@ const ConfigVariable kConfigVariables[] = {
     {"GPUMEM_STITCH", "0, 1",
      "1 (default): before creating pages, remap idle pages into the range that needs "
      "them (defragmentation); 0: create new pages, reclaim idle ones only when full"},
-    {"GPUMEM_PAGE_SIZE", "a size from 2M to 1G, such as 2M or 8M",
+    {"GPUMEM_PAGE_SIZE", "auto, or a size from 2M to 1G, such as 2M or 8M",
      "the unit in which device memory is created and mapped, rounded up to the device's "
-     "granularity (2 MiB on NVIDIA GPUs), the default: each page costs the same driver "
-     "calls whatever its size, so 4M halves the calls of growth and stitching, and wastes "
-     "more at the end of each range and under a cap"},
+     "granularity (2 MiB on NVIDIA GPUs): each page costs the same driver calls whatever "
+     "its size, so larger pages make growth and stitching cheaper and waste more at the "
+     "end of each range and under a cap; auto (default): 1/8192 of the device's cap as a "
+     "power of two, from 2 MiB to 8 MiB (8 MiB on an 80 GB card)"},
     {"GPUMEM_BORROW", "0, 1",
      "1 (default): a large request its stream's own cache cannot fit takes another "
      "stream's free block where it is, the stream waiting on the device for the other's "
@@ -124,10 +125,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
   absl::StatusOr<std::uint64_t> trace_max = ParseTraceMax(env(kTraceMaxVariable));
   if (!trace_max.ok()) return trace_max.status();
   config.trace_max_bytes = *trace_max;
-  if (const char* v = env("GPUMEM_PAGE_SIZE"); v != nullptr && *v != '\0') {
+  if (const char* v = env("GPUMEM_PAGE_SIZE");
+      v != nullptr && *v != '\0' && absl::string_view(v) != "auto") {
     absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
     if (!bytes.ok() || *bytes < (std::uint64_t{2} << 20) || *bytes > (std::uint64_t{1} << 30)) {
-      return Invalid("GPUMEM_PAGE_SIZE", v, "a size from 2M to 1G, such as 4M");
+      return Invalid("GPUMEM_PAGE_SIZE", v, "auto or a size from 2M to 1G, such as 4M");
     }
     config.page_bytes = *bytes;
   }

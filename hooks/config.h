@@ -46,7 +46,7 @@ struct Config {
   bool stitch = true;      // GPUMEM_STITCH: remap idle pages into new ranges (defrag)
   bool borrow = true;      // GPUMEM_BORROW: a stream may take another stream's free block
   bool background_unmap = true;  // GPUMEM_BACKGROUND_UNMAP: lent pages unmapped off-thread
-  std::uint64_t page_bytes = 0;  // GPUMEM_PAGE_SIZE: the unit of mapping; 0: the default
+  std::uint64_t page_bytes = 0;  // GPUMEM_PAGE_SIZE: the unit of mapping; 0: auto (page_size.h)
   bool thread_cache = true;  // GPUMEM_THREAD_CACHE: per-thread caches in front of the lock
   bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr
   bool verbose = false;    // GPUMEM_VERBOSE: print each device's backend at start

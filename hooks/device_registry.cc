@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "allocator/page_size.h"
 #include "hooks/allocator_factory.h"
 #include "hooks/trace_hook.h"
 
@@ -67,6 +68,10 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   state->backend.set_capacity(state->capacity);
   TraceCapacity(device, state->capacity, CapacitySourceAtStart(r, *config, device));
   const std::uint64_t headroom = HeadroomFor(*config, state->backend.name == "sim");
+  // Unset (auto): a share of the device as capped at start (allocator/page_size.h).
+  state->page_bytes = config->page_bytes != 0
+                          ? config->page_bytes
+                          : DefaultPageBytes(state->capacity, state->backend.backend->granularity());
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
       MakeDeviceAllocator(*state->backend.backend, device, **r.observer,
                           {.stitch = config->stitch,
@@ -74,13 +79,14 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
                            .background_unmap = config->background_unmap,
                            .thread_cache = config->thread_cache,
                            .headroom_bytes = headroom,
-                           .page_bytes = config->page_bytes});
+                           .page_bytes = state->page_bytes});
   if (!allocator.ok()) return allocator.status();
   state->allocator = *std::move(allocator);
   if (config->verbose) {
-    std::fprintf(stderr, "gpumem: device %d: %s backend, cap %.2f GiB of %.2f GiB\n", device,
-                 state->backend.name.c_str(), state->capacity / 1073741824.0,
-                 state->backend.device_total_bytes / 1073741824.0);
+    std::fprintf(stderr,
+                 "gpumem: device %d: %s backend, cap %.2f GiB of %.2f GiB, pages of %zu MiB\n",
+                 device, state->backend.name.c_str(), state->capacity / 1073741824.0,
+                 state->backend.device_total_bytes / 1073741824.0, state->page_bytes >> 20);
   }
   return state.release();
 }

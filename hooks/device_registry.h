@@ -26,6 +26,9 @@ struct DeviceState {
   // The cap in force. The policy (CachingAllocator) is thread-safe behind its own lock,
   // so calls into it take no lock here; this one guards only cap changes.
   std::atomic<std::uint64_t> capacity{0};
+  // The page asked of the allocator (GPUMEM_PAGE_SIZE, or the device's default); the
+  // allocator rounds it up to the backend's granularity.
+  std::size_t page_bytes = 0;
   std::mutex mu;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "allocator/fault_injecting_backend.h"
+#include "allocator/page_size.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/gpumem_checked_backend.h"
 
@@ -10,6 +11,29 @@ namespace gpumem {
 namespace {
 
 constexpr std::size_t kPage = std::size_t{2} << 20;
+
+// A device's default page: 1/8192 of it as a power of two, from one granule to 8 MiB.
+TEST(DefaultPageBytesTest, AShareOfTheDeviceBetweenTheGranuleAndEightMiB) {
+  constexpr std::uint64_t kGiB = std::uint64_t{1} << 30;
+  constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;
+  struct Case {
+    std::uint64_t capacity;
+    std::size_t granularity;
+    std::size_t page;
+  };
+  for (const Case& c : {Case{1 * kGiB, kPage, kPage}, Case{16 * kGiB, kPage, kPage},
+                        Case{24 * kGiB, kPage, kPage}, Case{32 * kGiB, kPage, 4 * kMiB},
+                        Case{40 * kGiB, kPage, 4 * kMiB}, Case{48 * kGiB, kPage, 4 * kMiB},
+                        Case{64 * kGiB, kPage, 8 * kMiB},
+                        Case{81559 * kMiB, kPage, 8 * kMiB},  // an H100 80GB
+                        Case{141 * kGiB, kPage, 8 * kMiB},    // an H200: never past 8 MiB
+                        Case{16 * kGiB, 4 * kMiB, 4 * kMiB},  // never below the granule
+                        Case{80 * kGiB, 16 * kMiB, 16 * kMiB},
+                        Case{80 * kGiB, 3 * kMiB, 3 * kMiB}}) {  // odd granule: itself
+    EXPECT_EQ(DefaultPageBytes(c.capacity, c.granularity), c.page)
+        << c.capacity / kMiB << " MiB, granule " << c.granularity / kMiB << " MiB";
+  }
+}
 
 TEST(PageHeapTest, MapsCachesAndReusesPages) {
   SimBackend sim;

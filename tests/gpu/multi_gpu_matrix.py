@@ -188,8 +188,9 @@ def device_calls(rounds, name="gpumem"):
             per["ms in driver calls"].append(counters.get("host_call_ns", 0) / steps / 1e6)
     if not per["maps"]:
         return ""
-    lines = [f"- {name}'s device calls per step (every rank and round, whole run): "
-             + spreads(per)]
+    pages = sorted({r.get("page_bytes") or 0 for _, gpumem in rounds for r in gpumem})
+    lines = [f"- {name}'s device calls per step (every rank and round, whole run; pages of "
+             + "/".join(f"{p >> 20} MiB" for p in pages) + "): " + spreads(per)]
     timed = timed_device_calls(rounds)
     if timed:
         lines.append(f"- {name}'s device calls per timed step (after the warm-up): " + timed)

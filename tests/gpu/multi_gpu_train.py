@@ -147,6 +147,7 @@ def figures():
         out["gpumem_stats"] = stats  # stitches, trims, retries: what a slow step did
         # Device calls a slow step made: host synchronizes, stream waits, maps.
         out["backend_counters"] = device["backend_counters"]
+        out["page_bytes"] = device.get("page_bytes")  # GPUMEM_PAGE_SIZE or the device's default
         out["cross_stream"] = {k: device.get(k, 0) for k in
                                ("cross_stream_lends", "cross_stream_borrows")}
     return out

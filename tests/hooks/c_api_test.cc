@@ -25,6 +25,8 @@ class CApiTest : public ::testing::Test {
       unsetenv(v);
     }
     setenv("GPUMEM_BACKEND", "sim", 1);
+    // The figures below are in 2 MiB pages; the default page has a test of its own.
+    setenv("GPUMEM_PAGE_SIZE", "2M", 1);
     ResetRegistryForTesting();
   }
   void TearDown() override { ResetRegistryForTesting(); }
@@ -299,6 +301,40 @@ TEST_F(CApiTest, EmptyPoolCacheKeepsLiveBlocks) {
   EXPECT_EQ(Sim().counters().physical_bytes, before - 6 * kMiB);
   EXPECT_TRUE(Sim().IsAccessible(reinterpret_cast<DevicePtr>(live), 4 * kMiB));
   gpumem_free(live, 4 * kMiB, 0, nullptr);
+}
+
+// Unset or auto, the page is a share of the device's cap (allocator/page_size.h): 8 MiB
+// on the simulated 80 GiB device, the 2 MiB granule under a 16 GiB cap; asked, as asked.
+TEST_F(CApiTest, PageFollowsTheDeviceCapUnlessAsked) {
+  struct Case {
+    const char* page_size;  // null: unset
+    const char* capacity;   // null: the simulated device's 80 GiB
+    std::uint64_t page;
+  };
+  for (const Case& c : {Case{nullptr, nullptr, 8 * kMiB}, Case{"auto", nullptr, 8 * kMiB},
+                        Case{nullptr, "16G", 2 * kMiB}, Case{"auto", "40G", 4 * kMiB},
+                        Case{"4M", nullptr, 4 * kMiB}}) {
+    SCOPED_TRACE(::testing::Message() << (c.page_size ? c.page_size : "unset") << " on "
+                                      << (c.capacity ? c.capacity : "80G"));
+    if (c.page_size != nullptr) {
+      setenv("GPUMEM_PAGE_SIZE", c.page_size, 1);
+    } else {
+      unsetenv("GPUMEM_PAGE_SIZE");
+    }
+    if (c.capacity != nullptr) {
+      setenv("GPUMEM_CAPACITY", c.capacity, 1);
+    } else {
+      unsetenv("GPUMEM_CAPACITY");
+    }
+    ResetRegistryForTesting();
+    void* p = gpumem_alloc(3 * kMiB, 0, nullptr);
+    ASSERT_NE(p, nullptr);
+    // 3 MiB takes whole pages: one of 4 or 8 MiB, two of 2 MiB.
+    EXPECT_EQ(Sim().counters().physical_bytes, (3 * kMiB + c.page - 1) / c.page * c.page);
+    const std::string json = DeviceText(gpumem_snapshot_json, 0);
+    EXPECT_NE(json.find("\"page_bytes\":" + std::to_string(c.page)), std::string::npos) << json;
+    gpumem_free(p, 3 * kMiB, 0, nullptr);
+  }
 }
 
 TEST_F(CApiTest, FreeWithoutADeviceFindsTheOwner) {

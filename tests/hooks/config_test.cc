@@ -52,6 +52,15 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_TRUE(Parse({{"GPUMEM_THREAD_CACHE", "1"}})->thread_cache);
 }
 
+TEST(ConfigTest, PageSizeAutoIsTheDefault) {
+  for (const char* v : {"", "auto"}) {
+    absl::StatusOr<Config> c = Parse({{"GPUMEM_PAGE_SIZE", v}});
+    ASSERT_TRUE(c.ok()) << v << ": " << c.status();
+    EXPECT_EQ(c->page_bytes, 0u) << v;  // 0: the device's default (allocator/page_size.h)
+  }
+  EXPECT_FALSE(Parse({{"GPUMEM_PAGE_SIZE", "automatic"}}).ok());
+}
+
 TEST(ConfigTest, ModeNames) {
   EXPECT_EQ(Parse({})->mode, Mode::kAllocator);
   EXPECT_EQ(Parse({{"GPUMEM_MODE", "allocator"}})->mode, Mode::kAllocator);
@@ -90,7 +99,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
       {"GPUMEM_STITCH", "no", "0 or 1"},
       {"GPUMEM_BORROW", "off", "0 or 1"},
       {"GPUMEM_BACKGROUND_UNMAP", "yes", "0 or 1"},
-      {"GPUMEM_PAGE_SIZE", "1M", "from 2M to 1G"},
+      {"GPUMEM_PAGE_SIZE", "1M", "auto or a size from 2M to 1G"},
       {"GPUMEM_PAGE_SIZE", "4 pages", "from 2M to 1G"},
       {"GPUMEM_THREAD_CACHE", "on", "0 or 1"},
       {"GPUMEM", "true", "0 or 1"},
