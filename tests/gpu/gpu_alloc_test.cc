@@ -34,6 +34,8 @@ class GpuAllocTest : public ::testing::TestWithParam<const char*> {
     api_ = *driver;
     setenv("GPUMEM_BACKEND", GetParam(), 1);
     setenv("GPUMEM_LOG_OOM", "0", 1);
+    // The cases count in 2 MiB pages under small caps; an 80 GB card's default is 8 MiB.
+    setenv("GPUMEM_PAGE_SIZE", "2M", 1);
     unsetenv("GPUMEM_CAPACITY");
     hooks::ResetRegistryForTesting();
     // Start the device (and its primary context) with a first block.
