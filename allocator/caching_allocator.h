@@ -33,10 +33,9 @@ struct CachingAllocatorOptions {
   // (2 MiB on NVIDIA GPUs); 0: the granularity. Each page costs the same driver calls
   // whatever its size (an H100, per page: create 10 us, map 2, access 27, unmap 17,
   // release 11; tests/gpu/vmm_call_costs.py), so larger pages make growth and stitching
-  // cheaper, but waste up to a page per range and stitch coarser under a cap: 4 MiB
-  // halves the maps of every real trace's replay, with reserved / allocated at most
-  // 1.016, but resnet50's smallest cap rises from below PyTorch's expandable segments
-  // (3064 MiB) to 3084 MiB (docs/allocator.md).
+  // cheaper, but waste up to a page per range and stitch coarser under a cap. The hooks
+  // ask for a share of the device (DefaultPageBytes, allocator/page_size.h: 8 MiB on an
+  // 80 GB card); replays and tests keep the granularity unless told.
   std::size_t page_bytes = 0;
   // A large request that the stream's own heap cannot fit takes another stream's free
   // block of the same pool where one fits, before anything grows: no page moves. The

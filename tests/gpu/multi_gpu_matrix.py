@@ -327,10 +327,11 @@ def main():
         for i in range(args.rounds):
             pair, others = run_round(args, layout, gpus, i, variants)
             rounds.append(pair)
-            runs = pair[0] + pair[1]
+            # Each native row names the job it took turns with (pool_turns.py pairs by it).
+            runs = [dict(r, against="gpumem") for r in pair[0]] + pair[1]
             for name, (native, rows) in others.items():
                 variant_pairs[name].append((native, rows))
-                runs += rows + (native if args.turns else [])
+                runs += rows + ([dict(r, against=name) for r in native] if args.turns else [])
             for row in runs:
                 print(json.dumps(dict(row, round=i)), file=out or sys.stderr, flush=True)
         text, ok = summarize(layout, rounds)

@@ -1,0 +1,56 @@
+"""pool_turns.py on made-up rows (no GPU): each setting is paired with the native job it
+took turns with, named or (older files) by order, and the blocks of several runs pool."""
+import json
+import os
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import pool_turns as p  # noqa: E402
+
+
+def row(mode, time, against=None, rank=0, steps=40):
+    r = {"layout": "fsdp2", "rank": rank, "mode": mode, "round": 0, "turn_steps": 10,
+         "warmup": 0, "step_times": [time] * steps, "alone_from_step": None}
+    if against is not None:
+        r["against"] = against
+    return r
+
+
+class Pairing(unittest.TestCase):
+    def test_named_partners(self):
+        rows = [row("native", 0.10, "gpumem"), row("native", 0.10, "gpumem", rank=1),
+                row("gpumem", 0.12), row("page8m", 0.21), row("native", 0.20, "page8m")]
+        (n, g), = p.partner_pairs(rows, "gpumem", "fsdp2")
+        self.assertEqual((n["step_times"][0], g["step_times"][0]), (0.10, 0.12))
+        (n, v), = p.partner_pairs(rows, "page8m", "fsdp2")
+        self.assertEqual((n["step_times"][0], v["step_times"][0]), (0.20, 0.21))
+
+    def test_order_for_files_without_names(self):
+        # gpumem's native job is written before it, a variant's after it.
+        rows = [row("native", 0.10), row("gpumem", 0.11), row("page8m", 0.33),
+                row("native", 0.30)]
+        self.assertEqual(p.partner_pairs(rows, "gpumem", "fsdp2")[0][0]["step_times"][0], 0.10)
+        self.assertEqual(p.partner_pairs(rows, "page8m", "fsdp2")[0][0]["step_times"][0], 0.30)
+        self.assertEqual(p.partner_pairs(rows, "page8m", "ddp"), [])
+
+
+class Pooling(unittest.TestCase):
+    def test_blocks_of_every_run_pool(self):
+        paths = []
+        with tempfile.TemporaryDirectory() as d:
+            for k, time in enumerate((0.11, 0.09)):
+                path = os.path.join(d, f"run{k}.jsonl")
+                with open(path, "w") as f:
+                    for r in (row("native", 0.10, "gpumem"), row("gpumem", time)):
+                        print(json.dumps(r), file=f)
+                paths.append((path, "gpumem"))
+            per_file = p.pooled(paths, "fsdp2")
+        self.assertEqual([len(r) for _, _, r in per_file], [4, 4])  # 40 steps, blocks of 10
+        self.assertAlmostEqual(per_file[0][2][0], 1.1)
+        self.assertAlmostEqual(per_file[1][2][0], 0.9)
+
+
+if __name__ == "__main__":
+    unittest.main()
