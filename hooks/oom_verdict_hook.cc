@@ -84,6 +84,7 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::str
   OomVerdictInput in;
   in.device = s.device;
   in.gpumem_allocator = true;
+  in.page_bytes = s.page_bytes;
   in.figures.request = report.requested_bytes;
   in.figures.allocated = report.allocated_bytes;
   in.figures.capacity = report.capacity_bytes;
@@ -108,6 +109,7 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
   if (DeviceState* s = StartedDevice(device)) {  // gpumem's allocator: its own figures
     const AllocatorStats a = s->allocator->stats();
     in.gpumem_allocator = true;
+    in.page_bytes = s->page_bytes;
     if (in.figures.allocated == 0) in.figures.allocated = a.allocated_bytes;
     if (reserved == 0) reserved = a.reserved_bytes;
     if (in.figures.capacity == 0) in.figures.capacity = s->capacity;

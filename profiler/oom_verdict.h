@@ -23,6 +23,7 @@ struct OomVerdictInput {
   std::int32_t device = 0;
   report::OomFigures figures;
   bool gpumem_allocator = false;  // gpumem's allocator refused (it defragments first)
+  std::size_t page_bytes = 0;     // gpumem's allocator: its page (0: not known)
   std::optional<std::uint64_t> driver_free;
   // The device's total (the driver's) and the allocator's reserved bytes: with driver_free,
   // what the allocator held against what the rest of the process held outside it.

@@ -40,5 +40,31 @@ TEST(OomVerdictOutside, SilentWithoutTheDriversFigures) {
   EXPECT_EQ(OomVerdictText(in, report::OomClass::kPeak).find("outside it"), std::string::npos);
 }
 
+// Under gpumem's allocator with pages above the granule, a request that fit under the cap
+// gets the finer page as an option; one that could not fit, or another allocator's, not.
+TEST(OomVerdictPages, FinerPagesOfferedWhereTheRequestFitUnderTheCap) {
+  OomVerdictInput in = Peak();  // 68 + 4 of 80 GiB
+  in.gpumem_allocator = true;
+  in.page_bytes = 8 << 20;
+  const std::string text = OomVerdictText(in, report::OomClass::kPeak);
+  EXPECT_NE(text.find("gpumem:   note: gpumem's pages are 8.00 MiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("GPUMEM_PAGE_SIZE=2M"), std::string::npos) << text;
+
+  OomVerdictInput too_big = in;
+  too_big.figures.request = 20 * kGiB;
+  EXPECT_EQ(OomVerdictText(too_big, report::OomClass::kPeak).find("GPUMEM_PAGE_SIZE=2M"),
+            std::string::npos);
+  OomVerdictInput granule = in;
+  granule.page_bytes = 2 << 20;
+  EXPECT_EQ(OomVerdictText(granule, report::OomClass::kPeak).find("GPUMEM_PAGE_SIZE=2M"),
+            std::string::npos);
+  EXPECT_EQ(OomVerdictText(in, report::OomClass::kLeak).find("GPUMEM_PAGE_SIZE=2M"),
+            std::string::npos);
+  OomVerdictInput native = in;
+  native.gpumem_allocator = false;
+  EXPECT_EQ(OomVerdictText(native, report::OomClass::kPeak).find("GPUMEM_PAGE_SIZE=2M"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpumem
