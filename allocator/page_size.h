@@ -24,8 +24,11 @@ inline constexpr std::uint64_t kMaxDefaultPage = std::uint64_t{8} << 20;
 
 // The default page for a device of `capacity` bytes whose mapping granularity is
 // `granularity`: a power of two of the granularity, from 1 to 4 of them on 2 MiB granules.
-inline std::size_t DefaultPageBytes(std::uint64_t capacity, std::size_t granularity) {
-  if (granularity == 0 || !std::has_single_bit(granularity)) return granularity;
+// Without VMM (`vmm` false: plain cudaMalloc segments, rounded to the page) there is no
+// mapping to save on: the granularity.
+inline std::size_t DefaultPageBytes(std::uint64_t capacity, std::size_t granularity,
+                                    bool vmm = true) {
+  if (!vmm || granularity == 0 || !std::has_single_bit(granularity)) return granularity;
   const std::uint64_t share = std::bit_floor(capacity / kDefaultPagesPerDevice);
   const std::uint64_t most = std::max<std::uint64_t>(granularity, kMaxDefaultPage);
   return static_cast<std::size_t>(std::clamp<std::uint64_t>(share, granularity, most));

@@ -44,7 +44,7 @@ const ConfigVariable kConfigVariables[] = {
      "granularity (2 MiB on NVIDIA GPUs): each page costs the same driver calls whatever "
      "its size, so larger pages make growth and stitching cheaper and waste more at the "
      "end of each range and under a cap; auto (default): 1/8192 of the device's cap as a "
-     "power of two, from 2 MiB to 8 MiB (8 MiB on an 80 GB card)"},
+     "power of two, from 2 MiB to 8 MiB (8 MiB on an 80 GB card; 2 MiB without VMM)"},
     {"GPUMEM_BORROW", "0, 1",
      "1 (default): a large request its stream's own cache cannot fit takes another "
      "stream's free block where it is, the stream waiting on the device for the other's "

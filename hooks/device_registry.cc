@@ -69,9 +69,11 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   TraceCapacity(device, state->capacity, CapacitySourceAtStart(r, *config, device));
   const std::uint64_t headroom = HeadroomFor(*config, state->backend.name == "sim");
   // Unset (auto): a share of the device as capped at start (allocator/page_size.h).
-  state->page_bytes = config->page_bytes != 0
-                          ? config->page_bytes
-                          : DefaultPageBytes(state->capacity, state->backend.backend->granularity());
+  const Backend& started = *state->backend.backend;
+  state->page_bytes =
+      config->page_bytes != 0
+          ? config->page_bytes
+          : DefaultPageBytes(state->capacity, started.granularity(), started.supports_vmm());
   absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
       MakeDeviceAllocator(*state->backend.backend, device, **r.observer,
                           {.stitch = config->stitch,

@@ -33,6 +33,8 @@ TEST(DefaultPageBytesTest, AShareOfTheDeviceBetweenTheGranuleAndEightMiB) {
     EXPECT_EQ(DefaultPageBytes(c.capacity, c.granularity), c.page)
         << c.capacity / kMiB << " MiB, granule " << c.granularity / kMiB << " MiB";
   }
+  // Plain cudaMalloc segments (no VMM) are rounded to the page: nothing to save there.
+  EXPECT_EQ(DefaultPageBytes(80 * kGiB, kPage, /*vmm=*/false), kPage);
 }
 
 TEST(PageHeapTest, MapsCachesAndReusesPages) {
