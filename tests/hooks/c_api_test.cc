@@ -333,6 +333,10 @@ TEST_F(CApiTest, PageFollowsTheDeviceCapUnlessAsked) {
     EXPECT_EQ(Sim().counters().physical_bytes, (3 * kMiB + c.page - 1) / c.page * c.page);
     const std::string json = DeviceText(gpumem_snapshot_json, 0);
     EXPECT_NE(json.find("\"page_bytes\":" + std::to_string(c.page)), std::string::npos) << json;
+    const std::string summary = DeviceText(gpumem_memory_summary, 0);
+    EXPECT_NE(summary.find("pages of " + std::to_string(c.page / kMiB) + " MiB)"),
+              std::string::npos)
+        << summary;
     gpumem_free(p, 3 * kMiB, 0, nullptr);
   }
 }
