@@ -378,7 +378,8 @@ size_t gpumem_memory_summary(int device, char* buf, size_t len) {
         "free in per-thread caches %s\n"
         "  allocs %d, frees %d, out-of-memory %d, stitches %d, trims %d, steps %d\n",
         s.device, s.backend.name, h::Gib(st.capacity_bytes), h::Gib(st.device_total_bytes),
-        absl::StrFormat("%d MiB", s.page_bytes >> 20), "", "current", "peak", "allocated", h::Gib(st.allocated_bytes),
+        absl::StrFormat("%d MiB", s.page_bytes >> 20), "", "current", "peak", "allocated",
+        h::Gib(st.allocated_bytes),
         h::Gib(st.peak_allocated_bytes), "reserved", h::Gib(st.reserved_bytes),
         h::Gib(st.peak_reserved_bytes), frag, st.active_blocks,
         h::Gib(st.largest_free_bytes), h::Gib(thread_cached),
