@@ -488,40 +488,44 @@ void TraceWriter::Run() {
     }
     DrainOnce();
     if (stop) {
-      // Threads that recorded while Close() began are drained above; close the door,
-      // let records under way finish, and drain once more for them.
-      closed_.store(true);
-      WaitForRecordsInFlight();
-      DrainOnce();
-      std::uint32_t chunks;
-      {
-        std::lock_guard<std::mutex> lock(file_mu_);
-        chunks = seq_ + 1;  // including the end chunk
-      }
-      std::string payload;
-      format::PutVarint(&payload, written_events_);
-      format::PutVarint(&payload, chunks);
-      WriteChunk(format::ChunkKind::kEnd, payload);
-      absl::Status finished;
-      {
-        std::lock_guard<std::mutex> rings_lock(rings_mu_);
-        std::lock_guard<std::mutex> lock(file_mu_);
-        // Every record is in the chunks now, and readers ignore the journal of a finished
-        // file: give its regions' disk space back.
-        for (const auto& ring : rings_) ring->region->Release(file_.fd());
-        for (const auto& ring : free_rings_) ring->region->Release(file_.fd());
-        finished = file_.Finish();
-      }
-      std::lock_guard<std::mutex> lock(mu_);
-      if (status_.ok()) status_ = finished;
-      flush_done_ = flush_requested_;
-      flushed_cv_.notify_all();
+      Finish();
       return;
     }
     std::lock_guard<std::mutex> lock(mu_);
     flush_done_ = std::max(flush_done_, flush_target);
     flushed_cv_.notify_all();
   }
+}
+
+void TraceWriter::Finish() {
+  // Threads that recorded while Close() began are drained already; close the door, let
+  // records under way finish, and drain once more for them.
+  closed_.store(true);
+  WaitForRecordsInFlight();
+  DrainOnce();
+  std::uint32_t chunks;
+  {
+    std::lock_guard<std::mutex> lock(file_mu_);
+    chunks = seq_ + 1;  // including the end chunk
+  }
+  std::string payload;
+  format::PutVarint(&payload, written_events_);
+  format::PutVarint(&payload, chunks);
+  WriteChunk(format::ChunkKind::kEnd, payload);
+  absl::Status finished;
+  {
+    std::lock_guard<std::mutex> rings_lock(rings_mu_);
+    std::lock_guard<std::mutex> lock(file_mu_);
+    // Every record is in the chunks now, and readers ignore the journal of a finished
+    // file: give its regions' disk space back.
+    for (const auto& ring : rings_) ring->region->Release(file_.fd());
+    for (const auto& ring : free_rings_) ring->region->Release(file_.fd());
+    finished = file_.Finish();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (status_.ok()) status_ = finished;
+  flush_done_ = flush_requested_;
+  flushed_cv_.notify_all();
 }
 
 void TraceWriter::DrainOnce() {
@@ -534,42 +538,56 @@ void TraceWriter::DrainOnce() {
     checkpoint.swap(checkpoint_);
     held = HeldLocked();
   }
+  std::vector<Drained> drained;
+  // Held: the records stay in the journal, in the file, until the next segment takes over.
+  if (!held) drained = DrainRings();
+  WriteBatch();
+  if (live_ != nullptr) {
+    ++drains_;
+    for (const Pending& p : batch_) live_->Apply(p.record, drains_);
+    if (checkpoint) WriteCheckpoint(*checkpoint);
+    live_->EndDrain(drains_);
+  }
+  NoteFileSize();
+  ReleaseDrained(drained);
+}
+
+std::vector<TraceWriter::Drained> TraceWriter::DrainRings() {
   std::vector<std::shared_ptr<Ring>> rings;
   {
     std::lock_guard<std::mutex> lock(rings_mu_);
     rings = rings_;
   }
-  struct Drained {
-    Ring* ring;
-    std::uint64_t tail;
-    bool exited;
-  };
   std::vector<Drained> drained;
   drained.reserve(rings.size());
-  // Held: the records stay in the journal, in the file, until the next segment takes over.
-  if (held) rings.clear();
-  for (const std::shared_ptr<Ring>& ring : rings) {
-    // Exited first: then every record its thread made is below the tail read after it.
-    const bool exited = ring->thread_exited.load(std::memory_order_acquire);
-    const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
-    const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
-    const JournalRegion& region = *ring->region;
-    RawRecord link;  // an autograd link slot, for the allocation after it
-    bool linked = false;
-    for (std::uint64_t i = head; i < tail; ++i) {
-      RawRecord r = format::RecordOfSlot(*region.slot(i));
-      if (r.type == format::RecordType::kAutograd) {
-        link = r;
-        linked = true;
-        continue;
-      }
-      if (linked && r.type == format::RecordType::kAlloc) format::AttachJournalLink(link, &r);
-      linked = false;
-      batch_.push_back({r, region.id(), i});
+  for (const std::shared_ptr<Ring>& ring : rings) drained.push_back(DrainRing(ring.get()));
+  return drained;
+}
+
+TraceWriter::Drained TraceWriter::DrainRing(Ring* ring) {
+  // Exited first: then every record its thread made is below the tail read after it.
+  const bool exited = ring->thread_exited.load(std::memory_order_acquire);
+  const std::uint64_t head = ring->head.load(std::memory_order_relaxed);
+  const std::uint64_t tail = ring->tail.load(std::memory_order_acquire);
+  const JournalRegion& region = *ring->region;
+  RawRecord link;  // an autograd link slot, for the allocation after it
+  bool linked = false;
+  for (std::uint64_t i = head; i < tail; ++i) {
+    RawRecord r = format::RecordOfSlot(*region.slot(i));
+    if (r.type == format::RecordType::kAutograd) {
+      link = r;
+      linked = true;
+      continue;
     }
-    // A link whose allocation is not published yet is read again with it next time.
-    drained.push_back({ring.get(), linked ? tail - 1 : tail, exited});
+    if (linked && r.type == format::RecordType::kAlloc) format::AttachJournalLink(link, &r);
+    linked = false;
+    batch_.push_back({r, region.id(), i});
   }
+  // A link whose allocation is not published yet is read again with it next time.
+  return {ring, linked ? tail - 1 : tail, exited};
+}
+
+void TraceWriter::WriteBatch() {
   // Definitions are taken after the rings: a stack is queued before any record that uses
   // it is published, so every id in this batch is defined here or earlier.
   std::vector<FrameDef> frames;
@@ -580,41 +598,36 @@ void TraceWriter::DrainOnce() {
     std::lock_guard<std::mutex> lock(mu_);
     annotations.swap(annotations_);
   }
-  if (!batch_.empty() || !frames.empty() || !stacks.empty() || !annotations.empty()) {
-    // Stable: a region's records keep their order (one thread at a time, its clock never
-    // goes back), so each chunk holds a contiguous run of every region it touches and
-    // its journal marks say exactly which records it holds.
-    std::stable_sort(batch_.begin(), batch_.end(), [](const Pending& a, const Pending& b) {
-      return a.record.time_ns < b.record.time_ns;
-    });
-    ChunkEncoder encoder;
-    for (const FrameDef& f : frames) encoder.AddFrame(f);
-    for (const StackDef& s : stacks) encoder.AddStack(s);
-    for (const PendingAnnotation& a : annotations) {
-      encoder.AddAnnotation(a.time_ns, a.device, a.start, a.name);
-    }
-    std::map<std::uint32_t, std::uint64_t> marks;  // region -> next index, this chunk
-    auto write = [&] {
-      for (const auto& [region, next] : marks) encoder.AddJournalMark(region, next);
-      WriteChunk(format::ChunkKind::kRecords, encoder.payload());
-      written_events_ += encoder.events();
-      encoder.Reset();
-      marks.clear();
-    };
-    for (const Pending& p : batch_) {
-      encoder.AddEvent(p.record);
-      marks[p.region] = p.index + 1;
-      if (encoder.events() >= options_.records_per_chunk) write();
-    }
-    if (!encoder.payload().empty()) write();
+  if (batch_.empty() && frames.empty() && stacks.empty() && annotations.empty()) return;
+  // Stable: a region's records keep their order (one thread at a time, its clock never
+  // goes back), so each chunk holds a contiguous run of every region it touches and
+  // its journal marks say exactly which records it holds.
+  std::stable_sort(batch_.begin(), batch_.end(), [](const Pending& a, const Pending& b) {
+    return a.record.time_ns < b.record.time_ns;
+  });
+  ChunkEncoder encoder;
+  for (const FrameDef& f : frames) encoder.AddFrame(f);
+  for (const StackDef& s : stacks) encoder.AddStack(s);
+  for (const PendingAnnotation& a : annotations) {
+    encoder.AddAnnotation(a.time_ns, a.device, a.start, a.name);
   }
-  if (live_ != nullptr) {
-    ++drains_;
-    for (const Pending& p : batch_) live_->Apply(p.record, drains_);
-    if (checkpoint) WriteCheckpoint(*checkpoint);
-    live_->EndDrain(drains_);
+  std::map<std::uint32_t, std::uint64_t> marks;  // region -> next index, this chunk
+  auto write = [&] {
+    for (const auto& [region, next] : marks) encoder.AddJournalMark(region, next);
+    WriteChunk(format::ChunkKind::kRecords, encoder.payload());
+    written_events_ += encoder.events();
+    encoder.Reset();
+    marks.clear();
+  };
+  for (const Pending& p : batch_) {
+    encoder.AddEvent(p.record);
+    marks[p.region] = p.index + 1;
+    if (encoder.events() >= options_.records_per_chunk) write();
   }
-  NoteFileSize();
+  if (!encoder.payload().empty()) write();
+}
+
+void TraceWriter::ReleaseDrained(const std::vector<Drained>& drained) {
   // The chunks are in the file: the slots they hold may be written again.
   for (const Drained& d : drained) d.ring->head.store(d.tail, std::memory_order_release);
   std::lock_guard<std::mutex> lock(rings_mu_);

@@ -128,7 +128,20 @@ class TraceWriter {
   // After closed_ is set: returns once no thread is inside Record() past its check.
   void WaitForRecordsInFlight();
   bool HeldLocked() const;
+  // A ring read up to `tail`; its slots below are free once the chunks are written.
+  struct Drained {
+    Ring* ring;
+    std::uint64_t tail;
+    bool exited;
+  };
+  // One pass of the writer thread: the rings' records, stacks and annotations to chunks.
   void DrainOnce();
+  std::vector<Drained> DrainRings();  // into batch_
+  Drained DrainRing(Ring* ring);
+  void WriteBatch();
+  void ReleaseDrained(const std::vector<Drained>& drained);
+  // The last drain, the end chunk, and the file finished (writer thread, on Close()).
+  void Finish();
   // The checkpoint chunk, and its blocks as the live set's start (writer thread).
   void WriteCheckpoint(const std::vector<RawRecord>& blocks);
   void NoteFileSize();
