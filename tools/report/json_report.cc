@@ -1,5 +1,7 @@
 #include "tools/report/json_report.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "tools/report/oom_explain.h"
 #include "tools/report/outside_format.h"
@@ -7,6 +9,11 @@
 namespace gpumem::report {
 
 namespace {
+
+template <typename T>
+nlohmann::json OrNull(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
 
 std::string ClassText(OomClass c) {
   return c == OomClass::kPeak ? "a genuine peak" : OomClassName(c);
@@ -31,7 +38,7 @@ nlohmann::json FailedOutsideJson(const FailedOutside& f) {
   j["time_us"] = f.call.time_us;
   j["step"] = f.step + 1;
   j["site"] = f.site;
-  j["device_free"] = f.call.device_free ? nlohmann::json(*f.call.device_free) : nlohmann::json(nullptr);
+  j["device_free"] = OrNull(f.call.device_free);
   j["allocated"] = f.allocated;
   j["reserved"] = f.reserved;
   j["idle_in_cache"] = f.idle;
@@ -47,6 +54,76 @@ nlohmann::json FailedOutsideJson(const FailedOutside& f) {
 std::string WhoHeld(const Report& r) {
   const std::string part = OutsideVerdictPart(r.outside);
   return part.empty() ? "" : absl::StrCat("; ", part);
+}
+
+nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s, std::size_t rank) {
+  nlohmann::json j;
+  j["rank"] = rank;
+  j["site"] = s.name;
+  j["bytes_per_step"] = s.bytes_per_step;
+  j["fit_r2"] = s.r2;
+  j["rising_share"] = s.rising_share;
+  j["first_step"] = s.first_step + 1;
+  j["growth_bytes"] = s.growth_bytes;
+  j["blocks_never_freed"] = s.blocks_never_freed;
+  j["bytes_never_freed"] = s.bytes_never_freed;
+  j["stack"] = StackNames(t, s.stack);
+  return j;
+}
+
+nlohmann::json OomJson(const OomExplanation& x) {
+  nlohmann::json j;
+  j["class"] = OomClassName(x.cls);
+  j["recovered"] = x.recovered;
+  j["ended_the_run"] = x.fatal;
+  j["allocated_after"] = x.at.allocated_after;
+  j["reserved_after"] = x.at.reserved_after;
+  j["allocs_after"] = x.at.allocs_after;
+  j["event_index"] = x.at.index;
+  j["time_us"] = x.at.time_us;
+  j["device"] = x.at.device;
+  j["step"] = x.at.step + 1;
+  j["request"] = x.at.request;
+  j["allocated"] = x.at.allocated;
+  j["reserved"] = x.at.reserved;
+  j["free_cached"] = x.free_cached;
+  j["largest_free_piece"] = x.at.largest_free_piece;
+  j["device_free"] = x.at.device_free;
+  j["capacity"] = x.capacity;
+  j["capacity_source"] = x.capacity_source;
+  j["leaked_bytes"] = x.leaked_bytes;
+  j["evidence"] = x.evidence;
+  j["fix"] = x.fix;
+  if (x.replay) {
+    j["gpumem_replay"] = {{"ran", x.replay->ran},
+                          {"error", x.replay->error},
+                          {"served_this_request", x.replay->served_past_oom},
+                          {"peak_reserved", x.replay->peak_reserved}};
+  }
+  return j;
+}
+
+// A recording that did not finish: what the trace kept and lost (null: it finished).
+nlohmann::json LossJson(const std::optional<trace::TraceLoss>& l) {
+  if (!l) return nullptr;
+  return {{"events_kept", l->events_kept}, {"last_event_us", l->last_event_us},
+          {"file_bytes", l->file_bytes},   {"bytes_kept", l->bytes_kept},
+          {"bytes_lost", l->bytes_lost},   {"data_end", l->data_end},
+          {"summary", l->summary}};
+}
+
+// A ring trace (GPUMEM_TRACE_MAX): the segments kept and from when (null: not a ring).
+nlohmann::json RingJson(const std::optional<trace::RingWindow>& w) {
+  if (!w) return nullptr;
+  return {{"first_segment", w->first_segment},
+          {"last_segment", w->last_segment},
+          {"max_bytes", w->max_bytes},
+          {"dropped", w->dropped},
+          {"start_us", w->start_us},
+          {"checkpoint_blocks", w->checkpoint_blocks},
+          {"checkpoint_bytes", w->checkpoint_bytes},
+          {"first_step", w->first_step ? nlohmann::json(*w->first_step) : nlohmann::json(nullptr)},
+          {"summary", w->summary}};
 }
 
 }  // namespace
@@ -94,23 +171,11 @@ nlohmann::json ReportToJson(const Report& r) {
   out["peak_allocated"] = r.timeline.peak_allocated;
   out["peak_allocated_step"] = r.steps.StepOf(r.timeline.peak_allocated_index) + 1;
   out["peak_reserved"] = r.timeline.has_segments ? json(r.timeline.peak_reserved) : json(nullptr);
-  out["capacity"] = r.capacity ? json(*r.capacity) : json(nullptr);
+  out["capacity"] = OrNull(r.capacity);
   out["capacity_source"] = r.capacity_source;
   json suspects = json::array();
   for (std::size_t i = 0; i < r.leaks.suspects.size(); ++i) {
-    const LeakSuspect& s = r.leaks.suspects[i];
-    json j;
-    j["rank"] = i + 1;
-    j["site"] = s.name;
-    j["bytes_per_step"] = s.bytes_per_step;
-    j["fit_r2"] = s.r2;
-    j["rising_share"] = s.rising_share;
-    j["first_step"] = s.first_step + 1;
-    j["growth_bytes"] = s.growth_bytes;
-    j["blocks_never_freed"] = s.blocks_never_freed;
-    j["bytes_never_freed"] = s.bytes_never_freed;
-    j["stack"] = StackNames(t, s.stack);
-    suspects.push_back(std::move(j));
+    suspects.push_back(SuspectJson(t, r.leaks.suspects[i], i + 1));
   }
   out["leak_suspects"] = std::move(suspects);
   // Absolute site paths are shown relative to this folder; the stacks keep them whole.
@@ -119,39 +184,9 @@ nlohmann::json ReportToJson(const Report& r) {
   out["leak_samples_used"] = r.leaks.samples_used;
   if (!r.leaks.why_none.empty()) out["leak_note"] = r.leaks.why_none;
   json ooms = json::array();
-  for (const OomExplanation& x : r.ooms) {
-    json j;
-    j["class"] = OomClassName(x.cls);
-    j["recovered"] = x.recovered;
-    j["ended_the_run"] = x.fatal;
-    j["allocated_after"] = x.at.allocated_after;
-    j["reserved_after"] = x.at.reserved_after;
-    j["allocs_after"] = x.at.allocs_after;
-    j["event_index"] = x.at.index;
-    j["time_us"] = x.at.time_us;
-    j["device"] = x.at.device;
-    j["step"] = x.at.step + 1;
-    j["request"] = x.at.request;
-    j["allocated"] = x.at.allocated;
-    j["reserved"] = x.at.reserved;
-    j["free_cached"] = x.free_cached;
-    j["largest_free_piece"] = x.at.largest_free_piece;
-    j["device_free"] = x.at.device_free;
-    j["capacity"] = x.capacity;
-    j["capacity_source"] = x.capacity_source;
-    j["leaked_bytes"] = x.leaked_bytes;
-    j["evidence"] = x.evidence;
-    j["fix"] = x.fix;
-    if (x.replay) {
-      j["gpumem_replay"] = {{"ran", x.replay->ran},
-                            {"error", x.replay->error},
-                            {"served_this_request", x.replay->served_past_oom},
-                            {"peak_reserved", x.replay->peak_reserved}};
-    }
-    ooms.push_back(std::move(j));
-  }
+  for (const OomExplanation& x : r.ooms) ooms.push_back(OomJson(x));
   out["ooms"] = std::move(ooms);
-  out["fatal_oom"] = r.fatal_oom ? json(*r.fatal_oom) : json(nullptr);
+  out["fatal_oom"] = OrNull(r.fatal_oom);
   out["recovered_ooms"] = r.recovered_ooms;
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
   json failed = json::array();
@@ -160,24 +195,8 @@ nlohmann::json ReportToJson(const Report& r) {
   out["outside_allocator"] = OutsideToJson(r.outside);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;
-  // A recording that did not finish: what the trace kept and lost (null: it finished).
-  out["loss"] = json(nullptr);
-  if (const std::optional<trace::TraceLoss>& l = r.trace->loss) {
-    out["loss"] = {{"events_kept", l->events_kept}, {"last_event_us", l->last_event_us},
-                   {"file_bytes", l->file_bytes},   {"bytes_kept", l->bytes_kept},
-                   {"bytes_lost", l->bytes_lost},   {"data_end", l->data_end},
-                   {"summary", l->summary}};
-  }
-  // A ring trace (GPUMEM_TRACE_MAX): the segments kept and from when (null: not a ring).
-  out["ring"] = json(nullptr);
-  if (const std::optional<trace::RingWindow>& w = r.trace->ring) {
-    out["ring"] = {{"first_segment", w->first_segment}, {"last_segment", w->last_segment},
-                   {"max_bytes", w->max_bytes}, {"dropped", w->dropped},
-                   {"start_us", w->start_us}, {"checkpoint_blocks", w->checkpoint_blocks},
-                   {"checkpoint_bytes", w->checkpoint_bytes},
-                   {"first_step", w->first_step ? json(*w->first_step) : json(nullptr)},
-                   {"summary", w->summary}};
-  }
+  out["loss"] = LossJson(r.trace->loss);
+  out["ring"] = RingJson(r.trace->ring);
   return out;
 }
 
