@@ -137,8 +137,17 @@ class Reader {
   void Take(Event e, RecordType type, std::optional<std::uint64_t> extra);
   void ReadCheckpoint(const std::string& payload, std::size_t pos);
   // The checkpoint's blocks as allocations at the first event's time, before the events.
-  void PrependCheckpoint(const absl::flat_hash_map<std::uint32_t, std::uint32_t>& stack_ids);
+  // File stack ids -> the trace's.
+  using StackIds = absl::flat_hash_map<std::uint32_t, std::uint32_t>;
+  void PrependCheckpoint(const StackIds& stack_ids);
+  // The trace, once every chunk is read: stacks interned, checkpoint first, times rebased.
   Trace Build();
+  // The clock origin (ns), the run's facts and the device capacity, from the header.
+  std::int64_t ReadHeaderFacts();
+  StackIds InternStacks(FrameTable* table);
+  void RemapStacks(const StackIds& stack_ids);
+  void InternBackwardNodes(FrameTable* table);
+  void RebaseTimes(std::int64_t origin);
 
   const unsigned char* data_;
   const std::size_t size_;
@@ -670,7 +679,21 @@ void Reader::DescribeLoss(std::size_t data_end, const std::string& stop_reason) 
 }
 
 Trace Reader::Build() {
-  std::vector<Event>& events = trace_.events;
+  const std::int64_t origin = ReadHeaderFacts();
+  FrameTable table(&trace_);
+  const StackIds stack_ids = InternStacks(&table);
+  RemapStacks(stack_ids);
+  if (!links_.empty()) {
+    InternBackwardNodes(&table);
+    AttributeBackward(links_, &table, &trace_);
+  }
+  PrependCheckpoint(stack_ids);
+  RebaseTimes(origin);
+  return std::move(trace_);
+}
+
+std::int64_t Reader::ReadHeaderFacts() {
+  const std::vector<Event>& events = trace_.events;
   std::int64_t origin = events.empty() ? 0 : events.front().time_us;  // ns here
   auto it = info_->header.find("clock_origin_ns");
   if (it != info_->header.end()) (void)absl::SimpleAtoi(it->second, &origin);
@@ -680,8 +703,11 @@ Trace Reader::Build() {
   if (it != info_->header.end() && absl::SimpleAtoi(it->second, &capacity)) {
     trace_.device_capacity = capacity;
   }
-  FrameTable table(&trace_);
-  absl::flat_hash_map<std::uint32_t, std::uint32_t> stack_ids;  // file id -> ours
+  return origin;
+}
+
+Reader::StackIds Reader::InternStacks(FrameTable* table) {
+  StackIds stack_ids;  // file id -> ours
   std::uint64_t missing_frames = 0;
   for (const auto& [file_id, frame_ids] : stacks_) {
     std::vector<std::uint32_t> ids;
@@ -690,27 +716,30 @@ Trace Reader::Build() {
       auto fit = frames_.find(f);
       if (fit == frames_.end()) {
         ++missing_frames;
-        ids.push_back(table.Intern(Frame{"?", 0, "<frame lost in a damaged chunk>"}));
+        ids.push_back(table->Intern(Frame{"?", 0, "<frame lost in a damaged chunk>"}));
       } else {
-        ids.push_back(table.Intern(fit->second));
+        ids.push_back(table->Intern(fit->second));
       }
     }
-    stack_ids[file_id] = table.InternStack(ids);
+    stack_ids[file_id] = table->InternStack(ids);
   }
   if (missing_frames > 0) {
     trace_.warnings.push_back(absl::StrCat(name_, ": ", missing_frames,
                                            " stack frames were defined in damaged chunks"));
   }
+  return stack_ids;
+}
+
+void Reader::RemapStacks(const StackIds& stack_ids) {
   std::uint64_t unknown_stacks = 0;
-  for (Event& e : events) {
-    if (e.stack_id != 0) {
-      auto sit = stack_ids.find(e.stack_id);
-      if (sit == stack_ids.end()) {
-        ++unknown_stacks;
-        e.stack_id = 0;
-      } else {
-        e.stack_id = sit->second;
-      }
+  for (Event& e : trace_.events) {
+    if (e.stack_id == 0) continue;
+    auto sit = stack_ids.find(e.stack_id);
+    if (sit == stack_ids.end()) {
+      ++unknown_stacks;
+      e.stack_id = 0;
+    } else {
+      e.stack_id = sit->second;
     }
   }
   for (FailedAllocation& f : trace_.failed_allocations) {
@@ -723,31 +752,34 @@ Trace Reader::Build() {
                                            "not yet written when the run was killed; "
                                            "they are shown without a stack"));
   }
-  if (!links_.empty()) {
-    std::uint64_t lost_nodes = 0;
-    for (AutogradLink& l : links_) {
-      if (!l.backward) continue;
-      auto fit = frames_.find(l.node_frame);
-      if (fit == frames_.end()) {
-        ++lost_nodes;
-        l.event = events.size();  // nothing to name it by: leave the event as it is
-      } else {
-        l.node_frame = table.Intern(fit->second);
-      }
+}
+
+void Reader::InternBackwardNodes(FrameTable* table) {
+  std::uint64_t lost_nodes = 0;
+  for (AutogradLink& l : links_) {
+    if (!l.backward) continue;
+    auto fit = frames_.find(l.node_frame);
+    if (fit == frames_.end()) {
+      ++lost_nodes;
+      l.event = trace_.events.size();  // nothing to name it by: leave the event as it is
+    } else {
+      l.node_frame = table->Intern(fit->second);
     }
-    if (lost_nodes > 0) {
-      trace_.warnings.push_back(absl::StrCat(name_, ": ", lost_nodes,
-                                             " backward events name autograd nodes defined "
-                                             "in damaged chunks; shown without their node"));
-    }
-    AttributeBackward(links_, &table, &trace_);
   }
-  PrependCheckpoint(stack_ids);
+  if (lost_nodes > 0) {
+    trace_.warnings.push_back(absl::StrCat(name_, ": ", lost_nodes,
+                                           " backward events name autograd nodes defined "
+                                           "in damaged chunks; shown without their node"));
+  }
+}
+
+void Reader::RebaseTimes(std::int64_t origin) {
+  std::vector<Event>& events = trace_.events;
   // Times are still nanoseconds: sort on them (after the links, which index the events in
   // file order), then rebase to microseconds. Chunks are written in time order, so this
   // is usually sorted already: the check is far cheaper than stable_sort's buffer of half
   // the events.
-  auto by_time = [](const Event& a, const Event& b) { return a.time_us < b.time_us; };
+  auto by_time = [](const auto& a, const auto& b) { return a.time_us < b.time_us; };
   if (!std::is_sorted(events.begin(), events.end(), by_time)) {
     std::stable_sort(events.begin(), events.end(), by_time);
   }
@@ -755,20 +787,13 @@ Trace Reader::Build() {
   for (Annotation& a : trace_.annotations) a.time_us = SinceOrigin(a.time_us, origin);
   for (CapacityChange& c : capacity_) c.time_us = SinceOrigin(c.time_us, origin);
   for (FailedAllocation& f : trace_.failed_allocations) f.time_us = SinceOrigin(f.time_us, origin);
-  std::stable_sort(trace_.failed_allocations.begin(), trace_.failed_allocations.end(),
-                   [](const FailedAllocation& a, const FailedAllocation& b) {
-                     return a.time_us < b.time_us;
-                   });
-  std::stable_sort(capacity_.begin(), capacity_.end(),
-                   [](const CapacityChange& a, const CapacityChange& b) { return a.time_us < b.time_us; });
+  std::stable_sort(trace_.failed_allocations.begin(), trace_.failed_allocations.end(), by_time);
+  std::stable_sort(capacity_.begin(), capacity_.end(), by_time);
   trace_.capacity_changes = std::move(capacity_);
-  std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(),
-                   [](const Annotation& a, const Annotation& b) { return a.time_us < b.time_us; });
-  return std::move(trace_);
+  std::stable_sort(trace_.annotations.begin(), trace_.annotations.end(), by_time);
 }
 
-void Reader::PrependCheckpoint(
-    const absl::flat_hash_map<std::uint32_t, std::uint32_t>& stack_ids) {
+void Reader::PrependCheckpoint(const StackIds& stack_ids) {
   info_->checkpoint_events = checkpoint_.size();
   info_->checkpoint_blocks = static_cast<std::uint64_t>(
       std::count_if(checkpoint_.begin(), checkpoint_.end(),
