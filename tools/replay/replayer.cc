@@ -5,6 +5,8 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -83,6 +85,113 @@ std::vector<std::size_t> EqualStepEnds(std::size_t events, std::size_t parts) {
 
 namespace {
 
+// One replay of a trace's events on an allocator: the blocks live now and the result so far.
+class EventReplay {
+ public:
+  EventReplay(const trace::Trace& trace, absl::string_view policy, Backend& backend,
+              DeviceAllocator& allocator, const AllocObserver& on_alloc)
+      : trace_(trace), policy_(policy), backend_(backend), allocator_(allocator),
+        on_alloc_(on_alloc), effective_free_(EffectiveFrees(trace.events)),
+        step_start_(CountsNow(backend, allocator)) {
+    result_.policy = std::string(policy);
+    live_.reserve(1024);
+  }
+
+  // Replays event i; an error only for a failure that is not an OOM (an OOM ends the
+  // replay and is in the result).
+  absl::Status Apply(std::size_t i) {
+    const trace::Event& e = trace_.events[i];
+    switch (e.action) {
+      case Action::kAlloc:
+        return Alloc(i, e);
+      case Action::kFreeRequested:
+      case Action::kFreeCompleted:
+        Free(i, e);
+        return absl::OkStatus();
+      default:  // segment events, OOMs, annotations: what the recording allocator did
+        return absl::OkStatus();
+    }
+  }
+
+  bool out_of_memory() const { return result_.oom.has_value(); }
+
+  // The device activity since the last step end is one step.
+  void EndStep() {
+    const DeviceActivity now = CountsNow(backend_, allocator_);
+    result_.steps.push_back(Since(now, step_start_));
+    step_start_ = now;
+  }
+
+  ReplayResult Finish(double seconds, std::optional<std::size_t> warmup_steps) {
+    if (!result_.oom) result_.events = trace_.events.size();
+    result_.seconds = seconds;
+    EndStep();
+    const std::size_t steps = result_.steps.size();
+    result_.warmup_steps = std::min(warmup_steps.value_or(steps / 2), steps);
+    for (std::size_t k = 0; k < steps; ++k) {
+      result_.total += result_.steps[k];
+      if (k >= result_.warmup_steps) result_.steady += result_.steps[k];
+    }
+    result_.peak_reserved = backend_.counters().peak_physical_bytes;
+    result_.ratio = result_.peak_allocated == 0
+                        ? 0.0
+                        : static_cast<double>(result_.peak_reserved) / result_.peak_allocated;
+    return std::move(result_);
+  }
+
+ private:
+  absl::Status Alloc(std::size_t i, const trace::Event& e) {
+    auto [it, inserted] = live_.try_emplace(e.addr, LiveBlock{0, e.size});
+    if (!inserted) {  // trace/unpaired_events.h: the earlier block is taken as freed
+      ++result_.reused_addresses;
+      allocator_.Free(it->second.ptr);
+      allocated_ -= it->second.size;
+      it->second = LiveBlock{0, e.size};
+    }
+    absl::StatusOr<DevicePtr> ptr = allocator_.Allocate(e.size, e.stream);
+    if (!ptr.ok()) {
+      live_.erase(it);
+      if (!absl::IsResourceExhausted(ptr.status())) {
+        return absl::InternalError(EventError(
+            trace_, i, absl::StrCat("policy ", policy_, " failed: ", ptr.status().message())));
+      }
+      const OomReport report = allocator_.last_oom();
+      result_.oom = ReplayOom{i, e.size, report.allocated_bytes, report.reserved_bytes,
+                              report.largest_free_bytes};
+      result_.events = i;
+      return absl::OkStatus();
+    }
+    it->second.ptr = *ptr;
+    if (on_alloc_) on_alloc_(i, *ptr);
+    allocated_ += e.size;
+    result_.peak_allocated = std::max(result_.peak_allocated, allocated_);
+    return absl::OkStatus();
+  }
+
+  void Free(std::size_t i, const trace::Event& e) {
+    auto it = live_.find(e.addr);
+    if (it == live_.end()) {  // trace/unpaired_events.h: ignored
+      ++result_.unmatched_frees;
+      return;
+    }
+    if (!effective_free_[i]) return;
+    allocator_.Free(it->second.ptr);
+    allocated_ -= it->second.size;
+    live_.erase(it);
+  }
+
+  const trace::Trace& trace_;
+  const absl::string_view policy_;
+  Backend& backend_;
+  DeviceAllocator& allocator_;
+  const AllocObserver& on_alloc_;
+  const std::vector<bool> effective_free_;
+  absl::flat_hash_map<std::uint64_t, LiveBlock> live_;  // trace addr -> our block
+  std::uint64_t allocated_ = 0;
+  DeviceActivity step_start_;
+  ReplayResult result_;
+};
+
 // ReplayOn, calling `tick(i)` after each trace event i (null: never).
 absl::StatusOr<ReplayResult> RunReplay(const trace::Trace& trace, absl::string_view policy,
                                        Backend& backend, const AllocObserver& on_alloc,
@@ -91,96 +200,22 @@ absl::StatusOr<ReplayResult> RunReplay(const trace::Trace& trace, absl::string_v
   if (trace.events.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(trace.source, ": the trace has no events"));
   }
-  absl::StatusOr<std::unique_ptr<DeviceAllocator>> made = MakePolicy(policy, backend, {.page_bytes = options.page_bytes});
+  absl::StatusOr<std::unique_ptr<DeviceAllocator>> made =
+      MakePolicy(policy, backend, {.page_bytes = options.page_bytes});
   if (!made.ok()) return made.status();
-  DeviceAllocator& allocator = **made;
-
   const auto start = std::chrono::steady_clock::now();
-  const std::vector<trace::Event>& events = trace.events;
-  const std::vector<bool> effective_free = EffectiveFrees(events);
-
-  ReplayResult result;
-  result.policy = std::string(policy);
-  absl::flat_hash_map<std::uint64_t, LiveBlock> live;  // trace addr -> our block
-  live.reserve(1024);
-  std::uint64_t allocated = 0;
+  EventReplay replay(trace, policy, backend, **made, on_alloc);
   const std::vector<std::size_t>& step_ends = options.step_ends;
   std::size_t next_end = 0;
-  DeviceActivity step_start = CountsNow(backend, allocator);
-  auto end_step = [&] {
-    const DeviceActivity now = CountsNow(backend, allocator);
-    result.steps.push_back(Since(now, step_start));
-    step_start = now;
-  };
-
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    while (next_end < step_ends.size() && step_ends[next_end] <= i) {
-      end_step();
-      ++next_end;
-    }
-    const trace::Event& e = events[i];
-    switch (e.action) {
-      case Action::kAlloc: {
-        auto [it, inserted] = live.try_emplace(e.addr, LiveBlock{0, e.size});
-        if (!inserted) {  // trace/unpaired_events.h: the earlier block is taken as freed
-          ++result.reused_addresses;
-          allocator.Free(it->second.ptr);
-          allocated -= it->second.size;
-          it->second = LiveBlock{0, e.size};
-        }
-        absl::StatusOr<DevicePtr> ptr = allocator.Allocate(e.size, e.stream);
-        if (!ptr.ok()) {
-          live.erase(it);
-          if (!absl::IsResourceExhausted(ptr.status())) {
-            return absl::InternalError(EventError(
-                trace, i, absl::StrCat("policy ", policy, " failed: ", ptr.status().message())));
-          }
-          const OomReport report = allocator.last_oom();
-          result.oom = ReplayOom{i, e.size, report.allocated_bytes, report.reserved_bytes,
-                                 report.largest_free_bytes};
-          result.events = i;
-          break;
-        }
-        it->second.ptr = *ptr;
-        if (on_alloc) on_alloc(i, *ptr);
-        allocated += e.size;
-        if (allocated > result.peak_allocated) result.peak_allocated = allocated;
-        break;
-      }
-      case Action::kFreeRequested:
-      case Action::kFreeCompleted: {
-        auto it = live.find(e.addr);
-        if (it == live.end()) {  // trace/unpaired_events.h: ignored
-          ++result.unmatched_frees;
-          break;
-        }
-        if (!effective_free[i]) break;
-        allocator.Free(it->second.ptr);
-        allocated -= it->second.size;
-        live.erase(it);
-        break;
-      }
-      default:  // segment events, OOMs, annotations: what the recording allocator did
-        break;
-    }
-    if (result.oom) break;
+  for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    for (; next_end < step_ends.size() && step_ends[next_end] <= i; ++next_end) replay.EndStep();
+    if (absl::Status applied = replay.Apply(i); !applied.ok()) return applied;
+    if (replay.out_of_memory()) break;
     if (tick) tick(i);
   }
-  if (!result.oom) result.events = events.size();
-  result.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  end_step();
-  result.warmup_steps =
-      std::min(options.warmup_steps.value_or(result.steps.size() / 2), result.steps.size());
-  for (std::size_t k = 0; k < result.steps.size(); ++k) {
-    result.total += result.steps[k];
-    if (k >= result.warmup_steps) result.steady += result.steps[k];
-  }
-  result.peak_reserved = backend.counters().peak_physical_bytes;
-  result.ratio = result.peak_allocated == 0
-                     ? 0.0
-                     : static_cast<double>(result.peak_reserved) / result.peak_allocated;
-  return result;
+  return replay.Finish(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      options.warmup_steps);
 }
 
 // Completes each stream's events `lag` trace events after they were recorded.
