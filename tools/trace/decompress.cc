@@ -183,88 +183,89 @@ absl::StatusOr<absl::string_view> DecompressingReader::DecodeSome() {
     const bool at_end = !*any;
     // zlib counts in 32 bits: hand it at most 1 GiB of a large in-memory input at a time.
     const std::size_t given = std::min<std::size_t>(pending_.size(), 1u << 30);
-    const auto* in = reinterpret_cast<const std::uint8_t*>(pending_.data());
-    auto* out = reinterpret_cast<std::uint8_t*>(out_.data());
-    std::size_t used = 0;
-    std::size_t produced = 0;
-    if (codec_ == Codec::kXz) {
-      lzma_stream& s = state_->xz;
-      s.next_in = in;
-      s.avail_in = given;
-      s.next_out = out;
-      s.avail_out = out_.size();
-      const lzma_ret ret = lzma_code(&s, at_end ? LZMA_FINISH : LZMA_RUN);
-      used = given - s.avail_in;
-      produced = out_.size() - s.avail_out;
-      if (ret == LZMA_STREAM_END) {
-        finished_ = true;
-      } else if (ret == LZMA_BUF_ERROR) {
-        consumed_ += used;
-        return StreamError("truncated");
-      } else if (ret == LZMA_MEMLIMIT_ERROR) {
-        consumed_ += used;
-        return StreamError("too large to decode within 512 MiB of memory");
-      } else if (ret != LZMA_OK) {
-        consumed_ += used;
-        return StreamError("corrupt");
-      }
-    } else if (codec_ == Codec::kGzip) {
-      z_stream& s = state_->gz;
-      s.next_in = const_cast<Bytef*>(in);
-      s.avail_in = static_cast<uInt>(given);
-      s.next_out = out;
-      s.avail_out = static_cast<uInt>(out_.size());
-      const int ret = inflate(&s, Z_NO_FLUSH);
-      used = given - s.avail_in;
-      produced = out_.size() - s.avail_out;
-      pending_.remove_prefix(used);
-      consumed_ += used;
-      used = 0;  // already accounted
-      if (ret == Z_STREAM_END) {
-        // Concatenated gzip members: another may follow.
-        absl::StatusOr<bool> more = Fill();
-        if (!more.ok()) return more.status();
-        if (!*more) {
-          finished_ = true;
-        } else if (inflateReset(&s) != Z_OK) {
-          return StreamError("corrupt");
-        }
-      } else if (ret == Z_BUF_ERROR) {
-        if (at_end) return StreamError("truncated");
-      } else if (ret != Z_OK) {
-        return StreamError("corrupt");
-      }
-      if (produced > 0) return absl::string_view(out_.data(), produced);
-      if (!finished_ && at_end) return StreamError("truncated");
-      continue;
-    } else {
-      ZSTD_inBuffer input{in, given, 0};
-      ZSTD_outBuffer output{out, out_.size(), 0};
-      if (given > 0 || !at_end) {
-        const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
-        if (ZSTD_isError(ret)) {
-          consumed_ += input.pos;
-          return absl::DataLossError(absl::StrCat(StreamError("corrupt").message(), ": ",
-                                                  ZSTD_getErrorName(ret)));
-        }
-        state_->zstd_last = ret;
-      } else if (state_->zstd_last == 0) {
-        finished_ = true;
-      } else {
-        // Output the decoder still holds comes out with no input; none left means cut off.
-        const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
-        if (ZSTD_isError(ret) || output.pos == 0) return StreamError("truncated");
-        state_->zstd_last = ret;
-      }
-      used = input.pos;
-      produced = output.pos;
-    }
-    pending_.remove_prefix(used);
-    consumed_ += used;
-    if (produced > 0) return absl::string_view(out_.data(), produced);
-    if (!finished_ && at_end && used == 0) return StreamError("truncated");
+    absl::StatusOr<Decoded> step = codec_ == Codec::kXz     ? DecodeXz(given, at_end)
+                                   : codec_ == Codec::kGzip ? DecodeGzip(given, at_end)
+                                                            : DecodeZstd(given, at_end);
+    if (!step.ok()) return step.status();
+    pending_.remove_prefix(step->used);
+    consumed_ += step->used;
+    if (step->produced > 0) return absl::string_view(out_.data(), step->produced);
+    if (!finished_ && at_end && step->used == 0) return StreamError("truncated");
   }
   return absl::string_view();
+}
+
+absl::StatusOr<DecompressingReader::Decoded> DecompressingReader::DecodeXz(std::size_t given,
+                                                                           bool at_end) {
+  lzma_stream& s = state_->xz;
+  s.next_in = reinterpret_cast<const std::uint8_t*>(pending_.data());
+  s.avail_in = given;
+  s.next_out = reinterpret_cast<std::uint8_t*>(out_.data());
+  s.avail_out = out_.size();
+  const lzma_ret ret = lzma_code(&s, at_end ? LZMA_FINISH : LZMA_RUN);
+  const Decoded step{given - s.avail_in, out_.size() - s.avail_out};
+  if (ret == LZMA_STREAM_END) {
+    finished_ = true;
+  } else if (ret != LZMA_OK) {
+    consumed_ += step.used;
+    return StreamError(ret == LZMA_BUF_ERROR        ? "truncated"
+                       : ret == LZMA_MEMLIMIT_ERROR ? "too large to decode within 512 MiB of memory"
+                                                    : "corrupt");
+  }
+  return step;
+}
+
+absl::StatusOr<DecompressingReader::Decoded> DecompressingReader::DecodeGzip(std::size_t given,
+                                                                             bool at_end) {
+  z_stream& s = state_->gz;
+  s.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(pending_.data()));
+  s.avail_in = static_cast<uInt>(given);
+  s.next_out = reinterpret_cast<Bytef*>(out_.data());
+  s.avail_out = static_cast<uInt>(out_.size());
+  const int ret = inflate(&s, Z_NO_FLUSH);
+  const std::size_t used = given - s.avail_in;
+  const std::size_t produced = out_.size() - s.avail_out;
+  // Taken here, before the next member is looked for.
+  pending_.remove_prefix(used);
+  consumed_ += used;
+  if (ret == Z_STREAM_END) {
+    // Concatenated gzip members: another may follow.
+    absl::StatusOr<bool> more = Fill();
+    if (!more.ok()) return more.status();
+    if (!*more) {
+      finished_ = true;
+    } else if (inflateReset(&s) != Z_OK) {
+      return StreamError("corrupt");
+    }
+  } else if (ret == Z_BUF_ERROR) {
+    if (at_end) return StreamError("truncated");
+  } else if (ret != Z_OK) {
+    return StreamError("corrupt");
+  }
+  return Decoded{0, produced};
+}
+
+absl::StatusOr<DecompressingReader::Decoded> DecompressingReader::DecodeZstd(std::size_t given,
+                                                                             bool at_end) {
+  ZSTD_inBuffer input{pending_.data(), given, 0};
+  ZSTD_outBuffer output{out_.data(), out_.size(), 0};
+  if (given > 0 || !at_end) {
+    const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
+    if (ZSTD_isError(ret)) {
+      consumed_ += input.pos;
+      return absl::DataLossError(
+          absl::StrCat(StreamError("corrupt").message(), ": ", ZSTD_getErrorName(ret)));
+    }
+    state_->zstd_last = ret;
+  } else if (state_->zstd_last == 0) {
+    finished_ = true;
+  } else {
+    // Output the decoder still holds comes out with no input; none left means cut off.
+    const std::size_t ret = ZSTD_decompressStream(state_->zstd, &output, &input);
+    if (ZSTD_isError(ret) || output.pos == 0) return StreamError("truncated");
+    state_->zstd_last = ret;
+  }
+  return Decoded{input.pos, output.pos};
 }
 
 absl::StatusOr<std::string> ReadAll(DecompressingReader& reader) {

@@ -54,6 +54,15 @@ class DecompressingReader {
   absl::StatusOr<bool> Fill();
   absl::StatusOr<absl::string_view> Read();
   absl::StatusOr<absl::string_view> DecodeSome();
+  // One decoder call over the first `given` pending bytes: the input it used (still
+  // pending) and the output it made in out_.
+  struct Decoded {
+    std::size_t used;
+    std::size_t produced;
+  };
+  absl::StatusOr<Decoded> DecodeXz(std::size_t given, bool at_end);
+  absl::StatusOr<Decoded> DecodeGzip(std::size_t given, bool at_end);
+  absl::StatusOr<Decoded> DecodeZstd(std::size_t given, bool at_end);
   absl::Status StreamError(const char* why) const;
   // Counts `piece` against the limit: the piece, or the error once the limit is passed.
   absl::StatusOr<absl::string_view> Counted(absl::string_view piece);
