@@ -236,6 +236,103 @@ struct AddressFile {
   }
 };
 
+// The policies that --policy names, or an error for the user.
+absl::StatusOr<std::vector<std::string>> ChosenPolicies(const std::string& policy) {
+  const std::vector<std::string> known = PolicyNames();
+  if (policy == "all") return known;
+  if (std::find(known.begin(), known.end(), policy) == known.end()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--policy: unknown policy '", policy, "'; known: ", absl::StrJoin(known, ", "), ", all"));
+  }
+  return std::vector<std::string>{policy};
+}
+
+// The arguments' contradictions, named (OK: none).
+absl::Status CheckCombination(const ReplayArgs& args) {
+  if (args.min_cap && !args.cap.empty()) {
+    return absl::InvalidArgumentError("--min-cap searches the cap itself: leave out --cap");
+  }
+  if (!args.addresses.empty() &&
+      (args.policy == "all" || args.traces.size() != 1 || args.min_cap)) {
+    return absl::InvalidArgumentError(
+        "--addresses needs one trace and one --policy, without --min-cap");
+  }
+  return absl::OkStatus();
+}
+
+// What one trace is replayed with: the cap (a factor of its peak, or bytes) and its steps.
+absl::StatusOr<replay::ReplayOptions> OptionsFor(const trace::Trace& trace, const Cap& cap,
+                                                 const ReplayArgs& args, std::size_t page_bytes) {
+  replay::ReplayOptions options;
+  options.capacity = cap.bytes;
+  options.device_lag = args.device_lag;
+  options.page_bytes = page_bytes;
+  // Device activity is counted per training step: the trace's own (or inferred) steps,
+  // else ten equal slices.
+  options.step_ends = report::FindSteps(trace, std::nullopt).ends;
+  if (options.step_ends.empty()) {
+    options.step_ends = replay::EqualStepEnds(trace.events.size(), kSlicesWithoutSteps);
+  }
+  if (cap.factor) {
+    options.capacity = static_cast<std::uint64_t>(
+        *cap.factor * static_cast<double>(replay::PeakAllocated(trace)));
+    if (*options.capacity == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(trace.source, ": --cap ", args.cap, " is 0 bytes"));
+    }
+  }
+  return options;
+}
+
+// Every policy over one trace: a JSON line each, or one table.
+int ReplayPolicies(const std::string& path, const trace::Trace& trace,
+                   const std::vector<std::string>& policies,
+                   const replay::ReplayOptions& options, const replay::AllocObserver& on_alloc,
+                   bool json) {
+  std::vector<replay::ReplayResult> results;
+  for (const std::string& policy : policies) {
+    absl::StatusOr<replay::ReplayResult> result =
+        replay::Replay(trace, policy, options, on_alloc);
+    if (!result.ok()) return BadInput(std::string(result.status().message()));
+    if (&policy == &policies.front()) WarnOfUnpaired(*result);
+    if (json) {
+      nlohmann::json j = ToJson(path, *result);
+      j["capacity"] = options.capacity ? nlohmann::json(*options.capacity) : nlohmann::json();
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      results.push_back(*std::move(result));
+    }
+  }
+  if (!json) PrintTable(path, options.capacity, results);
+  std::fflush(stdout);
+  return kExitOk;
+}
+
+int ReplayTrace(const std::string& path, const ReplayArgs& args,
+                const std::vector<std::string>& policies, const Cap& cap,
+                std::size_t page_bytes) {
+  absl::StatusOr<trace::Trace> trace = trace::LoadTrace(path);
+  if (!trace.ok()) return BadInput(std::string(trace.status().message()));
+  WarnOfLoss(*trace);
+  WarnOfDamage(*trace);
+  absl::StatusOr<replay::ReplayOptions> options = OptionsFor(*trace, cap, args, page_bytes);
+  if (!options.ok()) return BadInput(std::string(options.status().message()));
+  if (args.min_cap) return PrintMinCap(path, *trace, policies, *options, args.json);
+  AddressFile addresses;
+  if (!args.addresses.empty()) {
+    addresses.file = std::fopen(args.addresses.c_str(), "w");
+    if (addresses.file == nullptr) {
+      return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
+    }
+  }
+  const int status =
+      ReplayPolicies(path, *trace, policies, *options, addresses.Observer(*trace), args.json);
+  if (!addresses.Close() && status == kExitOk) {
+    return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
+  }
+  return status;
+}
+
 int RunReplay(const ReplayArgs& args) {
   absl::StatusOr<Cap> cap = ParseCap(args.cap);
   if (!cap.ok()) return BadInput(absl::StrCat("--cap: ", cap.status().message()));
@@ -243,76 +340,15 @@ int RunReplay(const ReplayArgs& args) {
   if (!page_bytes.ok()) {
     return BadInput(absl::StrCat("--page-size: ", page_bytes.status().message()));
   }
-  if (args.min_cap && !args.cap.empty()) {
-    return BadInput("--min-cap searches the cap itself: leave out --cap");
+  if (absl::Status combined = CheckCombination(args); !combined.ok()) {
+    return BadInput(std::string(combined.message()));
   }
-  if (!args.addresses.empty() &&
-      (args.policy == "all" || args.traces.size() != 1 || args.min_cap)) {
-    return BadInput("--addresses needs one trace and one --policy, without --min-cap");
-  }
-  std::vector<std::string> policies;
-  if (args.policy == "all") {
-    policies = PolicyNames();
-  } else {
-    const std::vector<std::string> known = PolicyNames();
-    if (std::find(known.begin(), known.end(), args.policy) == known.end()) {
-      return BadInput(absl::StrCat("--policy: unknown policy '", args.policy,
-                                   "'; known: ", absl::StrJoin(known, ", "), ", all"));
-    }
-    policies.push_back(args.policy);
-  }
+  absl::StatusOr<std::vector<std::string>> policies = ChosenPolicies(args.policy);
+  if (!policies.ok()) return BadInput(std::string(policies.status().message()));
   for (const std::string& path : args.traces) {
-    absl::StatusOr<trace::Trace> trace = trace::LoadTrace(path);
-    if (!trace.ok()) return BadInput(std::string(trace.status().message()));
-    WarnOfLoss(*trace);
-    WarnOfDamage(*trace);
-    replay::ReplayOptions options;
-    options.capacity = cap->bytes;
-    options.device_lag = args.device_lag;
-    options.page_bytes = *page_bytes;
-    // Device activity is counted per training step: the trace's own (or inferred) steps,
-    // else ten equal slices.
-    options.step_ends = report::FindSteps(*trace, std::nullopt).ends;
-    if (options.step_ends.empty()) {
-      options.step_ends = replay::EqualStepEnds(trace->events.size(), kSlicesWithoutSteps);
+    if (int status = ReplayTrace(path, args, *policies, *cap, *page_bytes); status != kExitOk) {
+      return status;
     }
-    if (cap->factor) {
-      options.capacity = static_cast<std::uint64_t>(
-          *cap->factor * static_cast<double>(replay::PeakAllocated(*trace)));
-      if (*options.capacity == 0) return BadInput(absl::StrCat(path, ": --cap ", args.cap, " is 0 bytes"));
-    }
-    AddressFile addresses;
-    if (!args.addresses.empty()) {
-      addresses.file = std::fopen(args.addresses.c_str(), "w");
-      if (addresses.file == nullptr) {
-        return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
-      }
-    }
-    const replay::AllocObserver on_alloc = addresses.Observer(*trace);
-    if (args.min_cap) {
-      if (int status = PrintMinCap(path, *trace, policies, options, args.json);
-          status != kExitOk) {
-        return status;
-      }
-      continue;
-    }
-    std::vector<replay::ReplayResult> results;
-    for (const std::string& policy : policies) {
-      absl::StatusOr<replay::ReplayResult> result =
-          replay::Replay(*trace, policy, options, on_alloc);
-      if (!result.ok()) return BadInput(std::string(result.status().message()));
-      if (&policy == &policies.front()) WarnOfUnpaired(*result);
-      if (args.json) {
-        nlohmann::json j = ToJson(path, *result);
-        j["capacity"] = options.capacity ? nlohmann::json(*options.capacity) : nlohmann::json();
-        std::printf("%s\n", j.dump().c_str());
-      } else {
-        results.push_back(*std::move(result));
-      }
-    }
-    if (!args.json) PrintTable(path, options.capacity, results);
-    std::fflush(stdout);
-    if (!addresses.Close()) return BadInput(absl::StrCat("--addresses: cannot write ", args.addresses));
   }
   return kExitOk;
 }
