@@ -88,48 +88,90 @@ report::Progress MakeProgress(const std::string& name, bool long_job) {
   };
 }
 
-int Run(const ReportArgs& args) {
+// --capacity and --step-site, parsed into the options.
+absl::StatusOr<report::ReportOptions> ParseOptions(const ReportArgs& args) {
   report::ReportOptions options;
   if (!args.capacity.empty()) {
     absl::StatusOr<std::uint64_t> size = replay::ParseSize(args.capacity);
-    if (!size.ok()) return BadInput(absl::StrCat("--capacity: ", size.status().message()));
-    if (*size == 0) return BadInput("--capacity: 0 bytes: a device has some memory");
+    if (!size.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--capacity: ", size.status().message()));
+    }
+    if (*size == 0) {
+      return absl::InvalidArgumentError("--capacity: 0 bytes: a device has some memory");
+    }
     options.capacity = *size;
   }
   if (!args.step_site.empty()) {
     absl::StatusOr<report::StepSite> site = report::ParseStepSite(args.step_site);
-    if (!site.ok()) return BadInput(std::string(site.status().message()));
+    if (!site.ok()) return site.status();
     options.step_site = *site;
   }
-  // A CUPTI trace, or a ring's segment, named with its trace is read with it
-  // (report/cupti_companion.h).
-  const std::vector<std::string> paths = report::MainTraces(args.traces);
-  // Ranks of a job: read one by one, bounded memory (the HTML page needs them all).
-  if (paths.size() > 1 && args.html.empty()) {
-    return ReportRanks(paths, options, args.json);
-  }
-  // Load everything first: one bad file fails the whole command before any output.
+  return options;
+}
+
+// Every trace read before any report is made: one bad file fails the whole command before
+// any output. A long read shows its progress.
+absl::StatusOr<std::vector<trace::Trace>> LoadAll(const std::vector<std::string>& paths) {
   std::vector<trace::Trace> traces;
-  std::vector<std::optional<trace::Trace>> cupti;
   for (const std::string& path : paths) {
     std::error_code size_error;
     const std::uintmax_t bytes = std::filesystem::file_size(path, size_error);
     const bool long_read = !size_error && bytes >= (std::uintmax_t{64} << 20);
     absl::StatusOr<trace::Trace> t =
         trace::LoadTrace(path, MakeProgress(path + " (reading)", long_read));
-    if (!t.ok()) return BadInput(std::string(t.status().message()));
+    if (!t.ok()) return t.status();
     WarnOfLoss(*t);
     WarnOfDamage(*t);
     traces.push_back(std::move(*t));
-    cupti.push_back(report::LoadCuptiCompanion(path));
   }
+  return traces;
+}
+
+void PrintJson(const std::vector<report::Report>& reports, const std::string& url) {
+  nlohmann::json j;
+  if (reports.size() == 1) {
+    j = report::ReportToJson(reports.front());
+  } else {
+    j["traces"] = nlohmann::json::array();
+    for (const report::Report& r : reports) j["traces"].push_back(report::ReportToJson(r));
+    j["merged"] = report::MergedToJson(report::MergeRanks(reports));
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+  // stdout holds only the JSON.
+  if (!url.empty()) std::fprintf(stderr, "HTML report: %s\n", url.c_str());
+}
+
+void PrintTerminal(const std::vector<report::Report>& reports, const std::string& url) {
+  const bool color = isatty(STDOUT_FILENO);
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    std::printf("%s%s", i ? "\n" : "", report::FormatTerminal(reports[i], color).c_str());
+  }
+  if (reports.size() > 1) {
+    std::printf("\n%s", report::FormatMerged(report::MergeRanks(reports)).c_str());
+  }
+  if (!url.empty()) std::printf("\nHTML report: %s\n", url.c_str());
+}
+
+int Run(const ReportArgs& args) {
+  absl::StatusOr<report::ReportOptions> options = ParseOptions(args);
+  if (!options.ok()) return BadInput(std::string(options.status().message()));
+  // A CUPTI trace, or a ring's segment, named with its trace is read with it
+  // (report/cupti_companion.h).
+  const std::vector<std::string> paths = report::MainTraces(args.traces);
+  // Ranks of a job: read one by one, bounded memory (the HTML page needs them all).
+  if (paths.size() > 1 && args.html.empty()) {
+    return ReportRanks(paths, *options, args.json);
+  }
+  absl::StatusOr<std::vector<trace::Trace>> traces = LoadAll(paths);
+  if (!traces.ok()) return BadInput(std::string(traces.status().message()));
   std::vector<report::Report> reports;
-  reports.reserve(traces.size());
-  for (std::size_t i = 0; i < traces.size(); ++i) {
-    const trace::Trace& t = traces[i];
-    options.progress = MakeProgress(t.source, t.events.size() >= 2'000'000);
-    options.cupti = cupti[i] ? &*cupti[i] : nullptr;
-    reports.push_back(report::BuildReport(t, options));
+  reports.reserve(traces->size());
+  for (std::size_t i = 0; i < traces->size(); ++i) {
+    const trace::Trace& t = (*traces)[i];
+    const std::optional<trace::Trace> cupti = report::LoadCuptiCompanion(paths[i]);
+    options->progress = MakeProgress(t.source, t.events.size() >= 2'000'000);
+    options->cupti = cupti ? &*cupti : nullptr;
+    reports.push_back(report::BuildReport(t, *options));
   }
   if (!args.html.empty()) {
     if (absl::Status written = WriteFile(args.html, report::RenderHtml(reports)); !written.ok()) {
@@ -138,24 +180,9 @@ int Run(const ReportArgs& args) {
   }
   const std::string url = args.html.empty() ? "" : FileUrl(args.html);
   if (args.json) {
-    nlohmann::json j;
-    if (reports.size() == 1) {
-      j = report::ReportToJson(reports.front());
-    } else {
-      j["traces"] = nlohmann::json::array();
-      for (const report::Report& r : reports) j["traces"].push_back(report::ReportToJson(r));
-      j["merged"] = report::MergedToJson(report::MergeRanks(reports));
-    }
-    std::printf("%s\n", j.dump(2).c_str());
-    // stdout holds only the JSON.
-    if (!url.empty()) std::fprintf(stderr, "HTML report: %s\n", url.c_str());
+    PrintJson(reports, url);
   } else {
-    const bool color = isatty(STDOUT_FILENO);
-    for (std::size_t i = 0; i < reports.size(); ++i) {
-      std::printf("%s%s", i ? "\n" : "", report::FormatTerminal(reports[i], color).c_str());
-    }
-    if (reports.size() > 1) std::printf("\n%s", report::FormatMerged(report::MergeRanks(reports)).c_str());
-    if (!url.empty()) std::printf("\nHTML report: %s\n", url.c_str());
+    PrintTerminal(reports, url);
   }
   if (args.open && !OpenUrl(url)) {
     std::fprintf(stderr, "gpumem report: no xdg-open or $BROWSER here; open %s\n", url.c_str());
