@@ -84,78 +84,103 @@ absl::StatusOr<bool> ParseFlag(const char* name, absl::string_view value) {
   return Invalid(name, value, "0 or 1");
 }
 
-}  // namespace
+// The variable's value, or null where it is unset or empty.
+const char* Given(const EnvLookup& env, const char* name) {
+  const char* v = env(name);
+  return v != nullptr && *v != '\0' ? v : nullptr;
+}
 
-absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
-  Config config;
-  if (const char* v = env("GPUMEM_MODE"); v != nullptr && *v != '\0') {
+absl::Status ParseChoices(const EnvLookup& env, Config* config) {
+  if (const char* v = Given(env, "GPUMEM_MODE")) {
     absl::string_view s = v;
-    if (s == "allocator") config.mode = Mode::kAllocator;
-    else if (s == "profile") config.mode = Mode::kProfile;
+    if (s == "allocator") config->mode = Mode::kAllocator;
+    else if (s == "profile") config->mode = Mode::kProfile;
     else return Invalid("GPUMEM_MODE", s, "allocator or profile");
   }
-  if (const char* v = env("GPUMEM_BACKEND"); v != nullptr && *v != '\0') {
+  if (const char* v = Given(env, "GPUMEM_BACKEND")) {
     absl::string_view s = v;
-    if (s == "auto") config.backend = BackendKind::kAuto;
-    else if (s == "vmm") config.backend = BackendKind::kVmm;
-    else if (s == "cudamalloc") config.backend = BackendKind::kCudaMalloc;
-    else if (s == "sim") config.backend = BackendKind::kSim;
+    if (s == "auto") config->backend = BackendKind::kAuto;
+    else if (s == "vmm") config->backend = BackendKind::kVmm;
+    else if (s == "cudamalloc") config->backend = BackendKind::kCudaMalloc;
+    else if (s == "sim") config->backend = BackendKind::kSim;
     else return Invalid("GPUMEM_BACKEND", s, "auto, vmm, cudamalloc or sim");
   }
-  if (const char* v = env("GPUMEM_CAPACITY"); v != nullptr && *v != '\0') {
+  return absl::OkStatus();
+}
+
+// The cap, the headroom and the page: how much device memory, in what units.
+absl::Status ParseSizes(const EnvLookup& env, Config* config) {
+  if (const char* v = Given(env, "GPUMEM_CAPACITY")) {
     absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
     if (!bytes.ok()) {
       return Invalid("GPUMEM_CAPACITY", v, "a positive size such as 123, 512M, 1.5G or 80GiB");
     }
-    config.capacity = *bytes;
+    config->capacity = *bytes;
   }
-  if (const char* v = env("GPUMEM_MEMORY_FRACTION"); v != nullptr && *v != '\0') {
+  if (const char* v = Given(env, "GPUMEM_MEMORY_FRACTION")) {
     double f = 0;
     if (!absl::SimpleAtod(v, &f) || !(f > 0.0 && f <= 1.0)) {
       return Invalid("GPUMEM_MEMORY_FRACTION", v, "a number in (0, 1]");
     }
-    config.memory_fraction = f;
+    config->memory_fraction = f;
   }
-  if (const char* v = env("GPUMEM_HEADROOM"); v != nullptr && *v != '\0') {
+  if (const char* v = Given(env, "GPUMEM_HEADROOM")) {
     absl::StatusOr<std::uint64_t> bytes = absl::string_view(v) == "0" ? 0 : ParseBytes(v);
     if (!bytes.ok()) return Invalid("GPUMEM_HEADROOM", v, "0 or a size such as 256M or 1G");
-    config.headroom = *bytes;
+    config->headroom = *bytes;
   }
-  if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config.trace_path = v;
-  absl::StatusOr<std::uint64_t> trace_max = ParseTraceMax(env(kTraceMaxVariable));
-  if (!trace_max.ok()) return trace_max.status();
-  config.trace_max_bytes = *trace_max;
-  if (const char* v = env("GPUMEM_PAGE_SIZE");
-      v != nullptr && *v != '\0' && absl::string_view(v) != "auto") {
+  if (const char* v = Given(env, "GPUMEM_PAGE_SIZE"); v != nullptr && absl::string_view(v) != "auto") {
     absl::StatusOr<std::uint64_t> bytes = ParseBytes(v);
     if (!bytes.ok() || *bytes < (std::uint64_t{2} << 20) || *bytes > (std::uint64_t{1} << 30)) {
       return Invalid("GPUMEM_PAGE_SIZE", v, "auto or a size from 2M to 1G, such as 4M");
     }
-    config.page_bytes = *bytes;
+    config->page_bytes = *bytes;
   }
-  if (const char* v = env("GPUMEM_LEAK_WARN_STEPS"); v != nullptr && *v != '\0') {
+  return absl::OkStatus();
+}
+
+absl::Status ParseRecording(const EnvLookup& env, Config* config) {
+  if (const char* v = env("GPUMEM_TRACE"); v != nullptr) config->trace_path = v;
+  absl::StatusOr<std::uint64_t> trace_max = ParseTraceMax(env(kTraceMaxVariable));
+  if (!trace_max.ok()) return trace_max.status();
+  config->trace_max_bytes = *trace_max;
+  if (const char* v = Given(env, "GPUMEM_LEAK_WARN_STEPS")) {
     int steps = 0;
     if (!absl::SimpleAtoi(v, &steps) || steps < 0) {
       return Invalid("GPUMEM_LEAK_WARN_STEPS", v, "0 (off) or a number of steps");
     }
-    config.leak_warn_steps = static_cast<std::size_t>(steps);
+    config->leak_warn_steps = static_cast<std::size_t>(steps);
   }
+  return absl::OkStatus();
+}
+
+absl::Status ParseFlags(const EnvLookup& env, Config* config) {
   bool on = true;  // GPUMEM itself is read by the preload; here it is only checked
   const std::pair<const char*, bool*> flags[] = {
-      {"GPUMEM_LOG_OOM", &config.log_oom},
-      {"GPUMEM_STITCH", &config.stitch},
-      {"GPUMEM_BORROW", &config.borrow},
-      {"GPUMEM_BACKGROUND_UNMAP", &config.background_unmap},
-      {"GPUMEM_THREAD_CACHE", &config.thread_cache},
-      {"GPUMEM_VERBOSE", &config.verbose},
+      {"GPUMEM_LOG_OOM", &config->log_oom},
+      {"GPUMEM_STITCH", &config->stitch},
+      {"GPUMEM_BORROW", &config->borrow},
+      {"GPUMEM_BACKGROUND_UNMAP", &config->background_unmap},
+      {"GPUMEM_THREAD_CACHE", &config->thread_cache},
+      {"GPUMEM_VERBOSE", &config->verbose},
       {"GPUMEM", &on},
   };
   for (const auto& [name, field] : flags) {
-    if (const char* v = env(name); v != nullptr && *v != '\0') {
+    if (const char* v = Given(env, name)) {
       absl::StatusOr<bool> b = ParseFlag(name, v);
       if (!b.ok()) return b.status();
       *field = *b;
     }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(const EnvLookup& env) {
+  Config config;
+  for (auto parse : {ParseChoices, ParseSizes, ParseRecording, ParseFlags}) {
+    if (absl::Status parsed = parse(env, &config); !parsed.ok()) return parsed;
   }
   return config;
 }
