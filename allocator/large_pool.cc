@@ -260,46 +260,48 @@ LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
 }
 
 absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
-  if (!pages_.vmm()) {
-    std::size_t seg_bytes = RoundUp(bytes, page_);
-    absl::StatusOr<DevicePtr> base = pages_.AllocateSegment(seg_bytes);
-    if (!base.ok()) return base.status();
-    auto& r = ranges_.emplace_back(std::make_unique<Range>());
-    r->base = *base;
-    r->bytes = seg_bytes;
-    r->segment = true;
-    r->mapped_bytes = seg_bytes;
-    Block* b = NewNode();
-    b->addr = *base;
-    b->size = seg_bytes;
-    b->used_at = ++free_seq_;
-    b->range = r.get();
-    r->tail = b;
-    return Carve(b, bytes);
+  if (!pages_.vmm()) return GrowSegment(bytes);
+  if (plan.extent == nullptr) return GrowNewRange(plan.pages(), bytes);
+  return GrowExtent(plan, bytes);
+}
+
+Block* LargePool::AddRange(DevicePtr base, std::size_t va_bytes, std::size_t mapped_bytes,
+                           bool segment) {
+  auto& r = ranges_.emplace_back(std::make_unique<Range>());
+  r->base = base;
+  r->bytes = va_bytes;
+  r->segment = segment;
+  r->mapped_bytes = mapped_bytes;
+  Block* b = NewNode();
+  b->addr = base;
+  b->size = mapped_bytes;
+  // Its pages may be lent ones, which this stream was made to wait for: a borrower of
+  // any of it waits for this stream's work from now on.
+  b->used_at = ++free_seq_;
+  b->range = r.get();
+  r->tail = b;
+  return b;
+}
+
+absl::StatusOr<Block*> LargePool::GrowSegment(std::size_t bytes) {
+  const std::size_t seg_bytes = RoundUp(bytes, page_);
+  absl::StatusOr<DevicePtr> base = pages_.AllocateSegment(seg_bytes);
+  if (!base.ok()) return base.status();
+  return Carve(AddRange(*base, seg_bytes, seg_bytes, /*segment=*/true), bytes);
+}
+
+absl::StatusOr<Block*> LargePool::GrowNewRange(std::size_t pages, std::size_t bytes) {
+  const std::size_t va_bytes = std::max(range_va_bytes_, pages * page_);
+  absl::StatusOr<DevicePtr> base = pages_.ReserveRange(va_bytes);
+  if (!base.ok()) return base.status();
+  if (absl::Status s = pages_.MapPages(*base, pages); !s.ok()) {
+    pages_.ReleaseRange(*base, va_bytes);
+    return s;
   }
-  if (plan.extent == nullptr) {
-    std::size_t n = plan.pages();
-    std::size_t va_bytes = std::max(range_va_bytes_, n * page_);
-    absl::StatusOr<DevicePtr> base = pages_.ReserveRange(va_bytes);
-    if (!base.ok()) return base.status();
-    if (absl::Status s = pages_.MapPages(*base, n); !s.ok()) {
-      pages_.ReleaseRange(*base, va_bytes);
-      return s;
-    }
-    auto& r = ranges_.emplace_back(std::make_unique<Range>());
-    r->base = *base;
-    r->bytes = va_bytes;
-    r->mapped_bytes = n * page_;
-    Block* b = NewNode();
-    b->addr = *base;
-    b->size = n * page_;
-    // Its pages may be lent ones, which this stream was made to wait for: a borrower of
-    // any of it waits for this stream's work from now on.
-    b->used_at = ++free_seq_;
-    b->range = r.get();
-    r->tail = b;
-    return Carve(b, bytes);
-  }
+  return Carve(AddRange(*base, va_bytes, pages * page_, /*segment=*/false), bytes);
+}
+
+absl::StatusOr<Block*> LargePool::GrowExtent(const Plan& plan, std::size_t bytes) {
   Block* e = plan.extent;
   // Every page first, so that growth fails before anything is mapped or left created.
   if (absl::StatusOr<std::size_t> s = pages_.CachePages(plan.pages()); !s.ok()) {
@@ -323,7 +325,7 @@ absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
     InsertFree(e);
   }
   EraseFree(e);
-  e->used_at = ++free_seq_;  // its new pages, as above
+  e->used_at = ++free_seq_;  // its new pages, as in AddRange
   e = Coalesce(e);
   return Carve(e, bytes);
 }

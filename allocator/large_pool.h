@@ -198,6 +198,14 @@ class LargePool {
   void Merge(Block* block);
   // Marks a free block (already out of the free set) used, splitting off the rest.
   Block* Carve(Block* b, std::size_t bytes);
+  // Grow's three ways: a cudaMalloc segment, a fresh VMM range, or pages mapped onto
+  // the ends of a free block.
+  absl::StatusOr<Block*> GrowSegment(std::size_t bytes);
+  absl::StatusOr<Block*> GrowNewRange(std::size_t pages, std::size_t bytes);
+  absl::StatusOr<Block*> GrowExtent(const Plan& plan, std::size_t bytes);
+  // A new range (or segment) whose first `mapped_bytes` are one free block, returned out
+  // of the free set.
+  Block* AddRange(DevicePtr base, std::size_t va_bytes, std::size_t mapped_bytes, bool segment);
   // Merges a free block (out of the free set) with adjacent free neighbours.
   Block* Coalesce(Block* b);
   void ReleaseRange(Range* r);
