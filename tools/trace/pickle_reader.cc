@@ -210,156 +210,140 @@ class Reader {
     return Push(memo_[index]);
   }
 
+  // A little-endian operand of type T, handed to `then`.
+  template <typename T, typename Then>
+  absl::Status Operand(Then&& then) {
+    T v;
+    if (!TakeLE(&v)) return Truncated();
+    return then(v);
+  }
+
   absl::Status Step(unsigned char op) {
+    auto put = [&](std::uint64_t i) { return Put(i); };
+    auto get = [&](std::uint64_t i) { return Get(i); };
+    auto int_of = [&](auto v) { return Push(builder_.Int(v, op_start_)); };
+    auto string_of = [&](std::uint64_t n) { return PushString(n, PickleKind::kString); };
+    auto bytes_of = [&](std::uint64_t n) { return PushString(n, PickleKind::kBytes); };
     switch (op) {
-      case 0x80: {  // PROTO
-        std::uint8_t v;
-        if (!TakeLE(&v)) return Truncated();
-        if (v > 5) return OpError(absl::StrCat("unsupported protocol ", v));
-        return absl::OkStatus();
-      }
-      case 0x95: {  // FRAME: a length hint for buffered reading; the data is all here
-        std::uint64_t n;
-        if (!TakeLE(&n)) return Truncated();
-        if (n > data_.size() - pos_) return OpError("frame runs past the end of the data");
-        return absl::OkStatus();
-      }
+      case 0x80: return Operand<std::uint8_t>([&](std::uint8_t v) { return Proto(v); });
+      case 0x95: return Operand<std::uint64_t>([&](std::uint64_t n) { return Frame(n); });
       case '.':  // STOP
         done_ = true;
         return NeedStack(1);
-      case '(':
-        if (marks_.size() >= limits_.max_marks) {
-          return OpError(absl::StrCat("more than ", limits_.max_marks, " nested MARKs"));
-        }
-        marks_.push_back(stack_.size());
-        return absl::OkStatus();
+      case '(': return Mark();
       case '}': return Push(builder_.Container(PickleKind::kDict, op_start_));
       case ']': return Push(builder_.Container(PickleKind::kList, op_start_));
       case ')': return Push(builder_.Container(PickleKind::kTuple, op_start_));
-      case 't': case 'l': case 'd': {
-        absl::StatusOr<std::size_t> m = PopMark();
-        if (!m.ok()) return m.status();
-        PickleKind k = op == 't' ? PickleKind::kTuple : op == 'l' ? PickleKind::kList : PickleKind::kDict;
-        return Collect(k, *m);
-      }
-      case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
-        std::size_t n = op - 0x84u;
-        absl::Status s = NeedStack(n);
-        if (!s.ok()) return s;
-        return Collect(PickleKind::kTuple, stack_.size() - n);
-      }
-      case 's': {
-        absl::Status s = NeedStack(3);
-        if (!s.ok()) return s;
-        return AddItems(PickleKind::kDict, stack_.size() - 2);
-      }
-      case 'a': {
-        absl::Status s = NeedStack(2);
-        if (!s.ok()) return s;
-        return AddItems(PickleKind::kList, stack_.size() - 1);
-      }
-      case 'u': case 'e': {
-        absl::StatusOr<std::size_t> m = PopMark();
-        if (!m.ok()) return m.status();
-        return AddItems(op == 'u' ? PickleKind::kDict : PickleKind::kList, *m);
-      }
+      case 't': case 'l': case 'd': return CollectToMark(op);
+      case 0x85: case 0x86: case 0x87: return SmallTuple(op - 0x84u);  // TUPLE1..3
+      case 's': return AddFromStack(PickleKind::kDict, 3);
+      case 'a': return AddFromStack(PickleKind::kList, 2);
+      case 'u': case 'e': return AddToMark(op == 'u' ? PickleKind::kDict : PickleKind::kList);
       case 0x94: return Put(memo_count_);  // MEMOIZE
-      case 'q': {
-        std::uint8_t i;
-        if (!TakeLE(&i)) return Truncated();
-        return Put(i);
-      }
-      case 'r': {
-        std::uint32_t i;
-        if (!TakeLE(&i)) return Truncated();
-        return Put(i);
-      }
-      case 'h': {
-        std::uint8_t i;
-        if (!TakeLE(&i)) return Truncated();
-        return Get(i);
-      }
-      case 'j': {
-        std::uint32_t i;
-        if (!TakeLE(&i)) return Truncated();
-        return Get(i);
-      }
-      case 'p': case 'g': {
-        absl::string_view line;
-        std::uint64_t i;
-        if (!TakeLine(&line)) return Truncated();
-        if (!absl::SimpleAtoi(line, &i)) return OpError("bad memo index");
-        return op == 'p' ? Put(i) : Get(i);
-      }
+      case 'q': return Operand<std::uint8_t>(put);
+      case 'r': return Operand<std::uint32_t>(put);
+      case 'h': return Operand<std::uint8_t>(get);
+      case 'j': return Operand<std::uint32_t>(get);
+      case 'p': case 'g': return TextMemo(op == 'p');
       case 'N': return Push(builder_.None(op_start_));
       case 0x88: return Push(builder_.Bool(true, op_start_));
       case 0x89: return Push(builder_.Bool(false, op_start_));
-      case 'J': {
-        std::uint32_t v;
-        if (!TakeLE(&v)) return Truncated();
-        return Push(builder_.Int(static_cast<std::int32_t>(v), op_start_));
-      }
-      case 'K': {
-        std::uint8_t v;
-        if (!TakeLE(&v)) return Truncated();
-        return Push(builder_.Int(v, op_start_));
-      }
-      case 'M': {
-        std::uint16_t v;
-        if (!TakeLE(&v)) return Truncated();
-        return Push(builder_.Int(v, op_start_));
-      }
-      case 'I': {  // text int; protocol 0 spells bools I00 / I01
-        absl::string_view line;
-        if (!TakeLine(&line)) return Truncated();
-        if (line == "00" || line == "01") return Push(builder_.Bool(line == "01", op_start_));
-        std::int64_t i;
-        std::uint64_t u;
-        if (absl::SimpleAtoi(line, &i)) return Push(builder_.Int(i, op_start_));
-        if (absl::SimpleAtoi(line, &u)) return Push(builder_.Uint(u, op_start_));
-        return OpError("not a 64-bit integer");
-      }
+      case 'J':
+        return Operand<std::uint32_t>([&](std::uint32_t v) { return int_of(static_cast<std::int32_t>(v)); });
+      case 'K': return Operand<std::uint8_t>(int_of);
+      case 'M': return Operand<std::uint16_t>(int_of);
+      case 'I': return TextInt();
       case 0x8a: return Long1();
-      case 'G': {
-        const char* p;
-        if (!Take(8, &p)) return Truncated();
-        std::uint64_t bits = 0;
-        for (int i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<unsigned char>(p[i]);  // big-endian
-        double d;
-        std::memcpy(&d, &bits, sizeof d);
-        return Push(builder_.Float(d, op_start_));
-      }
-      case 0x8c: {
-        std::uint8_t n;
-        if (!TakeLE(&n)) return Truncated();
-        return PushString(n, PickleKind::kString);
-      }
-      case 'X': {
-        std::uint32_t n;
-        if (!TakeLE(&n)) return Truncated();
-        return PushString(n, PickleKind::kString);
-      }
-      case 0x8d: {
-        std::uint64_t n;
-        if (!TakeLE(&n)) return Truncated();
-        return PushString(n, PickleKind::kString);
-      }
-      case 'C': {
-        std::uint8_t n;
-        if (!TakeLE(&n)) return Truncated();
-        return PushString(n, PickleKind::kBytes);
-      }
-      case 'B': {
-        std::uint32_t n;
-        if (!TakeLE(&n)) return Truncated();
-        return PushString(n, PickleKind::kBytes);
-      }
+      case 'G': return BinFloat();
+      case 0x8c: return Operand<std::uint8_t>(string_of);
+      case 'X': return Operand<std::uint32_t>(string_of);
+      case 0x8d: return Operand<std::uint64_t>(string_of);
+      case 'C': return Operand<std::uint8_t>(bytes_of);
+      case 'B': return Operand<std::uint32_t>(bytes_of);
       default: {
         const char* known = OpcodeName(op);
         if (known) return OpError("not supported (snapshots hold only plain data)");
         return Error(op_start_, absl::StrFormat("unknown opcode 0x%02x", op));
       }
     }
+  }
+
+  absl::Status Proto(std::uint8_t version) {
+    if (version > 5) return OpError(absl::StrCat("unsupported protocol ", version));
+    return absl::OkStatus();
+  }
+
+  // FRAME: a length hint for buffered reading; the data is all here.
+  absl::Status Frame(std::uint64_t n) {
+    if (n > data_.size() - pos_) return OpError("frame runs past the end of the data");
+    return absl::OkStatus();
+  }
+
+  absl::Status Mark() {
+    if (marks_.size() >= limits_.max_marks) {
+      return OpError(absl::StrCat("more than ", limits_.max_marks, " nested MARKs"));
+    }
+    marks_.push_back(stack_.size());
+    return absl::OkStatus();
+  }
+
+  // TUPLE, LIST, DICT: everything above the last mark, as one container.
+  absl::Status CollectToMark(unsigned char op) {
+    absl::StatusOr<std::size_t> m = PopMark();
+    if (!m.ok()) return m.status();
+    const PickleKind k =
+        op == 't' ? PickleKind::kTuple : op == 'l' ? PickleKind::kList : PickleKind::kDict;
+    return Collect(k, *m);
+  }
+
+  absl::Status SmallTuple(std::size_t n) {
+    if (absl::Status s = NeedStack(n); !s.ok()) return s;
+    return Collect(PickleKind::kTuple, stack_.size() - n);
+  }
+
+  // SETITEM, APPEND: the top `depth - 1` values into the container below them.
+  absl::Status AddFromStack(PickleKind kind, std::size_t depth) {
+    if (absl::Status s = NeedStack(depth); !s.ok()) return s;
+    return AddItems(kind, stack_.size() - (depth - 1));
+  }
+
+  // SETITEMS, APPENDS: everything above the last mark into the container below it.
+  absl::Status AddToMark(PickleKind kind) {
+    absl::StatusOr<std::size_t> m = PopMark();
+    if (!m.ok()) return m.status();
+    return AddItems(kind, *m);
+  }
+
+  // PUT, GET: a memo index spelled out on a line.
+  absl::Status TextMemo(bool put) {
+    absl::string_view line;
+    std::uint64_t i;
+    if (!TakeLine(&line)) return Truncated();
+    if (!absl::SimpleAtoi(line, &i)) return OpError("bad memo index");
+    return put ? Put(i) : Get(i);
+  }
+
+  // INT: a text int; protocol 0 spells bools I00 / I01.
+  absl::Status TextInt() {
+    absl::string_view line;
+    if (!TakeLine(&line)) return Truncated();
+    if (line == "00" || line == "01") return Push(builder_.Bool(line == "01", op_start_));
+    std::int64_t i;
+    std::uint64_t u;
+    if (absl::SimpleAtoi(line, &i)) return Push(builder_.Int(i, op_start_));
+    if (absl::SimpleAtoi(line, &u)) return Push(builder_.Uint(u, op_start_));
+    return OpError("not a 64-bit integer");
+  }
+
+  // BINFLOAT: a big-endian double.
+  absl::Status BinFloat() {
+    const char* p;
+    if (!Take(8, &p)) return Truncated();
+    std::uint64_t bits = 0;
+    for (int i = 0; i < 8; ++i) bits = (bits << 8) | static_cast<unsigned char>(p[i]);
+    double d;
+    std::memcpy(&d, &bits, sizeof d);
+    return Push(builder_.Float(d, op_start_));
   }
 
   // LONG1: n little-endian two's-complement bytes. Anything in int64 or uint64 is accepted
