@@ -235,6 +235,25 @@ def step_line(name, rounds):
             f"each round: {each}")
 
 
+def gc_line(rounds):
+    """Rank 0's Python collections in the timed steps, native against gpumem: ms a step,
+    full collections, and steps stalled over 10 ms by one (None: rows without gc_ms)."""
+    parts = []
+    for name, rows in (("native", [n for n, _ in rank0_pairs(rounds)]),
+                       ("gpumem", [g for _, g in rank0_pairs(rounds)])):
+        ms = [x for r in rows for x in r.get("gc_ms") or []]
+        if not ms:
+            return None
+        full = sum((r.get("gc_collections") or [0, 0, 0])[2] for r in rows)
+        stalled = sum(x > 10 for x in ms)
+        parts.append(f"{name} {sum(ms) / len(ms):.2f} ms a step, {full} full, "
+                     f"{stalled} steps over 10 ms")
+    manual = rank0_pairs(rounds)
+    how = next((f"a full one every {r['manual_gc']} steps" for r, _ in manual
+                if r.get("manual_gc")), "automatic")
+    return f"- Python's collections in the timed steps, rank 0 ({how}): " + "; ".join(parts)
+
+
 def gib(used):
     """The driver's in-use figure; None where two jobs shared the GPUs (turns)."""
     return "shared by both jobs" if used is None else f"{used / 2**30:.2f} GiB"
@@ -253,7 +272,8 @@ def summarize(layout, rounds):
                      f"reserved/allocated {ratio:.3f} (native {native_ratio:.3f}); driver "
                      f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
-    lines += [line for line in (step_line("gpumem", rounds), device_calls(rounds)) if line]
+    lines += [line for line in (step_line("gpumem", rounds), gc_line(rounds),
+                                device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
 
 

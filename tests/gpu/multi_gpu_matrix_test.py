@@ -114,6 +114,20 @@ class Judgement(unittest.TestCase):
         self.assertIn("each round: 1.000, 1.050", text)
         self.assertIn("driver in use shared by both jobs", text)
 
+    def test_collections_of_each_job(self):
+        native, gpumem = pair()
+        native[0].update(gc_ms=[0, 60, 0, 0, 1], gc_collections=[9, 3, 1], manual_gc=0)
+        gpumem[0].update(gc_ms=[0, 0, 0, 0, 0], gc_collections=[9, 3, 0], manual_gc=0)
+        text, _ = m.summarize("fsdp2", [(native, gpumem)])
+        self.assertIn("Python's collections in the timed steps, rank 0 (automatic): native "
+                      "12.20 ms a step, 1 full, 1 steps over 10 ms; gpumem 0.00 ms a step, 0 "
+                      "full, 0 steps over 10 ms", text)
+        for r in (native[0], gpumem[0]):
+            r["manual_gc"] = 50
+        self.assertIn("(a full one every 50 steps)", m.summarize("fsdp2", [(native, gpumem)])[0])
+        del native[0]["gc_ms"]  # rows from before the clock: no line
+        self.assertNotIn("collections", m.summarize("fsdp2", [(native, gpumem)])[0])
+
     def test_variant_text(self):
         self.assertEqual(m.parse_variant("nostitch:GPUMEM_STITCH=0,GPUMEM_THREAD_CACHE=0"),
                          ("nostitch", {"GPUMEM_STITCH": "0", "GPUMEM_THREAD_CACHE": "0"}))
