@@ -6,8 +6,8 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "allocator/caching_allocator.h"
 #include "allocator/page_size.h"
-#include "hooks/allocator_factory.h"
 #include "hooks/trace_hook.h"
 
 namespace gpumem::hooks {
@@ -74,16 +74,16 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
       config->page_bytes != 0
           ? config->page_bytes
           : DefaultPageBytes(state->capacity, started.granularity(), started.supports_vmm());
-  absl::StatusOr<std::unique_ptr<DeviceAllocator>> allocator =
-      MakeDeviceAllocator(*state->backend.backend, device, **r.observer,
-                          {.stitch = config->stitch,
-                           .borrow = config->borrow,
-                           .background_unmap = config->background_unmap,
-                           .thread_cache = config->thread_cache,
-                           .headroom_bytes = headroom,
-                           .page_bytes = state->page_bytes});
-  if (!allocator.ok()) return allocator.status();
-  state->allocator = *std::move(allocator);
+  CachingAllocatorOptions options;
+  options.device = device;
+  options.observer = **r.observer;
+  options.stitch = config->stitch;
+  options.borrow = config->borrow;
+  options.background_unmap = config->background_unmap;
+  options.thread_cache = config->thread_cache;
+  options.headroom_bytes = headroom;
+  options.page_bytes = state->page_bytes;
+  state->allocator = MakeCachingAllocator(*state->backend.backend, options);
   if (config->verbose) {
     std::fprintf(stderr,
                  "gpumem: device %d: %s backend, cap %.2f GiB of %.2f GiB, pages of %zu MiB\n",
