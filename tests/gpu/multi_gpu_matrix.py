@@ -248,10 +248,7 @@ def gc_line(rounds):
         stalled = sum(x > 10 for x in ms)
         parts.append(f"{name} {sum(ms) / len(ms):.2f} ms a step, {full} full, "
                      f"{stalled} steps over 10 ms")
-    manual = rank0_pairs(rounds)
-    how = next((f"a full one every {r['manual_gc']} steps" for r, _ in manual
-                if r.get("manual_gc")), "automatic")
-    return f"- Python's collections in the timed steps, rank 0 ({how}): " + "; ".join(parts)
+    return "- Python's collections in the timed steps, rank 0: " + "; ".join(parts)
 
 
 def gib(used):

@@ -10,7 +10,7 @@ answers under its allocator), plus gpumem's own where it is installed.
 
 usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp,2d}
        [--steps 40] [--warmup 10] [--dim 1024] [--layers 8] [--leak-rank R]
-       [--cap-rank R --cap-fraction F] [--manual-gc N]
+       [--cap-rank R --cap-fraction F]
   MULTIGPU_TURNS=FOLDER,ROLE,N: take turns with another job on the same GPUs, N steps
   at a time, rank by rank (turns.fifo_turns; multi_gpu_matrix.py --turns sets it).
 """
@@ -166,8 +166,6 @@ def main():
     ap.add_argument("--cap-rank", type=int, default=-1,
                     help="this rank runs under set_per_process_memory_fraction(--cap-fraction)")
     ap.add_argument("--cap-fraction", type=float, default=0.05)
-    ap.add_argument("--manual-gc", type=int, default=0, metavar="N",
-                    help="Python's automatic collection off, a full one every N steps")
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     turns, first = (fifo_turns(os.environ["MULTIGPU_TURNS"], rank)
@@ -186,7 +184,7 @@ def main():
     if turns and not first:
         turns.wait(0)
     warm_counters = None
-    gc_clock = GcClock(args.manual_gc)
+    gc_clock = GcClock()
     gc_ms, gc_counts = [], None
     for step in range(args.steps):
         if step == args.warmup:
@@ -205,7 +203,6 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-        gc_clock.end_step(step)
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
@@ -216,7 +213,7 @@ def main():
            "allocator": torch.cuda.memory.get_allocator_backend(), "losses": losses,
            "step_times": times, "warmup": args.warmup, **figures(),
            # Python's collections in the timed steps: ms each step, count per generation.
-           "gc_ms": gc_ms, "manual_gc": args.manual_gc,
+           "gc_ms": gc_ms,
            "gc_collections": [a - b for a, b in zip(gc_clock.collections, gc_counts)]
            if gc_counts is not None else None}
     gc_clock.close()
