@@ -226,7 +226,7 @@ class Reader {
     auto bytes_of = [&](std::uint64_t n) { return PushString(n, PickleKind::kBytes); };
     switch (op) {
       case 0x80: return Operand<std::uint8_t>([&](std::uint8_t v) { return Proto(v); });
-      case 0x95: return Operand<std::uint64_t>([&](std::uint64_t n) { return Frame(n); });
+      case 0x95: return Operand<std::uint64_t>([&](std::uint64_t n) { return FrameHint(n); });
       case '.':  // STOP
         done_ = true;
         return NeedStack(1);
@@ -274,7 +274,7 @@ class Reader {
   }
 
   // FRAME: a length hint for buffered reading; the data is all here.
-  absl::Status Frame(std::uint64_t n) {
+  absl::Status FrameHint(std::uint64_t n) {
     if (n > data_.size() - pos_) return OpError("frame runs past the end of the data");
     return absl::OkStatus();
   }
