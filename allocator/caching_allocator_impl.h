@@ -356,8 +356,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // `h`'s stream waits on the device for the fences over [addr, addr + size) it has not
   // waited for yet; they stay up (marked) for other streams that borrow the memory.
   void WaitForFences(StreamHeap& h, DevicePtr addr, std::size_t size);
-  // ... for all of `h`'s fences: before `h`'s pages go to another stream (a stitch, a
-  // capture's start), whose wait on `h`'s stream then covers the borrowers' work too.
+  // ... for all of `h`'s fences: at a capture's start, which may not wait on events
+  // recorded outside it. (A stitch waits only for the fences over the pages it lends:
+  // FenceWaiter.)
   void WaitForAllFences(StreamHeap& h);
   // Drops the fences whose borrower's work has run, and the checkpoints that have run
   // (StreamHeap::checkpoint); all of them when `synchronized`.
@@ -511,6 +512,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   Block* GrowFromIdle(StreamHeap& h, std::size_t bytes);
   absl::StatusOr<Block*> Grow(StreamHeap& h, std::size_t bytes, bool budget);
   std::size_t TakeIdlePagesFor(StreamHeap& h, std::size_t want, const Block* keep, bool* lent);
+  LargePool::LendHook FenceWaiter(StreamHeap& h);
   std::size_t TakeOtherStreamPages(StreamHeap& from, StreamHeap& to, std::size_t want,
                                    bool* lent);
   bool NewPagesFit(std::size_t pages, std::size_t bytes) const;

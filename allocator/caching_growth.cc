@@ -308,9 +308,9 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
 std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
                                                const Block* keep, bool* lent) {
   // Lent pages are unmapped from their old addresses once an event recorded on their
-  // stream has completed: that stream first waits for the borrowers' work on them.
-  if (!pages_.quiet()) WaitForAllFences(h);
-  std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true);
+  // stream has completed: that stream first waits for the borrowers' work on them, and
+  // on nothing else (FSDP2's compute stream would wait for prefetches it does not need).
+  std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true, FenceWaiter(h));
   *lent = taken > 0;
   // Another pool's pages are never taken, nor are this pool's given to another.
   for (auto& [key, other] : heaps_) {
@@ -329,13 +329,20 @@ std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
 std::size_t CachingAllocator::TakeOtherStreamPages(StreamHeap& from, StreamHeap& to,
                                                    std::size_t want, bool* lent) {
   if (pages_.quiet()) return from.large.TakeIdlePages(want, nullptr);
-  WaitForAllFences(from);
-  const std::size_t taken = from.large.TakeIdlePages(want, nullptr, /*lend=*/true);
+  const std::size_t taken =
+      from.large.TakeIdlePages(want, nullptr, /*lend=*/true, FenceWaiter(from));
   if (taken == 0) return 0;
   *lent = true;
   ++stats_.cross_stream_lends;
   OrderAfter(to.stream, from.large.last_lend_event());
   return taken;
+}
+
+// Orders `h`'s stream after the borrowers' work on pages it lends (its fences over them);
+// nothing to wait for once the device was waited for in this slow path.
+LargePool::LendHook CachingAllocator::FenceWaiter(StreamHeap& h) {
+  if (pages_.quiet() || h.fences.empty()) return {};
+  return [this, &h](DevicePtr addr, std::size_t bytes) { WaitForFences(h, addr, bytes); };
 }
 
 void CachingAllocator::OrderAfter(StreamId waiter, EventHandle event) {

@@ -330,7 +330,8 @@ absl::StatusOr<Block*> LargePool::GrowExtent(const Plan& plan, std::size_t bytes
   return Carve(e, bytes);
 }
 
-std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool lend) {
+std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool lend,
+                                     const LendHook& before_lend) {
   if (!pages_.vmm() || max == 0) return 0;
   std::vector<Block*> candidates;
   for (Block* f : index().Sorted()) {
@@ -347,7 +348,7 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool le
   std::size_t taken = 0;
   for (Block* f : candidates) {
     if (taken == max) break;
-    taken += TakeWholePages(f, max - taken, lend);
+    taken += TakeWholePages(f, max - taken, lend, before_lend);
   }
   if (lend && taken > 0) {
     // Work queued on the stream so far is what may still use the old addresses.
@@ -359,7 +360,8 @@ std::size_t LargePool::TakeIdlePages(std::size_t max, const Block* keep, bool le
 // Up to `max` whole pages from the end of free block `f`, top down: when the device
 // refuses an unmap, the pages taken so far are still one run, and the rest stays mapped
 // in `f`. Returns how many.
-std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend) {
+std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend,
+                                      const LendHook& before_lend) {
   const DevicePtr first = RoundUp(f->addr, page_);
   const DevicePtr last = f->end() / page_ * page_;  // end of the last whole page
   const DevicePtr lowest = last - std::min((last - first) / page_, max) * page_;
@@ -373,6 +375,7 @@ std::size_t LargePool::TakeWholePages(Block* f, std::size_t max, bool lend) {
   }
   const std::size_t n = (last - cut) / page_;
   if (n == 0) return 0;
+  if (lend && before_lend) before_lend(cut, last - cut);
   Range* r = f->range;
   EraseFree(f);
   // What remains: [f->addr, cut) and [last, end), with a hole (or, lent, a placeholder

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -88,8 +89,12 @@ class LargePool {
   // smallest. Returns how many (fewer where the device refuses an unmap: those pages
   // stay where they are). With `lend`, the pages are lent instead (no synchronization):
   // only the Grow called next may map them, of this pool or of a pool whose stream was
-  // made to wait for last_lend_event().
-  std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false);
+  // made to wait for last_lend_event(). `before_lend` is told each run of pages lent,
+  // before that event is recorded: the caller orders this stream after the other work
+  // that may still use them.
+  using LendHook = std::function<void(DevicePtr addr, std::size_t bytes)>;
+  std::size_t TakeIdlePages(std::size_t max, const Block* keep, bool lend = false,
+                            const LendHook& before_lend = {});
   // The event recorded on this pool's stream by the last TakeIdlePages that lent pages
   // (0 if none, or if the device could not record one and waited instead).
   EventHandle last_lend_event() const { return lent_.empty() ? 0 : lent_.back().done; }
@@ -209,7 +214,7 @@ class LargePool {
   // Merges a free block (out of the free set) with adjacent free neighbours.
   Block* Coalesce(Block* b);
   void ReleaseRange(Range* r);
-  std::size_t TakeWholePages(Block* f, std::size_t max, bool lend);
+  std::size_t TakeWholePages(Block* f, std::size_t max, bool lend, const LendHook& before_lend);
   bool RetireHole(Block* hole, std::size_t* retired);
   // Whole pages of the hole after (before) `b`, if its last (first) page is its own.
   std::size_t RoomAfter(const Block* b) const {

@@ -563,6 +563,31 @@ TEST(CachingAllocatorTest, LendsAnotherStreamsPagesUntilThatStreamRan) {
   sim.ReleaseEvent(before);
 }
 
+// A stitch that lends S1's idle pages makes S1 wait for the borrowers' work on those
+// pages alone: a fence over memory the stitch does not touch stays up, to be waited for
+// when that memory is used again (FSDP2's compute stream would otherwise wait for
+// all-gathers it does not need yet).
+TEST(CachingAllocatorTest, AStitchWaitsOnlyForTheFencesOverThePagesItLends) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0, .max_new_page_headroom = 0});
+  std::vector<DevicePtr> s1;
+  for (int i = 0; i < 3; ++i) s1.push_back(*alloc->Allocate(4 * kPage, kS1));
+  for (DevicePtr p : s1) alloc->Free(p);
+  std::vector<DevicePtr> s2;  // S2 borrows all three and frees them: three fences
+  for (int i = 0; i < 3; ++i) s2.push_back(*alloc->Allocate(4 * kPage, kS2));
+  for (DevicePtr p : s2) alloc->Free(p);
+  ASSERT_EQ(alloc->stats().cross_stream_borrows, 3u);
+  const std::uint64_t waits = sim.counters().stream_waits;
+  const DevicePtr big = *alloc->Allocate(6 * kPage, kS1);  // one block grown by another's pages
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+  // The fence over the block that grew and the one over the pages lent; not the third.
+  EXPECT_EQ(sim.counters().stream_waits, waits + 2);
+  const DevicePtr third = *alloc->Allocate(4 * kPage, kS1);
+  EXPECT_TRUE(third + 4 * kPage <= big || big + 6 * kPage <= third);
+  EXPECT_EQ(sim.counters().stream_waits, waits + 3);  // its fence, now
+}
+
 // A stream wait the device refuses: the growth waits for the device instead.
 TEST(CachingAllocatorTest, AFailedStreamWaitWaitsForTheDevice) {
   SimBackend sim({.capacity = 4 * kPage});
