@@ -22,7 +22,9 @@ struct CUstream_st; /* cudaStream_t is struct CUstream_st* */
 /* A block of `size` bytes for `stream` on `device`, or NULL when out of memory (after
  * releasing cached memory and defragmenting; the report is printed unless
  * GPUMEM_LOG_OOM=0 and kept for gpumem_last_oom) or when gpumem cannot start (bad
- * GPUMEM_* value, no device: see gpumem_config_error). */
+ * GPUMEM_* value, no device: see gpumem_config_error). `stream` must stay valid as long
+ * as gpumem runs, as PyTorch's pooled streams do: a block freed on it may later go to
+ * another stream, which is then ordered after its work by an event recorded on it. */
 GPUMEM_API void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream);
 /* Returns a block from gpumem_alloc or gpumem_alloc_in_pool; `size`, `device` and
  * `stream` are as allocated (`size` and `stream` are not used).

@@ -106,15 +106,16 @@ TEST_P(GpuAllocTest, EveryBlockIsWritableAndDistinct) {
 TEST_P(GpuAllocTest, ThreadsOnTheirOwnStreams) {
   constexpr int kThreads = 6;
   std::atomic<int> failures{0};
+  // Destroyed once every thread is done: gpumem may order another stream after one of
+  // these (an event recorded on it) as long as it runs (gpumem.h, gpumem_alloc).
+  std::vector<CUstream> streams(kThreads, nullptr);
+  for (CUstream& stream : streams) CU_OK(api_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       // A fresh thread has no current context: gpumem must cope, and so must we.
       if (api_->cuCtxSetCurrent(ctx_) != CUDA_SUCCESS) return void(++failures);
-      CUstream stream = nullptr;
-      if (api_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        return void(++failures);
-      }
+      CUstream stream = streams[t];
       auto* s = reinterpret_cast<CUstream_st*>(stream);
       for (int i = 0; i < 40; ++i) {
         std::size_t size = (i % 5 == 0) ? (4 + i % 7) * kMiB : 512 * (1 + (i * 13 + t) % 300);
@@ -134,11 +135,13 @@ TEST_P(GpuAllocTest, ThreadsOnTheirOwnStreams) {
         }
         gpumem_free(p, size, 0, s);
       }
-      api_->cuStreamDestroy(stream);
     });
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(failures.load(), 0);
+  gpumem_empty_cache(0);
+  CU_OK(api_->cuCtxSynchronize());
+  for (CUstream stream : streams) CU_OK(api_->cuStreamDestroy(stream));
 }
 
 // A block used on a second stream (record_stream) is not handed out again while that
