@@ -37,62 +37,68 @@ void LiveState::Release(std::uint64_t key,
 void LiveState::Apply(const trace::Event& e) {
   const std::uint64_t key = Key(e.device, e.addr);
   switch (e.action) {
-    case Action::kAlloc: {
-      const std::uint32_t site = sites_.site_of_stack(e.stack_id);
-      auto [it, inserted] = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
-      if (!inserted) {  // an address reused without a free we saw: drop the old block
-        ++reused_addresses_;
-        Release(key, it, e.device);
-        it = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id}).first;
-      }
-      pending_free_.erase(key);
-      allocated_ += e.size;
-      device(e.device).allocated += e.size;
-      site_live_[site] += e.size;
-      break;
-    }
-    case Action::kFreeRequested: {
-      auto it = blocks_.find(key);
-      if (it == blocks_.end()) {
-        ++unmatched_frees_;
-      } else {
-        Release(key, it, e.device);
-        pending_free_.insert(key);
-      }
-      break;
-    }
-    case Action::kFreeCompleted: {
-      if (pending_free_.erase(key)) break;
-      auto it = blocks_.find(key);
-      if (it == blocks_.end()) {
-        ++unmatched_frees_;
-      } else {
-        Release(key, it, e.device);
-      }
-      break;
-    }
+    case Action::kAlloc:
+      return OnAlloc(key, e);
+    case Action::kFreeRequested:
+      return OnFreeRequested(key, e.device);
+    case Action::kFreeCompleted:
+      // A free already counted at its request completes; else this is its only event.
+      if (pending_free_.erase(key) == 0) OnFree(key, e.device);
+      return;
     case Action::kSegmentAlloc:
-    case Action::kSegmentMap: {
-      saw_segments_ = true;
-      PerDevice& d = device(e.device);
-      d.ranges.Add(e.addr, e.size);
-      d.reserved += e.size;
-      reserved_ += e.size;
-      break;
-    }
+    case Action::kSegmentMap:
+      return OnSegmentAdded(e);
     case Action::kSegmentFree:
-    case Action::kSegmentUnmap: {
-      saw_segments_ = true;
-      PerDevice& d = device(e.device);
-      d.ranges.Remove(e.addr, e.size);
-      const std::uint64_t bytes = std::min(e.size, d.reserved);
-      d.reserved -= bytes;
-      reserved_ -= bytes;
-      break;
-    }
+    case Action::kSegmentUnmap:
+      return OnSegmentRemoved(e);
     default:
-      break;
+      return;
   }
+}
+
+void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
+  const std::uint32_t site = sites_.site_of_stack(e.stack_id);
+  auto [it, inserted] = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
+  if (!inserted) {  // an address reused without a free we saw: drop the old block
+    ++reused_addresses_;
+    Release(key, it, e.device);
+    blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
+  }
+  pending_free_.erase(key);
+  allocated_ += e.size;
+  device(e.device).allocated += e.size;
+  site_live_[site] += e.size;
+}
+
+void LiveState::OnFreeRequested(std::uint64_t key, int device) {
+  if (OnFree(key, device)) pending_free_.insert(key);
+}
+
+bool LiveState::OnFree(std::uint64_t key, int device) {
+  auto it = blocks_.find(key);
+  if (it == blocks_.end()) {
+    ++unmatched_frees_;
+    return false;
+  }
+  Release(key, it, device);
+  return true;
+}
+
+void LiveState::OnSegmentAdded(const trace::Event& e) {
+  saw_segments_ = true;
+  PerDevice& d = device(e.device);
+  d.ranges.Add(e.addr, e.size);
+  d.reserved += e.size;
+  reserved_ += e.size;
+}
+
+void LiveState::OnSegmentRemoved(const trace::Event& e) {
+  saw_segments_ = true;
+  PerDevice& d = device(e.device);
+  d.ranges.Remove(e.addr, e.size);
+  const std::uint64_t bytes = std::min(e.size, d.reserved);
+  d.reserved -= bytes;
+  reserved_ -= bytes;
 }
 
 FreePieces LiveState::FreePiecesOn(int d) const {

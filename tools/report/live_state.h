@@ -64,6 +64,13 @@ class LiveState {
   PerDevice& device(int d);
   void Release(std::uint64_t key, absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it,
                int device);
+  // Apply, one kind of event each.
+  void OnAlloc(std::uint64_t key, const trace::Event& e);
+  void OnFreeRequested(std::uint64_t key, int device);
+  // Releases the block at `key`; false (counted unmatched) when none is live there.
+  bool OnFree(std::uint64_t key, int device);
+  void OnSegmentAdded(const trace::Event& e);
+  void OnSegmentRemoved(const trace::Event& e);
 
   const SiteTable& sites_;
   absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
