@@ -26,18 +26,17 @@ absl::flat_hash_set<DeviceAddr> PendingFrees(const Trace& t) {
   return pending;
 }
 
-// For traces that carry no end state (gpumem and TSV traces): the segments live at the end,
-// each tiled by its live blocks and free gaps, as PyTorch lists them. memory_viz rebuilds
-// earlier states by undoing events from this one, so it must agree with the events.
-std::vector<Segment> EndStateFromEvents(const Trace& t) {
-  std::map<DeviceAddr, Segment> segments;
-  std::map<DeviceAddr, SegmentBlock> blocks;
+using SegmentsAt = std::map<DeviceAddr, Segment>;
+using BlocksAt = std::map<DeviceAddr, SegmentBlock>;
+
+// The segments and the allocated blocks live after the last event.
+void LiveAtTheEnd(const Trace& t, SegmentsAt* segments, BlocksAt* blocks) {
   for (const Event& e : t.events) {
     const DeviceAddr key{e.device, e.addr};
     switch (e.action) {
       case Action::kSegmentAlloc:
       case Action::kSegmentMap: {
-        Segment& seg = segments[key];
+        Segment& seg = (*segments)[key];
         seg.device = e.device;
         seg.addr = e.addr;
         seg.total_size = e.size;
@@ -47,44 +46,50 @@ std::vector<Segment> EndStateFromEvents(const Trace& t) {
       }
       case Action::kSegmentFree:
       case Action::kSegmentUnmap:
-        segments.erase(key);
+        segments->erase(key);
         break;
-      case Action::kAlloc: {
-        SegmentBlock& b = blocks[key];
-        b.addr = e.addr;
-        b.size = e.size;
-        b.requested_size = e.size;
-        b.allocated = true;
-        b.stack_id = e.stack_id;
+      case Action::kAlloc:
+        (*blocks)[key] = SegmentBlock{e.addr, e.size, e.size, /*allocated=*/true, e.stack_id};
         break;
-      }
       case Action::kFreeCompleted:
-        blocks.erase(key);
+        blocks->erase(key);
         break;
       default:
         break;
     }
   }
+}
+
+// `seg`'s blocks: the live ones inside it, in address order, and free gaps between.
+void Tile(Segment& seg, const BlocksAt& blocks) {
+  const std::uint64_t end = seg.addr + seg.total_size;
+  std::uint64_t cursor = seg.addr;
+  auto gap = [&](std::uint64_t until) {
+    if (until > cursor) seg.blocks.push_back({cursor, until - cursor, until - cursor, false, 0});
+  };
+  for (auto it = blocks.lower_bound({seg.device, seg.addr});
+       it != blocks.end() && it->first.first == seg.device && it->first.second < end; ++it) {
+    const SegmentBlock& b = it->second;
+    if (b.addr < cursor || b.size > end - b.addr) continue;  // overlaps: not PyTorch's layout
+    gap(b.addr);
+    seg.blocks.push_back(b);
+    cursor = b.addr + b.size;
+  }
+  gap(end);
+}
+
+// For traces that carry no end state (gpumem and TSV traces): the segments live at the end,
+// each tiled by its live blocks and free gaps, as PyTorch lists them. memory_viz rebuilds
+// earlier states by undoing events from this one, so it must agree with the events.
+std::vector<Segment> EndStateFromEvents(const Trace& t) {
+  SegmentsAt segments;
+  BlocksAt blocks;
+  LiveAtTheEnd(t, &segments, &blocks);
   std::vector<Segment> out;
+  out.reserve(segments.size());
   for (auto& entry : segments) {
-    const DeviceAddr& key = entry.first;
-    Segment& seg = entry.second;  // a plain reference: clang 14 cannot capture bindings
-    const std::uint64_t end = seg.addr + seg.total_size;
-    std::uint64_t cursor = seg.addr;
-    auto gap = [&](std::uint64_t until) {
-      if (until > cursor) seg.blocks.push_back({cursor, until - cursor, until - cursor, false, 0});
-    };
-    for (auto it = blocks.lower_bound(key); it != blocks.end() && it->first.first == seg.device &&
-                                            it->first.second < end;
-         ++it) {
-      const SegmentBlock& b = it->second;
-      if (b.addr < cursor || b.size > end - b.addr) continue;  // overlaps: not PyTorch's layout
-      gap(b.addr);
-      seg.blocks.push_back(b);
-      cursor = b.addr + b.size;
-    }
-    gap(end);
-    out.push_back(std::move(seg));
+    Tile(entry.second, blocks);
+    out.push_back(std::move(entry.second));
   }
   return out;
 }
