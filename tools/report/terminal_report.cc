@@ -86,59 +86,69 @@ void AppendOoms(const Report& r, bool color, std::string* out) {
   }
 }
 
+void AppendHeader(const Report& r, bool color, std::string* out) {
+  const trace::Trace& t = *r.trace;
+  absl::StrAppend(out, Paint(color, "1", absl::StrCat("gpumem report: ", t.source)), "  (",
+                  t.format, ", ", t.events.size(), " events)\n");
+  absl::StrAppend(out, "  steps: ", r.steps.count, ", ", StepMethodName(r.steps.method));
+  if (!r.steps.detail.empty()) absl::StrAppend(out, " (", r.steps.detail, ")");
+  absl::StrAppend(out, "\n  peak allocated ", Bytes(r.timeline.peak_allocated), " in step ",
+                  r.steps.StepOf(r.timeline.peak_allocated_index) + 1);
+  if (r.timeline.has_segments) absl::StrAppend(out, ", peak reserved ", Bytes(r.timeline.peak_reserved));
+  if (r.capacity) absl::StrAppend(out, ", capacity ", Bytes(*r.capacity), " (", r.capacity_source, ")");
+  absl::StrAppend(out, "\n\n");
+}
+
+// From the site outwards (the user's code); the library frames inside it in one line.
+void AppendSuspectStack(const Report& r, const LeakSuspect& s, std::string* out) {
+  const trace::Trace& t = *r.trace;
+  const std::vector<std::uint32_t>& frames = t.stacks[s.stack];
+  std::size_t at = 0;
+  while (at < frames.size() && frames[at] != r.sites.frame(s.site)) ++at;
+  if (at == frames.size()) at = 0;
+  if (at > 0) absl::StrAppend(out, "       in  ", FrameName(t.frames[frames[0]]), "\n");
+  for (std::size_t f = at; f < frames.size() && f < at + kStackLines; ++f) {
+    absl::StrAppend(out, "       ", f == at ? "at  " : "    ", FrameName(t.frames[frames[f]]), "\n");
+  }
+  if (frames.size() > at + kStackLines) {
+    absl::StrAppend(out, "       ... ", frames.size() - at - kStackLines, " more frames\n");
+  }
+}
+
+void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
+  if (r.leaks.suspects.empty()) return;
+  absl::StrAppend(out, "\nLeak suspects (ranked by bytes leaked per step; fit over ",
+                  r.leaks.samples_used, " step ends",
+                  r.sites.common_dir().empty() ? "" : absl::StrCat("; sites in ", r.sites.common_dir()),
+                  "):\n");
+  for (std::size_t i = 0; i < r.leaks.suspects.size() && i < kTopSuspects; ++i) {
+    const LeakSuspect& s = r.leaks.suspects[i];
+    absl::StrAppend(out, absl::StrFormat("  %zu. %s\n     +%s/step  R²=%.3f  since step %zu  "
+                                         "%llu blocks never freed\n",
+                                         i + 1, Paint(color, "1", s.name), Bytes(s.bytes_per_step),
+                                         s.r2, s.first_step + 1,
+                                         static_cast<unsigned long long>(s.blocks_never_freed)));
+    AppendSuspectStack(r, s, out);
+  }
+  if (r.leaks.suspects.size() > kTopSuspects) {
+    absl::StrAppend(out, "  ... and ", r.leaks.suspects.size() - kTopSuspects, " more (--json lists all)\n");
+  }
+  if (r.projected_oom_step) {
+    absl::StrAppend(out, "  At this rate the run runs out of ", Bytes(*r.capacity), " in step ",
+                    *r.projected_oom_step + 1, ".\n");
+  } else if (!r.capacity) {
+    absl::StrAppend(out, "  (give --capacity SIZE to project the step that would run out of memory)\n");
+  }
+}
+
 }  // namespace
 
 std::string FormatTerminal(const Report& r, bool color) {
-  const trace::Trace& t = *r.trace;
   std::string out;
-  absl::StrAppend(&out, Paint(color, "1", absl::StrCat("gpumem report: ", t.source)), "  (",
-                  t.format, ", ", t.events.size(), " events)\n");
-  absl::StrAppend(&out, "  steps: ", r.steps.count, ", ", StepMethodName(r.steps.method));
-  if (!r.steps.detail.empty()) absl::StrAppend(&out, " (", r.steps.detail, ")");
-  absl::StrAppend(&out, "\n  peak allocated ", Bytes(r.timeline.peak_allocated), " in step ",
-                  r.steps.StepOf(r.timeline.peak_allocated_index) + 1);
-  if (r.timeline.has_segments) absl::StrAppend(&out, ", peak reserved ", Bytes(r.timeline.peak_reserved));
-  if (r.capacity) absl::StrAppend(&out, ", capacity ", Bytes(*r.capacity), " (", r.capacity_source, ")");
-  absl::StrAppend(&out, "\n\n");
-
+  AppendHeader(r, color, &out);
   const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty() || !r.failed_outside.empty();
   absl::StrAppend(&out, Paint(color, bad ? "1;31" : "1;32", absl::StrCat("Verdict: ", Verdict(r))), "\n");
-
-  if (!r.leaks.suspects.empty()) {
-    absl::StrAppend(&out, "\nLeak suspects (ranked by bytes leaked per step; fit over ",
-                    r.leaks.samples_used, " step ends",
-                    r.sites.common_dir().empty() ? "" : absl::StrCat("; sites in ", r.sites.common_dir()),
-                    "):\n");
-    for (std::size_t i = 0; i < r.leaks.suspects.size() && i < kTopSuspects; ++i) {
-      const LeakSuspect& s = r.leaks.suspects[i];
-      absl::StrAppend(&out, absl::StrFormat("  %zu. %s\n     +%s/step  R²=%.3f  since step %zu  "
-                                            "%llu blocks never freed\n",
-                                            i + 1, Paint(color, "1", s.name), Bytes(s.bytes_per_step),
-                                            s.r2, s.first_step + 1,
-                                            static_cast<unsigned long long>(s.blocks_never_freed)));
-      // From the site outwards (the user's code); the library frames inside it in one line.
-      const std::vector<std::uint32_t>& frames = t.stacks[s.stack];
-      std::size_t at = 0;
-      while (at < frames.size() && frames[at] != r.sites.frame(s.site)) ++at;
-      if (at == frames.size()) at = 0;
-      if (at > 0) absl::StrAppend(&out, "       in  ", FrameName(t.frames[frames[0]]), "\n");
-      for (std::size_t f = at; f < frames.size() && f < at + kStackLines; ++f) {
-        absl::StrAppend(&out, "       ", f == at ? "at  " : "    ", FrameName(t.frames[frames[f]]), "\n");
-      }
-      if (frames.size() > at + kStackLines) {
-        absl::StrAppend(&out, "       ... ", frames.size() - at - kStackLines, " more frames\n");
-      }
-    }
-    if (r.leaks.suspects.size() > kTopSuspects) {
-      absl::StrAppend(&out, "  ... and ", r.leaks.suspects.size() - kTopSuspects, " more (--json lists all)\n");
-    }
-    if (r.projected_oom_step) {
-      absl::StrAppend(&out, "  At this rate the run runs out of ", Bytes(*r.capacity), " in step ",
-                      *r.projected_oom_step + 1, ".\n");
-    } else if (!r.capacity) {
-      absl::StrAppend(&out, "  (give --capacity SIZE to project the step that would run out of memory)\n");
-    }
-  }
+  AppendLeakSuspects(r, color, &out);
   AppendOoms(r, color, &out);
   absl::StrAppend(&out, "\n", FormatOutside(r.outside));
   for (const std::string& w : r.warnings) absl::StrAppend(&out, "\nwarning: ", w);
