@@ -268,6 +268,11 @@ TEST_F(LiveJournalTest, RandomGarbageInTheJournalNeverCrashes) {
   std::size_t header_at = 0;
   const std::size_t records_at = JournalRecordsAt(bytes, &header_at);
   std::mt19937_64 rng(7);
+  // A damaged record passes the 16-bit check with odds 1 in 65536, and what the journal
+  // holds (its clock values, what the writer had drained) differs from run to run: over
+  // the ~1,500 live records damaged here, ~0.02 pass a run. More than 4 (odds ~1e-8)
+  // means the check lets garbage through.
+  int garbage_read = 0;
   for (int round = 0; round < 300; ++round) {
     std::string damaged = bytes;
     for (int k = 0; k < 20; ++k) {
@@ -277,8 +282,9 @@ TEST_F(LiveJournalTest, RandomGarbageInTheJournalNeverCrashes) {
     auto t = trace::ParseGpumemTrace(damaged, path_);
     ASSERT_TRUE(t.ok()) << t.status();
     EXPECT_LE(t->events.size(), 500u);
-    for (const trace::Event& e : t->events) ASSERT_LT(e.addr, 500u);
+    for (const trace::Event& e : t->events) garbage_read += e.addr >= 500u;
   }
+  EXPECT_LE(garbage_read, 4);
 }
 
 TEST(JournalCloseTest, AFinishedRunReadsOnlyItsChunks) {
