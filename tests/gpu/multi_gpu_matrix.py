@@ -239,8 +239,8 @@ def gc_line(rounds):
     """Rank 0's Python collections in the timed steps, native against gpumem: ms a step,
     full collections, and steps stalled over 10 ms by one (None: rows without gc_ms)."""
     parts = []
-    for name, rows in (("native", [n for n, _ in rank0_pairs(rounds)]),
-                       ("gpumem", [g for _, g in rank0_pairs(rounds)])):
+    pairs = list(rank0_pairs(rounds))
+    for name, rows in (("native", [n for n, _ in pairs]), ("gpumem", [g for _, g in pairs])):
         ms = [x for r in rows for x in r.get("gc_ms") or []]
         if not ms:
             return None
