@@ -132,21 +132,25 @@ def run_time_ratio(native_times, gpumem_times):
     return statistics.median(gpumem_times) / statistics.median(native_times)
 
 
-def turn_block_ratios(native, gpumem):
-    """Runs that took turns: per block, gpumem's time over native's for the same steps
-    (the same batches), each block's first step left out (it follows the other job's
-    block, on a device the other job just used). Blocks after either ran alone are out."""
+def turn_blocks(native, gpumem):
+    """Runs that took turns: the indices into step_times of each block both ran, each
+    block's first step left out (it follows the other job's block, on a device the other
+    job just used). Blocks after either ran alone are out."""
     n, warmup = native["turn_steps"], native.get("warmup", 0)
     end = warmup + min(len(native["step_times"]), len(gpumem["step_times"]))
     for r in (native, gpumem):
         if r.get("alone_from_step") is not None:
             end = min(end, r["alone_from_step"])
-    ratios = []
-    for start in range(math.ceil(warmup / n) * n, end - n + 1, n):
-        steps = range(start + 1 - warmup, start + n - warmup)
-        ratios.append(sum(gpumem["step_times"][i] for i in steps)
-                      / sum(native["step_times"][i] for i in steps))
-    return ratios
+    return [range(start + 1 - warmup, start + n - warmup)
+            for start in range(math.ceil(warmup / n) * n, end - n + 1, n)]
+
+
+def turn_block_ratios(native, gpumem, of=sum):
+    """Per block, gpumem's time over native's for the same steps (the same batches):
+    `of` their times (sum: the block's time; statistics.median: its typical step)."""
+    return [of([gpumem["step_times"][i] for i in steps])
+            / of([native["step_times"][i] for i in steps])
+            for steps in turn_blocks(native, gpumem)]
 
 
 def rank0_pairs(rounds):
@@ -157,13 +161,14 @@ def rank0_pairs(rounds):
             yield n, g
 
 
-def step_ratio(rounds):
-    """Rank 0's time, gpumem over native: paired by block where the runs took turns, by
-    round otherwise. (point, low, high, pairs, per-round ratios) or None."""
+def step_ratio(rounds, of=sum):
+    """Rank 0's time, gpumem over native: paired by block where the runs took turns (`of`
+    each block's step times), by round otherwise. (point, low, high, pairs, per-round
+    ratios) or None."""
     ratios, per_round = [], []
     for n, g in rank0_pairs(rounds):
         per_round.append(run_time_ratio(n["step_times"], g["step_times"]))
-        ratios += turn_block_ratios(n, g) if "turn_steps" in n else [per_round[-1]]
+        ratios += turn_block_ratios(n, g, of) if "turn_steps" in n else [per_round[-1]]
     if len(ratios) < 2:
         return None
     return (*paired_interval(ratios), len(ratios), per_round)
@@ -223,16 +228,72 @@ def spreads(per):
 
 def step_line(name, rounds):
     """Step time of `name` over native, paired by round (or by block where the runs took
-    turns), with its goal; None without pairs."""
+    turns), with its goal; where they took turns, each block's median step too (the
+    typical step, which the long steps of steadiness_line leave out); None without pairs."""
     r = step_ratio(rounds)
     if not r:
         return None
     point, low, high, pairs, per_round = r
     unit = "rounds" if pairs == len(per_round) else f"blocks of turns in {len(rounds)} rounds"
     each = ", ".join(f"{x:.3f}" for x in per_round)
-    return (f"- time of the timed steps {name}/native over {pairs} {unit}: {point:.3f} "
+    line = (f"- time of the timed steps {name}/native over {pairs} {unit}: {point:.3f} "
             f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}; "
             f"each round: {each}")
+    if pairs == len(per_round):
+        return line
+    point, low, high, _, _ = step_ratio(rounds, statistics.median)
+    return (line + f"\n- median step of each block {name}/native: {point:.3f} "
+            f"[{low:.3f}, {high:.3f}]; within 1%: {goal_word(low, high, 1)}")
+
+
+LONG_STEP = 1.2  # a step this many times its run's median step is a long one
+
+
+def long_steps(times):
+    median = statistics.median(times)
+    return [t > LONG_STEP * median for t in times]
+
+
+def steadiness_line(rounds, name="gpumem"):
+    """Rank 0's step times of every round, native against `name`: the 50th, 90th, 95th and
+    99th percentiles, and how many steps were long ones; None without times."""
+    parts = []
+    pairs = list(rank0_pairs(rounds))
+    for who, rows in (("native", [n for n, _ in pairs]), (name, [g for _, g in pairs])):
+        times = sorted(t for r in rows for t in r["step_times"])
+        if len(times) < 2:
+            return None
+        cuts = statistics.quantiles(times, n=100, method="inclusive")
+        long = sum(sum(long_steps(r["step_times"])) for r in rows)
+        parts.append(f"{who} " + "/".join(f"{cuts[q - 1] * 1e3:.0f}" for q in (50, 90, 95, 99))
+                     + f" ms, {long} of {len(times)} steps over {LONG_STEP:g}x the median")
+    return "- steadiness, rank 0, percentiles 50/90/95/99: " + "; ".join(parts)
+
+
+def map_steps_line(rounds, name="gpumem"):
+    """Where mapping pages costs time: rank 0's steps split by whether `name` mapped pages
+    in them (step_maps), each step against native's same step (the same batch), with the
+    share of long steps in each part; None without step_maps or turns."""
+    by_part = {"with maps": ([], [], []), "without": ([], [], [])}
+    for n, g in rank0_pairs(rounds):
+        maps = g.get("step_maps")
+        if not maps or "turn_steps" not in n:
+            continue
+        native_long, gpumem_long = long_steps(n["step_times"]), long_steps(g["step_times"])
+        for steps in turn_blocks(n, g):
+            for i in steps:
+                ratios, nl, gl = by_part["with maps" if maps[i] > 0 else "without"]
+                ratios.append(g["step_times"][i] / n["step_times"][i])
+                nl.append(native_long[i])
+                gl.append(gpumem_long[i])
+    parts = []
+    for part, (ratios, nl, gl) in by_part.items():
+        if len(ratios) < 2:
+            continue
+        point, low, high = paired_interval(ratios)
+        parts.append(f"{part} {len(ratios)} steps, {name}/native {point:.3f} [{low:.3f}, "
+                     f"{high:.3f}], long steps {sum(gl)} ({name}) / {sum(nl)} (native)")
+    return f"- steps by whether {name} mapped pages, rank 0: " + "; ".join(parts) if parts else None
 
 
 def gc_line(rounds):
@@ -269,7 +330,8 @@ def summarize(layout, rounds):
                      f"reserved/allocated {ratio:.3f} (native {native_ratio:.3f}); driver "
                      f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
-    lines += [line for line in (step_line("gpumem", rounds), gc_line(rounds),
+    lines += [line for line in (step_line("gpumem", rounds), steadiness_line(rounds),
+                                map_steps_line(rounds), gc_line(rounds),
                                 device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
 

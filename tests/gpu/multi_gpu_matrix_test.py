@@ -114,6 +114,36 @@ class Judgement(unittest.TestCase):
         self.assertIn("each round: 1.000, 1.050", text)
         self.assertIn("driver in use shared by both jobs", text)
 
+    def test_median_of_each_block_leaves_one_long_step_out(self):
+        native, gpumem = pair()
+        for r in native + gpumem:
+            r.update(turn_steps=4, warmup=0, step_times=[0.1] * 16, driver_used=None)
+        gpumem[0]["step_times"][5] = 0.3  # one long step in the second block
+        text, _ = m.summarize("fsdp2", [(native, gpumem)])
+        self.assertIn("over 4 blocks of turns in 1 rounds: 1.136", text)  # (5/3)^(1/4)
+        self.assertIn("median step of each block gpumem/native: 1.000 [1.000, 1.000]; "
+                      "within 1%: MET", text)
+        self.assertIn("steadiness, rank 0, percentiles 50/90/95/99: native 100/100/100/100 "
+                      "ms, 0 of 16 steps over 1.2x the median; gpumem 100/100/", text)
+        self.assertIn("1 of 16 steps over 1.2x the median", text)
+
+    def test_steps_with_maps_against_natives_same_steps(self):
+        native, gpumem = pair()
+        for r in native + gpumem:
+            r.update(turn_steps=4, warmup=0, step_times=[0.1] * 16, driver_used=None)
+        # gpumem maps pages at steps 1 and 5, which take 10% longer; step 9 is long.
+        gpumem[0]["step_maps"] = [0, 3, 0, 0, 0, 2] + [0] * 10
+        for i in (1, 5):
+            gpumem[0]["step_times"][i] = 0.11
+        gpumem[0]["step_times"][9] = 0.5
+        line = m.map_steps_line([(native, gpumem)])
+        self.assertIn("with maps 2 steps, gpumem/native 1.100 [1.100, 1.100], long steps 0 "
+                      "(gpumem) / 0 (native)", line)
+        self.assertIn("without 10 steps, gpumem/native 1.175", line)  # 5^(1/10)
+        self.assertIn("long steps 1 (gpumem) / 0 (native)", line)
+        del gpumem[0]["step_maps"]  # rows from before step_maps: no line
+        self.assertIsNone(m.map_steps_line([(native, gpumem)]))
+
     def test_collections_of_each_job(self):
         native, gpumem = pair()
         native[0].update(gc_ms=[0, 60, 0, 0, 1], gc_collections=[9, 3, 1])

@@ -186,12 +186,14 @@ def main():
     warm_counters = None
     gc_clock = GcClock()
     gc_ms, gc_counts = [], None
+    step_maps = []  # pages gpumem mapped in each timed step
     for step in range(args.steps):
         if step == args.warmup:
             warm_counters = device_counters()
             gc_counts = list(gc_clock.collections)
         tokens, targets = batch(step, rank, args.layout, device)
         torch.cuda.synchronize()
+        maps_before = (device_counters() or {}).get("maps")  # read outside the timed part
         gc_clock.take_step_ms()  # collections outside the timed part are not the step's
         start = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -207,6 +209,8 @@ def main():
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
             gc_ms.append(round(gc_clock.take_step_ms(), 3))
+            if maps_before is not None:
+                step_maps.append(device_counters()["maps"] - maps_before)
         if turns and (step + 1) % turns.steps == 0:
             turns.pass_and_wait(step + 1)
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
@@ -215,7 +219,8 @@ def main():
            # Python's collections in the timed steps: ms each step, count per generation.
            "gc_ms": gc_ms,
            "gc_collections": [a - b for a, b in zip(gc_clock.collections, gc_counts)]
-           if gc_counts is not None else None}
+           if gc_counts is not None else None,
+           "step_maps": step_maps or None}
     gc_clock.close()
     if warm_counters is not None:  # the timed steps' device calls alone
         row["timed_counters"] = {k: v - warm_counters.get(k, 0)

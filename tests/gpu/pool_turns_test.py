@@ -2,6 +2,7 @@
 took turns with, named or (older files) by order, and the blocks of several runs pool."""
 import json
 import os
+import statistics
 import sys
 import tempfile
 import unittest
@@ -50,6 +51,21 @@ class Pooling(unittest.TestCase):
         self.assertEqual([len(r) for _, _, r in per_file], [4, 4])  # 40 steps, blocks of 10
         self.assertAlmostEqual(per_file[0][2][0], 1.1)
         self.assertAlmostEqual(per_file[1][2][0], 0.9)
+
+    def test_median_step_and_long_steps(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "run.jsonl")
+            gpumem = row("gpumem", 0.10)
+            gpumem["step_times"][3] = 0.5  # a long step in the first block
+            with open(path, "w") as f:
+                for r in (row("native", 0.10, "gpumem"), gpumem):
+                    print(json.dumps(r), file=f)
+            (_, _, by_time), = p.pooled([(path, "gpumem")], "fsdp2")
+            (_, _, by_median), = p.pooled([(path, "gpumem")], "fsdp2", statistics.median)
+            counts = p.long_step_counts([(path, "gpumem")], "fsdp2")
+        self.assertAlmostEqual(by_time[0], 1.3 / 0.9)
+        self.assertEqual(by_median, [1.0] * 4)
+        self.assertEqual(counts, (0, 1, 40))
 
 
 if __name__ == "__main__":
