@@ -171,13 +171,11 @@ void CachingAllocator::WaitForAllFences(StreamHeap& h) {
 void CachingAllocator::CollectFences(bool synchronized) {
   fence_queries_.Reset();
   for (auto& [key, h] : heaps_) {
-    // A stream's events complete in order: the first not done ends the search.
-    while (!h->checkpoints.empty() &&
-           (synchronized || fence_queries_.Completed(h->stream, h->checkpoints.front().event))) {
-      backend_.ReleaseEvent(h->checkpoints.front().event);
-      h->ran_at = h->checkpoints.front().at;
-      h->checkpoints.pop_front();
-      --checkpoints_;
+    if (h->checkpoint != 0 &&
+        (synchronized || fence_queries_.Completed(h->stream, h->checkpoint))) {
+      backend_.ReleaseEvent(h->checkpoint);
+      h->checkpoint = 0;
+      h->ran_at = h->checkpoint_at;
     }
     std::erase_if(h->fences, [&](const StreamHeap::Fence& f) {
       if (!synchronized && !fence_queries_.Completed(f.stream, f.event)) return false;
@@ -186,14 +184,6 @@ void CachingAllocator::CollectFences(bool synchronized) {
       return true;
     });
   }
-}
-
-void CachingAllocator::CheckpointAtFree(StreamHeap& h) {
-  if (h.checkpoints.size() >= kMaxCheckpoints || Capturing()) return;
-  const EventHandle e = backend_.RecordEvent(h.stream);
-  if (e == 0) return;  // the device was waited for instead
-  h.checkpoints.push_back({e, h.large.free_seq()});
-  ++checkpoints_;
 }
 
 void CachingAllocator::CollectFencesSometimes() {

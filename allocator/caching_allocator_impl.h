@@ -19,7 +19,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,22 +66,13 @@ struct StreamHeap {
     bool waited = false;
   };
   std::vector<Fence> fences;
-  // Events recorded on this heap's stream, each with the heap's free count then, oldest
-  // first: a borrower of a block last used here before a checkpoint's count waits for the
-  // first such checkpoint (CachingAllocator::OrderAfterUsers). Once others borrowed from
-  // this heap, its large frees record them (CheckpointAtFree), so that a borrower waits
-  // for its stream's work up to about the block's last use, not for all it queued since.
-  // Completed ones go, and `ran_at` keeps the newest count: blocks last used before then
-  // need no wait.
-  struct Checkpoint {
-    EventHandle event;
-    std::uint32_t at;
-  };
-  std::deque<Checkpoint> checkpoints;
+  // An event recorded on this heap's stream when its free count was `checkpoint_at`: a
+  // borrower of a block last used by this stream before then waits for it
+  // (CachingAllocator::OrderAfterUsers); 0: none. Once it is seen complete, its event
+  // goes and `ran_at` keeps its count: blocks last used before then need no wait.
+  EventHandle checkpoint = 0;
+  std::uint32_t checkpoint_at = 0;
   std::optional<std::uint32_t> ran_at;
-  // The smallest block another stream borrowed from this heap (0: none yet). Only frees
-  // of at least this size record checkpoints: smaller blocks are seldom borrowed alone.
-  std::size_t smallest_borrow = 0;
 };
 
 // Requests beyond this cannot be rounded without overflow; no device has that much.
@@ -221,7 +211,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     std::lock_guard lock(mu_, std::adopt_lock);
     if (bytes > kMaxRequest) return Oom(bytes, stream);
     if (!guard_.empty() && !Capturing()) CollectPending();
-    if (fences_ + checkpoints_ != 0) CollectFencesSometimes();
+    if (fences_ != 0) CollectFencesSometimes();
     ReleaseDonePools();
     if (pool != kDefaultPool) PoolInUse(pool);
     StreamHeap* h = Heap(stream, pool);
@@ -311,10 +301,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       live.heap->small.Free(live.slab, ptr);
     } else {
       live.heap->large.Free(live.block, stream_used);
-      StreamHeap& h = *live.heap;
-      if (h.smallest_borrow != 0 && live.bin >= h.smallest_borrow && stream_used) {
-        CheckpointAtFree(h);
-      }
     }
     if (live.heap->pool != kDefaultPool) PoolBlockReleased(live.heap->pool);
   }
@@ -375,12 +361,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // FenceWaiter.)
   void WaitForAllFences(StreamHeap& h);
   // Drops the fences whose borrower's work has run, and the checkpoints that have run
-  // (StreamHeap::checkpoints); all of them when `synchronized`.
+  // (StreamHeap::checkpoint); all of them when `synchronized`.
   void CollectFences(bool synchronized = false);
-  // A large free on a heap others borrow from (see StreamHeap::smallest_borrow): a
-  // checkpoint on its stream, unless kMaxCheckpoints are up (a borrow then records its own).
-  void CheckpointAtFree(StreamHeap& h);
-  static constexpr std::size_t kMaxCheckpoints = 64;
   // CollectFences on every kCollectEvery-th allocation: each asks the device (an event
   // query costs ~1.6 us on an H100), and a training step allocates hundreds of times while
   // a fence is up. A fence still up when its memory is used again costs a stream wait.
@@ -573,7 +555,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   LiveMap live_;
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream
   std::size_t fences_ = 0;           // fences up in every heap (StreamHeap::fences)
-  std::size_t checkpoints_ = 0;      // checkpoints up in every heap
   EventQueries fence_queries_;       // CollectFences' questions
   std::uint32_t collect_tick_ = 0;  // CollectFencesSometimes
   AllocatorStats stats_;  // figures of the locked paths; the caches keep their own

@@ -221,22 +221,13 @@ void CachingAllocator::OrderAfterUsers(StreamHeap& lender, const Block& b, Strea
   auto covers = [&](std::uint32_t at) {
     return LaterCount(b.used_at, at) == at && now - at < (std::uint32_t{1} << 30);
   };
-  // From now on its frees of blocks this large record checkpoints.
-  if (lender.smallest_borrow == 0 || b.size < lender.smallest_borrow) {
-    lender.smallest_borrow = b.size;
-  }
   if (lender.ran_at && covers(*lender.ran_at)) return;  // that work has run
-  auto& checkpoints = lender.checkpoints;
-  auto first = std::find_if(checkpoints.begin(), checkpoints.end(),
-                            [&](const StreamHeap::Checkpoint& c) { return covers(c.at); });
-  if (first == checkpoints.end()) {
-    const EventHandle e = backend_.RecordEvent(lender.stream);
-    if (e == 0) return;  // the device was waited for instead
-    checkpoints.push_back({e, now});
-    ++checkpoints_;
-    first = std::prev(checkpoints.end());
+  if (lender.checkpoint == 0 || !covers(lender.checkpoint_at)) {
+    if (lender.checkpoint != 0) backend_.ReleaseEvent(lender.checkpoint);
+    lender.checkpoint = backend_.RecordEvent(lender.stream);
+    lender.checkpoint_at = now;
   }
-  OrderAfter(borrower, first->event);
+  if (lender.checkpoint != 0) OrderAfter(borrower, lender.checkpoint);
 }
 
 // What growth for `bytes` would do to the driver's free memory against the headroom

@@ -190,31 +190,6 @@ TEST(CachingAllocatorTest, ABorrowWaitsForTheLendersWorkUpToTheBlocksLastUse) {
   checked.on_stream_wait = nullptr;
 }
 
-// Once a heap was borrowed from, its large frees record checkpoints: a block borrowed
-// later waits for the lender's work up to its free, not for what the lender queued
-// between that free and the borrow (FSDP2's compute stream, lending to the all-gather's).
-TEST(CachingAllocatorTest, ABorrowWaitsOnTheCheckpointOfTheBlocksFree) {
-  SimBackend sim({.events = SimBackendOptions::Events::kManual});
-  testing::CheckedBackend checked(sim);
-  std::vector<std::pair<StreamId, EventHandle>> recorded, waits;
-  checked.on_record_event = [&](StreamId s, EventHandle e) { recorded.push_back({s, e}); };
-  checked.on_stream_wait = [&](StreamId s, EventHandle e) { waits.push_back({s, e}); };
-  auto alloc = MakeCachingAllocator(checked);
-  const DevicePtr a = *alloc->Allocate(8 * kMiB, kS1);
-  const DevicePtr b = *alloc->Allocate(16 * kMiB, kS1);
-  alloc->Free(a);
-  EXPECT_EQ(*alloc->Allocate(8 * kMiB, kS2), a);  // the first borrow records at once
-  alloc->Free(b);                                 // S1 lends now: a checkpoint
-  ASSERT_EQ(recorded.size(), 2u);
-  EXPECT_EQ(recorded.back().first, kS1);
-  const EventHandle at_free = recorded.back().second;
-  EXPECT_EQ(*alloc->Allocate(16 * kMiB, kS2), b);
-  EXPECT_EQ(recorded.size(), 2u);  // nothing recorded at the borrow
-  EXPECT_EQ(waits.back(), std::make_pair(kS2, at_free));
-  checked.on_record_event = nullptr;
-  checked.on_stream_wait = nullptr;
-}
-
 // The lender's stream waiting for a fence leaves it up: another stream borrowing the rest
 // of the fenced memory still waits for it (the lender's wait is queued on its stream
 // after the event the borrower would otherwise rely on).
