@@ -78,6 +78,117 @@ MemoryCall Free(const char* api, std::uint64_t addr, std::uint64_t stream = 0,
   return c;
 }
 
+// Decoders, one per shape of parameter block (the field names CUPTI's headers give).
+template <typename P>
+MemoryCall DeviceAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, OutDev(p->dptr), p->bytesize);
+}
+template <typename P>
+MemoryCall PitchAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  const std::uint64_t pitch = p->pPitch == nullptr ? p->WidthInBytes : *p->pPitch;
+  return Alloc(api, OutDev(p->dptr), pitch * p->Height);
+}
+template <typename P>
+MemoryCall DeviceFree(const char* api, const void* v) {
+  return Free(api, static_cast<const P*>(v)->dptr);
+}
+template <typename P>
+MemoryCall HostAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, Out(p->pp), p->bytesize, 0, true);
+}
+template <typename P>
+MemoryCall HostFree(const char* api, const void* v) {
+  return Free(api, Ptr(static_cast<const P*>(v)->p), 0, true);
+}
+template <typename P>
+MemoryCall HandleCreate(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  MemoryCall c = Alloc(api, p->handle == nullptr ? 0 : *p->handle, p->size);
+  c.handle = true;
+  if (p->prop != nullptr && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    c.device = p->prop->location.id;
+  }
+  return c;
+}
+template <typename P>
+MemoryCall HandleRelease(const char* api, const void* v) {
+  MemoryCall c = Free(api, static_cast<const P*>(v)->handle);
+  c.handle = true;
+  return c;
+}
+template <typename P>
+MemoryCall Mapping(const char* api, const void* v, RecordType type) {
+  auto* p = static_cast<const P*>(v);
+  MemoryCall c = Alloc(api, p->ptr, p->size);
+  c.type = type;
+  return c;
+}
+template <typename P>
+MemoryCall Map(const char* api, const void* v) {
+  return Mapping<P>(api, v, RecordType::kMap);
+}
+template <typename P>
+MemoryCall Unmap(const char* api, const void* v) {
+  return Mapping<P>(api, v, RecordType::kUnmap);
+}
+template <typename P>
+MemoryCall StreamAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, OutDev(p->dptr), p->bytesize, Ptr(p->hStream));
+}
+template <typename P>
+MemoryCall StreamFree(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Free(api, p->dptr, Ptr(p->hStream));
+}
+
+template <typename P>
+MemoryCall RuntimeAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, Out(p->devPtr), p->size);
+}
+template <typename P>
+MemoryCall RuntimePitchAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  const std::uint64_t pitch = p->pitch == nullptr ? p->width : *p->pitch;
+  return Alloc(api, Out(p->devPtr), pitch * p->height);
+}
+template <typename P>
+MemoryCall RuntimeFree(const char* api, const void* v) {
+  return Free(api, Ptr(static_cast<const P*>(v)->devPtr));
+}
+template <typename P>
+MemoryCall RuntimeHostAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  if constexpr (requires { p->pHost; }) {
+    return Alloc(api, Out(p->pHost), p->size, 0, true);
+  } else {
+    return Alloc(api, Out(p->ptr), p->size, 0, true);
+  }
+}
+template <typename P>
+MemoryCall RuntimeHostFree(const char* api, const void* v) {
+  return Free(api, Ptr(static_cast<const P*>(v)->ptr), 0, true);
+}
+template <typename P>
+MemoryCall RuntimeStreamAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, Out(p->devPtr), p->size, Ptr(p->hStream));
+}
+template <typename P>
+MemoryCall RuntimeStreamFree(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Free(api, Ptr(p->devPtr), Ptr(p->hStream));
+}
+template <typename P>
+MemoryCall RuntimePoolAlloc(const char* api, const void* v) {
+  auto* p = static_cast<const P*>(v);
+  return Alloc(api, Out(p->ptr), p->size, Ptr(p->stream));
+}
+
 }  // namespace
 
 const CUpti_CallbackId* DriverCallbackIds(std::size_t* n) {
@@ -91,165 +202,60 @@ const CUpti_CallbackId* RuntimeCallbackIds(std::size_t* n) {
 }
 
 std::optional<MemoryCall> DecodeDriverCall(CUpti_CallbackId cbid, const void* params) {
+// One case per call: its parameter block read by the decoder for its shape, its name the
+// callback id's.
+#define GPUMEM_DRIVER_CALL(name, decode) \
+  case CUPTI_DRIVER_TRACE_CBID_##name:   \
+    return decode<name##_params>(#name, params)
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
-      auto* p = static_cast<const cuMemAlloc_v2_params*>(params);
-      return Alloc("cuMemAlloc_v2", OutDev(p->dptr), p->bytesize);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
-      auto* p = static_cast<const cuMemAllocPitch_v2_params*>(params);
-      const std::uint64_t pitch = p->pPitch == nullptr ? p->WidthInBytes : *p->pPitch;
-      return Alloc("cuMemAllocPitch_v2", OutDev(p->dptr), pitch * p->Height);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2: {
-      auto* p = static_cast<const cuMemFree_v2_params*>(params);
-      return Free("cuMemFree_v2", p->dptr);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
-      auto* p = static_cast<const cuMemAllocHost_v2_params*>(params);
-      return Alloc("cuMemAllocHost_v2", Out(p->pp), p->bytesize, 0, true);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
-      auto* p = static_cast<const cuMemHostAlloc_params*>(params);
-      return Alloc("cuMemHostAlloc", Out(p->pp), p->bytesize, 0, true);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost: {
-      auto* p = static_cast<const cuMemFreeHost_params*>(params);
-      return Free("cuMemFreeHost", Ptr(p->p), 0, true);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
-      auto* p = static_cast<const cuMemAllocManaged_params*>(params);
-      return Alloc("cuMemAllocManaged", OutDev(p->dptr), p->bytesize);
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
-      auto* p = static_cast<const cuMemCreate_params*>(params);
-      MemoryCall c = Alloc("cuMemCreate", p->handle == nullptr ? 0 : *p->handle, p->size);
-      c.handle = true;
-      if (p->prop != nullptr && p->prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-        c.device = p->prop->location.id;
-      }
-      return c;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease: {
-      auto* p = static_cast<const cuMemRelease_params*>(params);
-      MemoryCall c = Free("cuMemRelease", p->handle);
-      c.handle = true;
-      return c;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemMap: {
-      auto* p = static_cast<const cuMemMap_params*>(params);
-      MemoryCall c = Alloc("cuMemMap", p->ptr, p->size);
-      c.type = RecordType::kMap;
-      return c;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemUnmap: {
-      auto* p = static_cast<const cuMemUnmap_params*>(params);
-      MemoryCall c = Alloc("cuMemUnmap", p->ptr, p->size);
-      c.type = RecordType::kUnmap;
-      return c;
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync: {
-      auto* p = static_cast<const cuMemAllocAsync_params*>(params);
-      return Alloc("cuMemAllocAsync", OutDev(p->dptr), p->bytesize, Ptr(p->hStream));
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
-      auto* p = static_cast<const cuMemAllocAsync_ptsz_params*>(params);
-      return Alloc("cuMemAllocAsync_ptsz", OutDev(p->dptr), p->bytesize, Ptr(p->hStream));
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync: {
-      auto* p = static_cast<const cuMemFreeAsync_params*>(params);
-      return Free("cuMemFreeAsync", p->dptr, Ptr(p->hStream));
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz: {
-      auto* p = static_cast<const cuMemFreeAsync_ptsz_params*>(params);
-      return Free("cuMemFreeAsync_ptsz", p->dptr, Ptr(p->hStream));
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync: {
-      auto* p = static_cast<const cuMemAllocFromPoolAsync_params*>(params);
-      return Alloc("cuMemAllocFromPoolAsync", OutDev(p->dptr), p->bytesize, Ptr(p->hStream));
-    }
-    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
-      auto* p = static_cast<const cuMemAllocFromPoolAsync_ptsz_params*>(params);
-      return Alloc("cuMemAllocFromPoolAsync_ptsz", OutDev(p->dptr), p->bytesize,
-                   Ptr(p->hStream));
-    }
+    GPUMEM_DRIVER_CALL(cuMemAlloc_v2, DeviceAlloc);
+    GPUMEM_DRIVER_CALL(cuMemAllocManaged, DeviceAlloc);
+    GPUMEM_DRIVER_CALL(cuMemAllocPitch_v2, PitchAlloc);
+    GPUMEM_DRIVER_CALL(cuMemFree_v2, DeviceFree);
+    GPUMEM_DRIVER_CALL(cuMemAllocHost_v2, HostAlloc);
+    GPUMEM_DRIVER_CALL(cuMemHostAlloc, HostAlloc);
+    GPUMEM_DRIVER_CALL(cuMemFreeHost, HostFree);
+    GPUMEM_DRIVER_CALL(cuMemCreate, HandleCreate);
+    GPUMEM_DRIVER_CALL(cuMemRelease, HandleRelease);
+    GPUMEM_DRIVER_CALL(cuMemMap, Map);
+    GPUMEM_DRIVER_CALL(cuMemUnmap, Unmap);
+    GPUMEM_DRIVER_CALL(cuMemAllocAsync, StreamAlloc);
+    GPUMEM_DRIVER_CALL(cuMemAllocAsync_ptsz, StreamAlloc);
+    GPUMEM_DRIVER_CALL(cuMemFreeAsync, StreamFree);
+    GPUMEM_DRIVER_CALL(cuMemFreeAsync_ptsz, StreamFree);
+    GPUMEM_DRIVER_CALL(cuMemAllocFromPoolAsync, StreamAlloc);
+    GPUMEM_DRIVER_CALL(cuMemAllocFromPoolAsync_ptsz, StreamAlloc);
     default:
       return std::nullopt;
   }
+#undef GPUMEM_DRIVER_CALL
 }
 
 std::optional<MemoryCall> DecodeRuntimeCall(CUpti_CallbackId cbid, const void* params) {
+// As above; the name drops the id's version suffix (cudaMalloc_v3020: "cudaMalloc").
+#define GPUMEM_RUNTIME_CALL(name, version, decode)    \
+  case CUPTI_RUNTIME_TRACE_CBID_##name##version:      \
+    c = decode<name##version##_params>(#name, params); \
+    break
   std::optional<MemoryCall> c;
   switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020: {
-      auto* p = static_cast<const cudaMalloc_v3020_params*>(params);
-      c = Alloc("cudaMalloc", Out(p->devPtr), p->size);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020: {
-      auto* p = static_cast<const cudaMallocPitch_v3020_params*>(params);
-      const std::uint64_t pitch = p->pitch == nullptr ? p->width : *p->pitch;
-      c = Alloc("cudaMallocPitch", Out(p->devPtr), pitch * p->height);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020: {
-      auto* p = static_cast<const cudaFree_v3020_params*>(params);
-      c = Free("cudaFree", Ptr(p->devPtr));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
-      auto* p = static_cast<const cudaMallocHost_v3020_params*>(params);
-      c = Alloc("cudaMallocHost", Out(p->ptr), p->size, 0, true);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
-      auto* p = static_cast<const cudaHostAlloc_v3020_params*>(params);
-      c = Alloc("cudaHostAlloc", Out(p->pHost), p->size, 0, true);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeHost_v3020: {
-      auto* p = static_cast<const cudaFreeHost_v3020_params*>(params);
-      c = Free("cudaFreeHost", Ptr(p->ptr), 0, true);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000: {
-      auto* p = static_cast<const cudaMallocManaged_v6000_params*>(params);
-      c = Alloc("cudaMallocManaged", Out(p->devPtr), p->size);
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020: {
-      auto* p = static_cast<const cudaMallocAsync_v11020_params*>(params);
-      c = Alloc("cudaMallocAsync", Out(p->devPtr), p->size, Ptr(p->hStream));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020: {
-      auto* p = static_cast<const cudaMallocAsync_ptsz_v11020_params*>(params);
-      c = Alloc("cudaMallocAsync_ptsz", Out(p->devPtr), p->size, Ptr(p->hStream));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_v11020: {
-      auto* p = static_cast<const cudaFreeAsync_v11020_params*>(params);
-      c = Free("cudaFreeAsync", Ptr(p->devPtr), Ptr(p->hStream));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaFreeAsync_ptsz_v11020: {
-      auto* p = static_cast<const cudaFreeAsync_ptsz_v11020_params*>(params);
-      c = Free("cudaFreeAsync_ptsz", Ptr(p->devPtr), Ptr(p->hStream));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020: {
-      auto* p = static_cast<const cudaMallocFromPoolAsync_v11020_params*>(params);
-      c = Alloc("cudaMallocFromPoolAsync", Out(p->ptr), p->size, Ptr(p->stream));
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_ptsz_v11020: {
-      auto* p = static_cast<const cudaMallocFromPoolAsync_ptsz_v11020_params*>(params);
-      c = Alloc("cudaMallocFromPoolAsync_ptsz", Out(p->ptr), p->size, Ptr(p->stream));
-      break;
-    }
+    GPUMEM_RUNTIME_CALL(cudaMalloc, _v3020, RuntimeAlloc);
+    GPUMEM_RUNTIME_CALL(cudaMallocManaged, _v6000, RuntimeAlloc);
+    GPUMEM_RUNTIME_CALL(cudaMallocPitch, _v3020, RuntimePitchAlloc);
+    GPUMEM_RUNTIME_CALL(cudaFree, _v3020, RuntimeFree);
+    GPUMEM_RUNTIME_CALL(cudaMallocHost, _v3020, RuntimeHostAlloc);
+    GPUMEM_RUNTIME_CALL(cudaHostAlloc, _v3020, RuntimeHostAlloc);
+    GPUMEM_RUNTIME_CALL(cudaFreeHost, _v3020, RuntimeHostFree);
+    GPUMEM_RUNTIME_CALL(cudaMallocAsync, _v11020, RuntimeStreamAlloc);
+    GPUMEM_RUNTIME_CALL(cudaMallocAsync_ptsz, _v11020, RuntimeStreamAlloc);
+    GPUMEM_RUNTIME_CALL(cudaFreeAsync, _v11020, RuntimeStreamFree);
+    GPUMEM_RUNTIME_CALL(cudaFreeAsync_ptsz, _v11020, RuntimeStreamFree);
+    GPUMEM_RUNTIME_CALL(cudaMallocFromPoolAsync, _v11020, RuntimePoolAlloc);
+    GPUMEM_RUNTIME_CALL(cudaMallocFromPoolAsync_ptsz, _v11020, RuntimePoolAlloc);
     default:
       break;
   }
+#undef GPUMEM_RUNTIME_CALL
   if (c) c->runtime = true;
   return c;
 }
