@@ -296,6 +296,35 @@ def map_steps_line(rounds, name="gpumem"):
     return f"- steps by whether {name} mapped pages, rank 0: " + "; ".join(parts) if parts else None
 
 
+def phase_line(rounds):
+    """Where the long steps' time went, rank 0, each job: the mean device and host ms of
+    each phase (multi_gpu_train.py --phases) in its long steps over its other steps;
+    None without phases."""
+    parts = []
+    for who, rows in (("native", [n for n, _ in rank0_pairs(rounds)]),
+                      ("gpumem", [g for _, g in rank0_pairs(rounds)])):
+        long, other = [], []
+        for r in rows:
+            if not r.get("phases"):
+                return None
+            for is_long, p in zip(long_steps(r["step_times"]), r["phases"]):
+                (long if is_long else other).append(p)
+        if not long or not other:
+            continue
+
+        def mean(steps, side, name):
+            return statistics.fmean(p[side].get(name, 0.0) for p in steps)
+        excess = ", ".join(
+            f"{name} {mean(long, 'device', name) - mean(other, 'device', name):+.1f}/"
+            f"{mean(long, 'host', name) - mean(other, 'host', name):+.1f}"
+            for name in long[0]["device"])
+        parts.append(f"{who} ({len(long)} long) {excess}")
+    if not parts:
+        return None
+    return ("- long steps over the others by phase, rank 0, device/host ms: "
+            + "; ".join(parts))
+
+
 def gc_line(rounds):
     """Rank 0's Python collections in the timed steps, native against gpumem: ms a step,
     full collections, and steps stalled over 10 ms by one (None: rows without gc_ms)."""
@@ -331,7 +360,7 @@ def summarize(layout, rounds):
                      f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
     lines += [line for line in (step_line("gpumem", rounds), steadiness_line(rounds),
-                                map_steps_line(rounds), gc_line(rounds),
+                                map_steps_line(rounds), phase_line(rounds), gc_line(rounds),
                                 device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
 

@@ -144,6 +144,22 @@ class Judgement(unittest.TestCase):
         del gpumem[0]["step_maps"]  # rows from before step_maps: no line
         self.assertIsNone(m.map_steps_line([(native, gpumem)]))
 
+    def test_long_steps_by_phase(self):
+        native, gpumem = pair()
+        normal = {"device": {"forward": 30.0, "backward": 60.0},
+                  "host": {"forward": 5.0, "backward": 2.0}}
+        slow = {"device": {"forward": 30.0, "backward": 110.0},
+                "host": {"forward": 5.0, "backward": 52.0}}
+        for r in native + gpumem:
+            r.update(step_times=[0.1] * 6, phases=[normal] * 6)
+        gpumem[0]["step_times"][2] = 0.15
+        gpumem[0]["phases"] = [normal] * 2 + [slow] + [normal] * 3
+        self.assertEqual(m.phase_line([(native, gpumem)]),
+                         "- long steps over the others by phase, rank 0, device/host ms: "
+                         "gpumem (1 long) forward +0.0/+0.0, backward +50.0/+50.0")
+        del native[0]["phases"]  # rows from before the clock: no line
+        self.assertIsNone(m.phase_line([(native, gpumem)]))
+
     def test_collections_of_each_job(self):
         native, gpumem = pair()
         native[0].update(gc_ms=[0, 60, 0, 0, 1], gc_collections=[9, 3, 1])

@@ -10,7 +10,8 @@ answers under its allocator), plus gpumem's own where it is installed.
 
 usage: torchrun --nproc_per_node N multi_gpu_train.py {ddp,fsdp2,fsdp2-keep,tp,2d}
        [--steps 40] [--warmup 10] [--dim 1024] [--layers 8] [--leak-rank R]
-       [--cap-rank R --cap-fraction F]
+       [--cap-rank R --cap-fraction F] [--phases]
+  --phases: host and device time of each step's phases (phase_clock.py), in each row.
   MULTIGPU_TURNS=FOLDER,ROLE,N: take turns with another job on the same GPUs, N steps
   at a time, rank by rank (turns.fifo_turns; multi_gpu_matrix.py --turns sets it).
 """
@@ -26,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gc_clock import GcClock
+from phase_clock import PhaseClock, cuda_event
 from turns import fifo_turns
 
 VOCAB = 32000
@@ -166,6 +168,8 @@ def main():
     ap.add_argument("--cap-rank", type=int, default=-1,
                     help="this rank runs under set_per_process_memory_fraction(--cap-fraction)")
     ap.add_argument("--cap-fraction", type=float, default=0.05)
+    ap.add_argument("--phases", action="store_true",
+                    help="time each step's forward, backward, optimizer and loss read")
     args = ap.parse_args()
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     turns, first = (fifo_turns(os.environ["MULTIGPU_TURNS"], rank)
@@ -187,6 +191,8 @@ def main():
     gc_clock = GcClock()
     gc_ms, gc_counts = [], None
     step_maps = []  # pages gpumem mapped in each timed step
+    phase_clock, phases = PhaseClock(cuda_event) if args.phases else None, []
+    mark = phase_clock.mark if phase_clock else lambda name: None
     for step in range(args.steps):
         if step == args.warmup:
             warm_counters = device_counters()
@@ -196,18 +202,26 @@ def main():
         maps_before = (device_counters() or {}).get("maps")  # read outside the timed part
         gc_clock.take_step_ms()  # collections outside the timed part are not the step's
         start = time.perf_counter()
+        if phase_clock:
+            phase_clock.start()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(tokens)
         if rank == args.leak_rank:
             kept.append(logits[:, -1:])  # LEAK: a view keeps the whole logits tensor
         loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+        mark("forward")
         loss.backward()
+        mark("backward")
         opt.step()
         opt.zero_grad(set_to_none=True)
+        mark("optimizer")
         losses.append(loss.item())
+        mark("loss read")
         torch.cuda.synchronize()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
+            if phase_clock:
+                phases.append(phase_clock.finish())
             gc_ms.append(round(gc_clock.take_step_ms(), 3))
             if maps_before is not None:
                 step_maps.append(device_counters()["maps"] - maps_before)
@@ -220,7 +234,8 @@ def main():
            "gc_ms": gc_ms,
            "gc_collections": [a - b for a, b in zip(gc_clock.collections, gc_counts)]
            if gc_counts is not None else None,
-           "step_maps": step_maps or None}
+           "step_maps": step_maps or None,
+           "phases": phases or None}
     gc_clock.close()
     if warm_counters is not None:  # the timed steps' device calls alone
         row["timed_counters"] = {k: v - warm_counters.get(k, 0)
