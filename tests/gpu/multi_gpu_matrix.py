@@ -161,6 +161,12 @@ def rank0_pairs(rounds):
             yield n, g
 
 
+def rank0_rows_by_job(rounds, name="gpumem"):
+    """[("native", its rank 0 rows), (name, its rank 0 rows)], one row a round."""
+    pairs = list(rank0_pairs(rounds))
+    return [("native", [n for n, _ in pairs]), (name, [g for _, g in pairs])]
+
+
 def step_ratio(rounds, of=sum):
     """Rank 0's time, gpumem over native: paired by block where the runs took turns (`of`
     each block's step times), by round otherwise. (point, low, high, pairs, per-round
@@ -258,8 +264,7 @@ def steadiness_line(rounds, name="gpumem"):
     """Rank 0's step times of every round, native against `name`: the 50th, 90th, 95th and
     99th percentiles, and how many steps were long ones; None without times."""
     parts = []
-    pairs = list(rank0_pairs(rounds))
-    for who, rows in (("native", [n for n, _ in pairs]), (name, [g for _, g in pairs])):
+    for who, rows in rank0_rows_by_job(rounds, name):
         times = sorted(t for r in rows for t in r["step_times"])
         if len(times) < 2:
             return None
@@ -301,8 +306,7 @@ def phase_line(rounds):
     each phase (multi_gpu_train.py --phases) in its long steps over its other steps;
     None without phases."""
     parts = []
-    for who, rows in (("native", [n for n, _ in rank0_pairs(rounds)]),
-                      ("gpumem", [g for _, g in rank0_pairs(rounds)])):
+    for who, rows in rank0_rows_by_job(rounds):
         long, other = [], []
         for r in rows:
             if not r.get("phases"):
@@ -329,8 +333,7 @@ def gc_line(rounds):
     """Rank 0's Python collections in the timed steps, native against gpumem: ms a step,
     full collections, and steps stalled over 10 ms by one (None: rows without gc_ms)."""
     parts = []
-    pairs = list(rank0_pairs(rounds))
-    for name, rows in (("native", [n for n, _ in pairs]), ("gpumem", [g for _, g in pairs])):
+    for name, rows in rank0_rows_by_job(rounds):
         ms = [x for r in rows for x in r.get("gc_ms") or []]
         if not ms:
             return None

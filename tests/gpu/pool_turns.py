@@ -44,29 +44,32 @@ def partner_pairs(rows, mode, layout):
 STATISTICS = (("block time", sum), ("median step", statistics.median))
 
 
-def pooled(files, layout, of=sum):
-    """Per file: (file, mode, block ratios of `of` each block's step times)."""
-    per_file = []
+def load_runs(files, layout):
+    """Per file: (file, mode, its (native row, mode row) pairs of `layout`), each file
+    read once."""
+    runs = []
     for path, mode in files:
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        ratios = []
-        for native, gpumem in partner_pairs(rows, mode, layout):
-            ratios += turn_block_ratios(native, gpumem, of)
-        per_file.append((path, mode, ratios))
-    return per_file
+        runs.append((path, mode, partner_pairs(rows, mode, layout)))
+    return runs
 
 
-def long_step_counts(files, layout):
-    """(native's long steps, the mode's, steps of each) over every pair of every file."""
+def pooled(runs, of=sum):
+    """Per run of load_runs: (file, mode, block ratios of `of` each block's step times)."""
+    return [(path, mode, [ratio for native, other in pairs
+                          for ratio in turn_block_ratios(native, other, of)])
+            for path, mode, pairs in runs]
+
+
+def long_step_counts(runs):
+    """(native's long steps, the mode's, steps of each) over every pair of every run."""
     native_long = mode_long = steps = 0
-    for path, mode in files:
-        with open(path) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
-        for native, gpumem in partner_pairs(rows, mode, layout):
+    for _, _, pairs in runs:
+        for native, other in pairs:
             native_long += sum(long_steps(native["step_times"]))
-            mode_long += sum(long_steps(gpumem["step_times"]))
-            steps += len(gpumem["step_times"])
+            mode_long += sum(long_steps(other["step_times"]))
+            steps += len(other["step_times"])
     return native_long, mode_long, steps
 
 
@@ -82,9 +85,10 @@ def main():
         if not path or not mode:
             ap.error(f"{spec!r} is not FILE:MODE")
         files.append((path, mode))
+    runs = load_runs(files, args.layout)
     for label, of in STATISTICS:
         every = []
-        for path, mode, ratios in pooled(files, args.layout, of):
+        for path, mode, ratios in pooled(runs, of):
             if len(ratios) < 2:
                 print(f"{path}: {mode}: no blocks of turns for {args.layout}", file=sys.stderr)
                 return 2
@@ -95,7 +99,7 @@ def main():
         point, low, high = paired_interval(every)
         print(f"{label}, pooled: {point:.3f} [{low:.3f}, {high:.3f}] over {len(every)} "
               f"blocks; within {args.within:g}%: {goal_word(low, high, args.within)}")
-    native_long, mode_long, steps = long_step_counts(files, args.layout)
+    native_long, mode_long, steps = long_step_counts(runs)
     print(f"long steps: native {native_long}, the other {mode_long}, of {steps} each")
     return 0
 

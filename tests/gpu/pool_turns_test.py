@@ -47,7 +47,7 @@ class Pooling(unittest.TestCase):
                     for r in (row("native", 0.10, "gpumem"), row("gpumem", time)):
                         print(json.dumps(r), file=f)
                 paths.append((path, "gpumem"))
-            per_file = p.pooled(paths, "fsdp2")
+            per_file = p.pooled(p.load_runs(paths, "fsdp2"))
         self.assertEqual([len(r) for _, _, r in per_file], [4, 4])  # 40 steps, blocks of 10
         self.assertAlmostEqual(per_file[0][2][0], 1.1)
         self.assertAlmostEqual(per_file[1][2][0], 0.9)
@@ -60,9 +60,10 @@ class Pooling(unittest.TestCase):
             with open(path, "w") as f:
                 for r in (row("native", 0.10, "gpumem"), gpumem):
                     print(json.dumps(r), file=f)
-            (_, _, by_time), = p.pooled([(path, "gpumem")], "fsdp2")
-            (_, _, by_median), = p.pooled([(path, "gpumem")], "fsdp2", statistics.median)
-            counts = p.long_step_counts([(path, "gpumem")], "fsdp2")
+            runs = p.load_runs([(path, "gpumem")], "fsdp2")
+            (_, _, by_time), = p.pooled(runs)
+            (_, _, by_median), = p.pooled(runs, statistics.median)
+            counts = p.long_step_counts(runs)
         self.assertAlmostEqual(by_time[0], 1.3 / 0.9)
         self.assertEqual(by_median, [1.0] * 4)
         self.assertEqual(counts, (0, 1, 40))
