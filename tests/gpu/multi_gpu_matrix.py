@@ -301,6 +301,32 @@ def map_steps_line(rounds, name="gpumem"):
     return f"- steps by whether {name} mapped pages, rank 0: " + "; ".join(parts) if parts else None
 
 
+def long_step_calls_line(rounds, name="gpumem"):
+    """What `name`'s long steps asked of the driver against its other steps, rank 0: the
+    mean per step of each device call and of the host time in them (step_calls), and the
+    share of steps that unmapped; None without step_calls."""
+    long, other = [], []
+    for r in (g for _, g in rank0_pairs(rounds)):
+        calls = r.get("step_calls")
+        if not calls:
+            continue
+        for i, is_long in enumerate(long_steps(r["step_times"])):
+            (long if is_long else other).append({k: v[i] for k, v in calls.items()})
+    if not long or not other:
+        return None
+
+    def describe(steps):
+        def mean(k):
+            return statistics.fmean(s.get(k, 0) for s in steps)
+        unmapping = sum(s.get("unmaps", 0) > 0 for s in steps) / len(steps)
+        return (f"maps {mean('maps'):.1f}, unmaps {mean('unmaps'):.1f} ({unmapping:.0%} of "
+                f"steps), stream waits {mean('stream_waits'):.1f}, synchronizes "
+                f"{mean('synchronizes'):.2f}, host in calls {mean('host_call_ns') / 1e6:.2f} ms, "
+                f"background {mean('background_call_ns') / 1e6:.2f} ms")
+    return (f"- {name}'s device calls a step, rank 0: {len(long)} long steps {describe(long)}; "
+            f"{len(other)} others {describe(other)}")
+
+
 def phase_line(rounds):
     """Where the long steps' time went, rank 0, each job: the mean device and host ms of
     each phase (multi_gpu_train.py --phases) in its long steps over its other steps;
@@ -363,7 +389,8 @@ def summarize(layout, rounds):
                      f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
     lines += [line for line in (step_line("gpumem", rounds), steadiness_line(rounds),
-                                map_steps_line(rounds), phase_line(rounds), gc_line(rounds),
+                                map_steps_line(rounds), long_step_calls_line(rounds),
+                                phase_line(rounds), gc_line(rounds),
                                 device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good
 

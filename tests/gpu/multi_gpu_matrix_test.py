@@ -144,6 +144,24 @@ class Judgement(unittest.TestCase):
         del gpumem[0]["step_maps"]  # rows from before step_maps: no line
         self.assertIsNone(m.map_steps_line([(native, gpumem)]))
 
+    def test_device_calls_of_long_steps(self):
+        native, gpumem = pair()
+        for r in native + gpumem:
+            r.update(step_times=[0.1] * 4)
+        gpumem[0]["step_times"][3] = 0.2  # the one long step unmapped 8 pages
+        gpumem[0]["step_calls"] = {
+            "maps": [2, 0, 1, 3], "unmaps": [0, 0, 2, 8], "stream_waits": [30, 30, 30, 30],
+            "synchronizes": [0, 0, 0, 1], "host_call_ns": [3e6, 0, 0, 1e6],
+            "background_call_ns": [0, 0, 1e5, 4e5]}
+        self.assertEqual(
+            m.long_step_calls_line([(native, gpumem)]),
+            "- gpumem's device calls a step, rank 0: 1 long steps maps 3.0, unmaps 8.0 (100% "
+            "of steps), stream waits 30.0, synchronizes 1.00, host in calls 1.00 ms, "
+            "background 0.40 ms; 3 others maps 1.0, unmaps 0.7 (33% of steps), stream waits "
+            "30.0, synchronizes 0.00, host in calls 1.00 ms, background 0.03 ms")
+        del gpumem[0]["step_calls"]  # rows from before step_calls: no line
+        self.assertIsNone(m.long_step_calls_line([(native, gpumem)]))
+
     def test_long_steps_by_phase(self):
         native, gpumem = pair()
         normal = {"device": {"forward": 30.0, "backward": 60.0},

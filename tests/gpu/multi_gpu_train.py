@@ -135,6 +135,15 @@ def device_counters():
     return device["backend_counters"] if device is not None else None
 
 
+# Per-step deltas of gpumem's device calls (step_calls): what each step asked of the driver.
+STEP_CALLS = ("maps", "unmaps", "stream_waits", "synchronizes", "host_call_ns",
+              "background_call_ns")
+
+
+def step_call_deltas(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in STEP_CALLS}
+
+
 def figures():
     free, total = torch.cuda.mem_get_info()
     out = {"device": torch.cuda.current_device(),
@@ -190,7 +199,7 @@ def main():
     warm_counters = None
     gc_clock = GcClock()
     gc_ms, gc_counts = [], None
-    step_maps = []  # pages gpumem mapped in each timed step
+    step_calls = {k: [] for k in STEP_CALLS}  # gpumem's device calls in each timed step
     phase_clock, phases = PhaseClock(cuda_event) if args.phases else None, []
     mark = phase_clock.mark if phase_clock else lambda name: None
     for step in range(args.steps):
@@ -199,7 +208,7 @@ def main():
             gc_counts = list(gc_clock.collections)
         tokens, targets = batch(step, rank, args.layout, device)
         torch.cuda.synchronize()
-        maps_before = (device_counters() or {}).get("maps")  # read outside the timed part
+        calls_before = device_counters()  # read outside the timed part
         gc_clock.take_step_ms()  # collections outside the timed part are not the step's
         start = time.perf_counter()
         if phase_clock:
@@ -223,8 +232,9 @@ def main():
             if phase_clock:
                 phases.append(phase_clock.finish())
             gc_ms.append(round(gc_clock.take_step_ms(), 3))
-            if maps_before is not None:
-                step_maps.append(device_counters()["maps"] - maps_before)
+            if calls_before is not None:
+                for k, v in step_call_deltas(calls_before, device_counters()).items():
+                    step_calls[k].append(v)
         if turns and (step + 1) % turns.steps == 0:
             turns.pass_and_wait(step + 1)
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),
@@ -234,7 +244,8 @@ def main():
            "gc_ms": gc_ms,
            "gc_collections": [a - b for a, b in zip(gc_clock.collections, gc_counts)]
            if gc_counts is not None else None,
-           "step_maps": step_maps or None,
+           "step_maps": step_calls["maps"] or None,
+           "step_calls": step_calls if step_calls["maps"] else None,
            "phases": phases or None}
     gc_clock.close()
     if warm_counters is not None:  # the timed steps' device calls alone
