@@ -235,6 +235,97 @@ def launch_interference(d, base, pages, page):
             "launch_us_beside_moves": statistics.median(beside)}
 
 
+def move_costs(d, base, page, moves=64, crowd=2048):
+    """What one page's map + access grant costs the way gpumem's stitching does it, in µs
+    (median of `moves`), against a fresh page on an empty address space: with `crowd`
+    other pages mapped in the process; for a page that stays mapped at another address
+    (a lent page, its old address unmapped later); and beside another thread unmapping
+    pages meanwhile (gpumem's unmapper)."""
+    import threading
+
+    def grant(va, handles):
+        us = []
+        for i, h in enumerate(handles):
+            start = time.perf_counter()
+            d.map(va + i * page, page, h)
+            d.set_access(va + i * page, page)
+            us.append((time.perf_counter() - start) * 1e6)
+        return statistics.median(us)
+
+    def unmap_all(va, n):
+        for i in range(n):
+            d.unmap(va + i * page, page)
+
+    def grant_beside(work):
+        stop = threading.Event()
+        t = threading.Thread(target=work, args=(stop,))
+        t.start()
+        time.sleep(0.005)
+        us = grant(base, moving)
+        stop.set()
+        t.join()
+        return us
+
+    def unmapper(stop):  # as gpumem's thread does: unmaps one page after another
+        first = crowd // 2  # pages [first, crowd) of the crowd, as many as it gets to
+        at = crowd_at + first * page
+        n = 0
+        while n < crowd - first and not stop.is_set():
+            d.unmap(at + n * page, page)
+            n += 1
+        for i in range(n):  # mapped again, outside the timed part
+            d.map(at + i * page, page, crowd_handles[first + i])
+        if n:
+            d.set_access(at, n * page)
+
+    def poller(ev):  # as gpumem's thread waits for a job's work: a query every 100 us
+        def poll(stop):
+            while not stop.is_set():
+                d.lib.cuEventQuery(ev)
+                time.sleep(1e-4)
+        return poll
+
+    out = {}
+    moving = [d.create(page)[0] for _ in range(moves)]
+    out["move_fresh_empty"] = grant(base, moving)
+    unmap_all(base, moves)
+    crowd_at = base + moves * page
+    crowd_handles = [d.create(page)[0] for _ in range(crowd)]
+    for i, h in enumerate(crowd_handles):
+        d.map(crowd_at + i * page, page, h)
+    d.set_access(crowd_at, crowd * page)
+    out["move_fresh_crowded"] = grant(base, moving)
+    unmap_all(base, moves)
+    out["move_alias_crowded"] = grant(base, crowd_handles[:moves])  # also mapped at crowd_at
+    unmap_all(base, moves)
+    out["move_fresh_beside_unmaps"] = grant_beside(unmapper)
+    unmap_all(base, moves)
+    keep = busy(100)  # work the polled event waits behind
+    ev = ctypes.c_void_p()
+    d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))
+    d("cuEventRecord", ev, ctypes.c_void_p(torch.cuda.current_stream().cuda_stream))
+    out["move_fresh_beside_queries"] = grant_beside(poller(ev))
+    out["move_query_pending"] = d.lib.cuEventQuery(ev) != 0  # the event still waited
+    torch.cuda.synchronize()
+    d("cuEventDestroy_v2", ev)
+    del keep
+    unmap_all(base, moves)
+    # Right after another thread's burst of unmaps, not during it: a cost they leave.
+    t = threading.Thread(target=unmap_all, args=(crowd_at + (crowd - 2 * moves) * page, moves))
+    t.start()
+    t.join()
+    out["move_fresh_after_unmaps"] = grant(base, moving)
+    for i, h in enumerate(crowd_handles[crowd - 2 * moves:crowd - moves]):  # mapped again
+        d.map(crowd_at + (crowd - 2 * moves + i) * page, page, h)
+    d.set_access(crowd_at + (crowd - 2 * moves) * page, moves * page)
+    unmap_all(base, moves)
+    unmap_all(crowd_at, crowd)
+    for h in moving + crowd_handles:
+        d.release(h)
+    out["move_page_mib"] = page // MiB
+    return out
+
+
 def event_costs(d, stream):
     ev = ctypes.c_void_p()
     d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))  # disable timing
@@ -254,6 +345,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=128)
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--moves-only", action="store_true",
+                    help="only the cost of moving an 8 MiB page, crowded, lent, beside unmaps")
     args = ap.parse_args()
     torch.cuda.set_device(args.device)
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
@@ -265,6 +358,16 @@ def main():
     base = va.value
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     out = {"gpu": torch.cuda.get_device_name(), "pages": args.pages}
+    if args.moves_only:  # as many mappings as FSDP2's 16 GB in 8 MiB pages: 2048
+        d("cuMemAddressFree", ctypes.c_ulonglong(base), ctypes.c_size_t(8 << 30))
+        d("cuMemAddressReserve", ctypes.byref(va), ctypes.c_size_t(24 << 30),
+          ctypes.c_size_t(0), ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+        for page_mib in (2, 8):
+            out.update({f"{k}_{page_mib}m": v for k, v in
+                        move_costs(d, va.value, page_mib * MiB).items()})
+        d("cuMemAddressFree", ctypes.c_ulonglong(va.value), ctypes.c_size_t(24 << 30))
+        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
+        return
     out.update(page_costs(d, base, args.pages, page, "page_idle_"))
     out.update(page_costs(d, base, 8, chunk, "chunk64m_idle_"))
     out["run_unmap_idle"] = run_unmap(d, base, args.pages, page)
