@@ -8,7 +8,7 @@
 // device, at most 1/8192 of it (8 MiB on an 80 GB card, 4 MiB on 40-48 GB, the 2 MiB
 // granule on 24 GB and less), never past 8 MiB. Measured on H100s (docs/allocator.md,
 // "Driver call costs"): 8 MiB pages took FSDP2 at hidden 2048 from 1.09 of native's step
-// time to 1.008 [1.002, 1.014] (830 blocks pooled), with peak reserved / allocated
+// time to 1.008 [1.002, 1.014] (899 blocks pooled), with peak reserved / allocated
 // 1.015-1.018 on both ranks either way;
 // DDP, gpt2 and resnet50 stayed at native's step time, their ratios within 0.003 of
 // 2 MiB's.
