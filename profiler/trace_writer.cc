@@ -135,25 +135,27 @@ std::uint32_t TraceWriter::ThreadId() {
   return tid;
 }
 
-absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOptions options) {
+namespace {
+
+// Two live processes with one name (a pattern without %p, e.g. run-%l.gpumem on two hosts
+// sharing a folder): neither may truncate the other's trace, so this one moves aside.
+absl::StatusOr<MappedFile> CreateOrMoveAside(TraceWriterOptions& options) {
   const std::size_t initial = std::min<std::size_t>(1 << 20, options.max_growth);
   absl::StatusOr<MappedFile> file = MappedFile::Create(options.path, initial, options.max_growth);
-  if (absl::IsFailedPrecondition(file.status())) {
-    // Two live processes with one name (a pattern without %p, e.g. run-%l.gpumem on two
-    // hosts sharing a folder). Neither may truncate the other's trace: this one moves aside.
-    const std::string taken = options.path;
-    options.path = PathWithPid(taken, getpid());
-    file = MappedFile::Create(options.path, initial, options.max_growth);
-    if (file.ok()) {
-      std::fprintf(stderr, "gpumem: %s is being written by another process; this one "
-                   "(pid %ld) writes %s\n", taken.c_str(), static_cast<long>(getpid()),
-                   options.path.c_str());
-    }
+  if (!absl::IsFailedPrecondition(file.status())) return file;
+  const std::string taken = options.path;
+  options.path = PathWithPid(taken, getpid());
+  file = MappedFile::Create(options.path, initial, options.max_growth);
+  if (file.ok()) {
+    std::fprintf(stderr, "gpumem: %s is being written by another process; this one "
+                 "(pid %ld) writes %s\n", taken.c_str(), static_cast<long>(getpid()),
+                 options.path.c_str());
   }
-  if (!file.ok()) return file.status();
-  std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(options), std::move(*file)));
-  // The file prefix and header chunk, written before the thread starts.
-  std::map<std::string, std::string> header = writer->options_.header;
+  return file;
+}
+
+// The header chunk's payload: the caller's fields, then where and when the job runs.
+std::string HeaderPayload(std::map<std::string, std::string> header, std::int64_t now_ns) {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   timespec wall;
@@ -165,7 +167,7 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
   header.try_emplace("world_size", EnvOr("WORLD_SIZE", ""));
   header.try_emplace("host", host);
   // A ring's segments keep its first segment's: their times are on one axis.
-  header.try_emplace("clock_origin_ns", std::to_string(NowNs()));
+  header.try_emplace("clock_origin_ns", std::to_string(now_ns));
   header.try_emplace("start_unix_ns",
                      std::to_string(std::int64_t{wall.tv_sec} * 1000000000 + wall.tv_nsec));
   std::string payload;
@@ -174,21 +176,35 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOption
     format::PutString(&payload, key);
     format::PutString(&payload, value);
   }
+  return payload;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Open(TraceWriterOptions options) {
+  absl::StatusOr<MappedFile> file = CreateOrMoveAside(options);
+  if (!file.ok()) return file.status();
+  std::unique_ptr<TraceWriter> writer(new TraceWriter(std::move(options), std::move(*file)));
+  // The file prefix and header chunk, written before the thread starts.
   std::string prefix = format::FilePrefix(writer->options_.version);
   absl::Status status = writer->file_.Append(prefix.data(), prefix.size());
   if (!status.ok()) return status;
-  writer->WriteChunk(format::ChunkKind::kHeader, payload);
+  writer->WriteChunk(format::ChunkKind::kHeader,
+                     HeaderPayload(writer->options_.header, NowNs()));
   if (!writer->status_.ok()) return writer->status_;
-  writer->thread_ = std::make_unique<std::thread>([w = writer.get()] { w->Run(); });
-  if (writer->options_.sync_interval_ms > 0) {
+  writer->StartThreads();
+  return writer;
+}
+
+void TraceWriter::StartThreads() {
+  thread_ = std::make_unique<std::thread>([this] { Run(); });
+  if (options_.sync_interval_ms > 0) {
     // Its own descriptor: Close() may close the file's while a sync is under way.
-    writer->sync_fd_ = ::fcntl(writer->file_.fd(), F_DUPFD_CLOEXEC, 0);
-    if (writer->sync_fd_ >= 0) {
-      writer->sync_thread_ = std::make_unique<std::thread>(
-          [w = writer.get(), fd = writer->sync_fd_] { w->SyncLoop(fd); });
+    sync_fd_ = ::fcntl(file_.fd(), F_DUPFD_CLOEXEC, 0);
+    if (sync_fd_ >= 0) {
+      sync_thread_ = std::make_unique<std::thread>([this, fd = sync_fd_] { SyncLoop(fd); });
     }
   }
-  return writer;
 }
 
 TraceWriter::TraceWriter(TraceWriterOptions options, MappedFile file)

@@ -121,6 +121,8 @@ class TraceWriter {
   // Writes one journal slot of the calling thread's ring (waits while it is full).
   void Append(Ring* ring, const RawRecord& record);
   std::shared_ptr<Ring> NewRing();
+  // The writing thread, and the sync thread where options_ ask for one.
+  void StartThreads();
   void Run();
   // The sync thread: fdatasync on `fd` (its own descriptor) while chunks keep coming.
   void SyncLoop(int fd);

@@ -55,25 +55,47 @@ bool IsGpumemFile(const std::string& path) {
   return head.ok() && trace::IsGpumemTrace(*head);
 }
 
+// gpumem traces are read directly, so that their header (pid, rank, host...) can be shown:
+// `info` holds it then, and `gpumem_format` says so.
+absl::StatusOr<trace::Trace> LoadForDump(const std::string& path, trace::GpumemFileInfo* info,
+                                         bool* gpumem_format) {
+  *gpumem_format = IsGpumemFile(path);
+  if (!*gpumem_format) return trace::LoadTrace(path);
+  absl::StatusOr<std::string> bytes = trace::ReadFileDecompressed(path);
+  if (!bytes.ok()) return bytes.status();
+  absl::StatusOr<trace::Trace> t = trace::ParseGpumemTrace(*bytes, path, info);
+  if (!t.ok()) return t;
+  if (absl::Status sizes = trace::CheckPlausibleSizes(*t); !sizes.ok()) return sizes;
+  return t;
+}
+
+void PrintAnnotation(const trace::Annotation& an) {
+  std::printf("%lld\tannotate\tdevice=%d\t%s\t%s\n", static_cast<long long>(an.time_us),
+              an.device, an.start ? "start" : "end", an.name.c_str());
+}
+
+// The first `limit` events (0: all, then every annotation), each annotation before the
+// first event that comes after it.
+void PrintEvents(const trace::Trace& t, std::size_t limit, bool stacks) {
+  std::printf("# time_us\taction\tdevice\tstream\tthread\taddr/step\tsize\tstack\n");
+  std::size_t a = 0;
+  const std::size_t n = limit == 0 ? t.events.size() : std::min(limit, t.events.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const trace::Event& e = t.events[i];
+    for (; a < t.annotations.size() && t.annotations[a].time_us <= e.time_us; ++a) {
+      PrintAnnotation(t.annotations[a]);
+    }
+    PrintEvent(t, e, stacks);
+  }
+  if (limit == 0) {
+    for (; a < t.annotations.size(); ++a) PrintAnnotation(t.annotations[a]);
+  }
+}
+
 int RunDump(const DumpArgs& args) {
-  absl::StatusOr<trace::Trace> t;
   trace::GpumemFileInfo info;
   bool gpumem_format = false;
-  // gpumem traces are read directly so the header (pid, rank, host...) can be shown.
-  if (IsGpumemFile(args.path)) {
-    gpumem_format = true;
-    absl::StatusOr<std::string> bytes = trace::ReadFileDecompressed(args.path);
-    if (!bytes.ok()) {
-      t = bytes.status();
-    } else {
-      t = trace::ParseGpumemTrace(*bytes, args.path, &info);
-      if (t.ok()) {
-        if (absl::Status sizes = trace::CheckPlausibleSizes(*t); !sizes.ok()) t = sizes;
-      }
-    }
-  } else {
-    t = trace::LoadTrace(args.path);
-  }
+  absl::StatusOr<trace::Trace> t = LoadForDump(args.path, &info, &gpumem_format);
   if (!t.ok()) {
     std::fprintf(stderr, "gpumem dump: %s\n", std::string(t.status().message()).c_str());
     return kExitBadInput;
@@ -86,26 +108,7 @@ int RunDump(const DumpArgs& args) {
       std::printf("# %s=%s\n", key.c_str(), value.c_str());
     }
   }
-  std::printf("# time_us\taction\tdevice\tstream\tthread\taddr/step\tsize\tstack\n");
-  std::size_t a = 0;
-  const std::size_t n =
-      args.limit == 0 ? t->events.size() : std::min(args.limit, t->events.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const trace::Event& e = t->events[i];
-    for (; a < t->annotations.size() && t->annotations[a].time_us <= e.time_us; ++a) {
-      const trace::Annotation& an = t->annotations[a];
-      std::printf("%lld\tannotate\tdevice=%d\t%s\t%s\n", static_cast<long long>(an.time_us), an.device,
-                  an.start ? "start" : "end", an.name.c_str());
-    }
-    PrintEvent(*t, e, args.stacks);
-  }
-  if (args.limit == 0) {
-    for (; a < t->annotations.size(); ++a) {
-      const trace::Annotation& an = t->annotations[a];
-      std::printf("%lld\tannotate\tdevice=%d\t%s\t%s\n", static_cast<long long>(an.time_us), an.device,
-                  an.start ? "start" : "end", an.name.c_str());
-    }
-  }
+  PrintEvents(*t, args.limit, args.stacks);
   return kExitOk;
 }
 

@@ -171,61 +171,67 @@ class SnapshotWriter {
 
   void Segments(const std::vector<Segment>& segments) {
     w_.BeginList();
-    for (const Segment& seg : segments) {
-      std::uint64_t allocated = 0;
-      std::uint64_t requested = 0;
-      for (const SegmentBlock& b : seg.blocks) {
-        if (b.allocated) {
-          allocated += b.size;
-          requested += b.requested_size;
-        }
-      }
-      w_.BeginDict();
-      w_.String("device");
-      w_.Int(seg.device);
-      w_.String("address");
-      w_.Uint(seg.addr);
-      w_.String("total_size");
-      w_.Uint(seg.total_size);
-      w_.String("allocated_size");
-      w_.Uint(allocated);
-      w_.String("active_size");
-      w_.Uint(allocated);
-      w_.String("requested_size");
-      w_.Uint(requested);
-      w_.String("stream");
-      w_.Uint(seg.stream);
-      w_.String("segment_type");
-      w_.String(seg.is_large_pool ? "large" : "small");
-      w_.String("segment_pool_id");
-      w_.IntPair(0, 0);
-      w_.String("is_expandable");
-      w_.Bool(seg.is_expandable);
-      w_.String("frames");
-      w_.BeginList();
-      w_.EndList();
-      w_.String("blocks");
-      w_.BeginList();
-      for (const SegmentBlock& b : seg.blocks) {
-        w_.BeginDict();
-        w_.String("address");
-        w_.Uint(b.addr);
-        w_.String("size");
-        w_.Uint(b.size);
-        w_.String("requested_size");
-        w_.Uint(b.requested_size);
-        w_.String("state");
-        w_.String(pending_.contains({seg.device, b.addr}) ? "active_pending_free"
-                  : b.allocated                           ? "active_allocated"
-                                                          : "inactive");
-        w_.String("frames");
-        Frames(b.stack_id);
-        w_.EndDict();
-      }
-      w_.EndList();
-      w_.EndDict();
-    }
+    for (const Segment& seg : segments) SegmentDict(seg);
     w_.EndList();
+  }
+
+  // One segment as PyTorch's snapshot lists it; its allocated and requested sizes are
+  // its allocated blocks' (the caching allocator's active size is the same here).
+  void SegmentDict(const Segment& seg) {
+    std::uint64_t allocated = 0;
+    std::uint64_t requested = 0;
+    for (const SegmentBlock& b : seg.blocks) {
+      if (b.allocated) {
+        allocated += b.size;
+        requested += b.requested_size;
+      }
+    }
+    w_.BeginDict();
+    w_.String("device");
+    w_.Int(seg.device);
+    w_.String("address");
+    w_.Uint(seg.addr);
+    w_.String("total_size");
+    w_.Uint(seg.total_size);
+    w_.String("allocated_size");
+    w_.Uint(allocated);
+    w_.String("active_size");
+    w_.Uint(allocated);
+    w_.String("requested_size");
+    w_.Uint(requested);
+    w_.String("stream");
+    w_.Uint(seg.stream);
+    w_.String("segment_type");
+    w_.String(seg.is_large_pool ? "large" : "small");
+    w_.String("segment_pool_id");
+    w_.IntPair(0, 0);
+    w_.String("is_expandable");
+    w_.Bool(seg.is_expandable);
+    w_.String("frames");
+    w_.BeginList();
+    w_.EndList();
+    w_.String("blocks");
+    w_.BeginList();
+    for (const SegmentBlock& b : seg.blocks) BlockDict(seg.device, b);
+    w_.EndList();
+    w_.EndDict();
+  }
+
+  void BlockDict(std::int32_t device, const SegmentBlock& b) {
+    w_.BeginDict();
+    w_.String("address");
+    w_.Uint(b.addr);
+    w_.String("size");
+    w_.Uint(b.size);
+    w_.String("requested_size");
+    w_.Uint(b.requested_size);
+    w_.String("state");
+    w_.String(pending_.contains({device, b.addr}) ? "active_pending_free"
+              : b.allocated                       ? "active_allocated"
+                                                  : "inactive");
+    w_.String("frames");
+    Frames(b.stack_id);
+    w_.EndDict();
   }
 
   void DeviceTraces() {
