@@ -275,30 +275,51 @@ def steadiness_line(rounds, name="gpumem"):
     return "- steadiness, rank 0, percentiles 50/90/95/99: " + "; ".join(parts)
 
 
+MAP_PARTS = ("with maps", "without")
+
+
+def map_step_parts(native, gpumem):
+    """One pair's steps of its turn blocks, split by whether gpumem mapped pages in them
+    (step_maps): per part, (gpumem/native of the step, native's long, gpumem's long) for
+    each step. Empty parts without step_maps or turns."""
+    parts = {part: [] for part in MAP_PARTS}
+    maps = gpumem.get("step_maps")
+    if not maps or "turn_steps" not in native:
+        return parts
+    native_long, gpumem_long = long_steps(native["step_times"]), long_steps(gpumem["step_times"])
+    for steps in turn_blocks(native, gpumem):
+        for i in steps:
+            parts[MAP_PARTS[0] if maps[i] > 0 else MAP_PARTS[1]].append(
+                (gpumem["step_times"][i] / native["step_times"][i], native_long[i],
+                 gpumem_long[i]))
+    return parts
+
+
+def map_parts_text(parts, name="gpumem"):
+    """'with maps N steps, name/native r [lo, hi], long steps a (name) / b (native); ...'
+    for the parts of map_step_parts pooled; None when no part has two steps."""
+    texts = []
+    for part in MAP_PARTS:
+        steps = parts[part]
+        if len(steps) < 2:
+            continue
+        point, low, high = paired_interval([r for r, _, _ in steps])
+        texts.append(f"{part} {len(steps)} steps, {name}/native {point:.3f} [{low:.3f}, "
+                     f"{high:.3f}], long steps {sum(g for _, _, g in steps)} ({name}) / "
+                     f"{sum(n for _, n, _ in steps)} (native)")
+    return "; ".join(texts) if texts else None
+
+
 def map_steps_line(rounds, name="gpumem"):
     """Where mapping pages costs time: rank 0's steps split by whether `name` mapped pages
-    in them (step_maps), each step against native's same step (the same batch), with the
-    share of long steps in each part; None without step_maps or turns."""
-    by_part = {"with maps": ([], [], []), "without": ([], [], [])}
+    in them, each step against native's same step (the same batch), with the long steps
+    in each part; None without step_maps or turns."""
+    parts = {part: [] for part in MAP_PARTS}
     for n, g in rank0_pairs(rounds):
-        maps = g.get("step_maps")
-        if not maps or "turn_steps" not in n:
-            continue
-        native_long, gpumem_long = long_steps(n["step_times"]), long_steps(g["step_times"])
-        for steps in turn_blocks(n, g):
-            for i in steps:
-                ratios, nl, gl = by_part["with maps" if maps[i] > 0 else "without"]
-                ratios.append(g["step_times"][i] / n["step_times"][i])
-                nl.append(native_long[i])
-                gl.append(gpumem_long[i])
-    parts = []
-    for part, (ratios, nl, gl) in by_part.items():
-        if len(ratios) < 2:
-            continue
-        point, low, high = paired_interval(ratios)
-        parts.append(f"{part} {len(ratios)} steps, {name}/native {point:.3f} [{low:.3f}, "
-                     f"{high:.3f}], long steps {sum(gl)} ({name}) / {sum(nl)} (native)")
-    return f"- steps by whether {name} mapped pages, rank 0: " + "; ".join(parts) if parts else None
+        for part, steps in map_step_parts(n, g).items():
+            parts[part] += steps
+    text = map_parts_text(parts, name)
+    return f"- steps by whether {name} mapped pages, rank 0: {text}" if text else None
 
 
 def long_step_calls_line(rounds, name="gpumem"):

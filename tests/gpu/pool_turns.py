@@ -3,7 +3,8 @@ multi_gpu_matrix.py with turns (--jsonl files): every block of every run compare
 native's block of the same steps, as the matrix judges one run (turn_block_ratios), and
 one interval over all of them, for each block's time and for its median step (the
 typical step, without the long ones that either job has at random, see
-multi_gpu_matrix.steadiness_line). A run gives ~40 blocks and an interval of about +-2.5%;
+multi_gpu_matrix.steadiness_line); and, where the runs recorded step_maps, the steps in
+which the mode mapped pages apart from the others, each against native's same step. A run gives ~40 blocks and an interval of about +-2.5%;
 pooling runs of the same build narrows it.
 
 usage: pool_turns.py [--layout fsdp2] [--within 1] FILE:MODE [FILE:MODE ...]
@@ -16,7 +17,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from multi_gpu_matrix import long_steps, turn_block_ratios  # noqa: E402
+from multi_gpu_matrix import (MAP_PARTS, long_steps, map_parts_text,  # noqa: E402
+                              map_step_parts, turn_block_ratios)
 from step_time_ab import goal_word, paired_interval  # noqa: E402
 
 
@@ -73,6 +75,16 @@ def long_step_counts(runs):
     return native_long, mode_long, steps
 
 
+def pooled_map_parts(runs):
+    """Every run's steps split by whether the mode mapped pages (map_step_parts), pooled."""
+    parts = {part: [] for part in MAP_PARTS}
+    for _, _, pairs in runs:
+        for native, other in pairs:
+            for part, steps in map_step_parts(native, other).items():
+                parts[part] += steps
+    return parts
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="FILE:MODE")
@@ -101,6 +113,9 @@ def main():
               f"blocks; within {args.within:g}%: {goal_word(low, high, args.within)}")
     native_long, mode_long, steps = long_step_counts(runs)
     print(f"long steps: native {native_long}, the other {mode_long}, of {steps} each")
+    maps_text = map_parts_text(pooled_map_parts(runs), "the other")
+    if maps_text:  # runs that recorded step_maps
+        print(f"steps by whether the other mapped pages, pooled: {maps_text}")
     return 0
 
 

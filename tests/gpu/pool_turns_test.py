@@ -9,6 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pool_turns as p  # noqa: E402
+from multi_gpu_matrix import map_parts_text  # noqa: E402
 
 
 def row(mode, time, against=None, rank=0, steps=40):
@@ -67,6 +68,27 @@ class Pooling(unittest.TestCase):
         self.assertAlmostEqual(by_time[0], 1.3 / 0.9)
         self.assertEqual(by_median, [1.0] * 4)
         self.assertEqual(counts, (0, 1, 40))
+
+    def test_steps_with_maps_pool(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for k, mapped in enumerate(({2: 0.11, 12: 0.11}, {5: 0.12})):
+                gpumem = row("gpumem", 0.10)
+                gpumem["step_maps"] = [0] * 40
+                for i, t in mapped.items():
+                    gpumem["step_maps"][i] = 3
+                    gpumem["step_times"][i] = t
+                path = os.path.join(d, f"run{k}.jsonl")
+                with open(path, "w") as f:
+                    for r in (row("native", 0.10, "gpumem"), gpumem):
+                        print(json.dumps(r), file=f)
+                paths.append((path, "gpumem"))
+            parts = p.pooled_map_parts(p.load_runs(paths, "fsdp2"))
+        # 4 blocks of 10 a run, each block's first step left out: 36 steps a run.
+        self.assertEqual([len(parts[k]) for k in ("with maps", "without")], [3, 69])
+        text = map_parts_text(parts, "the other")
+        self.assertIn("without 69 steps, the other/native 1.000 [1.000, 1.000]", text)
+        self.assertIn("with maps 3 steps, the other/native 1.13", text)
 
 
 if __name__ == "__main__":
