@@ -295,6 +295,15 @@ def map_step_parts(native, gpumem):
     return parts
 
 
+def pooled_map_step_parts(pairs):
+    """map_step_parts of every (native, gpumem) pair, each part's steps put together."""
+    parts = {part: [] for part in MAP_PARTS}
+    for native, gpumem in pairs:
+        for part, steps in map_step_parts(native, gpumem).items():
+            parts[part] += steps
+    return parts
+
+
 def map_parts_text(parts, name="gpumem"):
     """'with maps N steps, name/native r [lo, hi], long steps a (name) / b (native); ...'
     for the parts of map_step_parts pooled; None when no part has two steps."""
@@ -314,11 +323,7 @@ def map_steps_line(rounds, name="gpumem"):
     """Where mapping pages costs time: rank 0's steps split by whether `name` mapped pages
     in them, each step against native's same step (the same batch), with the long steps
     in each part; None without step_maps or turns."""
-    parts = {part: [] for part in MAP_PARTS}
-    for n, g in rank0_pairs(rounds):
-        for part, steps in map_step_parts(n, g).items():
-            parts[part] += steps
-    text = map_parts_text(parts, name)
+    text = map_parts_text(pooled_map_step_parts(rank0_pairs(rounds)), name)
     return f"- steps by whether {name} mapped pages, rank 0: {text}" if text else None
 
 

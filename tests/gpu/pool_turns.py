@@ -4,8 +4,9 @@ native's block of the same steps, as the matrix judges one run (turn_block_ratio
 one interval over all of them, for each block's time and for its median step (the
 typical step, without the long ones that either job has at random, see
 multi_gpu_matrix.steadiness_line); and, where the runs recorded step_maps, the steps in
-which the mode mapped pages apart from the others, each against native's same step. A run gives ~40 blocks and an interval of about +-2.5%;
-pooling runs of the same build narrows it.
+which the mode mapped pages apart from the others, each against native's same step. A
+run gives ~40 blocks and an interval of about +-2.5%; pooling runs of the same build
+narrows it.
 
 usage: pool_turns.py [--layout fsdp2] [--within 1] FILE:MODE [FILE:MODE ...]
   MODE: gpumem, or a variant's name (--variant NAME:...).
@@ -17,8 +18,8 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from multi_gpu_matrix import (MAP_PARTS, long_steps, map_parts_text,  # noqa: E402
-                              map_step_parts, turn_block_ratios)
+from multi_gpu_matrix import (long_steps, map_parts_text,  # noqa: E402
+                              pooled_map_step_parts, turn_block_ratios)
 from step_time_ab import goal_word, paired_interval  # noqa: E402
 
 
@@ -75,16 +76,6 @@ def long_step_counts(runs):
     return native_long, mode_long, steps
 
 
-def pooled_map_parts(runs):
-    """Every run's steps split by whether the mode mapped pages (map_step_parts), pooled."""
-    parts = {part: [] for part in MAP_PARTS}
-    for _, _, pairs in runs:
-        for native, other in pairs:
-            for part, steps in map_step_parts(native, other).items():
-                parts[part] += steps
-    return parts
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="FILE:MODE")
@@ -113,7 +104,8 @@ def main():
               f"blocks; within {args.within:g}%: {goal_word(low, high, args.within)}")
     native_long, mode_long, steps = long_step_counts(runs)
     print(f"long steps: native {native_long}, the other {mode_long}, of {steps} each")
-    maps_text = map_parts_text(pooled_map_parts(runs), "the other")
+    maps_text = map_parts_text(
+        pooled_map_step_parts(pair for _, _, pairs in runs for pair in pairs), "the other")
     if maps_text:  # runs that recorded step_maps
         print(f"steps by whether the other mapped pages, pooled: {maps_text}")
     return 0

@@ -9,7 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import pool_turns as p  # noqa: E402
-from multi_gpu_matrix import map_parts_text  # noqa: E402
+from multi_gpu_matrix import map_parts_text, pooled_map_step_parts  # noqa: E402
 
 
 def row(mode, time, against=None, rank=0, steps=40):
@@ -83,7 +83,8 @@ class Pooling(unittest.TestCase):
                     for r in (row("native", 0.10, "gpumem"), gpumem):
                         print(json.dumps(r), file=f)
                 paths.append((path, "gpumem"))
-            parts = p.pooled_map_parts(p.load_runs(paths, "fsdp2"))
+            runs = p.load_runs(paths, "fsdp2")
+            parts = pooled_map_step_parts(pair for _, _, pairs in runs for pair in pairs)
         # 4 blocks of 10 a run, each block's first step left out: 36 steps a run.
         self.assertEqual([len(parts[k]) for k in ("with maps", "without")], [3, 69])
         text = map_parts_text(parts, "the other")
