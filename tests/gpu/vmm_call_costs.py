@@ -60,9 +60,10 @@ class Driver:
                         ctypes.byref(self.prop), ctypes.c_ulonglong(0))
         return h.value, us
 
-    def map(self, va, size, handle):
+    def map(self, va, size, handle, offset=0):
         return self.timed("cuMemMap", ctypes.c_ulonglong(va), ctypes.c_size_t(size),
-                          ctypes.c_size_t(0), ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
+                          ctypes.c_size_t(offset), ctypes.c_ulonglong(handle),
+                          ctypes.c_ulonglong(0))
 
     def set_access(self, va, size):
         return self.timed("cuMemSetAccess", ctypes.c_ulonglong(va), ctypes.c_size_t(size),
@@ -326,6 +327,58 @@ def move_costs(d, base, page, moves=64, crowd=2048):
     return out
 
 
+def slot_costs(d, base, page, k=8, reps=24):
+    """What mapping a run of `k` pages at consecutive addresses costs (its maps and one
+    access grant over the run), in µs per run (median of `reps`), and unmapping it again,
+    by where the pages come from: `k` handles of a page each (gpumem today); one handle
+    of `k` pages mapped a page at a time from its offsets, in order and shuffled; slots of
+    two such handles taken in turn; one handle mapped whole. Whether an access grant
+    costs per mapping or per handle decides whether larger handles would save grants."""
+    import random
+
+    order = list(range(k))
+    shuffled = order[:]
+    random.Random(1).shuffle(shuffled)
+    pages = [d.create(page)[0] for _ in range(k)]
+    big = [d.create(k * page)[0] for _ in range(2)]
+    layouts = {  # name -> [(handle, offset) for each page of the run]
+        "separate": [(h, 0) for h in pages],
+        "slots": [(big[0], i * page) for i in order],
+        "slots_shuffled": [(big[0], i * page) for i in shuffled],
+        "slots_two_handles": [(big[i % 2], (i // 2) * page) for i in order],
+    }
+    out = {}
+
+    def run(maps):  # maps: [(va offset, size, handle, handle offset)]
+        start = time.perf_counter()
+        for at, size, h, off in maps:
+            d.map(base + at, size, h, off)
+        d.set_access(base, k * page)
+        mapped = time.perf_counter()
+        for at, size, _, _ in maps:
+            d.unmap(base + at, size)
+        return (mapped - start) * 1e6, (time.perf_counter() - mapped) * 1e6
+
+    cases = {name: [(i * page, page, h, off) for i, (h, off) in enumerate(slots)]
+             for name, slots in layouts.items()}
+    cases["whole"] = [(0, k * page, big[0], 0)]
+    for name, maps in cases.items():
+        try:
+            runs = [run(maps) for _ in range(reps)]
+        except RuntimeError as e:  # a driver that maps no handle from an offset
+            out[f"slot_{name}_error"] = str(e)
+            for at, size, _, _ in maps:
+                d.lib.cuMemUnmap(ctypes.c_ulonglong(base + at), ctypes.c_size_t(size))
+            continue
+        out[f"slot_{name}_map_run"] = statistics.median(m for m, _ in runs)
+        out[f"slot_{name}_unmap_run"] = statistics.median(u for _, u in runs)
+    for h in pages + big:
+        d.release(h)
+    out["slot_pages_per_run"] = k
+    out["slot_page_mib"] = page // MiB
+    return out
+
+
 def event_costs(d, stream):
     ev = ctypes.c_void_p()
     d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))  # disable timing
@@ -347,6 +400,9 @@ def main():
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--moves-only", action="store_true",
                     help="only the cost of moving an 8 MiB page, crowded, lent, beside unmaps")
+    ap.add_argument("--slots-only", action="store_true",
+                    help="only what a run of 8 MiB pages costs mapped from one handle each "
+                         "or from slots of larger handles")
     args = ap.parse_args()
     torch.cuda.set_device(args.device)
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
@@ -366,6 +422,12 @@ def main():
             out.update({f"{k}_{page_mib}m": v for k, v in
                         move_costs(d, va.value, page_mib * MiB).items()})
         d("cuMemAddressFree", ctypes.c_ulonglong(va.value), ctypes.c_size_t(24 << 30))
+        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
+        return
+    if args.slots_only:
+        for k in (8, 16):
+            out.update({f"{key}_k{k}": v for key, v in slot_costs(d, base, 8 * MiB, k).items()})
+        d("cuMemAddressFree", ctypes.c_ulonglong(base), ctypes.c_size_t(8 << 30))
         print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
         return
     out.update(page_costs(d, base, args.pages, page, "page_idle_"))
