@@ -3,11 +3,12 @@ multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
 
 1. profile-only, one rank leaking (--leak-rank): `gpumem report --json` over the rank
    traces must name that rank as differing, with the line that allocates the logits it
-   keeps (`# LOGITS` in multi_gpu_train.py) as its leak site, and no other rank leaking; each rank's memory outside the allocator
-   is printed beside the driver's figure.
-2. gpumem's allocator, one rank under a small cap (--cap-rank): that rank dies of an OOM,
-   its trace holds the verdict, the others' traces read back whole, and the merged
-   report names the capped rank as the first to run out.
+   keeps (`# LOGITS` in multi_gpu_train.py) as its leak site, and no other rank leaking;
+   each rank's memory outside the allocator is printed beside the driver's figure.
+2. gpumem's allocator, one rank under a cap of half what a healthy rank of the first job
+   held (--cap-rank): that rank dies of an OOM, its trace holds the verdict, the others'
+   traces read back whole, and the merged report names the capped rank as the first to
+   run out.
 
 Prints a Markdown summary; exit 1 when a check fails.
 
@@ -60,21 +61,54 @@ def check_leak(cli, args, folder, leak_rank):
     print(f"- leak on rank {leak_rank}: {'right' if ok else 'WRONG'}; ranks leaking: "
           f"{leaking}; site named: {bool(named)}; run exit {p.returncode}")
     for r in ranks:
-        print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, peak allocated {r['peak_allocated']}, outside the "
-              f"allocator {r['outside_allocator']}, leak/step {r['leak_bytes_per_step']}")
-    return bool(ok)
+        print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, peak allocated "
+              f"{r['peak_allocated']}, outside the allocator {r['outside_allocator']}, "
+              f"leak/step {r['leak_bytes_per_step']}")
+    for t in report.get("traces", []):
+        print(driver_line(t.get("outside_allocator") or {}))
+    return bool(ok), ranks
 
 
-def check_oom(cli, args, folder, cap_rank):
+def driver_line(outside):
+    """Device memory at the step end with the most in use, as the report splits it: what
+    the allocator (here PyTorch's, profiled) reserved, what other libraries took (NCCL,
+    cuBLAS...), and the rest of the driver's figure (the CUDA context, unseen calls)."""
+    m = outside.get("peak") or {}
+    used = m.get("driver_used")
+    if not used:
+        return f"  - device {outside.get('device')}: the driver's figure unknown"
+    gib = 1 << 30
+    libs = {k: v for k, v in (m.get("outside") or {}).items() if v and k != "total"}
+    seen = m["allocator_reserved"] + (m.get("outside") or {}).get("total", 0)
+    return (f"  - device {outside['device']} at its peak: allocator reserved "
+            f"{m['allocator_reserved'] / gib:.2f} GiB, outside it "
+            f"{', '.join(f'{k} {v / gib:.2f} GiB' for k, v in libs.items()) or 'nothing'}; "
+            f"the driver {used / gib:.2f} GiB in use, of which {seen / used:.1%} seen, the "
+            f"rest ({(m.get('remainder') or 0) / gib:.2f} GiB) the CUDA context and unseen")
+
+
+def cap_fraction(args, ranks, leak_rank):
+    """--cap-fraction, else half of what a healthy rank of the leak run held at its peak,
+    as a share of the GPU: a rank's need depends on the layout and the number of ranks,
+    so a fixed share of a large card may not run out at all."""
+    if args.cap_fraction > 0:
+        return args.cap_fraction
+    healthy = [r["peak_allocated"] for r in ranks if r["rank"] != leak_rank]
+    total = torch.cuda.get_device_properties(0).total_memory
+    return round(0.5 * min(healthy, default=0.1 * total) / total, 4)
+
+
+def check_oom(cli, args, folder, cap_rank, fraction):
     p, traces, report = job(cli, "gpumem", folder, args.gpus,
                             [args.layout, "--steps", str(args.steps), "--cap-rank",
-                             str(cap_rank), "--cap-fraction", str(args.cap_fraction)])
+                             str(cap_rank), "--cap-fraction", str(fraction)])
     merged = report.get("merged", {})
     first = merged.get("first_out", "")
     unread = merged.get("unread", [])
     ok = p.returncode != 0 and first.startswith(f"rank {cap_rank} ") and not unread and \
         "verdict:" in p.stderr
-    print(f"- OOM on rank {cap_rank}: {'right' if ok else 'WRONG'}; first out: {first!r}; "
+    print(f"- OOM on rank {cap_rank} (capped at {fraction:.2%} of its GPU): "
+          f"{'right' if ok else 'WRONG'}; first out: {first!r}; "
           f"unread traces: {len(unread)}; verdict printed: {'verdict:' in p.stderr}")
     return bool(ok)
 
@@ -86,15 +120,19 @@ def main():
                     help="default: 2d on 4 or more GPUs, else fsdp2")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--gpus", type=int, default=0)
-    ap.add_argument("--cap-fraction", type=float, default=0.05)
+    ap.add_argument("--cap-fraction", type=float, default=0,
+                    help="the capped rank's share of its GPU (default: half of a healthy "
+                         "rank's peak allocated in the leak run)")
     args = ap.parse_args()
     args.gpus = args.gpus or torch.cuda.device_count()
     args.layout = args.layout or ("2d" if args.gpus >= 4 and args.gpus % 2 == 0 else "fsdp2")
     last = args.gpus - 1
     print(f"### {args.gpus} ranks, layout {args.layout}\n")
-    results = [check_leak(cli=args.cli, args=args, folder=tempfile.mkdtemp(), leak_rank=last),
-               check_oom(cli=args.cli, args=args, folder=tempfile.mkdtemp(), cap_rank=last // 2)]
-    return 0 if all(results) else 1
+    leak_ok, ranks = check_leak(cli=args.cli, args=args, folder=tempfile.mkdtemp(),
+                                leak_rank=last)
+    oom_ok = check_oom(cli=args.cli, args=args, folder=tempfile.mkdtemp(), cap_rank=last // 2,
+                       fraction=cap_fraction(args, ranks, leak_rank=last))
+    return 0 if leak_ok and oom_ok else 1
 
 
 if __name__ == "__main__":
