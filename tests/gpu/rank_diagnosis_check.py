@@ -66,7 +66,15 @@ def check_leak(cli, args, folder, leak_rank):
               f"leak/step {r['leak_bytes_per_step']}")
     for t in report.get("traces", []):
         print(driver_line(t.get("outside_allocator") or {}))
+    if p.returncode != 0 or "error" in report:
+        print_tail(p.stderr + report.get("error", ""))
     return bool(ok), ranks
+
+
+def print_tail(text, lines=15):
+    """The end of a job's (or the report's) stderr, indented under the check it failed."""
+    for line in text.strip().splitlines()[-lines:]:
+        print(f"    {line}")
 
 
 def driver_line(outside):
@@ -110,6 +118,8 @@ def check_oom(cli, args, folder, cap_rank, fraction):
     print(f"- OOM on rank {cap_rank} (capped at {fraction:.2%} of its GPU): "
           f"{'right' if ok else 'WRONG'}; first out: {first!r}; "
           f"unread traces: {len(unread)}; verdict printed: {'verdict:' in p.stderr}")
+    if not ok:
+        print_tail(p.stderr + report.get("error", ""))
     return bool(ok)
 
 
