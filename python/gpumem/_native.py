@@ -111,9 +111,14 @@ def torch_lib():
     return _torch_lib
 
 
-def text(fn, *args):
-    """Calls a gpumem text function (snprintf rules) and returns its whole text."""
-    need = fn(*args, None, 0)
-    buf = ctypes.create_string_buffer(need)
-    fn(*args, buf, need)
-    return buf.value.decode("utf-8", "replace")
+def text(fn, *args, size=4096):
+    """Calls a gpumem text function (snprintf rules: it returns the bytes the whole text
+    needs) and returns its whole text. Asked again until the text fits: other threads
+    allocating meanwhile can lengthen its figures between one call and the next, and a
+    cut JSON snapshot does not parse."""
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        need = fn(*args, buf, size)
+        if need <= size:
+            return buf.value.decode("utf-8", "replace")
+        size = need + 256
