@@ -306,10 +306,10 @@ def pooled_map_step_parts(pairs):
 
 def map_parts_text(parts, name="gpumem"):
     """'with maps N steps, name/native r [lo, hi], long steps a (name) / b (native); ...'
-    for the parts of map_step_parts pooled; None when no part has two steps."""
+    for the parts of map_step_parts (or rank_map_step_parts) pooled, in their order; None
+    when no part has two steps."""
     texts = []
-    for part in MAP_PARTS:
-        steps = parts[part]
+    for part, steps in parts.items():
         if len(steps) < 2:
             continue
         point, low, high = paired_interval([r for r, _, _ in steps])
@@ -325,6 +325,45 @@ def map_steps_line(rounds, name="gpumem"):
     in each part; None without step_maps or turns."""
     text = map_parts_text(pooled_map_step_parts(rank0_pairs(rounds)), name)
     return f"- steps by whether {name} mapped pages, rank 0: {text}" if text else None
+
+
+RANK_MAP_PARTS = ("no rank mapped", "rank 0 mapped", "only other ranks mapped")
+
+
+def rank_map_step_parts(native_rows, gpumem_rows):
+    """Rank 0's steps of its turn blocks, split by which of gpumem's ranks mapped pages in
+    them: a collective waits for the slowest rank, so one rank's maps hold up every
+    rank's step. Per part, as map_step_parts. Empty parts with one rank, or without
+    step_maps or turns."""
+    parts = {part: [] for part in RANK_MAP_PARTS}
+    native = next((r for r in native_rows if r["rank"] == 0), None)
+    gpumem = next((r for r in gpumem_rows if r["rank"] == 0), None)
+    others = [r.get("step_maps") for r in gpumem_rows if r["rank"] != 0]
+    if not (native and gpumem and gpumem.get("step_maps") and others and all(others)
+            and "turn_steps" in native):
+        return parts
+    native_long, gpumem_long = long_steps(native["step_times"]), long_steps(gpumem["step_times"])
+    for steps in turn_blocks(native, gpumem):
+        for i in steps:
+            if gpumem["step_maps"][i] > 0:
+                part = RANK_MAP_PARTS[1]
+            elif any(i < len(maps) and maps[i] > 0 for maps in others):
+                part = RANK_MAP_PARTS[2]
+            else:
+                part = RANK_MAP_PARTS[0]
+            parts[part].append((gpumem["step_times"][i] / native["step_times"][i],
+                                native_long[i], gpumem_long[i]))
+    return parts
+
+
+def rank_map_steps_line(rounds, name="gpumem"):
+    """rank_map_step_parts of every round pooled, as a line; None where it has no parts."""
+    parts = {part: [] for part in RANK_MAP_PARTS}
+    for native, gpumem in rounds:
+        for part, steps in rank_map_step_parts(native, gpumem).items():
+            parts[part] += steps
+    text = map_parts_text(parts, name)
+    return f"- rank 0's steps by which ranks {name} mapped pages in: {text}" if text else None
 
 
 def long_step_calls_line(rounds, name="gpumem"):
@@ -415,7 +454,8 @@ def summarize(layout, rounds):
                      f"in use {gib(driver)} (native {gib(n['driver_used'] if n else 0)})")
         good = good and right and ratio <= 1.02
     lines += [line for line in (step_line("gpumem", rounds), steadiness_line(rounds),
-                                map_steps_line(rounds), long_step_calls_line(rounds),
+                                map_steps_line(rounds), rank_map_steps_line(rounds),
+                                long_step_calls_line(rounds),
                                 phase_line(rounds), gc_line(rounds),
                                 device_calls(rounds)) if line]
     return "\n".join(lines) + "\n", ok and good

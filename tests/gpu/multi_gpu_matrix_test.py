@@ -144,6 +144,26 @@ class Judgement(unittest.TestCase):
         del gpumem[0]["step_maps"]  # rows from before step_maps: no line
         self.assertIsNone(m.map_steps_line([(native, gpumem)]))
 
+    def test_steps_by_which_ranks_mapped(self):
+        native, gpumem = pair()
+        for r in native + gpumem:
+            r.update(turn_steps=4, warmup=0, step_times=[0.1] * 16, driver_used=None,
+                     step_maps=[0] * 16)
+        # Rank 0 maps at step 1, rank 1 at steps 2 and 5: rank 0 waits for it there.
+        gpumem[0]["step_maps"][1] = 3
+        for i in (2, 5):
+            gpumem[1]["step_maps"][i] = 4
+        for i in (1, 2, 5):
+            gpumem[0]["step_times"][i] = 0.11
+        line = m.rank_map_steps_line([(native, gpumem)])
+        self.assertIn("no rank mapped 9 steps, gpumem/native 1.000", line)
+        self.assertNotIn("rank 0 mapped", line)  # one step: no interval
+        self.assertIn("only other ranks mapped 2 steps, gpumem/native 1.100", line)
+        self.assertEqual([len(p) for p in m.rank_map_step_parts(native, gpumem).values()],
+                         [9, 1, 2])  # step 0, 4, 8 and 12 begin a block: left out
+        del gpumem[1]["step_maps"]  # a rank without step_maps: no line
+        self.assertIsNone(m.rank_map_steps_line([(native, gpumem)]))
+
     def test_device_calls_of_long_steps(self):
         native, gpumem = pair()
         for r in native + gpumem:
