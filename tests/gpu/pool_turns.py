@@ -6,7 +6,8 @@ typical step, without the long ones that either job has at random, see
 multi_gpu_matrix.steadiness_line); and, where the runs recorded step_maps, the steps in
 which the mode mapped pages apart from the others, each against native's same step. A
 run gives ~40 blocks and an interval of about +-2.5%; pooling runs of the same build
-narrows it.
+narrows it. Where every rank recorded step_maps, rank 0's steps are also split by which
+ranks mapped pages in them (multi_gpu_matrix.rank_map_step_parts).
 
 usage: pool_turns.py [--layout fsdp2] [--within 1] FILE:MODE [FILE:MODE ...]
   MODE: gpumem, or a variant's name (--variant NAME:...).
@@ -18,8 +19,9 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from multi_gpu_matrix import (long_steps, map_parts_text,  # noqa: E402
-                              pooled_map_step_parts, turn_block_ratios)
+from multi_gpu_matrix import (RANK_MAP_PARTS, long_steps, map_parts_text,  # noqa: E402
+                              pooled_map_step_parts, rank_map_step_parts,
+                              turn_block_ratios)
 from step_time_ab import goal_word, paired_interval  # noqa: E402
 
 
@@ -47,28 +49,47 @@ def partner_pairs(rows, mode, layout):
 STATISTICS = (("block time", sum), ("median step", statistics.median))
 
 
+def job_rows(rows, rank0):
+    """Every rank's row of the job whose rank 0 row is `rank0` (one job of a mode a
+    round; native's are told apart by partner_pairs, so they are not asked here)."""
+    same = ("layout", "mode", "round")
+    return [r for r in rows if all(r.get(k) == rank0.get(k) for k in same)]
+
+
 def load_runs(files, layout):
-    """Per file: (file, mode, its (native row, mode row) pairs of `layout`), each file
-    read once."""
+    """Per file: (file, mode, its (native row, mode row) pairs of `layout`, the same
+    pairs as ([native row], the mode's rows of every rank)), each file read once."""
     runs = []
     for path, mode in files:
         with open(path) as f:
             rows = [json.loads(line) for line in f if line.strip()]
-        runs.append((path, mode, partner_pairs(rows, mode, layout)))
+        pairs = partner_pairs(rows, mode, layout)
+        jobs = [([native], job_rows(rows, other)) for native, other in pairs]
+        runs.append((path, mode, pairs, jobs))
     return runs
+
+
+def pooled_rank_map_parts(runs):
+    """rank_map_step_parts of every job pair of every run, each part's steps together."""
+    parts = {part: [] for part in RANK_MAP_PARTS}
+    for *_, jobs in runs:
+        for native_rows, other_rows in jobs:
+            for part, steps in rank_map_step_parts(native_rows, other_rows).items():
+                parts[part] += steps
+    return parts
 
 
 def pooled(runs, of=sum):
     """Per run of load_runs: (file, mode, block ratios of `of` each block's step times)."""
     return [(path, mode, [ratio for native, other in pairs
                           for ratio in turn_block_ratios(native, other, of)])
-            for path, mode, pairs in runs]
+            for path, mode, pairs, _ in runs]
 
 
 def long_step_counts(runs):
     """(native's long steps, the mode's, steps of each) over every pair of every run."""
     native_long = mode_long = steps = 0
-    for _, _, pairs in runs:
+    for _, _, pairs, _ in runs:
         for native, other in pairs:
             native_long += sum(long_steps(native["step_times"]))
             mode_long += sum(long_steps(other["step_times"]))
@@ -105,9 +126,12 @@ def main():
     native_long, mode_long, steps = long_step_counts(runs)
     print(f"long steps: native {native_long}, the other {mode_long}, of {steps} each")
     maps_text = map_parts_text(
-        pooled_map_step_parts(pair for _, _, pairs in runs for pair in pairs), "the other")
+        pooled_map_step_parts(pair for _, _, pairs, _ in runs for pair in pairs), "the other")
     if maps_text:  # runs that recorded step_maps
         print(f"steps by whether the other mapped pages, pooled: {maps_text}")
+    ranks_text = map_parts_text(pooled_rank_map_parts(runs), "the other")
+    if ranks_text:  # every rank recorded step_maps
+        print(f"rank 0's steps by which ranks the other mapped pages in, pooled: {ranks_text}")
     return 0
 
 

@@ -53,6 +53,25 @@ class Pooling(unittest.TestCase):
         self.assertAlmostEqual(per_file[0][2][0], 1.1)
         self.assertAlmostEqual(per_file[1][2][0], 0.9)
 
+    def test_steps_by_which_ranks_mapped_pool(self):
+        with tempfile.TemporaryDirectory() as d:
+            paths = []
+            for k in range(2):
+                path = os.path.join(d, f"run{k}.jsonl")
+                ranks = [row("gpumem", 0.10, rank=rank) for rank in (0, 1)]
+                for r in ranks:
+                    r["step_maps"] = [0] * 40
+                ranks[1]["step_maps"][5] = 7  # rank 1 maps in step 5: rank 0 waits
+                ranks[0]["step_times"][5] = 0.11
+                natives = [row("native", 0.10, "gpumem"), row("native", 0.2, "gpumem", rank=1)]
+                with open(path, "w") as f:
+                    for r in natives + ranks:
+                        print(json.dumps(r), file=f)
+                paths.append((path, "gpumem"))
+            parts = p.pooled_rank_map_parts(p.load_runs(paths, "fsdp2"))
+        self.assertEqual([len(s) for s in parts.values()], [70, 0, 2])  # 4 blocks of 9, twice
+        self.assertAlmostEqual(parts["only other ranks mapped"][0][0], 1.1)
+
     def test_median_step_and_long_steps(self):
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "run.jsonl")
@@ -84,7 +103,7 @@ class Pooling(unittest.TestCase):
                         print(json.dumps(r), file=f)
                 paths.append((path, "gpumem"))
             runs = p.load_runs(paths, "fsdp2")
-            parts = pooled_map_step_parts(pair for _, _, pairs in runs for pair in pairs)
+            parts = pooled_map_step_parts(pair for _, _, pairs, _ in runs for pair in pairs)
         # 4 blocks of 10 a run, each block's first step left out: 36 steps a run.
         self.assertEqual([len(parts[k]) for k in ("with maps", "without")], [3, 69])
         text = map_parts_text(parts, "the other")
