@@ -28,7 +28,9 @@
 #        MULTIGPU_TURNS=N: native and gpumem jobs at once, taking turns N steps at a time;
 #        MULTIGPU_TRAIN_ARGS: more multi_gpu_train.py arguments, e.g. "--dim 2048"); ranks:
 #        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
-#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); overhead: tests/gpu/overhead.sh, recording cost;
+#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); snaprace:
+#        tests/gpu/snapshot_race_check.py, gpumem.snapshot() beside allocating threads;
+#        overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
 #        profiler: the profiler's proofs (issue 5), see
@@ -215,6 +217,12 @@ if want ranks; then
   echo "== one torchrun job, every rank traced: a leak on one rank, an OOM on another"
   $py "$repo/tests/gpu/rank_diagnosis_check.py" "$build/bin/gpumem" \
     ${RANKS_LAYOUT:+--layout $RANKS_LAYOUT} | tee "$OUT/rank-diagnosis.md"
+fi
+
+if want snaprace; then
+  echo "== gpumem.snapshot() while other threads allocate: every read parses"
+  "$build/bin/gpumem" run -- $py "$repo/tests/gpu/snapshot_race_check.py" \
+    | tee "$OUT/snapshot-race.json"
 fi
 
 if want overhead; then
