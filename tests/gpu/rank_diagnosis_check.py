@@ -68,11 +68,11 @@ def check_leak(cli, args, folder, leak_rank):
     for t in report.get("traces", []):
         print(driver_line(t.get("outside_allocator") or {}))
     if p.returncode != 0 or "error" in report:
-        print_tail(p.stderr + report.get("error", ""))
+        print_errors(p.stderr + report.get("error", ""))
     return bool(ok), ranks
 
 
-def print_tail(text, lines=15):
+def print_errors(text, lines=15):
     """What a failed job said: its error and gpumem lines (the ranks' own, which torchrun's
     summary at the end leaves out), indented under the check it failed."""
     keys = ("rror", "gpumem", "verdict", "out of memory", "OOM")
@@ -123,7 +123,7 @@ def check_oom(cli, args, folder, cap_rank, fraction):
           f"{'right' if ok else 'WRONG'}; first out: {first!r}; "
           f"unread traces: {len(unread)}; verdict printed: {'verdict:' in p.stderr}")
     if not ok:
-        print_tail(p.stderr + report.get("error", ""))
+        print_errors(p.stderr + report.get("error", ""))
     return bool(ok)
 
 
