@@ -269,9 +269,11 @@ Recorder::CallScope::~CallScope() {
 
 __attribute__((noinline)) std::uint32_t Recorder::CaptureStack(std::uint32_t api_frame,
                                                                std::size_t skip,
-                                                               bool may_take_gil) {
-  const bool native = options_.stacks == StackMode::kNative || options_.stacks == StackMode::kAll;
+                                                               bool may_take_gil,
+                                                               bool with_native) {
   const bool python = options_.stacks == StackMode::kPython || options_.stacks == StackMode::kAll;
+  const bool native = options_.stacks == StackMode::kNative ||
+                      options_.stacks == StackMode::kAll || (with_native && python);
   if (!native && !python && api_frame == 0) return 0;
   constexpr std::size_t kMax = 256;
   RawFrame frames[kMax];
@@ -331,8 +333,9 @@ __attribute__((noinline)) void Recorder::RecordEvent(format::RecordType type,
                                                      std::uint64_t size, std::uint64_t stream,
                                                      std::uint32_t api_frame,
                                                      std::optional<std::uint64_t> extra,
-                                                     std::size_t skip) {
-  const std::uint32_t stack_id = CaptureStack(api_frame, skip);  // here: kOwnFrames
+                                                     std::size_t skip, bool with_native) {
+  // This frame and CaptureStack's are the kOwnFrames left out.
+  const std::uint32_t stack_id = CaptureStack(api_frame, skip, true, with_native);
   RawRecord r = MakeRecord(type, device, addr, size, stream, stack_id);
   SetExtra(&r, extra);
   Write(r);

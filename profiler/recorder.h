@@ -84,16 +84,20 @@ class alignas(64) Recorder final : public AllocatorObserver {
 
   // Records one event of any type with the calling thread's stack (in the configured
   // mode), `api_frame` (a named frame id, e.g. "cudaMalloc") innermost if non-zero, and
-  // `skip` more of the caller's own native frames left out.
+  // `skip` more of the caller's own native frames left out. `with_native`: native frames
+  // too where the mode has Python frames only (not where it is none), for the rare
+  // events whose native caller names something (the library behind a driver call).
   void RecordEvent(format::RecordType type, std::int32_t device, std::uint64_t addr,
                    std::uint64_t size, std::uint64_t stream, std::uint32_t api_frame = 0,
-                   std::optional<std::uint64_t> extra = std::nullopt, std::size_t skip = 0);
+                   std::optional<std::uint64_t> extra = std::nullopt, std::size_t skip = 0,
+                   bool with_native = false);
 
   // The calling thread's stack id in the configured mode (0 for none). With
   // `may_take_gil`, a Python thread that released the GIL takes it back to read its
   // frames: never pass it while holding a lock that a GIL holder may wait for.
+  // `with_native` as for RecordEvent.
   std::uint32_t CaptureStack(std::uint32_t api_frame, std::size_t skip,
-                             bool may_take_gil = true);
+                             bool may_take_gil = true, bool with_native = false);
 
   // Captures the calling thread's stack before the allocator takes its lock, for the
   // events this thread reports until the scope ends: under the allocator's lock the GIL

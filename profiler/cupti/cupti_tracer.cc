@@ -173,7 +173,7 @@ __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti
   const std::uint64_t word = format::FailedCallWord(format::MemoryApiOf(call.api), error);
   recorder->RecordEvent(format::RecordType::kFailedAlloc, call.device.value_or(DeviceOf(cb)),
                         word, call.size, call.stream, ApiFrame(recorder, call, runtime_api),
-                        DriverFreeBytes(), /*skip=*/2);
+                        DriverFreeBytes(), /*skip=*/2, /*with_native=*/true);
 }
 
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
@@ -198,7 +198,8 @@ __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_Callba
     }
   }
   recorder->RecordEvent(call.type, device, call.addr, size, call.stream,
-                        ApiFrame(recorder, call, runtime_api), std::nullopt, /*skip=*/2);
+                        ApiFrame(recorder, call, runtime_api), std::nullopt, /*skip=*/2,
+                        NamesItsLibrary(call));
 }
 
 __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,

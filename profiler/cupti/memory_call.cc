@@ -66,6 +66,11 @@ MemoryCall Alloc(const char* api, std::uint64_t addr, std::uint64_t size,
   return c;
 }
 
+MemoryCall StreamOrdered(MemoryCall c) {
+  c.stream_ordered = true;
+  return c;
+}
+
 MemoryCall Free(const char* api, std::uint64_t addr, std::uint64_t stream = 0,
                 bool host = false) {
   MemoryCall c;
@@ -137,12 +142,12 @@ MemoryCall Unmap(const char* api, const void* v) {
 template <typename P>
 MemoryCall StreamAlloc(const char* api, const void* v) {
   auto* p = static_cast<const P*>(v);
-  return Alloc(api, OutDev(p->dptr), p->bytesize, Ptr(p->hStream));
+  return StreamOrdered(Alloc(api, OutDev(p->dptr), p->bytesize, Ptr(p->hStream)));
 }
 template <typename P>
 MemoryCall StreamFree(const char* api, const void* v) {
   auto* p = static_cast<const P*>(v);
-  return Free(api, p->dptr, Ptr(p->hStream));
+  return StreamOrdered(Free(api, p->dptr, Ptr(p->hStream)));
 }
 
 template <typename P>
@@ -176,17 +181,17 @@ MemoryCall RuntimeHostFree(const char* api, const void* v) {
 template <typename P>
 MemoryCall RuntimeStreamAlloc(const char* api, const void* v) {
   auto* p = static_cast<const P*>(v);
-  return Alloc(api, Out(p->devPtr), p->size, Ptr(p->hStream));
+  return StreamOrdered(Alloc(api, Out(p->devPtr), p->size, Ptr(p->hStream)));
 }
 template <typename P>
 MemoryCall RuntimeStreamFree(const char* api, const void* v) {
   auto* p = static_cast<const P*>(v);
-  return Free(api, Ptr(p->devPtr), Ptr(p->hStream));
+  return StreamOrdered(Free(api, Ptr(p->devPtr), Ptr(p->hStream)));
 }
 template <typename P>
 MemoryCall RuntimePoolAlloc(const char* api, const void* v) {
   auto* p = static_cast<const P*>(v);
-  return Alloc(api, Out(p->ptr), p->size, Ptr(p->stream));
+  return StreamOrdered(Alloc(api, Out(p->ptr), p->size, Ptr(p->stream)));
 }
 
 }  // namespace

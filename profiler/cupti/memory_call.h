@@ -18,6 +18,7 @@ struct MemoryCall {
   bool host = false;          // pinned host memory: device -1
   bool frees = false;         // size must come from the matching allocation
   bool handle = false;        // addr is a cuMemCreate allocation handle, not an address
+  bool stream_ordered = false;  // cuMemAllocAsync, cudaMallocAsync, ... and their frees
   std::uint64_t addr = 0;     // for cuMemCreate / cuMemRelease: the allocation handle
   std::uint64_t size = 0;
   std::uint64_t stream = 0;
@@ -28,6 +29,15 @@ struct MemoryCall {
 // when one fails, gpumem's allocator is asked to give idle memory back.
 inline bool TakesDeviceMemory(const MemoryCall& call) {
   return call.type == format::RecordType::kSegmentAlloc && !call.host;
+}
+
+// Whether the call is recorded with its native frames whatever GPUMEM_STACKS asks (but
+// none): a device allocation that is not stream-ordered. These are few (NCCL's buffers,
+// cuBLAS and cuDNN workspaces, an allocator's segments), and their native caller names the
+// library that holds the memory; stream-ordered ones can come one per tensor (PyTorch's
+// cudaMallocAsync backend), where unwinding each would cost the run.
+inline bool NamesItsLibrary(const MemoryCall& call) {
+  return TakesDeviceMemory(call) && !call.stream_ordered;
 }
 
 // Every callback id the tracer subscribes to, per domain.

@@ -63,6 +63,41 @@ TEST(MemoryCallTest, AsyncCallsCarryTheirStream) {
   EXPECT_EQ(c->stream, 0xabc0u);
 }
 
+// Device allocations that are not stream-ordered keep their native frames (the library
+// behind them); stream-ordered ones, which can come one per tensor, and frees do not.
+TEST(MemoryCallTest, OnlyDeviceAllocationsOutsideStreamOrderNameTheirLibrary) {
+  CUdeviceptr ptr = 0x1000;
+  cuMemAlloc_v2_params alloc{&ptr, 32 << 20};
+  EXPECT_TRUE(NamesItsLibrary(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2, &alloc)));
+  void* out = nullptr;
+  cudaMalloc_v3020_params rt{&out, 32 << 20};
+  EXPECT_TRUE(NamesItsLibrary(*DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020, &rt)));
+  CUmemGenericAllocationHandle handle = 77;
+  CUmemAllocationProp prop{};
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  cuMemCreate_params create{&handle, 2 << 20, &prop, 0};
+  EXPECT_TRUE(NamesItsLibrary(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemCreate, &create)));
+
+  cuMemAllocAsync_params async{&ptr, 4096, nullptr};  // the legacy stream: 0, still async
+  auto c = DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync, &async);
+  EXPECT_TRUE(c->stream_ordered);
+  EXPECT_FALSE(NamesItsLibrary(*c));
+  cudaMallocAsync_v11020_params rt_async{&out, 4096, nullptr};
+  EXPECT_FALSE(NamesItsLibrary(
+      *DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020, &rt_async)));
+  cudaMallocFromPoolAsync_v11020_params pool{&out, 4096, nullptr, nullptr};
+  EXPECT_FALSE(NamesItsLibrary(
+      *DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaMallocFromPoolAsync_v11020, &pool)));
+  cuMemFreeAsync_params free_async{0x1000, nullptr};
+  EXPECT_TRUE(DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync, &free_async)
+                  ->stream_ordered);
+  cuMemFree_v2_params f{0x1000};
+  EXPECT_FALSE(NamesItsLibrary(*DecodeDriverCall(CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2, &f)));
+  cudaHostAlloc_v3020_params host{&out, 8192, 0};
+  EXPECT_FALSE(NamesItsLibrary(
+      *DecodeRuntimeCall(CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020, &host)));
+}
+
 TEST(MemoryCallTest, PinnedHostMemoryIsMarkedHost) {
   void* host = reinterpret_cast<void*>(0x5000);
   cudaHostAlloc_v3020_params p{&host, 8192, 0};

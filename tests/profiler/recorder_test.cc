@@ -21,6 +21,15 @@ extern "C" __attribute__((noinline)) void GpumemTestAllocationSite(Recorder* rec
   asm volatile("" ::: "memory");  // keeps the call from becoming a tail call
 }
 
+// As the CUPTI tracer records a driver call: an API frame innermost.
+extern "C" __attribute__((noinline)) void GpumemTestDriverCallSite(Recorder* recorder,
+                                                                   std::uint32_t api_frame,
+                                                                   bool with_native) {
+  recorder->RecordEvent(format::RecordType::kSegmentAlloc, 0, 0x1000, 4096, 0, api_frame,
+                        std::nullopt, 0, with_native);
+  asm volatile("" ::: "memory");
+}
+
 bool StackHas(const trace::Trace& t, std::uint32_t stack, const std::string& function) {
   for (std::uint32_t f : t.stacks.at(stack)) {
     if (t.frames[f].function.find(function) != std::string::npos) return true;
@@ -138,6 +147,31 @@ TEST(RecorderTest, PythonModeWithoutPythonRecordsEmptyStacks) {
   ASSERT_EQ(t->events.size(), 1u);
   EXPECT_EQ(t->events[0].stack_id, 0u);
   std::remove(options.path.c_str());
+}
+
+// Python stacks (the default) get native frames for the events asked to name their
+// library; no stacks stay none.
+TEST(RecorderTest, NativeFramesWhereAskedUnlessStacksAreNone) {
+  for (const StackMode mode : {StackMode::kPython, StackMode::kNone}) {
+    RecorderOptions options;
+    options.path = TempPath("withnative.gpumem");
+    options.stacks = mode;
+    auto recorder = Recorder::Open(options);
+    ASSERT_TRUE(recorder.ok());
+    const std::uint32_t api = (*recorder)->writer().stacks().InternNamedFrame(
+        format::FrameKind::kApi, "cudaMalloc", "[cuda-runtime]", 0);
+    GpumemTestDriverCallSite(recorder->get(), api, /*with_native=*/true);
+    GpumemTestDriverCallSite(recorder->get(), api, /*with_native=*/false);
+    ASSERT_TRUE((*recorder)->Close().ok());
+    auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path);
+    ASSERT_TRUE(t.ok());
+    ASSERT_EQ(t->events.size(), 2u);
+    const bool python = mode == StackMode::kPython;
+    EXPECT_EQ(StackHas(*t, t->events[0].stack_id, "GpumemTestDriverCallSite"), python);
+    EXPECT_FALSE(StackHas(*t, t->events[0].stack_id, "Recorder::"));
+    EXPECT_EQ(t->stacks.at(t->events[1].stack_id).size(), 1u) << "the API frame alone";
+    std::remove(options.path.c_str());
+  }
 }
 
 TEST(RecorderTest, MeasuresItsOwnCostOnlyWhenAsked) {
