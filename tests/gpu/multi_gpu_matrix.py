@@ -278,30 +278,42 @@ def steadiness_line(rounds, name="gpumem"):
 MAP_PARTS = ("with maps", "without")
 
 
-def map_step_parts(native, gpumem):
-    """One pair's steps of its turn blocks, split by whether gpumem mapped pages in them
-    (step_maps): per part, (gpumem/native of the step, native's long, gpumem's long) for
-    each step. Empty parts without step_maps or turns."""
-    parts = {part: [] for part in MAP_PARTS}
-    maps = gpumem.get("step_maps")
-    if not maps or "turn_steps" not in native:
-        return parts
+def step_parts(native, gpumem, names, part_of):
+    """One pair's steps of its turn blocks, each in the part `part_of(i)` names (one of
+    `names`): per part, (gpumem/native of the step, native's long, gpumem's long) for each
+    step, in the order of `names`."""
+    parts = {name: [] for name in names}
     native_long, gpumem_long = long_steps(native["step_times"]), long_steps(gpumem["step_times"])
     for steps in turn_blocks(native, gpumem):
         for i in steps:
-            parts[MAP_PARTS[0] if maps[i] > 0 else MAP_PARTS[1]].append(
-                (gpumem["step_times"][i] / native["step_times"][i], native_long[i],
-                 gpumem_long[i]))
+            parts[part_of(i)].append((gpumem["step_times"][i] / native["step_times"][i],
+                                      native_long[i], gpumem_long[i]))
     return parts
+
+
+def pool_parts(names, each):
+    """The parts of every split in `each` (as step_parts gives them), each part's steps
+    put together."""
+    parts = {name: [] for name in names}
+    for split in each:
+        for name, steps in split.items():
+            parts[name] += steps
+    return parts
+
+
+def map_step_parts(native, gpumem):
+    """One pair's steps of its turn blocks, split by whether gpumem mapped pages in them
+    (step_maps), as step_parts. Empty parts without step_maps or turns."""
+    maps = gpumem.get("step_maps")
+    if not maps or "turn_steps" not in native:
+        return {part: [] for part in MAP_PARTS}
+    return step_parts(native, gpumem, MAP_PARTS,
+                      lambda i: MAP_PARTS[0] if maps[i] > 0 else MAP_PARTS[1])
 
 
 def pooled_map_step_parts(pairs):
     """map_step_parts of every (native, gpumem) pair, each part's steps put together."""
-    parts = {part: [] for part in MAP_PARTS}
-    for native, gpumem in pairs:
-        for part, steps in map_step_parts(native, gpumem).items():
-            parts[part] += steps
-    return parts
+    return pool_parts(MAP_PARTS, (map_step_parts(native, gpumem) for native, gpumem in pairs))
 
 
 def map_parts_text(parts, name="gpumem"):
@@ -333,36 +345,27 @@ RANK_MAP_PARTS = ("no rank mapped", "rank 0 mapped", "only other ranks mapped")
 def rank_map_step_parts(native_rows, gpumem_rows):
     """Rank 0's steps of its turn blocks, split by which of gpumem's ranks mapped pages in
     them: a collective waits for the slowest rank, so one rank's maps hold up every
-    rank's step. Per part, as map_step_parts. Empty parts with one rank, or without
-    step_maps or turns."""
-    parts = {part: [] for part in RANK_MAP_PARTS}
+    rank's step. As step_parts. Empty parts with one rank, or without step_maps or turns."""
     native = next((r for r in native_rows if r["rank"] == 0), None)
     gpumem = next((r for r in gpumem_rows if r["rank"] == 0), None)
     others = [r.get("step_maps") for r in gpumem_rows if r["rank"] != 0]
     if not (native and gpumem and gpumem.get("step_maps") and others and all(others)
             and "turn_steps" in native):
-        return parts
-    native_long, gpumem_long = long_steps(native["step_times"]), long_steps(gpumem["step_times"])
-    for steps in turn_blocks(native, gpumem):
-        for i in steps:
-            if gpumem["step_maps"][i] > 0:
-                part = RANK_MAP_PARTS[1]
-            elif any(i < len(maps) and maps[i] > 0 for maps in others):
-                part = RANK_MAP_PARTS[2]
-            else:
-                part = RANK_MAP_PARTS[0]
-            parts[part].append((gpumem["step_times"][i] / native["step_times"][i],
-                                native_long[i], gpumem_long[i]))
-    return parts
+        return {part: [] for part in RANK_MAP_PARTS}
+
+    def part_of(i):
+        if gpumem["step_maps"][i] > 0:
+            return RANK_MAP_PARTS[1]
+        if any(i < len(maps) and maps[i] > 0 for maps in others):
+            return RANK_MAP_PARTS[2]
+        return RANK_MAP_PARTS[0]
+    return step_parts(native, gpumem, RANK_MAP_PARTS, part_of)
 
 
 def rank_map_steps_line(rounds, name="gpumem"):
     """rank_map_step_parts of every round pooled, as a line; None where it has no parts."""
-    parts = {part: [] for part in RANK_MAP_PARTS}
-    for native, gpumem in rounds:
-        for part, steps in rank_map_step_parts(native, gpumem).items():
-            parts[part] += steps
-    text = map_parts_text(parts, name)
+    text = map_parts_text(pool_parts(RANK_MAP_PARTS, (rank_map_step_parts(native, gpumem)
+                                                      for native, gpumem in rounds)), name)
     return f"- rank 0's steps by which ranks {name} mapped pages in: {text}" if text else None
 
 

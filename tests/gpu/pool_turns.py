@@ -20,7 +20,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from multi_gpu_matrix import (RANK_MAP_PARTS, long_steps, map_parts_text,  # noqa: E402
-                              pooled_map_step_parts, rank_map_step_parts,
+                              pool_parts, pooled_map_step_parts, rank_map_step_parts,
                               turn_block_ratios)
 from step_time_ab import goal_word, paired_interval  # noqa: E402
 
@@ -71,12 +71,9 @@ def load_runs(files, layout):
 
 def pooled_rank_map_parts(runs):
     """rank_map_step_parts of every job pair of every run, each part's steps together."""
-    parts = {part: [] for part in RANK_MAP_PARTS}
-    for *_, jobs in runs:
-        for native_rows, other_rows in jobs:
-            for part, steps in rank_map_step_parts(native_rows, other_rows).items():
-                parts[part] += steps
-    return parts
+    return pool_parts(RANK_MAP_PARTS, (rank_map_step_parts(native_rows, other_rows)
+                                       for *_, jobs in runs
+                                       for native_rows, other_rows in jobs))
 
 
 def pooled(runs, of=sum):
