@@ -10,6 +10,7 @@
 #include "profiler/driver_memory.h"
 #include "profiler/live_view.h"
 #include "profiler/oom_verdict.h"
+#include "profiler/process_note.h"
 #include "profiler/recorder.h"
 
 namespace gpumem::hooks {
@@ -48,12 +49,18 @@ void Describe(OomVerdictInput& in) {
   }
 }
 
-// The driver's count of the device's memory, where it can say (never initializes CUDA).
+// The driver's count of the device's memory and NVML's of its processes, where they can
+// say (never initializes CUDA); NVML's go into the trace too, for the report's OOM line.
 void AddDriverFigures(OomVerdictInput& in) {
   const std::optional<DriverMemory> d = SampleDriverMemory();
   if (!d || d->device != in.device) return;
   if (!in.driver_free) in.driver_free = d->free;
   in.driver_total = d->total;
+  in.processes = SampleProcessMemory(in.device);
+  Recorder* recorder = TraceRecorder();
+  if (in.processes && recorder != nullptr) {
+    recorder->Annotate(in.device, format::ProcessNoteText({recorder->steps(), *in.processes}));
+  }
 }
 
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).
@@ -115,10 +122,10 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
     if (in.figures.capacity == 0) in.figures.capacity = s->capacity;
     if (!in.figures.largest_free) in.figures.largest_free = a.largest_free_bytes;
   }
+  AddDriverFigures(in);  // before Describe, which flushes the trace
   Describe(in);  // fills allocated and the cap from the trace where still unknown
   in.figures.free_cached = reserved > in.figures.allocated ? reserved - in.figures.allocated : 0;
   if (reserved != 0) in.reserved = reserved;
-  AddDriverFigures(in);
   if (in.figures.capacity == 0) in.figures.capacity = reserved + f.driver_free_bytes;
   const report::OomClass cls = report::ClassifyOom(in.figures);
   Print(in, cls);

@@ -13,6 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
+#include "profiler/process_memory.h"
+#include "profiler/process_note.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_format.h"
 #include "profiler/trace_path.h"
@@ -138,9 +140,27 @@ void NoteCudaInForkedChild(const char* what) {
   }
 }
 
+namespace {
+
+// NVML's figures of the device's processes, as an annotation after the step record,
+// where the driver's figure is the most the device has had (ProcessReadSchedule).
+void NoteProcesses(Recorder* recorder, std::uint64_t step, const DriverMemory& driver) {
+  static auto* schedule = new ProcessReadSchedule;  // never destroyed: steps may come at exit
+  if (!schedule->Due(driver.device, driver.used())) return;
+  if (std::optional<DeviceProcesses> processes = SampleProcessMemory(driver.device)) {
+    recorder->Annotate(driver.device, format::ProcessNoteText({step, *std::move(processes)}));
+  }
+}
+
+}  // namespace
+
 void TraceStep(std::uint64_t) {
   // The driver's figures ride in the step record, where it can say them.
-  if (Recorder* recorder = OpenOrKeep({true, 0, 0, {}})) recorder->Step(SampleDriverMemory());
+  Recorder* recorder = OpenOrKeep({true, 0, 0, {}});
+  if (recorder == nullptr) return;
+  const std::optional<DriverMemory> driver = SampleDriverMemory();
+  const std::uint64_t step = recorder->Step(driver);
+  if (driver) NoteProcesses(recorder, step, *driver);
 }
 
 void TraceCapacity(int device, std::uint64_t bytes, format::CapacitySource source) {

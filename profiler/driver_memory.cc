@@ -1,9 +1,9 @@
 #include "profiler/driver_memory.h"
 
-#include <dlfcn.h>
-
 #include <cstddef>
 #include <mutex>
+
+#include "profiler/driver_symbol.h"
 
 namespace gpumem {
 namespace {
@@ -18,17 +18,6 @@ struct DriverCalls {
   CtxGetDevice get_device = nullptr;
   MemGetInfo get_info = nullptr;
 };
-
-// A symbol of the driver already in the process: the global scope first (as the CUPTI
-// tracer looks it up), else libcuda.so.1 if it is loaded (RTLD_NOLOAD never loads it).
-void* DriverSymbol(const char* name) {
-  if (void* f = dlsym(RTLD_DEFAULT, name)) return f;
-  void* handle = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (handle == nullptr) return nullptr;
-  void* f = dlsym(handle, name);
-  dlclose(handle);  // drops the reference RTLD_NOLOAD took; the driver stays loaded
-  return f;
-}
 
 DriverCalls LookUp() {
   DriverCalls c;

@@ -1,13 +1,16 @@
 #include "profiler/oom_verdict.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gpumem {
 
 using report::Bytes;
+using report::OtherProcessesText;
 using report::OomClass;
 
 const char* VerdictName(OomClass cls) {
@@ -63,15 +66,24 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
   }
 }
 
-// "the allocator held 70.1 GiB, outside it 3.4 GiB ... of 79.2 GiB": where the driver said.
+// "the allocator held 70.1 GiB, outside it 3.4 GiB ... of 79.2 GiB": where the driver said;
+// other processes' memory on the device apart, where NVML named them.
 void AppendOutside(const OomVerdictInput& in, std::string* out) {
   if (!in.driver_free || !in.driver_total || !in.reserved) return;
   const std::uint64_t used = *in.driver_total - std::min(*in.driver_total, *in.driver_free);
-  const std::uint64_t outside = used - std::min(used, *in.reserved);
+  const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
+  const std::uint64_t outside = used - std::min(used, *in.reserved + others);
   absl::StrAppend(out, "gpumem:   memory: the allocator held ", Bytes(*in.reserved),
                   ", outside it ", Bytes(outside),
-                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces) of ", Bytes(*in.driver_total),
+                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces)",
+                  others != 0 ? absl::StrCat(", other processes ", Bytes(others)) : "", " of ",
+                  Bytes(*in.driver_total),
                   "; `gpumem report` on the trace splits it by library\n");
+  if (others == 0) return;
+  absl::StrAppend(out, "gpumem:   other processes hold ", Bytes(others), " of this GPU (",
+                  OtherProcessesText(*in.processes),
+                  "): a DataLoader worker or another rank that made a CUDA context here "
+                  "(torch.cuda.set_device(local_rank) before any CUDA call), or another job\n");
 }
 
 // Pages larger than the 2 MiB granule (the default on large cards) hold a little more than

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "profiler/process_memory.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -29,6 +30,9 @@ struct OomVerdictInput {
   // what the allocator held against what the rest of the process held outside it.
   std::optional<std::uint64_t> driver_total;
   std::optional<std::uint64_t> reserved;
+  // NVML's figures of the device's processes: what other processes hold is not this
+  // process's to give back.
+  std::optional<DeviceProcesses> processes;
   bool sites_recorded = false;    // a trace is open: the sites below have names
   std::vector<VerdictSite> sites;  // growing ones first, then the largest
   double growth_per_step = 0;     // the growing sites together (or the total's)

@@ -6,12 +6,15 @@ Prints one JSON line per stage of a small PyTorch run on one GPU: the driver's u
 device's used bytes and each process's), so that the CUDA context at creation, the kernels
 loaded later (cuBLAS, cuDNN, NCCL) and other processes can be told apart.
 
+Last, what a read of each costs (the recorder reads NVML at step ends).
+
 usage: context_memory_probe.py [--device N]
 """
 import argparse
 import ctypes
 import json
 import os
+import time
 
 
 class ProcessInfo(ctypes.Structure):
@@ -89,6 +92,18 @@ def main():
     del x, a, conv, m
     torch.cuda.empty_cache()
     stage("after empty_cache", nvml, torch)
+    print(json.dumps({"stage": "read costs, us (median of 200)",
+                      "nvml_processes": median_us(nvml.processes),
+                      "cuda_mem_get_info": median_us(torch.cuda.mem_get_info)}), flush=True)
+
+
+def median_us(fn, n=200):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+    return round(sorted(times)[n // 2], 1)
 
 
 if __name__ == "__main__":

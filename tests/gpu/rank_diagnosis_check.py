@@ -23,8 +23,6 @@ import subprocess
 import sys
 import tempfile
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
            NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1", GPUMEM_STACKS="python")
@@ -84,7 +82,9 @@ def print_errors(text, lines=15):
 def driver_line(outside):
     """Device memory at the step end with the most in use, as the report splits it: what
     the allocator (here PyTorch's, profiled) reserved, what other libraries took (NCCL,
-    cuBLAS...), and the rest of the driver's figure (the CUDA context, unseen calls)."""
+    cuBLAS...), and the rest of the driver's figure. Where NVML was read at that step the
+    rest is split too: this process's CUDA context, kernels and unseen calls, and other
+    processes; what neither names must be within 1% of the driver's figure."""
     m = outside.get("peak") or {}
     used = m.get("driver_used")
     if not used:
@@ -92,11 +92,20 @@ def driver_line(outside):
     gib = 1 << 30
     libs = {k: v for k, v in (m.get("outside") or {}).items() if v and k != "total"}
     seen = m["allocator_reserved"] + (m.get("outside") or {}).get("total", 0)
-    return (f"  - device {outside['device']} at its peak: allocator reserved "
+    line = (f"  - device {outside['device']} at its peak: allocator reserved "
             f"{m['allocator_reserved'] / gib:.2f} GiB, outside it "
             f"{', '.join(f'{k} {v / gib:.2f} GiB' for k, v in libs.items()) or 'nothing'}; "
-            f"the driver {used / gib:.2f} GiB in use, of which {seen / used:.1%} seen, the "
-            f"rest ({(m.get('remainder') or 0) / gib:.2f} GiB) the CUDA context and unseen")
+            f"the driver {used / gib:.2f} GiB in use, of which {seen / used:.1%} seen")
+    p = m.get("processes") or {}
+    if p.get("context_and_unseen") is None:
+        return (line + f", the rest ({(m.get('remainder') or 0) / gib:.2f} GiB) the CUDA "
+                "context and unseen (NVML not read at this step)")
+    unnamed = p["unnamed"]
+    return (line + f"; NVML: this process's CUDA context, kernels and unseen calls "
+            f"{p['context_and_unseen'] / gib:.2f} GiB, other processes "
+            f"{p['others_total'] / gib:.2f} GiB; named by neither {unnamed / 2**20:.0f} MiB "
+            f"({abs(unnamed) / used:.2%}): adds up within 1%: "
+            f"{'yes' if abs(unnamed) <= 0.01 * used else 'NO'}")
 
 
 def cap_fraction(args, ranks, leak_rank):
@@ -106,6 +115,7 @@ def cap_fraction(args, ranks, leak_rank):
     if args.cap_fraction > 0:
         return args.cap_fraction
     healthy = [r["peak_allocated"] for r in ranks if r["rank"] != leak_rank]
+    import torch
     total = torch.cuda.get_device_properties(0).total_memory
     return round(0.5 * min(healthy, default=0.1 * total) / total, 4)
 
@@ -139,6 +149,7 @@ def main():
                     help="the capped rank's share of its GPU (default: half of a healthy "
                          "rank's peak allocated in the leak run)")
     args = ap.parse_args()
+    import torch
     args.gpus = args.gpus or torch.cuda.device_count()
     args.layout = args.layout or ("2d" if args.gpus >= 4 and args.gpus % 2 == 0 else "fsdp2")
     last = args.gpus - 1

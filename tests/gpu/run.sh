@@ -5,7 +5,7 @@
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
 #                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks] [ring]
-#                         [vmmcosts]
+#                         [vmmcosts] [processes] [snaprace]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -28,7 +28,9 @@
 #        MULTIGPU_TURNS=N: native and gpumem jobs at once, taking turns N steps at a time;
 #        MULTIGPU_TRAIN_ARGS: more multi_gpu_train.py arguments, e.g. "--dim 2048"); ranks:
 #        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
-#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); snaprace:
+#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); processes:
+#        tests/gpu/other_process_check.py, another process's memory on the GPU named in
+#        the report (NVML) and in the OOM verdict; snaprace:
 #        tests/gpu/snapshot_race_check.py, gpumem.snapshot() beside allocating threads;
 #        overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
@@ -217,6 +219,12 @@ if want ranks; then
   echo "== one torchrun job, every rank traced: a leak on one rank, an OOM on another"
   $py "$repo/tests/gpu/rank_diagnosis_check.py" "$build/bin/gpumem" \
     ${RANKS_LAYOUT:+--layout $RANKS_LAYOUT} | tee "$OUT/rank-diagnosis.md"
+fi
+
+if want processes; then
+  echo "== another process on the GPU: named in the report and in the OOM verdict"
+  $py "$repo/tests/gpu/other_process_check.py" "$build/bin/gpumem" \
+    | tee "$OUT/other-process.md"
 fi
 
 if want snaprace; then

@@ -33,6 +33,30 @@ TEST(OomVerdictOutside, SaysWhatWasHeldOutsideTheAllocator) {
       << text;
 }
 
+// NVML's figures: what other processes hold is counted apart and named by pid, with the
+// fix for the usual one (another rank's or a worker's context on this GPU).
+TEST(OomVerdictOutside, OtherProcessesApart) {
+  OomVerdictInput in = Peak();
+  in.reserved = 70 * kGiB;
+  in.driver_free = kGiB;
+  in.driver_total = 80 * kGiB;
+  in.processes = DeviceProcesses{75 * kGiB, {{4242, 3 * kGiB}, {77, kGiB}}};
+  const std::string text = OomVerdictText(in, report::OomClass::kPeak);
+  EXPECT_NE(text.find("the allocator held 70.00 GiB, outside it 5.00 GiB (CUDA context, NCCL, "
+                      "cuBLAS, cuDNN workspaces), other processes 4.00 GiB of 80.00 GiB"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("gpumem:   other processes hold 4.00 GiB of this GPU (pid 4242 3.00 GiB, "
+                      "pid 77 1.00 GiB)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("torch.cuda.set_device(local_rank)"), std::string::npos) << text;
+
+  in.processes = DeviceProcesses{75 * kGiB, {}};  // alone on the device: nothing more said
+  EXPECT_EQ(OomVerdictText(in, report::OomClass::kPeak).find("other processes"),
+            std::string::npos);
+}
+
 TEST(OomVerdictOutside, SilentWithoutTheDriversFigures) {
   OomVerdictInput in = Peak();
   in.reserved = 70 * kGiB;

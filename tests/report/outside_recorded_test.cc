@@ -8,6 +8,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "profiler/process_note.h"
 #include "profiler/recorder.h"
 #include "tests/profiler/trace_test_util.h"
 #include "tools/report/cupti_companion.h"
@@ -48,7 +49,11 @@ void WriteMain(const std::string& path, const std::string& cupti) {
   (*r)->OnEvent({AllocatorEventKind::kMap, 0, 0x7f0000000000, kReserved, 0});
   usleep(2000);
   WriteCupti(cupti);
-  (*r)->Step(DriverMemory{0, kTotal - kReserved - kOutside - kContext, kTotal});
+  const std::uint64_t step =
+      (*r)->Step(DriverMemory{0, kTotal - kReserved - kOutside - kContext, kTotal});
+  // NVML's read, as the step hook writes it: this process alone on the device.
+  format::ProcessNote note{step, {kReserved + kOutside + kContext, {}}};
+  (*r)->Annotate(0, format::ProcessNoteText(note));
   ASSERT_TRUE((*r)->Close().ok());
 }
 
@@ -72,6 +77,9 @@ TEST(OutsideRecorded, ReportReadsTheCuptiTraceBesideTheMainOne) {
   EXPECT_EQ(j["end"]["outside"]["unknown"], kOutside);
   EXPECT_EQ(j["end"]["driver_used"], kReserved + kOutside + kContext);
   EXPECT_EQ(j["end"]["remainder"], kContext);
+  EXPECT_EQ(j["end"]["processes"]["at_moment"], true);
+  EXPECT_EQ(j["end"]["processes"]["context_and_unseen"], kContext);
+  EXPECT_EQ(j["end"]["processes"]["unnamed"], 0);
   // Alone, the main trace knows only the driver's count.
   const nlohmann::json alone = ReportToJson(BuildReport(*t, {}))["outside_allocator"];
   EXPECT_EQ(alone["calls_recorded"], false);

@@ -85,6 +85,39 @@ OutsideMoment AtDeath(const OutsideChanges& c, const OutsideEnd& died,
   return m;
 }
 
+struct NoteAt {
+  std::int64_t time_us = 0;
+  format::ProcessNote note;
+};
+
+// The NVML notes the recorder wrote for `device`, in time order.
+std::vector<NoteAt> ProcessNotes(const trace::Trace& trace, int device) {
+  std::vector<NoteAt> notes;
+  for (const trace::Annotation& a : trace.annotations) {
+    if (a.device != device) continue;
+    if (std::optional<format::ProcessNote> note = format::ParseProcessNote(a.name)) {
+      notes.push_back({a.time_us, *std::move(note)});
+    }
+  }
+  std::stable_sort(notes.begin(), notes.end(),
+                   [](const NoteAt& a, const NoteAt& b) { return a.time_us < b.time_us; });
+  return notes;
+}
+
+// The note read at the moment: at its step end (a step moment), or the first after it (the
+// OOM's, written as the verdict is made); else the latest before it.
+std::optional<ProcessesAt> ProcessesFor(const std::vector<NoteAt>& notes,
+                                        const OutsideMoment& m, bool death) {
+  const NoteAt* before = nullptr;
+  for (const NoteAt& n : notes) {
+    if (m.step && !death && n.note.step == *m.step) return ProcessesAt{n.note, true};
+    if (death && n.time_us >= m.time_us) return ProcessesAt{n.note, true};
+    if (n.time_us <= m.time_us) before = &n;
+  }
+  if (before == nullptr) return std::nullopt;
+  return ProcessesAt{before->note, false};
+}
+
 }  // namespace
 
 std::uint64_t OutsideMoment::outside() const {
@@ -97,6 +130,20 @@ std::optional<std::uint64_t> OutsideMoment::remainder() const {
   if (!driver_used) return std::nullopt;
   const std::uint64_t seen = reserved + outside();
   return *driver_used > seen ? *driver_used - seen : 0;
+}
+
+std::optional<std::uint64_t> OutsideMoment::context_and_unseen() const {
+  if (!processes || !processes->at_moment || !processes->note.processes.self) return std::nullopt;
+  const std::uint64_t self = *processes->note.processes.self;
+  const std::uint64_t seen = reserved + outside();
+  return self > seen ? self - seen : 0;
+}
+
+std::optional<std::int64_t> OutsideMoment::unnamed() const {
+  if (!driver_used || !context_and_unseen()) return std::nullopt;
+  const DeviceProcesses& p = processes->note.processes;
+  return static_cast<std::int64_t>(*driver_used) - static_cast<std::int64_t>(*p.self) -
+         static_cast<std::int64_t>(p.others_bytes());
 }
 
 OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Trace* cupti,
@@ -116,6 +163,9 @@ OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Tr
     out.end = AtDeath(c, *died, total);
     out.end_is = died->what;
   }
+  const std::vector<NoteAt> notes = ProcessNotes(trace, device);
+  if (out.peak) out.peak->processes = ProcessesFor(notes, *out.peak, false);
+  if (out.end) out.end->processes = ProcessesFor(notes, *out.end, died.has_value());
   return out;
 }
 

@@ -10,10 +10,18 @@
 #include <optional>
 #include <string>
 
+#include "profiler/process_note.h"
 #include "tools/report/outside_library.h"
 #include "tools/trace/trace.h"
 
 namespace gpumem::report {
+
+// NVML's figures of the device's processes for a moment, and whether they were read then
+// (at that step end, or at the OOM) or at an earlier step.
+struct ProcessesAt {
+  format::ProcessNote note;
+  bool at_moment = false;
+};
 
 struct OutsideMoment {
   std::int64_t time_us = 0;
@@ -25,8 +33,16 @@ struct OutsideMoment {
   std::optional<std::uint64_t> driver_used;  // total - free, where the driver said
 
   std::uint64_t outside() const;
+  std::optional<ProcessesAt> processes;
+
   // driver_used - reserved - outside (never below 0): the CUDA context and unseen calls.
   std::optional<std::uint64_t> remainder() const;
+  // Where NVML listed this process at this moment: its bytes less the allocator's and the
+  // libraries' (never below 0): its CUDA context, loaded kernels and unseen calls.
+  std::optional<std::uint64_t> context_and_unseen() const;
+  // Where NVML listed this process at this moment: the driver's figure less this process's
+  // and the other processes' (below 0 where NVML counts more than the driver).
+  std::optional<std::int64_t> unnamed() const;
 };
 
 struct OutsideAllocator {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "tools/report/verdict_rules.h"
 
@@ -19,13 +20,28 @@ json OrNull(const std::optional<T>& v) {
 
 OutsideLibrary Library(std::size_t i) { return static_cast<OutsideLibrary>(i); }
 
+json ProcessesToJson(const OutsideMoment& m) {
+  if (!m.processes) return nullptr;
+  const DeviceProcesses& p = m.processes->note.processes;
+  json others = json::array();
+  for (const ProcessBytes& o : p.others) others.push_back({{"pid", o.pid}, {"bytes", o.bytes}});
+  return {{"step", m.processes->note.step},
+          {"at_moment", m.processes->at_moment},
+          {"self", OrNull(p.self)},
+          {"others", std::move(others)},
+          {"others_total", p.others_bytes()},
+          {"context_and_unseen", OrNull(m.context_and_unseen())},
+          {"unnamed", OrNull(m.unnamed())}};
+}
+
 json MomentToJson(const OutsideMoment& m, bool calls_recorded) {
   json j = {{"time_us", m.time_us},
             {"step", OrNull(m.step)},
             {"allocator_reserved", m.reserved},
             {"driver_total", OrNull(m.driver_total)},
             {"driver_used", OrNull(m.driver_used)},
-            {"remainder", OrNull(m.remainder())}};
+            {"remainder", OrNull(m.remainder())},
+            {"processes", ProcessesToJson(m)}};
   j["outside"] = nullptr;
   j["pinned_host"] = nullptr;
   if (!calls_recorded) return j;
@@ -49,6 +65,33 @@ std::vector<std::string> LibraryParts(const OutsideMoment& m) {
   return parts;
 }
 
+// What of the driver's figure is neither the allocator's nor the libraries': split by
+// NVML's figures where they were read at this moment, else one remainder.
+std::string DriverSplit(const OutsideAllocator& o, const OutsideMoment& m) {
+  const std::optional<std::uint64_t> context = m.context_and_unseen();
+  if (!context) {
+    return absl::StrCat(Bytes(static_cast<double>(*m.remainder())),
+                        o.calls_recorded
+                            ? " CUDA context and calls CUPTI did not see"
+                            : " outside the allocator (CUDA context, NCCL, cuBLAS, cuDNN)");
+  }
+  const DeviceProcesses& p = m.processes->note.processes;
+  std::string out = absl::StrCat(
+      "this process ", Bytes(static_cast<double>(*p.self)), " by NVML, of which ",
+      Bytes(static_cast<double>(*context)),
+      o.calls_recorded ? " its CUDA context, kernels and calls CUPTI did not see"
+                       : " outside the allocator (CUDA context, kernels, NCCL, cuBLAS, cuDNN)");
+  absl::StrAppend(&out, "; other processes ", Bytes(static_cast<double>(p.others_bytes())),
+                  p.others.empty() ? "" : absl::StrCat(" (", OtherProcessesText(p), ")"));
+  const std::int64_t unnamed = *m.unnamed();
+  absl::StrAppendFormat(&out, "; %s %s (%.1f%% of the driver's)",
+                        unnamed < 0 ? "NVML counts more by" : "named by neither",
+                        Bytes(static_cast<double>(unnamed < 0 ? -unnamed : unnamed)),
+                        100.0 * static_cast<double>(unnamed < 0 ? -unnamed : unnamed) /
+                            static_cast<double>(std::max<std::uint64_t>(*m.driver_used, 1)));
+  return out;
+}
+
 std::string MomentLine(const OutsideAllocator& o, const OutsideMoment& m, const std::string& at) {
   std::string line = absl::StrCat("  at ", at, m.step ? absl::StrCat(" (step ", *m.step, ")") : "",
                                   ": allocator reserved ", Bytes(static_cast<double>(m.reserved)));
@@ -62,10 +105,7 @@ std::string MomentLine(const OutsideAllocator& o, const OutsideMoment& m, const 
   if (m.driver_used) {
     absl::StrAppend(&line, "; the driver says ", Bytes(static_cast<double>(*m.driver_used)),
                     " in use of ", Bytes(static_cast<double>(*m.driver_total)), ": ",
-                    Bytes(static_cast<double>(*m.remainder())),
-                    o.calls_recorded
-                        ? " CUDA context and calls CUPTI did not see"
-                        : " outside the allocator (CUDA context, NCCL, cuBLAS, cuDNN)");
+                    DriverSplit(o, m));
   } else {
     absl::StrAppend(&line, "; driver's figure unknown");
   }
@@ -114,9 +154,14 @@ std::string OutsideVerdictPart(const OutsideAllocator& o) {
   if (o.calls_recorded) {
     for (std::string& p : LibraryParts(m)) parts.push_back(std::move(p));
   }
-  if (m.remainder() && *m.remainder() != 0) {
+  const std::uint64_t others =
+      m.processes && m.processes->at_moment ? m.processes->note.processes.others_bytes() : 0;
+  if (m.remainder() && *m.remainder() > others) {
     parts.push_back(absl::StrCat(o.calls_recorded ? "context and unseen " : "outside it ",
-                                 Bytes(static_cast<double>(*m.remainder()))));
+                                 Bytes(static_cast<double>(*m.remainder() - others))));
+  }
+  if (others != 0) {
+    parts.push_back(absl::StrCat("other processes ", Bytes(static_cast<double>(others))));
   }
   std::string out = absl::StrJoin(parts, ", ");
   if (m.driver_total) absl::StrAppend(&out, " of ", Bytes(static_cast<double>(*m.driver_total)));

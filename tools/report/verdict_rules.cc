@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gpumem::report {
 namespace {
@@ -167,6 +170,18 @@ std::string Bytes(double bytes) {
     ++u;
   }
   return u == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.2f %s", v, units[u]);
+}
+
+std::string OtherProcessesText(const DeviceProcesses& processes) {
+  std::vector<ProcessBytes> others = processes.others;
+  std::sort(others.begin(), others.end(),
+            [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < others.size() && i < 4; ++i) {
+    parts.push_back(absl::StrCat("pid ", others[i].pid, " ", Bytes(static_cast<double>(others[i].bytes))));
+  }
+  if (others.size() > 4) parts.push_back(absl::StrCat(others.size() - 4, " more"));
+  return absl::StrJoin(parts, ", ");
 }
 
 }  // namespace gpumem::report

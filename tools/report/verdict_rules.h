@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "profiler/process_memory.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -76,5 +77,9 @@ bool IsLibraryFile(absl::string_view file);
 
 // Human-readable bytes: "1.50 GiB".
 std::string Bytes(double bytes);
+
+// Other processes on a device, the largest first, at most four: "pid 4242 2.50 GiB, pid 77
+// 512.00 MiB, 3 more".
+std::string OtherProcessesText(const DeviceProcesses& processes);
 
 }  // namespace gpumem::report
