@@ -13,13 +13,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "profiler/nvml.h"
 
 namespace gpumem {
-
-struct ProcessBytes {
-  std::uint32_t pid = 0;
-  std::uint64_t bytes = 0;
-};
 
 struct DeviceProcesses {
   std::optional<std::uint64_t> self;  // this process's bytes; nullopt: NVML does not list it
@@ -29,15 +25,6 @@ struct DeviceProcesses {
     for (const ProcessBytes& p : others) sum += p.bytes;
     return sum;
   }
-};
-
-// NVML's calls, as function pointers so that a test can stand in for the library.
-struct NvmlCalls {
-  using Device = void*;
-  int (*handle_by_bus_id)(const char* bus_id, Device* device) = nullptr;
-  // nvmlDeviceGetComputeRunningProcesses_v3: 0 success, 7 the array is too small (`count`
-  // then says how many there are).
-  int (*running_processes)(Device device, unsigned* count, void* infos) = nullptr;
 };
 
 // The processes NVML lists on the device with PCI bus id `bus_id`; `self_pid` is this

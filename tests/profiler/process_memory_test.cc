@@ -40,7 +40,13 @@ int RunningProcesses(NvmlCalls::Device, unsigned* count, void* infos) {
   return 0;
 }
 
-constexpr NvmlCalls kFake{&HandleByBusId, &RunningProcesses};
+NvmlCalls Fake() {
+  NvmlCalls calls;
+  calls.handle_by_bus_id = &HandleByBusId;
+  calls.running_processes = &RunningProcesses;
+  return calls;
+}
+const NvmlCalls kFake = Fake();
 
 class ProcessMemoryTest : public testing::Test {
  protected:

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "profiler/process_note.h"
 #include "tools/report/html_report.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
@@ -145,11 +146,17 @@ TEST(HtmlInBrowser, ManyRanksKeepSectionsForTheDifferingFirst) {
 }
 
 // The band under the timeline: a bar per moment with the allocator, each library and the
-// remainder; the merged table's outside-allocator column; "unknown" for an old trace.
+// remainder (other processes apart where NVML was read); the merged table's outside-allocator column; "unknown" for an old trace.
 TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
   const std::string chromium = FindChromium();
   if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
   trace::Trace outside = synthetic::OutsideAllocatorTrace(true);
+  // NVML read at the OOM: another process's 400 MiB is split out of the remainder.
+  format::ProcessNote note;
+  note.processes.self = synthetic::OutsideAnswer::UsedAtEnd() - (400ull << 20);
+  note.processes.others = {{4242, 400ull << 20}};
+  outside.annotations.push_back({format::ProcessNoteText(note), true,
+                                 outside.events.back().time_us + 1, 0});
   trace::Trace old = synthetic::PeakTrace();
   std::vector<Report> reports;
   reports.push_back(BuildReport(outside, {}));
@@ -159,7 +166,8 @@ TEST(HtmlInBrowser, OutsideAllocatorBandAndColumn) {
   EXPECT_NE(page.dom.find("data-card=\"outside-allocator\""), std::string::npos);
   EXPECT_NE(page.dom.find("data-moment=\"peak\""), std::string::npos);
   EXPECT_NE(page.dom.find("data-moment=\"OOM\""), std::string::npos);
-  for (const char* part : {"reserved", "nccl", "cublas", "cudnn", "other", "unknown", "remainder"}) {
+  for (const char* part :
+       {"reserved", "nccl", "cublas", "cudnn", "other", "unknown", "remainder", "others"}) {
     EXPECT_NE(page.dom.find(std::string("data-part=\"") + part + "\""), std::string::npos) << part;
   }
   EXPECT_NE(page.dom.find("unknown: no CUPTI records and no driver readings"), std::string::npos);

@@ -1,7 +1,5 @@
 #include "tools/cli/doctor/processes.h"
 
-#include <dlfcn.h>
-
 #include <fstream>
 #include <optional>
 
@@ -9,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "profiler/nvml.h"
 #include "tools/cli/doctor/subprocess.h"
 
 namespace gpumem::cli::doctor {
@@ -50,48 +49,20 @@ std::string ProcessName(long pid) {
   return name;
 }
 
-// NVML's nvmlProcessInfo_t (v2 and v3 share this layout).
-struct NvmlProcess {
-  unsigned pid;
-  unsigned long long used;
-  unsigned gpu_instance;
-  unsigned compute_instance;
-};
-
 std::optional<ProcessList> FromNvml() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return std::nullopt;
-  auto init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
-  auto count_fn = reinterpret_cast<int (*)(unsigned*)>(dlsym(lib, "nvmlDeviceGetCount_v2"));
-  auto handle_fn =
-      reinterpret_cast<int (*)(unsigned, void**)>(dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
-  auto uuid_fn = reinterpret_cast<int (*)(void*, char*, unsigned)>(dlsym(lib, "nvmlDeviceGetUUID"));
-  auto procs_fn = reinterpret_cast<int (*)(void*, unsigned*, NvmlProcess*)>(
-      dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
-  if (procs_fn == nullptr) {
-    procs_fn = reinterpret_cast<int (*)(void*, unsigned*, NvmlProcess*)>(
-        dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v2"));
-  }
+  const NvmlCalls* nvml = LoadedNvml();
   unsigned count = 0;
-  if (!init || !count_fn || !handle_fn || !uuid_fn || !procs_fn || init() != 0 ||
-      count_fn(&count) != 0) {
-    return std::nullopt;
-  }
+  if (nvml == nullptr || nvml->device_count(&count) != 0) return std::nullopt;
   ProcessList list{true, "NVML", {}};
   for (unsigned i = 0; i < count; ++i) {
-    void* device = nullptr;
+    NvmlCalls::Device device = nullptr;
     char uuid[96] = {};
-    NvmlProcess procs[256];
-    unsigned n = 256;
-    if (handle_fn(i, &device) != 0 || uuid_fn(device, uuid, sizeof uuid) != 0 ||
-        procs_fn(device, &n, procs) != 0) {
+    if (nvml->handle_by_index(i, &device) != 0 || nvml->uuid(device, uuid, sizeof uuid) != 0) {
       continue;
     }
-    for (unsigned k = 0; k < n; ++k) {
-      constexpr unsigned long long kNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
-      std::uint64_t used = procs[k].used == kNotAvailable ? 0 : procs[k].used;
-      list.processes.push_back({uuid, static_cast<long>(procs[k].pid),
-                                ProcessName(procs[k].pid), used});
+    const std::optional<std::vector<ProcessBytes>> listed = RunningProcesses(*nvml, device);
+    for (const ProcessBytes& p : listed.value_or(std::vector<ProcessBytes>{})) {
+      list.processes.push_back({uuid, static_cast<long>(p.pid), ProcessName(p.pid), p.bytes});
     }
   }
   return list;
