@@ -177,6 +177,9 @@ def main():
     ap.add_argument("--cap-rank", type=int, default=-1,
                     help="this rank runs under set_per_process_memory_fraction(--cap-fraction)")
     ap.add_argument("--cap-fraction", type=float, default=0.05)
+    ap.add_argument("--touch-device0", action="store_true",
+                    help="every rank touches cuda:0 before set_device (the classic mistake: "
+                         "a CUDA context of each rank on GPU 0)")
     ap.add_argument("--phases", action="store_true",
                     help="time each step's forward, backward, optimizer and loss read")
     args = ap.parse_args()
@@ -184,6 +187,10 @@ def main():
     turns, first = (fifo_turns(os.environ["MULTIGPU_TURNS"], rank)
                     if os.environ.get("MULTIGPU_TURNS") else (None, True))
     device = torch.device("cuda", local)
+    if args.touch_device0:
+        # A CUDA context on GPU 0 and no allocation, as a stray torch.cuda call before
+        # set_device makes one (the allocator's figures stay on the rank's own GPU).
+        torch.cuda.mem_get_info(0)
     torch.cuda.set_device(device)
     if rank == args.cap_rank:
         torch.cuda.set_per_process_memory_fraction(args.cap_fraction, device)

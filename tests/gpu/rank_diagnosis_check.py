@@ -9,11 +9,13 @@ multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
    held (--cap-rank): that rank dies of an OOM, its trace holds the verdict, the others'
    traces read back whole, and the merged report names the capped rank as the first to
    run out.
+3. profile-only, every rank touching cuda:0 before set_device: the merged report
+   must name the other ranks' CUDA contexts on rank 0's GPU, by rank, with the fix.
 
 Prints a Markdown summary; exit 1 when a check fails.
 
 usage: rank_diagnosis_check.py GPUMEM_CLI [--layout L] [--steps 60] [--gpus N]
-       [--checks leak,oom] [--cap-fraction F]
+       [--checks leak,oom,contexts] [--cap-fraction F]
 """
 import argparse
 import glob
@@ -137,6 +139,27 @@ def check_oom(cli, args, folder, cap_rank, fraction):
     return bool(ok)
 
 
+def check_contexts(cli, args, folder):
+    """Every rank touches cuda:0 before set_device: rank 0's GPU then holds every
+    other rank's CUDA context, which the merged report must name by rank, and no other
+    rank's GPU anything of another rank's."""
+    p, traces, report = job(cli, "profile", folder, args.gpus,
+                            [args.layout, "--steps", "12", "--touch-device0"])
+    ranks = report.get("merged", {}).get("ranks", [])
+    others = [f"rank {r} (pid" for r in range(1, args.gpus)]
+    flagged = [r["rank"] for r in ranks if "other processes hold" in r.get("differs", "")]
+    zero = next((r for r in ranks if r["rank"] == 0), {})
+    ok = (p.returncode == 0 and len(traces) == args.gpus and flagged == [0]
+          and all(o in zero.get("differs", "") for o in others)
+          and "set_device(local_rank)" in zero.get("differs", ""))
+    print(f"- every rank's context on GPU 0: {'right' if ok else 'WRONG'}; ranks flagged: "
+          f"{flagged}; run exit {p.returncode}")
+    print(f"  - rank 0: {zero.get('differs', '')[:400]}")
+    if p.returncode != 0 or "error" in report:
+        print_errors(p.stderr + report.get("error", ""))
+    return bool(ok)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cli")
@@ -144,7 +167,8 @@ def main():
                     help="default: 2d on 4 or more GPUs, else fsdp2")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--gpus", type=int, default=0)
-    ap.add_argument("--checks", default="leak,oom", help="which checks to run: leak, oom")
+    ap.add_argument("--checks", default="leak,oom,contexts",
+                    help="which checks to run: leak, oom, contexts")
     ap.add_argument("--cap-fraction", type=float, default=0,
                     help="the capped rank's share of its GPU (default: half of a healthy "
                          "rank's peak allocated in the leak run)")
@@ -154,15 +178,16 @@ def main():
     args.layout = args.layout or ("2d" if args.gpus >= 4 and args.gpus % 2 == 0 else "fsdp2")
     last = args.gpus - 1
     print(f"### {args.gpus} ranks, layout {args.layout}\n")
-    leak_ok, ranks = True, []
+    leak_ok, oom_ok, contexts_ok, ranks = True, True, True, []
     if "leak" in args.checks:
         leak_ok, ranks = check_leak(cli=args.cli, args=args, folder=tempfile.mkdtemp(),
                                     leak_rank=last)
-    if "oom" not in args.checks:
-        return 0 if leak_ok else 1
-    oom_ok = check_oom(cli=args.cli, args=args, folder=tempfile.mkdtemp(), cap_rank=last // 2,
-                       fraction=cap_fraction(args, ranks, leak_rank=last))
-    return 0 if leak_ok and oom_ok else 1
+    if "oom" in args.checks:
+        oom_ok = check_oom(cli=args.cli, args=args, folder=tempfile.mkdtemp(),
+                           cap_rank=last // 2, fraction=cap_fraction(args, ranks, last))
+    if "contexts" in args.checks:
+        contexts_ok = check_contexts(cli=args.cli, args=args, folder=tempfile.mkdtemp())
+    return 0 if leak_ok and oom_ok and contexts_ok else 1
 
 
 if __name__ == "__main__":

@@ -67,3 +67,57 @@ TEST(MergeRanks, TheOneLeakingRankIsNamedAndNoOther) {
 
 }  // namespace
 }  // namespace gpumem::report
+
+namespace gpumem::report {
+namespace {
+
+RankSummary OnHost(std::int64_t rank, std::int64_t pid,
+                   std::optional<std::vector<ProcessBytes>> others) {
+  RankSummary s;
+  s.source = "run-" + std::to_string(rank) + ".gpumem";
+  s.rank = rank;
+  s.rank_from = "header";
+  s.host = "node1";
+  s.pid = pid;
+  s.peak_allocated = 10ull << 30;
+  s.other_processes = std::move(others);
+  return s;
+}
+
+// Every rank touched cuda:0 before set_device: rank 0's GPU holds the other ranks'
+// contexts, named by rank, with the fix; a stranger's process by pid; no other rank
+// flagged, and a rank NVML listed nothing beside (or was not read on) says nothing.
+TEST(MergeRanks, OtherRanksContextsOnARanksGpuAreNamedByRank) {
+  constexpr std::uint64_t kContext = 500ull << 20;
+  std::vector<RankSummary> ranks;
+  ranks.push_back(OnHost(0, 100, std::vector<ProcessBytes>{{101, kContext}, {102, kContext},
+                                                           {777, 2 * kContext}}));
+  ranks.push_back(OnHost(1, 101, std::vector<ProcessBytes>{}));
+  ranks.push_back(OnHost(2, 102, std::nullopt));
+  Merged m = MergeRanks(std::move(ranks));
+  ASSERT_EQ(m.ranks.size(), 3u);
+  EXPECT_EQ(m.ranks[0].differs,
+            "other processes hold 1.95 GiB of its GPU: pid 777 1000.00 MiB, rank 1 (pid 101) "
+            "500.00 MiB, rank 2 (pid 102) 500.00 MiB (other ranks made a CUDA context here: each "
+            "rank should call torch.cuda.set_device(local_rank) before its first CUDA call)");
+  EXPECT_EQ(m.ranks[1].differs, "");
+  EXPECT_EQ(m.ranks[2].differs, "");
+  const nlohmann::json j = MergedToJson(m);
+  EXPECT_EQ(j["ranks"][0]["pid"], 100);
+  EXPECT_EQ(j["ranks"][0]["other_processes"].size(), 3u);
+  EXPECT_EQ(j["ranks"][1]["other_processes"].size(), 0u);
+  EXPECT_TRUE(j["ranks"][2]["other_processes"].is_null());
+}
+
+// A pid on another host is not that host's rank; a process alone, no rank: no fix.
+TEST(MergeRanks, AnotherHostsPidIsNotARank) {
+  std::vector<RankSummary> ranks;
+  ranks.push_back(OnHost(0, 100, std::vector<ProcessBytes>{{101, 600ull << 20}}));
+  ranks.push_back(OnHost(1, 101, std::vector<ProcessBytes>{}));
+  ranks[1].host = "node2";
+  Merged m = MergeRanks(std::move(ranks));
+  EXPECT_EQ(m.ranks[0].differs, "other processes hold 600.00 MiB of its GPU: pid 101 600.00 MiB");
+}
+
+}  // namespace
+}  // namespace gpumem::report

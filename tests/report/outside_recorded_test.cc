@@ -13,6 +13,7 @@
 #include "tests/profiler/trace_test_util.h"
 #include "tools/report/cupti_companion.h"
 #include "tools/report/json_report.h"
+#include "tools/report/rank_summary.h"
 #include "tools/report/report.h"
 #include "tools/trace/load.h"
 
@@ -80,6 +81,11 @@ TEST(OutsideRecorded, ReportReadsTheCuptiTraceBesideTheMainOne) {
   EXPECT_EQ(j["end"]["processes"]["at_moment"], true);
   EXPECT_EQ(j["end"]["processes"]["context_and_unseen"], kContext);
   EXPECT_EQ(j["end"]["processes"]["unnamed"], 0);
+  // The merged view's: the recording process and, NVML read at the peak, no other one.
+  const RankSummary rank = SummarizeRank(BuildReport(*t, options), 0);
+  EXPECT_EQ(rank.pid, getpid());
+  ASSERT_TRUE(rank.other_processes);
+  EXPECT_TRUE(rank.other_processes->empty());
   // Alone, the main trace knows only the driver's count.
   const nlohmann::json alone = ReportToJson(BuildReport(*t, {}))["outside_allocator"];
   EXPECT_EQ(alone["calls_recorded"], false);

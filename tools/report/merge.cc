@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <set>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -13,6 +15,9 @@ namespace {
 constexpr double kMiB = 1 << 20;
 constexpr double kPeakApart = 0.10;  // a peak this far from the median's differs
 constexpr double kPeakFloor = 64 * kMiB;  // ... and by at least this much
+// Other processes' memory on a rank's GPU worth naming (a CUDA context is ~0.5 GiB; NVML
+// may show another container's processes as 0 B).
+constexpr std::uint64_t kOtherProcessFloor = 1 << 20;
 
 template <typename T, typename Get>
 double Median(const std::vector<T>& items, Get get) {
@@ -42,12 +47,55 @@ std::string PeakReason(const RankSummary& s, double median_peak) {
                          Bytes(peak), (peak / median_peak - 1) * 100, Bytes(median_peak));
 }
 
+// The job's processes by (host, pid): a pid NVML lists on a rank's GPU may be another rank.
+using RanksByPid = absl::flat_hash_map<std::pair<std::string, std::int64_t>, std::int64_t>;
+
+RanksByPid RanksByProcess(const std::vector<RankSummary>& ranks) {
+  RanksByPid by_pid;
+  for (const RankSummary& s : ranks) {
+    if (s.pid && s.rank) by_pid[{s.host, *s.pid}] = *s.rank;
+  }
+  return by_pid;
+}
+
+// "other processes hold 1.50 GiB of its GPU: rank 1 (pid 101) 512.00 MiB, pid 777 1.00 GiB":
+// another rank's CUDA context on this rank's GPU is the classic one, with its fix.
+std::string OtherProcessReason(const RankSummary& s, const RanksByPid& by_pid) {
+  if (!s.other_processes) return "";
+  std::vector<ProcessBytes> others = *s.other_processes;
+  std::sort(others.begin(), others.end(),
+            [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
+  std::uint64_t total = 0;
+  bool other_ranks = false;
+  std::vector<std::string> parts;
+  for (const ProcessBytes& p : others) {
+    total += p.bytes;
+    auto it = by_pid.find({s.host, static_cast<std::int64_t>(p.pid)});
+    const bool a_rank = it != by_pid.end();
+    other_ranks |= a_rank;
+    if (parts.size() == 8) continue;
+    const std::string who = a_rank ? absl::StrCat("rank ", it->second, " (pid ", p.pid, ")")
+                                   : absl::StrCat("pid ", p.pid);
+    parts.push_back(absl::StrCat(who, " ", Bytes(static_cast<double>(p.bytes))));
+  }
+  if (total < kOtherProcessFloor) return "";
+  if (others.size() > parts.size()) {
+    parts.push_back(absl::StrCat(others.size() - parts.size(), " more"));
+  }
+  return absl::StrCat("other processes hold ", Bytes(static_cast<double>(total)), " of its GPU: ",
+                      absl::StrJoin(parts, ", "),
+                      other_ranks ? " (other ranks made a CUDA context here: each rank should call "
+                                    "torch.cuda.set_device(local_rank) before its first CUDA call)"
+                                  : "");
+}
+
 // Why `s` stands out among ranks with these medians; "" when it does not.
 std::string Differs(const RankSummary& s, double median_leak, double median_peak,
-                    bool most_ran_out) {
+                    bool most_ran_out, const RanksByPid& by_pid) {
   std::vector<std::string> why;
   if (std::string r = LeakReason(s, median_leak); !r.empty()) why.push_back(r);
   if (std::string r = PeakReason(s, median_peak); !r.empty()) why.push_back(r);
+  if (std::string r = OtherProcessReason(s, by_pid); !r.empty()) why.push_back(r);
   if (s.ooms > 0 && !most_ran_out) {
     why.push_back(absl::StrCat(s.ooms, " out-of-memory errors, the first at ",
                                Step(*s.first_oom_step)));
@@ -61,8 +109,9 @@ void MarkDiffering(Merged* m) {
   const double median_peak = Median(m->ranks, [](const RankSummary& s) { return s.peak_allocated; });
   const std::size_t ran_out = std::count_if(m->ranks.begin(), m->ranks.end(),
                                             [](const RankSummary& s) { return s.ooms > 0; });
+  const RanksByPid by_pid = RanksByProcess(m->ranks);
   for (RankSummary& s : m->ranks) {
-    s.differs = Differs(s, median_leak, median_peak, 2 * ran_out > m->ranks.size());
+    s.differs = Differs(s, median_leak, median_peak, 2 * ran_out > m->ranks.size(), by_pid);
   }
 }
 

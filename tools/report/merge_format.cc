@@ -11,6 +11,16 @@ nlohmann::json OrNull(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
 
+// [{pid, bytes}] on the rank's GPU at its peak; null where NVML was not read then.
+nlohmann::json OtherProcessesJson(const RankSummary& s) {
+  if (!s.other_processes) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (const ProcessBytes& p : *s.other_processes) {
+    out.push_back({{"pid", p.pid}, {"bytes", p.bytes}});
+  }
+  return out;
+}
+
 nlohmann::json RankToJson(const RankSummary& s) {
   return {{"rank", OrNull(s.rank)},
           {"rank_from", s.rank_from},
@@ -20,6 +30,8 @@ nlohmann::json RankToJson(const RankSummary& s) {
           {"peak_allocated", s.peak_allocated},
           {"peak_reserved", s.peak_reserved},
           {"outside_allocator", OrNull(s.outside_allocator)},
+          {"pid", OrNull(s.pid)},
+          {"other_processes", OtherProcessesJson(s)},
           {"leak_bytes_per_step", s.leak_bytes_per_step},
           {"leak_site", s.leak_site},
           {"projected_oom_step", OrNull(s.projected_oom_step)},

@@ -51,6 +51,11 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
   s.peak_allocated = report.timeline.peak_allocated;
   s.peak_reserved = report.timeline.peak_reserved;
   s.outside_allocator = OutsideAtPeak(report.outside);
+  s.pid = report.trace->run.pid;
+  const std::optional<OutsideMoment>& peak = report.outside.peak;
+  if (peak && peak->processes && peak->processes->at_moment) {
+    s.other_processes = peak->processes->note.processes.others;
+  }
   s.leak_bytes_per_step = report.leaks.bytes_per_step;
   if (!report.leaks.suspects.empty()) s.leak_site = report.leaks.suspects.front().name;
   s.projected_oom_step = report.projected_oom_step;

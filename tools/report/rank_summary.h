@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tools/report/report.h"
 
@@ -22,6 +23,9 @@ struct RankSummary {
   std::uint64_t peak_reserved = 0;
   // Device memory outside the allocator at the peak (docs/multi-gpu.md); nullopt: unknown.
   std::optional<std::uint64_t> outside_allocator;
+  std::optional<std::int64_t> pid;  // the recording process's, from the header
+  // Other processes with memory on its GPU at the peak (NVML); nullopt: not read then.
+  std::optional<std::vector<ProcessBytes>> other_processes;
   double leak_bytes_per_step = 0;
   std::string leak_site;  // the largest suspect's "file:line function"
   std::optional<std::size_t> projected_oom_step;  // 0-based

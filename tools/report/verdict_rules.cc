@@ -178,7 +178,8 @@ std::string OtherProcessesText(const DeviceProcesses& processes) {
             [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < others.size() && i < 4; ++i) {
-    parts.push_back(absl::StrCat("pid ", others[i].pid, " ", Bytes(static_cast<double>(others[i].bytes))));
+    const double bytes = static_cast<double>(others[i].bytes);
+    parts.push_back(absl::StrCat("pid ", others[i].pid, " ", Bytes(bytes)));
   }
   if (others.size() > 4) parts.push_back(absl::StrCat(others.size() - 4, " more"));
   return absl::StrJoin(parts, ", ");

@@ -20,11 +20,12 @@
 namespace gpumem::trace {
 namespace {
 
-// Rank, local rank, world size and host from the header (empty values: not in a job).
+// Rank, local rank, world size, pid and host from the header (empty values: not in a job).
 void ReadRunInfo(const std::map<std::string, std::string>& header, RunInfo* run) {
   for (auto [key, field] : {std::pair{"rank", &run->rank},
                             std::pair{"local_rank", &run->local_rank},
                             std::pair{"world_size", &run->world_size},
+                            std::pair{"pid", &run->pid},
                             std::pair{"clock_origin_ns", &run->clock_origin_ns}}) {
     std::int64_t value;
     auto it = header.find(key);

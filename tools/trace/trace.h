@@ -124,6 +124,7 @@ struct RunInfo {
   std::optional<std::int64_t> rank;
   std::optional<std::int64_t> local_rank;
   std::optional<std::int64_t> world_size;
+  std::optional<std::int64_t> pid;  // the recording process's
   std::string host;
   // CLOCK_MONOTONIC at the file's opening: lines a process's two traces (gpumem's and
   // the CUPTI tracer's) up in time.
