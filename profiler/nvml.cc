@@ -66,7 +66,8 @@ std::optional<std::vector<ProcessBytes>> RunningProcesses(const NvmlCalls& nvml,
     std::vector<ProcessBytes> out;
     for (unsigned i = 0; i < count; ++i) {
       const unsigned long long used = infos[i].used_gpu_memory;
-      out.push_back({infos[i].pid, used == kNvmlValueNotAvailable ? 0 : used});
+      out.push_back({infos[i].pid, used == kNvmlValueNotAvailable ? 0 : used,
+                     infos[i].gpu_instance_id});
     }
     return out;
   }

@@ -11,6 +11,9 @@ namespace gpumem {
 struct ProcessBytes {
   std::uint32_t pid = 0;
   std::uint64_t bytes = 0;
+  // The MIG instance it runs in (NVML's gpuInstanceId; all ones without MIG): processes of
+  // other instances do not share this one's memory.
+  std::uint32_t gpu_instance = ~0u;
 };
 
 // NVML's calls, as function pointers so that a test can stand in for the library. Each

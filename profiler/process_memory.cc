@@ -23,12 +23,16 @@ std::optional<DeviceProcesses> ProcessesOnDevice(const NvmlCalls& nvml, const ch
   if (nvml.handle_by_bus_id(bus_id, &device) != 0) return std::nullopt;
   const std::optional<std::vector<ProcessBytes>> listed = RunningProcesses(nvml, device);
   if (!listed) return std::nullopt;
+  std::optional<std::uint32_t> own_instance;
+  for (const ProcessBytes& p : *listed) {
+    if (p.pid == self_pid) own_instance = p.gpu_instance;
+  }
   DeviceProcesses out;
   for (const ProcessBytes& p : *listed) {
     if (p.pid == self_pid) {
       out.self = out.self.value_or(0) + p.bytes;
-    } else {
-      out.others.push_back(p);
+    } else if (!own_instance || p.gpu_instance == *own_instance) {
+      out.others.push_back(p);  // under MIG, only this process's instance
     }
   }
   return out;

@@ -68,6 +68,15 @@ TEST_F(ProcessMemoryTest, ThisProcessApartFromTheOthers) {
   EXPECT_EQ(p->others_bytes(), 700u);
 }
 
+// Under MIG NVML lists every instance's processes; only this one's share its memory.
+TEST_F(ProcessMemoryTest, OtherMigInstancesAreNotOnThisDevice) {
+  g_listed = {{100, 5000, 1, 0}, {200, 700, 1, 0}, {300, 900, 2, 0}};
+  const std::optional<DeviceProcesses> p = ProcessesOnDevice(kFake, "0000:3b:00.0", 100);
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->others.size(), 1u);
+  EXPECT_EQ(p->others[0].pid, 200u);
+}
+
 TEST_F(ProcessMemoryTest, UnlistedSelfIsUnknownNotZero) {
   g_listed = {{200, 700, 0, 0}};
   const std::optional<DeviceProcesses> p = ProcessesOnDevice(kFake, "0000:3b:00.0", 100);
