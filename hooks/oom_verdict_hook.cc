@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -49,18 +50,37 @@ void Describe(OomVerdictInput& in) {
   }
 }
 
+// NVML's figures of the device's processes, read once a step: a step of cuDNN workspace
+// tries or a batch-size finder makes dozens of OOMs. A fresh read goes into the trace too,
+// for the report's OOM line.
+struct ProcessesRead {
+  std::uint64_t step = 0;
+  std::optional<DeviceProcesses> processes;
+};
+std::map<int, ProcessesRead> g_processes;  // by device
+
+std::optional<DeviceProcesses> ProcessesThisStep(int device) {
+  Recorder* recorder = TraceRecorder();
+  std::lock_guard<std::mutex> lock(g_mu);
+  const std::uint64_t step = recorder != nullptr ? recorder->steps() : g_steps;
+  auto [it, first] = g_processes.try_emplace(device);
+  if (!first && it->second.step == step) return it->second.processes;
+  it->second.step = step;
+  it->second.processes = SampleProcessMemory(device);
+  if (it->second.processes && recorder != nullptr) {
+    recorder->Annotate(device, format::ProcessNoteText({step, *it->second.processes}));
+  }
+  return it->second.processes;
+}
+
 // The driver's count of the device's memory and NVML's of its processes, where they can
-// say (never initializes CUDA); NVML's go into the trace too, for the report's OOM line.
+// say (never initializes CUDA).
 void AddDriverFigures(OomVerdictInput& in) {
   const std::optional<DriverMemory> d = SampleDriverMemory();
   if (!d || d->device != in.device) return;
   if (!in.driver_free) in.driver_free = d->free;
   in.driver_total = d->total;
-  in.processes = SampleProcessMemory(in.device);
-  Recorder* recorder = TraceRecorder();
-  if (in.processes && recorder != nullptr) {
-    recorder->Annotate(in.device, format::ProcessNoteText({recorder->steps(), *in.processes}));
-  }
+  in.processes = ProcessesThisStep(in.device);
 }
 
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).

@@ -1,6 +1,7 @@
 #include "tools/report/outside_format.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -84,11 +85,11 @@ std::string DriverSplit(const OutsideAllocator& o, const OutsideMoment& m) {
   absl::StrAppend(&out, "; other processes ", Bytes(static_cast<double>(p.others_bytes())),
                   p.others.empty() ? "" : absl::StrCat(" (", OtherProcessesText(p), ")"));
   const std::int64_t unnamed = *m.unnamed();
+  const double apart = std::abs(static_cast<double>(unnamed));
+  const double used = static_cast<double>(std::max<std::uint64_t>(*m.driver_used, 1));
   absl::StrAppendFormat(&out, "; %s %s (%.1f%% of the driver's)",
-                        unnamed < 0 ? "NVML counts more by" : "named by neither",
-                        Bytes(static_cast<double>(unnamed < 0 ? -unnamed : unnamed)),
-                        100.0 * static_cast<double>(unnamed < 0 ? -unnamed : unnamed) /
-                            static_cast<double>(std::max<std::uint64_t>(*m.driver_used, 1)));
+                        unnamed < 0 ? "NVML counts more by" : "named by neither", Bytes(apart),
+                        100.0 * apart / used);
   return out;
 }
 
