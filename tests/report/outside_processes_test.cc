@@ -31,20 +31,33 @@ std::int64_t TimeOf(const trace::Trace& t, std::uint64_t n) {
   return 0;
 }
 
-// A note as the recorder writes it after step `step` (or the OOM), this process holding
-// what the allocator, the libraries and its own context hold.
-void AddNote(trace::Trace* t, std::uint64_t step, std::uint64_t driver_used_then,
-             std::optional<std::uint64_t> self_override = std::nullopt, std::int32_t device = 0,
-             bool at_oom = false) {
+// A note as the recorder writes it after step `step` (or at the OOM): by default this
+// process holds what the driver counted less the other process's 400 MiB.
+struct Note {
+  std::uint64_t step = 0;
+  std::uint64_t driver_used = 0;
+  std::optional<std::uint64_t> self;  // default: driver_used - kOthers
+  bool unlisted = false;              // NVML does not list this process (self=?)
+  std::int32_t device = 0;
+  bool at_oom = false;
+};
+
+Note At(std::uint64_t step, std::uint64_t driver_used) {
+  Note n;
+  n.step = step;
+  n.driver_used = driver_used;
+  return n;
+}
+
+void AddNote(trace::Trace* t, const Note& n) {
   format::ProcessNote note;
-  note.step = step;
-  note.processes.self = self_override ? self_override : driver_used_then - kOthers;
-  if (self_override && *self_override == 0) note.processes.self.reset();
+  note.step = n.step;
+  if (!n.unlisted) note.processes.self = n.self.value_or(n.driver_used - kOthers);
   note.processes.others = {{4242, kOthers}};
   trace::Annotation a;
   a.name = format::ProcessNoteText(note);
-  a.time_us = TimeOf(*t, at_oom ? 0 : step) + 1;
-  a.device = device;
+  a.time_us = TimeOf(*t, n.at_oom ? 0 : n.step) + 1;
+  a.device = n.device;
   t->annotations.push_back(a);
 }
 
@@ -52,8 +65,8 @@ constexpr std::uint64_t kPeakUsed = A::UsedAtEnd() + A::kNcclPeakExtra;
 
 TEST(OutsideProcesses, ReadAtThePeakSplitsTheRemainder) {
   trace::Trace t = synthetic::OutsideAllocatorTrace(false);
-  AddNote(&t, 1, kPeakUsed);  // an earlier read is not the peak's
-  AddNote(&t, A::kPeakStep, kPeakUsed);
+  AddNote(&t, At(1, kPeakUsed));  // an earlier read is not the peak's
+  AddNote(&t, At(A::kPeakStep, kPeakUsed));
   const Report r = BuildReport(t, {});
   ASSERT_TRUE(r.outside.peak && r.outside.peak->processes);
   const OutsideMoment& peak = *r.outside.peak;
@@ -81,7 +94,9 @@ TEST(OutsideProcesses, ReadAtThePeakSplitsTheRemainder) {
 
 TEST(OutsideProcesses, NvmlCountingMoreThanTheDriverIsSaid) {
   trace::Trace t = synthetic::OutsideAllocatorTrace(false);
-  AddNote(&t, A::kPeakStep, kPeakUsed, kPeakUsed - kOthers + 8 * A::kMiB);
+  Note more = At(A::kPeakStep, kPeakUsed);
+  more.self = kPeakUsed - kOthers + 8 * A::kMiB;
+  AddNote(&t, more);
   const Report r = BuildReport(t, {});
   EXPECT_EQ(r.outside.peak->unnamed(), -static_cast<std::int64_t>(8 * A::kMiB));
   EXPECT_NE(FormatTerminal(r, false).find("NVML counts more by 8.00 MiB"), std::string::npos);
@@ -89,7 +104,7 @@ TEST(OutsideProcesses, NvmlCountingMoreThanTheDriverIsSaid) {
 
 TEST(OutsideProcesses, AnEarlierReadOnlyKeepsTheOneRemainder) {
   trace::Trace t = synthetic::OutsideAllocatorTrace(false);
-  AddNote(&t, 1, kPeakUsed);
+  AddNote(&t, At(1, kPeakUsed));
   const Report r = BuildReport(t, {});
   ASSERT_TRUE(r.outside.peak->processes);
   EXPECT_FALSE(r.outside.peak->processes->at_moment);
@@ -102,8 +117,12 @@ TEST(OutsideProcesses, AnEarlierReadOnlyKeepsTheOneRemainder) {
 
 TEST(OutsideProcesses, ThisProcessUnlistedOrAnotherDeviceSplitsNothing) {
   trace::Trace t = synthetic::OutsideAllocatorTrace(false);
-  AddNote(&t, A::kPeakStep, kPeakUsed, /*self_override=*/0);  // self=?
-  AddNote(&t, A::kSteps, kPeakUsed, std::nullopt, /*device=*/1);
+  Note unlisted = At(A::kPeakStep, kPeakUsed);
+  unlisted.unlisted = true;
+  AddNote(&t, unlisted);
+  Note other_device = At(A::kSteps, kPeakUsed);
+  other_device.device = 1;
+  AddNote(&t, other_device);
   const Report r = BuildReport(t, {});
   EXPECT_EQ(r.outside.peak->context_and_unseen(), std::nullopt);
   ASSERT_TRUE(r.outside.end->processes);  // the earlier one of device 0, not device 1's
@@ -114,7 +133,9 @@ TEST(OutsideProcesses, ThisProcessUnlistedOrAnotherDeviceSplitsNothing) {
 
 TEST(OutsideProcesses, TheOomsReadNamesOtherProcessesInTheVerdict) {
   trace::Trace t = synthetic::OutsideAllocatorTrace(true);
-  AddNote(&t, A::kSteps, A::UsedAtEnd(), std::nullopt, 0, /*at_oom=*/true);
+  Note at_oom = At(A::kSteps, A::UsedAtEnd());
+  at_oom.at_oom = true;
+  AddNote(&t, at_oom);
   const Report r = BuildReport(t, {});
   ASSERT_TRUE(r.outside.end && r.outside.end->processes);
   EXPECT_TRUE(r.outside.end->processes->at_moment);
