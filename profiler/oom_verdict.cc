@@ -1,16 +1,14 @@
 #include "profiler/oom_verdict.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 
 namespace gpumem {
 
 using report::Bytes;
-using report::OtherProcessesText;
+using report::ProcessesText;
 using report::OomClass;
 
 const char* VerdictName(OomClass cls) {
@@ -81,7 +79,7 @@ void AppendOutside(const OomVerdictInput& in, std::string* out) {
                   "; `gpumem report` on the trace splits it by library\n");
   if (others == 0) return;
   absl::StrAppend(out, "gpumem:   other processes hold ", Bytes(others), " of this GPU (",
-                  OtherProcessesText(*in.processes),
+                  ProcessesText(in.processes->others),
                   "): a DataLoader worker or another rank that made a CUDA context here "
                   "(torch.cuda.set_device(local_rank) before any CUDA call), or another job\n");
 }

@@ -62,28 +62,20 @@ RanksByPid RanksByProcess(const std::vector<RankSummary>& ranks) {
 // another rank's CUDA context on this rank's GPU is the classic one, with its fix.
 std::string OtherProcessReason(const RankSummary& s, const RanksByPid& by_pid) {
   if (!s.other_processes) return "";
-  std::vector<ProcessBytes> others = *s.other_processes;
-  std::sort(others.begin(), others.end(),
-            [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
   std::uint64_t total = 0;
   bool other_ranks = false;
-  std::vector<std::string> parts;
-  for (const ProcessBytes& p : others) {
+  for (const ProcessBytes& p : *s.other_processes) {
     total += p.bytes;
-    auto it = by_pid.find({s.host, static_cast<std::int64_t>(p.pid)});
-    const bool a_rank = it != by_pid.end();
-    other_ranks |= a_rank;
-    if (parts.size() == 8) continue;
-    const std::string who = a_rank ? absl::StrCat("rank ", it->second, " (pid ", p.pid, ")")
-                                   : absl::StrCat("pid ", p.pid);
-    parts.push_back(absl::StrCat(who, " ", Bytes(static_cast<double>(p.bytes))));
+    other_ranks |= by_pid.contains({s.host, p.pid});
   }
   if (total < kOtherProcessFloor) return "";
-  if (others.size() > parts.size()) {
-    parts.push_back(absl::StrCat(others.size() - parts.size(), " more"));
-  }
+  const auto who = [&](std::uint32_t pid) {
+    auto it = by_pid.find({s.host, pid});
+    if (it == by_pid.end()) return PidName(pid);
+    return absl::StrCat("rank ", it->second, " (pid ", pid, ")");
+  };
   return absl::StrCat("other processes hold ", Bytes(static_cast<double>(total)), " of its GPU: ",
-                      absl::StrJoin(parts, ", "),
+                      ProcessesText(*s.other_processes, 8, who),
                       other_ranks ? " (other ranks made a CUDA context here: each rank should call "
                                     "torch.cuda.set_device(local_rank) before its first CUDA call)"
                                   : "");

@@ -83,7 +83,7 @@ std::string DriverSplit(const OutsideAllocator& o, const OutsideMoment& m) {
       o.calls_recorded ? " its CUDA context, kernels and calls CUPTI did not see"
                        : " outside the allocator (CUDA context, kernels, NCCL, cuBLAS, cuDNN)");
   absl::StrAppend(&out, "; other processes ", Bytes(static_cast<double>(p.others_bytes())),
-                  p.others.empty() ? "" : absl::StrCat(" (", OtherProcessesText(p), ")"));
+                  p.others.empty() ? "" : absl::StrCat(" (", ProcessesText(p.others), ")"));
   const std::int64_t unnamed = *m.unnamed();
   const double apart = std::abs(static_cast<double>(unnamed));
   const double used = static_cast<double>(std::max<std::uint64_t>(*m.driver_used, 1));

@@ -172,16 +172,18 @@ std::string Bytes(double bytes) {
   return u == 0 ? absl::StrFormat("%.0f B", v) : absl::StrFormat("%.2f %s", v, units[u]);
 }
 
-std::string OtherProcessesText(const DeviceProcesses& processes) {
-  std::vector<ProcessBytes> others = processes.others;
-  std::sort(others.begin(), others.end(),
-            [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
+std::string PidName(std::uint32_t pid) { return absl::StrCat("pid ", pid); }
+
+std::string ProcessesText(std::vector<ProcessBytes> processes, std::size_t most,
+                          absl::FunctionRef<std::string(std::uint32_t pid)> who) {
+  std::stable_sort(processes.begin(), processes.end(),
+                   [](const ProcessBytes& a, const ProcessBytes& b) { return a.bytes > b.bytes; });
   std::vector<std::string> parts;
-  for (std::size_t i = 0; i < others.size() && i < 4; ++i) {
-    const double bytes = static_cast<double>(others[i].bytes);
-    parts.push_back(absl::StrCat("pid ", others[i].pid, " ", Bytes(bytes)));
+  for (std::size_t i = 0; i < processes.size() && i < most; ++i) {
+    const double bytes = static_cast<double>(processes[i].bytes);
+    parts.push_back(absl::StrCat(who(processes[i].pid), " ", Bytes(bytes)));
   }
-  if (others.size() > 4) parts.push_back(absl::StrCat(others.size() - 4, " more"));
+  if (processes.size() > most) parts.push_back(absl::StrCat(processes.size() - most, " more"));
   return absl::StrJoin(parts, ", ");
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "profiler/process_memory.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -78,8 +79,12 @@ bool IsLibraryFile(absl::string_view file);
 // Human-readable bytes: "1.50 GiB".
 std::string Bytes(double bytes);
 
-// Other processes on a device, the largest first, at most four: "pid 4242 2.50 GiB, pid 77
-// 512.00 MiB, 3 more".
-std::string OtherProcessesText(const DeviceProcesses& processes);
+// "pid 4242": a process as ProcessesText names it unless told otherwise.
+std::string PidName(std::uint32_t pid);
+
+// Processes on a device, the largest first, at most `most`, then how many more: "pid 4242
+// 2.50 GiB, pid 77 512.00 MiB, 3 more". `who` names each one.
+std::string ProcessesText(std::vector<ProcessBytes> processes, std::size_t most = 4,
+                          absl::FunctionRef<std::string(std::uint32_t pid)> who = PidName);
 
 }  // namespace gpumem::report
