@@ -5,6 +5,8 @@ comment `# LEAK`; diagnosis_matrix.py reads its line number to check the named s
 
 usage: diagnosis_cases.py CASE | list
 """
+import collections
+import copy
 import os
 
 import torch
@@ -163,6 +165,112 @@ def fragmented_under_cap():
     del pieces
     whole = torch.empty(int(gib * 0.3 * (1 << 30)), dtype=torch.uint8, device="cuda")
     return kept, whole
+
+
+# Patterns that look like a leak or a peak to a naive reading and are not, and leaks
+# that do not grow by the same amount every step.
+@case("no leak")
+def gradient_accumulation():
+    """Four micro-batches a step, the optimizer stepped every fourth: memory rises and
+    falls four times a step and nothing is kept."""
+    net = model()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for step in range(800):
+        for _ in range(4):
+            loss = net(batch(1024)).pow(2).mean() / 4
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 100 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+
+
+@case("no leak")
+def periodic_evaluation():
+    """Every 250 steps an evaluation with four times the batch under no_grad: spikes at
+    the steps it runs in, nothing kept."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(1500):
+        fit(net, opt, batch())
+        if step % 250 == 249:
+            net.eval()
+            with torch.no_grad():
+                scores = [net(batch(8192)).mean() for _ in range(8)]
+            print(f"step {step} eval {torch.stack(scores).mean().item():.4f}")
+            net.train()
+
+
+@case("no leak")
+def ema_copy_made_late():
+    """An exponential moving average of the weights, copied once a third of the way in:
+    one jump in live memory, then flat."""
+    net, ema = model(), None
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(1500):
+        fit(net, opt, batch())
+        if step == 500:
+            ema = copy.deepcopy(net)
+        if ema is not None:
+            with torch.no_grad():
+                for e, p in zip(ema.parameters(), net.parameters()):
+                    e.mul_(0.999).add_(p, alpha=0.001)
+    return ema
+
+
+@case("no leak")
+def bounded_cache_of_recent_outputs():
+    """The last 16 outputs kept for a running metric: memory grows for 16 steps, then each
+    new entry pushes the oldest out."""
+    net, recent = model(), collections.deque(maxlen=16)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(1500):
+        out, _ = fit(net, opt, batch())
+        recent.append(out.detach())
+    return recent
+
+
+@case("genuine peak")
+def sequence_length_warmup():
+    """Each step's batch is longer than the last (a length warm-up that overshoots): the
+    peak within a step grows until it does not fit; nothing is kept between steps."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        fit(net, opt, batch(1024 + 256 * step))  # LEAK: the growing batch (a peak, not a leak)
+
+
+@case("leak")
+def slice_keeps_whole_output_variable_batches():
+    """Batches of random length; a one-row slice of each output is kept, which keeps the
+    whole output: the leak grows by a different amount every step."""
+    net, firsts = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    lengths = torch.randint(512, 4096, (100000,), generator=torch.Generator().manual_seed(0))
+    for n in lengths.tolist():
+        out = net(batch(n))  # LEAK: kept whole through the slice below
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        firsts.append(out[:1].detach())
+    return firsts
+
+
+@case("leak")
+def sample_kept_every_tenth_step():
+    """An output kept every tenth step for later inspection: the leak grows in jumps."""
+    net, samples = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        out = net(batch(8192))  # LEAK: one in ten kept below
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 10 == 0:
+            samples.append(out.detach())
+    return samples
 
 
 if __name__ == "__main__":
