@@ -7,7 +7,9 @@
 
 namespace gpumem {
 
-LeakWarner::LeakWarner(std::size_t steps) : steps_(std::min(steps, SiteHistory::kSteps - 1)) {}
+LeakWarner::LeakWarner(std::size_t steps)
+    : steps_(std::min(steps, SiteHistory::kSteps - 1)),
+      stopped_steps_(std::min(SiteHistory::kSteps - 1, std::max<std::size_t>(4 * steps_, 16))) {}
 
 std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHistory::Series& s,
                                               std::uint64_t step,
@@ -47,6 +49,25 @@ bool LeakWarner::Moved(const LeakWarning& before, const LeakWarning& now,
   return std::fabs(now.bytes_per_step - before.bytes_per_step) > 0.25 * before.bytes_per_step;
 }
 
+bool LeakWarner::Stopped(const SiteHistory::Series& s) const {
+  const std::size_t n = s.live.size();
+  if (n < stopped_steps_ + 1) return false;
+  const std::uint64_t start = s.live[n - stopped_steps_ - 1];
+  return std::all_of(s.live.end() - static_cast<std::ptrdiff_t>(stopped_steps_), s.live.end(),
+                     [start](std::uint64_t live) { return live <= start; });
+}
+
+std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key,
+                                                const SiteHistory::Series& s) {
+  const auto said = said_.find(key);
+  if (said == said_.end() || !Stopped(s)) return std::nullopt;
+  LeakWarning withdrawn = said->second;
+  withdrawn.withdrawn = true;
+  withdrawn.live = s.live.back();
+  said_.erase(said);
+  return withdrawn;
+}
+
 std::vector<LeakWarning> LeakWarner::Check(
     std::uint64_t step, const SiteHistory& history,
     const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices) {
@@ -55,10 +76,13 @@ std::vector<LeakWarning> LeakWarner::Check(
   for (std::uint64_t key : history.Keys()) {
     if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;  // totals: not a site
     const auto device = devices.find(static_cast<std::int32_t>(key >> 32));
+    const SiteHistory::Series series = history.Of(key);
     const std::optional<LeakWarning> w =
-        Rising(key, history.Of(key), step,
-               device == devices.end() ? DeviceFigures{} : device->second);
-    if (!w) continue;
+        Rising(key, series, step, device == devices.end() ? DeviceFigures{} : device->second);
+    if (!w) {
+      if (std::optional<LeakWarning> withdrawn = Withdraw(key, series)) out.push_back(*withdrawn);
+      continue;
+    }
     const auto said = said_.find(key);
     if (said != said_.end() && !Moved(said->second, *w, step)) continue;
     said_[key] = *w;

@@ -2,7 +2,10 @@
 // `steps` step ends, by a growth worth calling a leak (report::MinLeakGrowth), gets one
 // stderr line with its rate and the step at which the device's cap would be reached.
 // It is said again only when that projection moves by more than a quarter of the steps
-// it had left (or, with no cap known, when the rate moves by more than a quarter).
+// it had left (or, with no cap known, when the rate moves by more than a quarter). A site
+// warned of that then holds no more for stopped_steps() step ends than at their start
+// (a cache that filled up, a buffer as long as the longest batch) has its warning
+// withdrawn, once; should it grow again it is warned of again.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +24,7 @@ struct LeakWarning {
   double bytes_per_step = 0;
   std::uint64_t live = 0;
   std::optional<std::uint64_t> oom_step;  // projected, from the cap in force
+  bool withdrawn = false;  // the site stopped growing: the earlier warning no longer holds
 };
 
 class LeakWarner {
@@ -35,13 +39,19 @@ class LeakWarner {
   };
   std::vector<LeakWarning> Check(std::uint64_t step, const SiteHistory& history,
                                  const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices);
+  // Step ends without growth after which a warning is withdrawn.
+  std::size_t stopped_steps() const { return stopped_steps_; }
 
  private:
   std::optional<LeakWarning> Rising(std::uint64_t key, const SiteHistory::Series& s,
                                     std::uint64_t step, const DeviceFigures& device) const;
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
+  bool Stopped(const SiteHistory::Series& s) const;
+  // The withdrawal of the warning said of `key`, if it was warned of and has stopped.
+  std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s);
 
   std::size_t steps_;
+  std::size_t stopped_steps_;
   absl::flat_hash_map<std::uint64_t, LeakWarning> said_;
 };
 

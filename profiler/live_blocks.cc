@@ -18,19 +18,27 @@ void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
   if (InRange(device)) devices_[device].live.fetch_sub(size, std::memory_order_relaxed);
 }
 
+void LiveBlocks::Forget(Shard& shard, const Block& block) {
+  Bytes& bytes = shard.by_key[block.key];
+  bytes.live -= block.size;
+  if (block.step == shard.step) bytes.fresh -= block.size;
+}
+
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
                          std::uint32_t stack) {
   const std::uint64_t key = Key(device, stack);
   Shard& shard = ShardOf(addr);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto [it, inserted] = shard.blocks.try_emplace(addr, Block{key, size});
+    auto [it, inserted] = shard.blocks.try_emplace(addr, Block{key, size, shard.step});
     if (!inserted) {  // a free we never saw: the old block is gone
-      shard.by_key[it->second.key] -= it->second.size;
+      Forget(shard, it->second);
       SubLive(static_cast<std::int32_t>(it->second.key >> 32), it->second.size);
-      it->second = Block{key, size};
+      it->second = Block{key, size, shard.step};
     }
-    shard.by_key[key] += size;
+    Bytes& bytes = shard.by_key[key];
+    bytes.live += size;
+    bytes.fresh += size;
   }
   AddLive(device, size);
 }
@@ -44,7 +52,7 @@ void LiveBlocks::OnFree(std::uint64_t addr) {
     if (it == shard.blocks.end()) return;
     block = it->second;
     shard.blocks.erase(it);
-    shard.by_key[block.key] -= block.size;
+    Forget(shard, block);
   }
   SubLive(static_cast<std::int32_t>(block.key >> 32), block.size);
 }
@@ -54,8 +62,21 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {
   for (const Shard& shard : shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     for (const auto& [key, bytes] : shard.by_key) {
-      if (bytes != 0) out[key] += bytes;
+      if (bytes.live != 0) out[key] += bytes.live;
     }
+  }
+  return out;
+}
+
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::CarriedByKeyAndStartStep() {
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
+  for (Shard& shard : shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (auto& [key, bytes] : shard.by_key) {
+      if (bytes.live != 0) out[key] += bytes.live - bytes.fresh;
+      bytes.fresh = 0;
+    }
+    ++shard.step;
   }
   return out;
 }

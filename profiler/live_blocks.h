@@ -28,6 +28,10 @@ class LiveBlocks {
 
   // Live bytes by Key(), summed over the shards (keys with none left out).
   absl::flat_hash_map<std::uint64_t, std::uint64_t> ByKey() const;
+  // At a step mark: the live bytes by Key() that were allocated before the step that ends
+  // now (what is kept from step to step, as a leak is; every key with live bytes, even
+  // if none are older), and a new step begins.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> CarriedByKeyAndStartStep();
   std::uint64_t Live(std::int32_t device) const;
   // The most live at once on `device` since the last call; starts again from live now.
   std::uint64_t TakeStepPeak(std::int32_t device);
@@ -36,13 +40,21 @@ class LiveBlocks {
   struct Block {
     std::uint64_t key;
     std::uint64_t size;
+    std::uint32_t step;  // the shard's step it was allocated in
+  };
+  struct Bytes {
+    std::uint64_t live = 0;
+    std::uint64_t fresh = 0;  // of live, allocated in the shard's current step
   };
   // Sharded by address so that threads allocating at once rarely share a lock.
   struct alignas(64) Shard {
     mutable std::mutex mu;
     absl::flat_hash_map<std::uint64_t, Block> blocks;
-    absl::flat_hash_map<std::uint64_t, std::uint64_t> by_key;
+    absl::flat_hash_map<std::uint64_t, Bytes> by_key;
+    std::uint32_t step = 0;
   };
+  // Takes a block out of its shard's counts (the caller holds the shard's lock).
+  static void Forget(Shard& shard, const Block& block);
   struct alignas(64) DeviceLive {
     std::atomic<std::uint64_t> live{0};
     std::atomic<std::uint64_t> peak{0};

@@ -42,9 +42,10 @@ std::uint32_t LiveView::SiteOfLocked(std::uint32_t stack) {
   return it->second;
 }
 
-absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked() {
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
+    const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
-  for (const auto& [key, bytes] : blocks_.ByKey()) {
+  for (const auto& [key, bytes] : by_stack) {
     const std::int32_t device = DeviceOf(key);
     out[LiveBlocks::Key(device, SiteOfLocked(static_cast<std::uint32_t>(key)))] += bytes;
     out[TotalKey(device)] += bytes;
@@ -54,6 +55,13 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked() {
 
 std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
   const std::int32_t device = DeviceOf(w.key);
+  if (w.withdrawn) {
+    return absl::StrCat("gpumem: leak warning withdrawn at step ", step, ": ",
+                        site_names_[static_cast<std::uint32_t>(w.key)],
+                        " has held no more for the last ", warner_.stopped_steps(),
+                        " step ends (live ", report::Bytes(static_cast<double>(w.live)),
+                        "): memory that fills up and stops, such as a cache, is not a leak\n");
+  }
   const std::string projection =
       w.oom_step ? absl::StrCat("at this rate device ", device, " reaches its cap of ",
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
@@ -68,7 +76,10 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
 
 std::string LiveView::OnStep(std::uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> live = BySiteLocked();
+  // What each site kept from earlier steps: this step's batch and activations are not
+  // growth, even when each step's are larger than the last.
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> live =
+      BySiteLocked(blocks_.CarriedByKeyAndStartStep());
   std::vector<std::uint64_t> pinned;
   for (const auto& [key, bytes] : live) {
     if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) pinned.push_back(key);
@@ -87,7 +98,7 @@ std::string LiveView::OnStep(std::uint64_t step) {
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   std::lock_guard<std::mutex> lock(mu_);
   in->sites_recorded = true;
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked();
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks_.ByKey());
   const double min_growth = report::MinLeakGrowth(in->figures.allocated);
   std::vector<VerdictSite> growing, others;
   for (const auto& [key, bytes] : now) {

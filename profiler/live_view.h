@@ -39,8 +39,10 @@ class LiveView {
   std::uint64_t Cap(std::int32_t device);
 
  private:
-  // Live bytes by LiveBlocks::Key(device, site), with device totals under kPinnedLow.
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> BySiteLocked();
+  // Bytes by LiveBlocks::Key(device, stack) summed by site, with device totals under
+  // kPinnedLow.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> BySiteLocked(
+      const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack);
   std::uint32_t SiteOfLocked(std::uint32_t stack);
   std::string WarningLine(const LeakWarning& w, std::uint64_t step);
 

@@ -23,9 +23,10 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
       in.driver_free ? absl::StrCat("; the driver had ", Bytes(*in.driver_free), " free") : "";
   switch (cls) {
     case OomClass::kLeak:
-      return absl::StrCat("live memory grew by ", Bytes(in.growth_per_step), " per step over the last ",
-                          in.growth_steps, " step ends; ", Bytes(f.grown_bytes), " of the ",
-                          Bytes(f.allocated), " allocated is that growth, and without it the request of ",
+      return absl::StrCat("memory kept from step to step grew by ", Bytes(in.growth_per_step),
+                          " per step over the last ", in.growth_steps, " step ends; ",
+                          Bytes(f.grown_bytes), " of the ", Bytes(f.allocated),
+                          " allocated is that growth, and without it the request of ",
                           Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
     case OomClass::kFragmentation:
       return absl::StrCat(
@@ -40,7 +41,7 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
       f.finished_steps < report::kMinStepsForLeak
           ? absl::StrCat("only ", f.finished_steps, " step", f.finished_steps == 1 ? "" : "s",
                          " had finished, too few to call growth a leak")
-          : "live memory at step ends did not grow enough to explain it";
+          : "memory kept from step to step did not grow enough to explain it";
   return absl::StrCat("allocated ", Bytes(f.allocated), " plus the request of ", Bytes(f.request),
                       " is ", Bytes(f.allocated + f.request), " against the cap of ",
                       Bytes(f.capacity), "; cached free memory (", Bytes(f.free_cached),

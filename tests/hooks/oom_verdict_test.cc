@@ -141,6 +141,30 @@ TEST(OomVerdictTest, ProfileModeLeakNamesTheSite) {
   EXPECT_NE(err.find("cap of 256.00 MiB"), std::string::npos) << err;
 }
 
+// A batch longer every step, live at the optimizer's step and freed after it: what each
+// step end sees grows, but nothing is kept from one step to the next. No warning, and the
+// OOM is a peak.
+TEST(OomVerdictTest, ProfileModeBatchLongerEveryStepIsAPeak) {
+  FakeTorchDevice torch{4};
+  ASSERT_EQ(gpumem_trace_capacity(4, 256 * kMiB, 3), 0);
+  const std::uint32_t batch = SiteStack("warmup.py", 12, "fit");
+  torch.Alloc(50 * kMiB, SiteStack("warmup.py", 3, "build"));
+  ::testing::internal::CaptureStderr();
+  for (int step = 0; step < 20; ++step) {
+    const std::uint64_t x = torch.Alloc((4 + step) * kMiB, batch);
+    gpumem_step();
+    torch.Free(x);
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 240 * kMiB;
+  f.reserved_bytes = 60 * kMiB;
+  f.driver_free_bytes = 10 * kMiB;
+  EXPECT_EQ(gpumem_explain_oom(4, &f), 2);  // a genuine peak
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Count(err, "warmup.py:12 fit grew"), 0) << err;  // no warning of the batch
+  EXPECT_NE(err.find("device 4: out of memory: verdict: genuine peak"), std::string::npos) << err;
+}
+
 TEST(OomVerdictTest, ProfileModeFragmentationFromCachedPieces) {
   FakeTorchDevice torch{3};
   ASSERT_EQ(gpumem_trace_capacity(3, 1024 * kMiB, 3), 0);
@@ -156,9 +180,10 @@ TEST(OomVerdictTest, ProfileModeFragmentationFromCachedPieces) {
   EXPECT_NE(err.find("expandable_segments"), std::string::npos) << err;
 }
 
-// 1 MiB more at each step: the warning comes once, at the 5th rise; a steady rate keeps
-// the projected step where it was, so it is not repeated; a rate 8 times higher moves
-// the projection, and it is said again until the projection settles.
+// 1 MiB more at each step: the warning comes once, at the 5th rise of what the site kept
+// from earlier steps (a block counts from the step end after the one it was made in); a
+// steady rate keeps the projected step where it was, so it is not repeated; a rate 8
+// times higher moves the projection, and it is said again until the projection settles.
 TEST(OomVerdictTest, EarlyWarning) {
   const char* env = std::getenv("GPUMEM_LEAK_WARN_STEPS");
   const bool off = env != nullptr && std::string(env) == "0";
@@ -181,15 +206,37 @@ TEST(OomVerdictTest, EarlyWarning) {
     return;
   }
   for (int i = 1; i <= 15; ++i) {
-    EXPECT_EQ(!said[i - 1].empty(), i == 5) << "step " << i << ": " << said[i - 1];
+    EXPECT_EQ(!said[i - 1].empty(), i == 6) << "step " << i << ": " << said[i - 1];
   }
-  EXPECT_NE(said[4].find("+1.00 MiB/step"), std::string::npos) << said[4];
-  EXPECT_NE(said[4].find("reaches its cap of 1.00 GiB at step"), std::string::npos) << said[4];
+  EXPECT_NE(said[5].find("+1.00 MiB/step"), std::string::npos) << said[5];
+  EXPECT_NE(said[5].find("reaches its cap of 1.00 GiB at step"), std::string::npos) << said[5];
   int fast = 0;
   for (int i = 16; i <= 25; ++i) fast += !said[i - 1].empty();
   EXPECT_GE(fast, 1);
   EXPECT_LE(fast, 5);
   for (int i = 22; i <= 25; ++i) EXPECT_EQ(said[i - 1], "") << "step " << i;
+}
+
+// A cache that fills for ten steps and then holds its size: warned of while it grows,
+// and the warning withdrawn once, after it has held no more for 20 step ends.
+TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
+  FakeTorchDevice torch{5};
+  ASSERT_EQ(gpumem_trace_capacity(5, 1024 * kMiB, 3), 0);
+  const std::uint32_t cache = SiteStack("cache.py", 9, "remember");
+  std::string err;
+  for (int step = 0; step < 40; ++step) {
+    if (step < 10) torch.Alloc(2 * kMiB, cache);
+    ::testing::internal::CaptureStderr();
+    gpumem_step();
+    err += ::testing::internal::GetCapturedStderr();
+  }
+  // Earlier tests' sites share the recorder: count this one's lines only.
+  EXPECT_EQ(Count(err, "cache.py:9 remember grew"), 1) << err;
+  EXPECT_EQ(Count(err, "cache.py:9 remember has held no more"), 1) << err;
+  EXPECT_NE(err.find("cache.py:9 remember has held no more for the last 20 step ends (live "
+                     "20.00 MiB)"),
+            std::string::npos)
+      << err;
 }
 
 }  // namespace

@@ -79,6 +79,27 @@ TEST(Shapes, LeakThatBeginsLateIsNamed) {
               0.05 * synthetic::kLateLeakPerStep);
 }
 
+TEST(Shapes, BatchLongerEveryStepIsAPeakNotALeak) {
+  trace::Trace t = synthetic::GrowingBatchTrace();
+  Report r = BuildReport(t, {});
+  EXPECT_GT(r.steps.count, 100u);
+  EXPECT_TRUE(r.leaks.suspects.empty()) << r.leaks.suspects[0].name;
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
+  EXPECT_NE(Verdict(r).find("genuine peak"), std::string::npos) << Verdict(r);
+}
+
+TEST(Shapes, LeakEveryTenthStepIsALeak) {
+  trace::Trace t = synthetic::StairLeakTrace();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:70 train");
+  const double per_step = static_cast<double>(synthetic::kStairLeakBytes) / synthetic::kStairLeakPeriod;
+  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, per_step, 0.05 * per_step);
+}
+
 TEST(Shapes, CappedRunUsesTheRecordedCap) {
   trace::Trace t = synthetic::CappedPeakTrace();
   Report r = BuildReport(t, {});

@@ -25,7 +25,7 @@ std::string LeakVerdict(const Report& r) {
                         " per step, mostly at ", r.leaks.suspects.front().name);
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
-  return "no leak: live memory at step ends does not grow";
+  return "no leak: memory kept from step to step does not grow";
 }
 
 nlohmann::json FailedOutsideJson(const FailedOutside& f) {

@@ -45,7 +45,7 @@ void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kLeak;
   x->evidence = absl::StrCat(
-      "live memory at step ends grew by ", Bytes(leaks.bytes_per_step), " per step (",
+      "memory kept from step to step grew by ", Bytes(leaks.bytes_per_step), " per step (",
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
       leaks.suspects.front().name, "); at the OOM in step ", p.step + 1, ", ",
       Bytes(x->leaked_bytes), " of the ", Bytes(p.allocated),
@@ -84,7 +84,7 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
       p.step < kMinStepsForLeak
           ? absl::StrCat("only ", p.step, " step", p.step == 1 ? "" : "s",
                          " had finished, too few to call growth a leak")
-          : absl::StrCat("live memory at step ends did not grow",
+          : absl::StrCat("memory kept from step to step did not grow",
                          leaks.suspects.empty() ? "" : " enough to explain it");
   x->evidence = absl::StrCat(
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",

@@ -106,6 +106,44 @@ trace::Trace LateLeakTrace() {
   }
 }
 
+trace::Trace GrowingBatchTrace() {
+  Builder b;
+  Device d(&b, kCapacity);
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t batch = b.Stack(41, "fit");
+  const std::uint32_t act = b.Stack(42, "fit");
+  d.Alloc(256 * kMiB, params);
+  for (std::uint64_t step = 0;; ++step) {
+    const std::uint64_t size = 8 * kMiB + step * kWarmupGrowthPerStep;
+    const std::uint64_t x = d.Alloc(size, batch);
+    const std::uint64_t a = x == 0 ? 0 : d.Alloc(4 * size, act);
+    if (a == 0) return b.Take();
+    d.Free(a, 4 * size, act);  // backward
+    const std::uint64_t out = d.Alloc(size, batch);
+    if (out == 0) return b.Take();
+    b.Step(StepSource::kOptimizerHook);  // inside fit: its batch and output still live
+    d.Free(out, size, batch);
+    d.Free(x, size, batch);
+  }
+}
+
+trace::Trace StairLeakTrace() {
+  Builder b;
+  Device d(&b, kCapacity);
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t out = b.Stack(70, "train");
+  d.Alloc(256 * kMiB, params);
+  for (int step = 0;; ++step) {
+    const std::uint64_t o = d.Alloc(kStairLeakBytes, out);
+    if (o == 0) return b.Take();
+    const std::uint64_t a = d.Alloc(64 * kMiB, out);
+    if (a == 0) return b.Take();
+    d.Free(a, 64 * kMiB, out);
+    b.Step(StepSource::kOptimizerHook);
+    if (step % kStairLeakPeriod != 0) d.Free(o, kStairLeakBytes, out);
+  }
+}
+
 trace::Trace CappedPeakTrace() {
   Builder b;
   b.NoHeaderCapacity();

@@ -26,6 +26,20 @@ inline constexpr std::uint64_t kLateLeakPerStep = 8ull << 20;
 inline constexpr int kLateLeakStart = 20000;
 trace::Trace LateLeakTrace();
 
+// A batch longer every step (a length warm-up that overshoots): each step's input and
+// output (train.py:41 fit, 1 MiB more a step) are still live at the optimizer's step
+// hook and freed after it; nothing is kept from one step to the next, and the step that
+// no longer fits runs out. Right answer: a genuine peak, no leak.
+inline constexpr std::uint64_t kWarmupGrowthPerStep = 1ull << 20;
+trace::Trace GrowingBatchTrace();
+
+// A leak that keeps a 32 MiB output every tenth step (train.py:70 train), beside
+// activations freed every step, until one runs out. Right answer: a leak at that site,
+// at 3.2 MiB a step, though the site grows at one step end in ten.
+inline constexpr std::uint64_t kStairLeakBytes = 32ull << 20;
+inline constexpr int kStairLeakPeriod = 10;
+trace::Trace StairLeakTrace();
+
 // A run capped at 512 MiB by set_per_process_memory_fraction on a 1 GiB device (both
 // recorded, no header capacity) that needs 640 MiB in its fourth step.
 trace::Trace CappedPeakTrace();

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
@@ -68,13 +69,25 @@ class TimelineBuilder {
     }
     ++next_end_;
     ++step_;
+    step_allocs_.clear();
   }
 
+  // A site's sample is what it holds from earlier steps: the blocks allocated in this
+  // step and still live (a batch, its output, its activations) are left out, so that a
+  // batch longer every step is not taken for memory kept step after step.
   void TakeSample() {
     t_.sample_step.push_back(step_);
     t_.sample_allocated.push_back(state_.allocated());
     const std::vector<std::uint64_t>& live = state_.site_live();
-    for (std::size_t s = 0; s < live.size(); ++s) t_.site_samples[s].push_back(live[s]);
+    absl::flat_hash_map<std::uint32_t, std::uint64_t> fresh;
+    for (std::uint64_t key : step_allocs_) {
+      const auto it = state_.blocks().find(key);
+      if (it != state_.blocks().end()) fresh[it->second.site] += it->second.size;
+    }
+    for (std::size_t s = 0; s < live.size(); ++s) {
+      const auto it = fresh.find(static_cast<std::uint32_t>(s));
+      t_.site_samples[s].push_back(live[s] - (it == fresh.end() ? 0 : it->second));
+    }
   }
 
   void NoteOom(std::size_t i, const trace::Event& e) {
@@ -109,6 +122,7 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
+    step_allocs_.insert(LiveState::Key(e.device, e.addr));
     const std::uint32_t id = sites_.site_of_stack(e.stack_id);
     SiteTotals& site = t_.sites[id];
     if (site.allocs++ == 0) site.first_event = i;
@@ -175,6 +189,7 @@ class TimelineBuilder {
   std::size_t settled_ = 0;   // OOMs whose after-state is known
   bool noted_leaked_ = false;
   SeriesPoint point_;
+  absl::flat_hash_set<std::uint64_t> step_allocs_;  // LiveState keys allocated this step
 };
 
 }  // namespace

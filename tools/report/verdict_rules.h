@@ -46,8 +46,10 @@ struct Growth {
 };
 // The least growth worth calling a leak: 1 MiB, or 0.5% of the peak if more.
 double MinLeakGrowth(std::uint64_t peak_allocated);
-// Live bytes of one site at step ends `steps`: a Growth when they grow steadily (a good
-// straight-line fit, rising at most step ends) by at least `min_growth`, else nullopt.
+// Live bytes of one site at step ends `steps`: a Growth when they grow steadily by at
+// least `min_growth` (a good straight-line fit, rising at most step ends; or a straighter
+// one rising in steps, at a few step ends in every part of the series and falling at
+// hardly any), else nullopt.
 std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
                                    absl::Span<const std::uint64_t> live, double min_growth);
 // The same, where the growth may have begun late (a leak that starts in the evaluation

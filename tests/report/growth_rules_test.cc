@@ -1,0 +1,97 @@
+// What counts as a leak's growth in a site's step-end series (verdict_rules.h): a steady
+// rise, or a staircase that rises in every part of the run; not noise, and not the few
+// one-off rises of memory that is made once or fills up and stops.
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tools/report/verdict_rules.h"
+
+namespace gpumem::report {
+namespace {
+
+constexpr std::uint64_t kMiB = 1 << 20;
+constexpr double kMinGrowth = 1 << 20;
+
+// Step numbers 0..n-1 beside a series of n step-end samples.
+std::vector<double> StepsOf(const std::vector<std::uint64_t>& live) {
+  std::vector<double> steps;
+  for (std::size_t i = 0; i < live.size(); ++i) steps.push_back(static_cast<double>(i));
+  return steps;
+}
+
+std::optional<Growth> GrowthOf(const std::vector<std::uint64_t>& live) {
+  return RecentSteadyGrowth(StepsOf(live), live, kMinGrowth);
+}
+
+// `base` plus `jump` at every step that `kept(step)` says keeps something.
+template <typename Kept>
+std::vector<std::uint64_t> Series(std::size_t n, std::uint64_t jump, Kept kept) {
+  std::vector<std::uint64_t> live;
+  std::uint64_t now = 100 * kMiB;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (kept(i)) now += jump;
+    live.push_back(now);
+  }
+  return live;
+}
+
+TEST(GrowthRules, SteadyRiseIsGrowth) {
+  const auto g = GrowthOf(Series(50, 2 * kMiB, [](std::size_t) { return true; }));
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(g->bytes_per_step, 2.0 * kMiB, 1.0);
+}
+
+TEST(GrowthRules, StaircaseEveryTenthStepIsGrowth) {
+  const auto g = GrowthOf(Series(400, 32 * kMiB, [](std::size_t i) { return i % 10 == 5; }));
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(g->bytes_per_step, 3.2 * kMiB, 0.1 * kMiB);
+  EXPECT_LT(g->rising_share, 0.2);
+}
+
+TEST(GrowthRules, NoiseAroundAFlatLineIsNot) {
+  std::mt19937 random(7);
+  std::uniform_int_distribution<std::uint64_t> size(0, 64 * kMiB);
+  std::vector<std::uint64_t> live;
+  for (int i = 0; i < 300; ++i) live.push_back(100 * kMiB + size(random));
+  EXPECT_FALSE(GrowthOf(live).has_value());
+}
+
+TEST(GrowthRules, OneCopyMadeOnceIsNot) {
+  EXPECT_FALSE(GrowthOf(Series(1500, 64 * kMiB, [](std::size_t i) { return i == 500; })));
+}
+
+TEST(GrowthRules, TwoCopiesMadeOnceAreNot) {
+  EXPECT_FALSE(
+      GrowthOf(Series(1500, 64 * kMiB, [](std::size_t i) { return i == 500 || i == 1000; })));
+}
+
+TEST(GrowthRules, CacheThatFillsAndStopsIsNot) {
+  EXPECT_FALSE(GrowthOf(Series(1500, 8 * kMiB, [](std::size_t i) { return i < 16; })));
+}
+
+// A buffer grown to the longest batch so far: new records come ever more rarely.
+TEST(GrowthRules, BufferGrownForTheLongestBatchSoFarIsNot) {
+  std::mt19937 random(11);
+  std::uniform_int_distribution<std::uint64_t> length(1, 1 << 20);
+  std::uint64_t longest = 0;
+  std::vector<std::uint64_t> live;
+  for (int i = 0; i < 1500; ++i) {
+    longest = std::max(longest, length(random));
+    live.push_back(100 * kMiB + longest * 512);
+  }
+  EXPECT_FALSE(GrowthOf(live).has_value());
+}
+
+// Where the staircase sometimes gives memory back, it is not called growth by the
+// staircase rule (a steady rise that falls now and then still is, by the first rule).
+TEST(GrowthRules, StaircaseThatFallsOftenIsNot) {
+  std::vector<std::uint64_t> live =
+      Series(400, 32 * kMiB, [](std::size_t i) { return i % 10 == 5; });
+  for (std::size_t i = 7; i < live.size(); i += 10) live[i] -= 16 * kMiB;
+  EXPECT_FALSE(GrowthOf(live).has_value());
+}
+
+}  // namespace
+}  // namespace gpumem::report
