@@ -1,6 +1,7 @@
 #include "profiler/live_view.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/verdict_rules.h"
@@ -15,6 +16,25 @@ std::uint64_t TotalKey(std::int32_t device) {
 }
 
 std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
+
+// A site's growth, fitted over its last step ends or, failing that, over its coarse
+// series (SiteHistory): where it began, what it had then, and how many step ends it spans.
+struct FoundGrowth {
+  report::Growth growth;
+  std::uint64_t live_then = 0;
+  std::size_t step_ends = 0;
+};
+std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t key,
+                                    double min_growth) {
+  for (const SiteHistory::Series& s : {history.Of(key), history.CoarseOf(key)}) {
+    const std::optional<report::Growth> g =
+        report::RecentSteadyGrowth(s.steps, s.live, min_growth);
+    if (!g) continue;
+    return FoundGrowth{*g, s.live[g->from],
+                       static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};
+  }
+  return std::nullopt;
+}
 
 }  // namespace
 
@@ -104,13 +124,11 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   for (const auto& [key, bytes] : now) {
     if (DeviceOf(key) != device || (key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;
     VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0};
-    const SiteHistory::Series s = history_.Of(key);
-    if (const std::optional<report::Growth> g =
-            report::RecentSteadyGrowth(s.steps, s.live, min_growth)) {
-      site.bytes_per_step = g->bytes_per_step;
-      in->growth_per_step += g->bytes_per_step;
-      in->growth_steps = std::max(in->growth_steps, s.live.size() - g->from);
-      if (bytes > s.live[g->from]) in->figures.grown_bytes += bytes - s.live[g->from];
+    if (const std::optional<FoundGrowth> g = GrowthOf(history_, key, min_growth)) {
+      site.bytes_per_step = g->growth.bytes_per_step;
+      in->growth_per_step += g->growth.bytes_per_step;
+      in->growth_steps = std::max(in->growth_steps, g->step_ends);
+      if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));
@@ -129,14 +147,13 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
 
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
                          std::uint64_t allocated_now, OomVerdictInput* in) {
-  const SiteHistory::Series s = history.Of(TotalKey(device));
-  const std::optional<report::Growth> g =
-      report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(allocated_now));
+  const std::optional<FoundGrowth> g =
+      GrowthOf(history, TotalKey(device), report::MinLeakGrowth(allocated_now));
   if (!g) return;
   in->figures.growth_suspected = true;
-  in->growth_per_step = g->bytes_per_step;
-  in->growth_steps = s.live.size() - g->from;
-  if (allocated_now > s.live[g->from]) in->figures.grown_bytes = allocated_now - s.live[g->from];
+  in->growth_per_step = g->growth.bytes_per_step;
+  in->growth_steps = g->step_ends;
+  if (allocated_now > g->live_then) in->figures.grown_bytes = allocated_now - g->live_then;
 }
 
 }  // namespace gpumem

@@ -21,6 +21,27 @@ void SiteHistory::Add(std::uint64_t step,
     Push(ring, it == live.end() ? 0 : it->second);
   }
   TakeIn(live);
+  SampleCoarse(step);
+}
+
+void SiteHistory::SampleCoarse(std::uint64_t step) {
+  if (++since_coarse_ < stride_) return;
+  since_coarse_ = 0;
+  coarse_steps_[coarse_count_++] = step;
+  for (auto& [key, ring] : sites_) ring.coarse[ring.coarse_samples++] = ring.values[head_];
+  if (coarse_count_ == kSteps) HalveCoarse();
+}
+
+void SiteHistory::HalveCoarse() {
+  // Slot i of n kept where n - 1 - i is even: the newest, then every other one back.
+  auto halve = [](std::uint64_t* values, std::size_t& n) {
+    std::size_t kept = 0;
+    for (std::size_t i = (n - 1) % 2; i < n; i += 2) values[kept++] = values[i];
+    n = kept;
+  };
+  halve(coarse_steps_, coarse_count_);
+  for (auto& [key, ring] : sites_) halve(ring.coarse, ring.coarse_samples);
+  stride_ *= 2;
 }
 
 void SiteHistory::TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live) {
@@ -56,6 +77,19 @@ SiteHistory::Series SiteHistory::Of(std::uint64_t key) const {
     const std::size_t at = (head_ + kSteps - (i - 1)) % kSteps;
     out.steps.push_back(static_cast<double>(steps_[at]));
     out.live.push_back(ring.values[at]);
+  }
+  return out;
+}
+
+SiteHistory::Series SiteHistory::CoarseOf(std::uint64_t key) const {
+  Series out;
+  const auto it = sites_.find(key);
+  if (it == sites_.end()) return out;
+  const Ring& ring = it->second;
+  const std::size_t first = coarse_count_ - ring.coarse_samples;
+  for (std::size_t i = 0; i < ring.coarse_samples; ++i) {
+    out.steps.push_back(static_cast<double>(coarse_steps_[first + i]));
+    out.live.push_back(ring.coarse[i]);
   }
   return out;
 }

@@ -1,7 +1,10 @@
 // Live bytes of each site at the last step ends, in bounded memory: the largest kMaxSites
 // sites (by live bytes; a site pushed out starts a new series when it comes back) over a
-// ring of the last kSteps step ends. What the early leak warning and the verdict at an
-// OOM fit their growth to.
+// ring of the last kSteps step ends, and a coarse series over the whole time the site was
+// tracked: at most kSteps samples, one every `stride` step ends, every other one dropped
+// and the stride doubled when full. What the early leak warning and the verdict at an OOM
+// fit their growth to; the coarse series shows what kSteps step ends cannot (a leak that
+// keeps something every tenth step, or one too slow to rise above noise in 32 steps).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +32,7 @@ class SiteHistory {
     std::vector<std::uint64_t> live;
   };
   Series Of(std::uint64_t key) const;
+  Series CoarseOf(std::uint64_t key) const;
   std::vector<std::uint64_t> Keys() const;
   std::uint64_t last_step() const { return count_ == 0 ? 0 : steps_[head_]; }
 
@@ -36,14 +40,25 @@ class SiteHistory {
   struct Ring {
     std::uint64_t values[kSteps] = {};
     std::size_t samples = 0;  // since it was taken in, at most kSteps
+    // The coarse series, oldest first: the last coarse_samples of coarse_steps_.
+    std::uint64_t coarse[kSteps] = {};
+    std::size_t coarse_samples = 0;
   };
   void Push(Ring& ring, std::uint64_t value) const;
   void TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live);
+  // Every stride_-th step end: each site's value now joins its coarse series.
+  void SampleCoarse(std::uint64_t step);
+  // Keeps the newest coarse sample and every other one before it.
+  void HalveCoarse();
 
   std::uint64_t steps_[kSteps] = {};
   std::size_t head_ = 0;
   std::size_t count_ = 0;
   absl::flat_hash_map<std::uint64_t, Ring> sites_;
+  std::uint64_t coarse_steps_[kSteps] = {};
+  std::size_t coarse_count_ = 0;
+  std::size_t stride_ = 1;
+  std::size_t since_coarse_ = 0;
 };
 
 }  // namespace gpumem

@@ -2,7 +2,8 @@
 allocator) and `gpumem run --profile-only`, each with a trace, then `gpumem report --json`
 on it. Prints a Markdown table: how the run ended, the report's verdict, whether it is
 the expected class and names the `# LEAK` line, and what gpumem said on stderr while the
-run was alive (the early warning and the message at the OOM).
+run was alive (the early warning, and the verdict at the OOM, judged against the same
+class where the run died of one).
 
 usage: diagnosis_matrix.py GPUMEM_CLI [--script FILE] [--cases a,b]
                            [--modes gpumem,profile] [--jsonl FILE] [--timeout SECONDS]
@@ -64,6 +65,14 @@ def raised(stderr):
     return ""
 
 
+def said_right_at_oom(expected, ended, at_oom):
+    """Whether the dying process named the expected class (None: not judged, where the
+    run did not die of an OOM or the class is not one of the three)."""
+    if ended != "OOM" or expected not in ("leak", "genuine peak", "fragmentation"):
+        return None
+    return f"verdict: {expected}" in at_oom
+
+
 def launch(cli, script, mode, case, trace, timeout):
     """(how the run ended, its stderr). Native runs are plain Python, no gpumem at all."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0",
@@ -100,10 +109,12 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     else:
         right_class = verdict.startswith(expected) or expected in verdict.split(";")[0]
         right_site = expected != "leak" or site in r.stdout
+    at_oom = portable(said(stderr, "verdict:"), workdir)
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
+            "ok_at_oom": said_right_at_oom(expected, ended, at_oom),
             "warning": portable(said(stderr, "leak warning"), workdir),
-            "at_oom": portable(said(stderr, "verdict:"), workdir),
+            "at_oom": at_oom,
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
 
@@ -135,13 +146,15 @@ def main():
             print(json.dumps(row), file=sys.stderr, flush=True)
             if out:
                 out.write(json.dumps(row) + "\n")
-    print("| case | mode | ended | verdict | right | early warning | said at the OOM |")
-    print("|---|---|---|---|---|---|---|")
+    print("| case | mode | ended | verdict | right | early warning | said at the OOM | right |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['mode']} | {r['ended']} | {r['verdict'][:90]} | "
-              f"{RIGHT[r['ok']]} | {r['warning'][:60]} | {r['at_oom'][:60]} |")
-    wrong = sum(r["ok"] is False for r in rows)
-    judged = sum(r["ok"] is not None for r in rows)
+              f"{RIGHT[r['ok']]} | {r['warning'][:60]} | {r['at_oom'][:60]} | "
+              f"{RIGHT[r.get('ok_at_oom')]} |")
+    judgements = [r[k] for r in rows for k in ("ok", "ok_at_oom") if r.get(k) is not None]
+    wrong = judgements.count(False)
+    judged = len(judgements)
     print(f"\n{judged - wrong} passed, {wrong} failed")
     return 1 if wrong else 0
 

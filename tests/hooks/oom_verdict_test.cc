@@ -217,6 +217,30 @@ TEST(OomVerdictTest, EarlyWarning) {
   for (int i = 22; i <= 25; ++i) EXPECT_EQ(said[i - 1], "") << "step " << i;
 }
 
+// Something kept every tenth step: 32 step ends hold three rises, too few to call; the
+// coarse series over the whole run shows the leak, and the dying process says so.
+TEST(OomVerdictTest, ProfileModeLeakEveryTenthStepIsALeak) {
+  FakeTorchDevice torch{6};
+  ASSERT_EQ(gpumem_trace_capacity(6, 1024 * kMiB, 3), 0);
+  const std::uint32_t kept = SiteStack("stairs.py", 21, "sample");
+  for (int step = 0; step < 300; ++step) {
+    const std::uint64_t out = torch.Alloc(2 * kMiB, kept);
+    ::testing::internal::CaptureStderr();
+    gpumem_step();
+    ::testing::internal::GetCapturedStderr();
+    if (step % 10 != 0) torch.Free(out);
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 1000 * kMiB;
+  f.reserved_bytes = 70 * kMiB;
+  f.driver_free_bytes = 10 * kMiB;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(6, &f), 0);  // a leak
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  // 2 MiB every tenth step: about 205 KiB a step, fitted to the staircase.
+  EXPECT_NE(err.find("+205.25 KiB/step   stairs.py:21 sample"), std::string::npos) << err;
+}
+
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
 // and the warning withdrawn once, after it has held no more for 20 step ends.
 TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
