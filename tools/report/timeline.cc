@@ -122,7 +122,8 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
-    step_allocs_.insert(LiveState::Key(e.device, e.addr));
+    // Without step ends nothing is sampled: keeping every address would only cost memory.
+    if (!steps_.ends.empty()) step_allocs_.insert(LiveState::Key(e.device, e.addr));
     const std::uint32_t id = sites_.site_of_stack(e.stack_id);
     SiteTotals& site = t_.sites[id];
     if (site.allocs++ == 0) site.first_event = i;
