@@ -21,8 +21,9 @@ std::string ClassText(OomClass c) {
 
 std::string LeakVerdict(const Report& r) {
   if (!r.leaks.suspects.empty()) {
-    return absl::StrCat("leak: live memory grows ", Bytes(r.leaks.bytes_per_step),
-                        " per step, mostly at ", r.leaks.suspects.front().name);
+    return absl::StrCat("leak: memory kept from step to step grows ",
+                        Bytes(r.leaks.bytes_per_step), " per step, mostly at ",
+                        r.leaks.suspects.front().name);
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
   return "no leak: memory kept from step to step does not grow";

@@ -1,4 +1,4 @@
-// Why each OOM happened: a leak (live memory grows step over step), fragmentation (the
+// Why each OOM happened: a leak (memory kept from step to step grows), fragmentation (the
 // allocator held enough free memory, but no piece big enough), or a genuine peak (the
 // program needs more than the device has). Evidence in figures, the fix in plain words.
 #pragma once
