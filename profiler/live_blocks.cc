@@ -1,5 +1,7 @@
 #include "profiler/live_blocks.h"
 
+#include <algorithm>
+
 namespace gpumem {
 namespace {
 bool InRange(std::int32_t device) { return device >= 0 && device < LiveBlocks::kMaxDevices; }
@@ -18,27 +20,33 @@ void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
   if (InRange(device)) devices_[device].live.fetch_sub(size, std::memory_order_relaxed);
 }
 
-void LiveBlocks::Forget(Shard& shard, const Block& block) {
+void LiveBlocks::Add(const Block& block) {
+  KeyShard& shard = KeyShardOf(block.key);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  shard.by_key[block.key].live += block.size;
+}
+
+void LiveBlocks::Forget(const Block& block) {
+  KeyShard& shard = KeyShardOf(block.key);
+  std::lock_guard<std::mutex> lock(shard.mu);
   Bytes& bytes = shard.by_key[block.key];
   bytes.live -= block.size;
-  if (block.step == shard.step) bytes.fresh -= block.size;
+  bytes.low = std::min(bytes.low, bytes.live);
 }
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
                          std::uint32_t stack) {
-  const std::uint64_t key = Key(device, stack);
+  const Block block{Key(device, stack), size};
   Shard& shard = ShardOf(addr);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
-    auto [it, inserted] = shard.blocks.try_emplace(addr, Block{key, size, shard.step});
+    auto [it, inserted] = shard.blocks.try_emplace(addr, block);
     if (!inserted) {  // a free we never saw: the old block is gone
-      Forget(shard, it->second);
+      Forget(it->second);
       SubLive(static_cast<std::int32_t>(it->second.key >> 32), it->second.size);
-      it->second = Block{key, size, shard.step};
+      it->second = block;
     }
-    Bytes& bytes = shard.by_key[key];
-    bytes.live += size;
-    bytes.fresh += size;
+    Add(block);
   }
   AddLive(device, size);
 }
@@ -52,31 +60,30 @@ void LiveBlocks::OnFree(std::uint64_t addr) {
     if (it == shard.blocks.end()) return;
     block = it->second;
     shard.blocks.erase(it);
-    Forget(shard, block);
+    Forget(block);
   }
   SubLive(static_cast<std::int32_t>(block.key >> 32), block.size);
 }
 
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
-  for (const Shard& shard : shards_) {
+  for (const KeyShard& shard : key_shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     for (const auto& [key, bytes] : shard.by_key) {
-      if (bytes.live != 0) out[key] += bytes.live;
+      if (bytes.live != 0) out[key] = bytes.live;
     }
   }
   return out;
 }
 
-absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::CarriedByKeyAndStartStep() {
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndStartStep() {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
-  for (Shard& shard : shards_) {
+  for (KeyShard& shard : key_shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     for (auto& [key, bytes] : shard.by_key) {
-      if (bytes.live != 0) out[key] += bytes.live - bytes.fresh;
-      bytes.fresh = 0;
+      if (bytes.live != 0) out[key] = bytes.low;
+      bytes.low = bytes.live;
     }
-    ++shard.step;
   }
   return out;
 }

@@ -28,10 +28,10 @@ class LiveBlocks {
 
   // Live bytes by Key(), summed over the shards (keys with none left out).
   absl::flat_hash_map<std::uint64_t, std::uint64_t> ByKey() const;
-  // At a step mark: the live bytes by Key() that were allocated before the step that ends
-  // now (what is kept from step to step, as a leak is; every key with live bytes, even
-  // if none are older), and a new step begins.
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> CarriedByKeyAndStartStep();
+  // At a step mark: by Key(), the least live during the step that ends now (what was kept
+  // all through it, as a leak is; every key with live bytes, even where that is 0), and a
+  // new step begins.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> StepLowsByKeyAndStartStep();
   std::uint64_t Live(std::int32_t device) const;
   // The most live at once on `device` since the last call; starts again from live now.
   std::uint64_t TakeStepPeak(std::int32_t device);
@@ -40,21 +40,24 @@ class LiveBlocks {
   struct Block {
     std::uint64_t key;
     std::uint64_t size;
-    std::uint32_t step;  // the shard's step it was allocated in
   };
   struct Bytes {
     std::uint64_t live = 0;
-    std::uint64_t fresh = 0;  // of live, allocated in the shard's current step
+    std::uint64_t low = 0;  // the least live since the last step mark
   };
-  // Sharded by address so that threads allocating at once rarely share a lock.
+  // Blocks sharded by address so that threads allocating at once rarely share a lock;
+  // bytes sharded by key, so that a key's least live in a step is over all its blocks
+  // (taken while the block's address shard is held: address lock, then key lock).
   struct alignas(64) Shard {
     mutable std::mutex mu;
     absl::flat_hash_map<std::uint64_t, Block> blocks;
-    absl::flat_hash_map<std::uint64_t, Bytes> by_key;
-    std::uint32_t step = 0;
   };
-  // Takes a block out of its shard's counts (the caller holds the shard's lock).
-  static void Forget(Shard& shard, const Block& block);
+  struct alignas(64) KeyShard {
+    mutable std::mutex mu;
+    absl::flat_hash_map<std::uint64_t, Bytes> by_key;
+  };
+  void Add(const Block& block);
+  void Forget(const Block& block);
   struct alignas(64) DeviceLive {
     std::atomic<std::uint64_t> live{0};
     std::atomic<std::uint64_t> peak{0};
@@ -63,10 +66,14 @@ class LiveBlocks {
   Shard& ShardOf(std::uint64_t addr) {
     return shards_[((addr >> 9) * 0x9E3779B97F4A7C15ull) >> 59];
   }
+  KeyShard& KeyShardOf(std::uint64_t key) {
+    return key_shards_[(key * 0x9E3779B97F4A7C15ull) >> 59];
+  }
   void AddLive(std::int32_t device, std::uint64_t size);
   void SubLive(std::int32_t device, std::uint64_t size);
 
   std::array<Shard, kShards> shards_;
+  std::array<KeyShard, kShards> key_shards_;
   std::array<DeviceLive, kMaxDevices> devices_;
 };
 

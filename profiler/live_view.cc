@@ -96,10 +96,10 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
 
 std::string LiveView::OnStep(std::uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
-  // What each site kept from earlier steps: this step's batch and activations are not
-  // growth, even when each step's are larger than the last.
+  // What each site kept all through the step: its batch and activations come and go, and
+  // are not growth even when each step's are larger than the last.
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> live =
-      BySiteLocked(blocks_.CarriedByKeyAndStartStep());
+      BySiteLocked(blocks_.StepLowsByKeyAndStartStep());
   std::vector<std::uint64_t> pinned;
   for (const auto& [key, bytes] : live) {
     if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) pinned.push_back(key);

@@ -273,5 +273,17 @@ def sample_kept_every_tenth_step():
     return samples
 
 
+@case("leak")
+def history_grown_with_cat():
+    """Each step's outputs appended to a history with torch.cat: a new, longer copy every
+    step and the old one freed, so one copy is live at a time."""
+    net, history = model(), torch.empty(0, 1024, device="cuda")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        out, _ = fit(net, opt, batch())
+        history = torch.cat([history, out.detach()])  # LEAK: longer every step
+    return history
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)

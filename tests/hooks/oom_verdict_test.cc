@@ -241,6 +241,32 @@ TEST(OomVerdictTest, ProfileModeLeakEveryTenthStepIsALeak) {
   EXPECT_NE(err.find("+205.25 KiB/step   stairs.py:21 sample"), std::string::npos) << err;
 }
 
+// A history grown with torch.cat after each step: a new copy 1 MiB longer, the old one
+// freed; one copy live at any time, made in the step. Warned of, and a leak at the OOM.
+TEST(OomVerdictTest, ProfileModeHistoryGrownByConcatenationIsALeak) {
+  FakeTorchDevice torch{7};
+  ASSERT_EQ(gpumem_trace_capacity(7, 1024 * kMiB, 3), 0);
+  const std::uint32_t log = SiteStack("concat.py", 30, "log");
+  std::uint64_t history = 0;
+  std::string err;
+  for (int step = 1; step <= 40; ++step) {
+    ::testing::internal::CaptureStderr();
+    gpumem_step();
+    err += ::testing::internal::GetCapturedStderr();
+    const std::uint64_t longer = torch.Alloc(step * kMiB, log);
+    if (history != 0) torch.Free(history);
+    history = longer;
+  }
+  EXPECT_EQ(Count(err, "concat.py:30 log grew"), 1) << err;
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 1000 * kMiB;
+  f.reserved_bytes = 60 * kMiB;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(7, &f), 0);  // a leak
+  err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("+1.00 MiB/step     concat.py:30 log"), std::string::npos) << err;
+}
+
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
 // and the warning withdrawn once, after it has held no more for 20 step ends.
 TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {

@@ -100,6 +100,17 @@ TEST(Shapes, LeakEveryTenthStepIsALeak) {
   EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, per_step, 0.05 * per_step);
 }
 
+TEST(Shapes, HistoryGrownByConcatenationIsALeak) {
+  trace::Trace t = synthetic::ConcatenatedHistoryTrace();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:75 log");
+  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step,
+              static_cast<double>(synthetic::kConcatGrowthPerStep), 1.0);
+}
+
 TEST(Shapes, CappedRunUsesTheRecordedCap) {
   trace::Trace t = synthetic::CappedPeakTrace();
   Report r = BuildReport(t, {});

@@ -31,6 +31,7 @@ void LiveState::Release(std::uint64_t key,
   allocated_ -= b.size;
   device(d).allocated -= b.size;
   site_live_[b.site] -= b.size;
+  site_low_[b.site] = std::min(site_low_[b.site], site_live_[b.site]);
   blocks_.erase(it);
 }
 

@@ -27,7 +27,8 @@ struct FreePieces {
 
 class LiveState {
  public:
-  explicit LiveState(const SiteTable& sites) : sites_(sites), site_live_(sites.size(), 0) {}
+  explicit LiveState(const SiteTable& sites)
+      : sites_(sites), site_live_(sites.size(), 0), site_low_(sites.size(), 0) {}
 
   // Applies one event. Frees of blocks never seen allocated (a trace that starts
   // mid-run) are counted and otherwise ignored.
@@ -42,6 +43,10 @@ class LiveState {
   std::uint64_t reused_addresses() const { return reused_addresses_; }
   // Live bytes per site, indexed by site id.
   const std::vector<std::uint64_t>& site_live() const { return site_live_; }
+  // Per site, the least it held since the last ResetLows(): what it kept all through that
+  // stretch (a step, for the leak analysis).
+  const std::vector<std::uint64_t>& site_low() const { return site_low_; }
+  void ResetLows() { site_low_ = site_live_; }
 
   // Keys are (device << 56) | address.
   const absl::flat_hash_map<std::uint64_t, LiveBlock>& blocks() const { return blocks_; }
@@ -77,6 +82,7 @@ class LiveState {
   absl::flat_hash_set<std::uint64_t> pending_free_;  // free_requested, awaiting free_completed
   std::vector<PerDevice> devices_;
   std::vector<std::uint64_t> site_live_;
+  std::vector<std::uint64_t> site_low_;
   std::uint64_t allocated_ = 0;
   std::uint64_t reserved_ = 0;
   std::uint64_t unmatched_frees_ = 0;

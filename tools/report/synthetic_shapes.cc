@@ -144,6 +144,27 @@ trace::Trace StairLeakTrace() {
   }
 }
 
+trace::Trace ConcatenatedHistoryTrace() {
+  Builder b;
+  Device d(&b, kCapacity);
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t act = b.Stack(40, "train");
+  const std::uint32_t log = b.Stack(75, "log");
+  d.Alloc(256 * kMiB, params);
+  std::uint64_t history = 0, history_size = 0;
+  for (;;) {
+    const std::uint64_t a = d.Alloc(64 * kMiB, act);
+    if (a == 0) return b.Take();
+    d.Free(a, 64 * kMiB, act);
+    b.Step(StepSource::kOptimizerHook);
+    const std::uint64_t longer = d.Alloc(history_size + kConcatGrowthPerStep, log);
+    if (longer == 0) return b.Take();
+    if (history != 0) d.Free(history, history_size, log);
+    history = longer;
+    history_size += kConcatGrowthPerStep;
+  }
+}
+
 trace::Trace CappedPeakTrace() {
   Builder b;
   b.NoHeaderCapacity();

@@ -40,6 +40,12 @@ inline constexpr std::uint64_t kStairLeakBytes = 32ull << 20;
 inline constexpr int kStairLeakPeriod = 10;
 trace::Trace StairLeakTrace();
 
+// A history grown with torch.cat after every step (train.py:75 log): each step makes a
+// copy 8 MiB longer and frees the old one, so only one copy is ever live and it was made
+// in the step. Right answer: a leak at that site, at 8 MiB a step.
+inline constexpr std::uint64_t kConcatGrowthPerStep = 8ull << 20;
+trace::Trace ConcatenatedHistoryTrace();
+
 // A run capped at 512 MiB by set_per_process_memory_fraction on a 1 GiB device (both
 // recorded, no header capacity) that needs 640 MiB in its fourth step.
 trace::Trace CappedPeakTrace();

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
@@ -69,25 +68,19 @@ class TimelineBuilder {
     }
     ++next_end_;
     ++step_;
-    step_allocs_.clear();
+    state_.ResetLows();
   }
 
-  // A site's sample is what it holds from earlier steps: the blocks allocated in this
-  // step and still live (a batch, its output, its activations) are left out, so that a
-  // batch longer every step is not taken for memory kept step after step.
+  // A site's sample is the least it held during the step that ends here: what it kept
+  // all through the step. A batch, its output and its activations (live at the
+  // optimizer's step hook, and larger every step in a length warm-up) come and go within
+  // a step; a leak does not, even one that replaces a block by a larger one every step
+  // (a history grown with torch.cat).
   void TakeSample() {
     t_.sample_step.push_back(step_);
     t_.sample_allocated.push_back(state_.allocated());
-    const std::vector<std::uint64_t>& live = state_.site_live();
-    absl::flat_hash_map<std::uint32_t, std::uint64_t> fresh;
-    for (std::uint64_t key : step_allocs_) {
-      const auto it = state_.blocks().find(key);
-      if (it != state_.blocks().end()) fresh[it->second.site] += it->second.size;
-    }
-    for (std::size_t s = 0; s < live.size(); ++s) {
-      const auto it = fresh.find(static_cast<std::uint32_t>(s));
-      t_.site_samples[s].push_back(live[s] - (it == fresh.end() ? 0 : it->second));
-    }
+    const std::vector<std::uint64_t>& low = state_.site_low();
+    for (std::size_t s = 0; s < low.size(); ++s) t_.site_samples[s].push_back(low[s]);
   }
 
   void NoteOom(std::size_t i, const trace::Event& e) {
@@ -122,8 +115,6 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
-    // Without step ends nothing is sampled: keeping every address would only cost memory.
-    if (!steps_.ends.empty()) step_allocs_.insert(LiveState::Key(e.device, e.addr));
     const std::uint32_t id = sites_.site_of_stack(e.stack_id);
     SiteTotals& site = t_.sites[id];
     if (site.allocs++ == 0) site.first_event = i;
@@ -190,7 +181,6 @@ class TimelineBuilder {
   std::size_t settled_ = 0;   // OOMs whose after-state is known
   bool noted_leaked_ = false;
   SeriesPoint point_;
-  absl::flat_hash_set<std::uint64_t> step_allocs_;  // LiveState keys allocated this step
 };
 
 }  // namespace

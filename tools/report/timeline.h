@@ -68,8 +68,8 @@ struct Timeline {
   // Step-end samples: sample j is the end of step sample_step[j] (0-based).
   std::vector<std::size_t> sample_step;
   std::vector<std::uint64_t> sample_allocated;
-  // [site][sample]: the site's live bytes at the step end that were allocated before the
-  // step began (kept from earlier steps; what a leak grows).
+  // [site][sample]: the least the site held during the step that ends at the sample:
+  // what it kept all through the step (what a leak grows).
   std::vector<std::vector<std::uint64_t>> site_samples;
   std::vector<std::uint64_t> step_peak_allocated;        // [step]: highest within it
   std::uint64_t unmatched_frees = 0;
