@@ -96,7 +96,8 @@ TEST(Shapes, LeakEveryTenthStepIsALeak) {
   EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
   EXPECT_EQ(r.leaks.suspects[0].name, "train.py:70 train");
-  const double per_step = static_cast<double>(synthetic::kStairLeakBytes) / synthetic::kStairLeakPeriod;
+  const double per_step =
+      static_cast<double>(synthetic::kStairLeakBytes) / synthetic::kStairLeakPeriod;
   EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, per_step, 0.05 * per_step);
 }
 
