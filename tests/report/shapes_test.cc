@@ -89,27 +89,24 @@ TEST(Shapes, BatchLongerEveryStepIsAPeakNotALeak) {
   EXPECT_NE(Verdict(r).find("genuine peak"), std::string::npos) << Verdict(r);
 }
 
-TEST(Shapes, LeakEveryTenthStepIsALeak) {
-  trace::Trace t = synthetic::StairLeakTrace();
+// The trace's one OOM is a leak, and its one suspect is `site` at `per_step` (within 5%).
+void ExpectOneLeak(const trace::Trace& t, const std::string& site, double per_step) {
   Report r = BuildReport(t, {});
   ASSERT_EQ(r.ooms.size(), 1u);
   EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
-  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:70 train");
-  const double per_step =
-      static_cast<double>(synthetic::kStairLeakBytes) / synthetic::kStairLeakPeriod;
+  EXPECT_EQ(r.leaks.suspects[0].name, site);
   EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, per_step, 0.05 * per_step);
 }
 
+TEST(Shapes, LeakEveryTenthStepIsALeak) {
+  ExpectOneLeak(synthetic::StairLeakTrace(), "train.py:70 train",
+                static_cast<double>(synthetic::kStairLeakBytes) / synthetic::kStairLeakPeriod);
+}
+
 TEST(Shapes, HistoryGrownByConcatenationIsALeak) {
-  trace::Trace t = synthetic::ConcatenatedHistoryTrace();
-  Report r = BuildReport(t, {});
-  ASSERT_EQ(r.ooms.size(), 1u);
-  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
-  ASSERT_EQ(r.leaks.suspects.size(), 1u);
-  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:75 log");
-  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step,
-              static_cast<double>(synthetic::kConcatGrowthPerStep), 1.0);
+  ExpectOneLeak(synthetic::ConcatenatedHistoryTrace(), "train.py:75 log",
+                static_cast<double>(synthetic::kConcatGrowthPerStep));
 }
 
 TEST(Shapes, CappedRunUsesTheRecordedCap) {
