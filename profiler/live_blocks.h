@@ -26,7 +26,7 @@ class LiveBlocks {
   // Frees of blocks never seen (allocated before the trace or while paused) are ignored.
   void OnFree(std::uint64_t addr);
 
-  // Live bytes by Key(), summed over the shards (keys with none left out).
+  // Live bytes by Key() (keys with none left out).
   absl::flat_hash_map<std::uint64_t, std::uint64_t> ByKey() const;
   // At a step mark: by Key(), the least live during the step that ends now (what was kept
   // all through it, as a leak is; every key with live bytes, even where that is 0), and a

@@ -47,6 +47,13 @@ int Count(const std::string& text, const std::string& part) {
   return n;
 }
 
+// Marks a step end; returns what gpumem printed at it (a leak warning, or nothing).
+std::string StepPrinting() {
+  ::testing::internal::CaptureStderr();
+  gpumem_step();
+  return ::testing::internal::GetCapturedStderr();
+}
+
 // A stack whose site is "file:line function", as profile-only mode's Python stacks are.
 std::uint32_t SiteStack(const char* file, int line, const char* function) {
   TraceWriter& writer = TraceRecorder()->writer();
@@ -196,9 +203,7 @@ TEST(OomVerdictTest, EarlyWarning) {
   std::vector<std::string> said;
   for (int i = 1; i <= 25; ++i) {
     torch.Alloc((i <= 15 ? 1 : 8) * kMiB, grow);
-    ::testing::internal::CaptureStderr();
-    gpumem_step();
-    const std::string err = ::testing::internal::GetCapturedStderr();
+    const std::string err = StepPrinting();
     said.push_back(Count(err, "warn.py:7 grow") > 0 ? err : "");
   }
   if (off) {
@@ -225,9 +230,7 @@ TEST(OomVerdictTest, ProfileModeLeakEveryTenthStepIsALeak) {
   const std::uint32_t kept = SiteStack("stairs.py", 21, "sample");
   for (int step = 0; step < 300; ++step) {
     const std::uint64_t out = torch.Alloc(2 * kMiB, kept);
-    ::testing::internal::CaptureStderr();
-    gpumem_step();
-    ::testing::internal::GetCapturedStderr();
+    StepPrinting();  // its warnings are not this test's
     if (step % 10 != 0) torch.Free(out);
   }
   gpumem_oom_figures_t f{};
@@ -250,9 +253,7 @@ TEST(OomVerdictTest, ProfileModeHistoryGrownByConcatenationIsALeak) {
   std::uint64_t history = 0;
   std::string err;
   for (int step = 1; step <= 40; ++step) {
-    ::testing::internal::CaptureStderr();
-    gpumem_step();
-    err += ::testing::internal::GetCapturedStderr();
+    err += StepPrinting();
     const std::uint64_t longer = torch.Alloc(step * kMiB, log);
     if (history != 0) torch.Free(history);
     history = longer;
@@ -276,9 +277,7 @@ TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
   std::string err;
   for (int step = 0; step < 40; ++step) {
     if (step < 10) torch.Alloc(2 * kMiB, cache);
-    ::testing::internal::CaptureStderr();
-    gpumem_step();
-    err += ::testing::internal::GetCapturedStderr();
+    err += StepPrinting();
   }
   // Earlier tests' sites share the recorder: count this one's lines only.
   EXPECT_EQ(Count(err, "cache.py:9 remember grew"), 1) << err;
