@@ -285,5 +285,80 @@ def history_grown_with_cat():
     return history
 
 
+# Loops that no torch.optim optimizer steps: the optimizer step hook never fires, so the
+# steps are found some other way (each backward, or each call of the model).
+@case("leak")
+def manual_sgd_outputs_kept():
+    """Plain SGD written out by hand, no torch.optim; each step's output kept in a list."""
+    net, outputs = model(), []
+    for _ in range(100000):
+        out = net(batch())  # LEAK: kept below, one output a step
+        out.pow(2).mean().backward()
+        with torch.no_grad():
+            for p in net.parameters():
+                p -= 1e-3 * p.grad
+                p.grad = None
+        outputs.append(out.detach())
+    return outputs
+
+
+@case("leak")
+def evaluation_outputs_kept_on_device():
+    """An evaluation script (no backward, no optimizer) that keeps every batch's output on
+    the device for a metric at the end."""
+    net, outputs = model(), []
+    net.eval()
+    with torch.inference_mode():
+        for _ in range(100000):
+            outputs.append(net(batch()))  # LEAK: every output kept on the device
+    return outputs
+
+
+@case("no leak")
+def evaluation_outputs_moved_to_host():
+    """The same evaluation with each batch's predictions moved to the host: nothing kept
+    on the device."""
+    net, predictions = model(), []
+    net.eval()
+    with torch.inference_mode():
+        for _ in range(1500):
+            predictions.append(net(batch()).argmax(1).cpu())
+    return predictions
+
+
+@case("leak")
+def mixed_precision_output_kept():
+    """float16 autocast with a GradScaler whose first steps are skipped (the scale starts
+    too high); a float32 copy of each step's output kept."""
+    net, kept = model(), []
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 40)
+    for _ in range(100000):
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = net(batch())
+            loss = out.float().pow(2).mean()
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        kept.append(out.detach().float())  # LEAK: a float32 copy a step
+    return kept
+
+
+@case("leak")
+def backward_hook_keeps_gradients():
+    """A full backward hook that keeps the gradient reaching a layer's output, for a
+    gradient-norm plot."""
+    net, grads = model(), []
+    net[2].register_full_backward_hook(lambda mod, gin, gout: grads.append(gout[0]))
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        loss = net(batch()).pow(2).mean()  # LEAK: its backward makes the gradient kept
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return grads
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
