@@ -102,6 +102,7 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
                                      })
                                : nullptr),
       ring_(std::move(ring)) {
+  if (live_ != nullptr) autograd_sites_ = std::make_unique<AutogradSites>();
   // A ring's next segment takes the records from the moment it opens.
   ring_->Start([this](TraceWriter* w) { writer_.store(w, std::memory_order_release); });
 }
@@ -245,7 +246,9 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   TakeAutogradLink(&r);
   Write(r);
   if (live_ == nullptr) return;
-  if (type == format::RecordType::kAlloc) live_->OnAlloc(device, addr, size, stack_id);
+  if (type == format::RecordType::kAlloc) {
+    live_->OnAlloc(device, addr, size, autograd_sites_->LiveStack(r));
+  }
   if (type == format::RecordType::kFree) live_->OnFree(addr);
 }
 
@@ -366,7 +369,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   Write(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
-    live_->OnAlloc(event.device, event.ptr, event.bytes, stack_id);
+    live_->OnAlloc(event.device, event.ptr, event.bytes, autograd_sites_->LiveStack(r));
   } else if (event.kind == AllocatorEventKind::kFree) {
     live_->OnFree(event.ptr);
   }

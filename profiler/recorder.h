@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "allocator/observer.h"
 #include "profiler/driver_memory.h"
+#include "profiler/autograd_sites.h"
 #include "profiler/live_view.h"
 #include "profiler/trace_ring.h"
 #include "profiler/trace_writer.h"
@@ -179,6 +180,8 @@ class alignas(64) Recorder final : public AllocatorObserver {
   const std::int64_t opened_ns_;
   // Live bytes by site and by step, for the early leak warning and the OOM verdict.
   std::unique_ptr<LiveView> live_;
+  // With live_: backward allocations filed under their forward op's stack.
+  std::unique_ptr<AutogradSites> autograd_sites_;
   std::unique_ptr<TraceRing> ring_;  // owns the writers
 };
 

@@ -96,7 +96,13 @@ constexpr bool IsEventRecord(RecordType type) {
 }
 
 // A step record's extra: what marked the step.
-enum class StepSource : std::uint8_t { kUnknown = 0, kExplicit = 1, kOptimizerHook = 2 };
+enum class StepSource : std::uint8_t {
+  kUnknown = 0,
+  kExplicit = 1,
+  kOptimizerHook = 2,
+  kBackward = 3,
+  kModelCall = 4,
+};
 // A capacity record's extra: where the cap came from.
 enum class CapacitySource : std::uint8_t {
   kUnknown = 0,

@@ -1,5 +1,7 @@
 """Step marks with no code change: a step ends at each optimizer step, seen through
-PyTorch's global optimizer step hooks (both modes).
+PyTorch's global optimizer step hooks (both modes). Loops that no torch.optim optimizer
+steps are marked by their backward passes, and loops with no backward (an evaluation
+script) by the calls of their model (_loop_marks.py).
 
 Several optimizers stepping in one iteration (a GAN's, or one per parameter group) make
 one step: the *lead* optimizer (the first that stepped) marks it. If another optimizer steps
@@ -12,6 +14,11 @@ step.
 A program that calls gpumem.step() itself keeps its own marks: from its first call on
 the hooks mark nothing (that first call marks nothing either when a hook has already
 marked, so the iteration is not counted twice).
+
+The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
+calls. Once one has marked, those below it mark nothing more. A backward pass or a model
+call marks at its start, from the second on: it ends the iteration before. So in a loop
+with an optimizer, which steps at the end of the first iteration, they never mark.
 """
 import importlib
 
@@ -20,6 +27,11 @@ from . import _native
 # hooks/gpumem_trace.h: what marks the steps.
 SOURCE_EXPLICIT = 1
 SOURCE_OPTIMIZER_HOOK = 2
+SOURCE_BACKWARD = 3
+SOURCE_MODEL_CALL = 4
+# Which sources silence which: a lower rank leads.
+_RANK = {SOURCE_EXPLICIT: 0, SOURCE_OPTIMIZER_HOOK: 1, SOURCE_BACKWARD: 2,
+         SOURCE_MODEL_CALL: 3}
 
 
 class StepMarker:
@@ -31,11 +43,14 @@ class StepMarker:
         self.hook_marks = 0
         self.count = 0             # steps marked so far (gpumem_step's count)
         self.source = None
+        self.leading_rank = len(_RANK)  # the best-ranked source that has marked
+        self.loop_calls = {SOURCE_BACKWARD: 0, SOURCE_MODEL_CALL: 0}
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
 
     def _mark(self, source):
+        self.leading_rank = min(self.leading_rank, _RANK[source])
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:
@@ -58,6 +73,19 @@ class StepMarker:
         self.since_mark.clear()
         self.hook_marks += 1
         self._mark(SOURCE_OPTIMIZER_HOOK)
+
+    def silenced(self, source):
+        """Whether a better-ranked source has marked: `source` will never mark again."""
+        return self.leading_rank < _RANK[source]
+
+    def on_loop_start(self, source):
+        """A backward pass or a model call begins (SOURCE_BACKWARD, SOURCE_MODEL_CALL):
+        from the second on, it ends the iteration before."""
+        if self.explicit or self.silenced(source):
+            return
+        self.loop_calls[source] += 1
+        if self.loop_calls[source] > 1:
+            self._mark(source)
 
     def on_explicit_step(self):
         first = not self.explicit

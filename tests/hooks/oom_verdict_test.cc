@@ -288,5 +288,28 @@ TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
       << err;
 }
 
+// A gradient kept by a backward hook: allocated by a C++ backward node, on a thread with
+// no Python frames. The warning and the verdict name the forward line whose op made the
+// node, as the report does, not "<no stack recorded>".
+TEST(OomVerdictTest, ProfileModeBackwardLeakNamesItsForwardLine) {
+  FakeTorchDevice torch{8};
+  ASSERT_EQ(gpumem_trace_capacity(8, 1024 * kMiB, 3), 0);
+  const std::uint32_t forward = SiteStack("hook.py", 12, "train");
+  const std::uint32_t relu_backward = gpumem_autograd_node_frame("ReluBackward0");
+  std::string err;
+  for (std::uint64_t step = 1; step <= 12; ++step) {
+    const std::uint64_t seq = 100 * step;  // the ReLU's node takes seq; its output seq + 1
+    gpumem_set_autograd_link(seq + 1, 1, 0);
+    const std::uint64_t activation = torch.Alloc(4 * kMiB, forward);
+    gpumem_set_autograd_link(seq, 1, relu_backward);
+    torch.Alloc(2 * kMiB, 0);  // the gradient the hook keeps
+    torch.Free(activation);
+    err += StepPrinting();
+  }
+  EXPECT_NE(err.find("leak warning at step"), std::string::npos) << err;
+  EXPECT_NE(err.find("hook.py:12 train grew"), std::string::npos) << err;
+  EXPECT_EQ(err.find("<no stack recorded> grew"), std::string::npos) << err;
+}
+
 }  // namespace
 }  // namespace gpumem::hooks

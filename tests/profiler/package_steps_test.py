@@ -1,5 +1,6 @@
 """The Python package's step marks and cap records, on a fake torch and a fake libgpumem:
 one optimizer, several, GradScaler's skipped steps, a script that also calls gpumem.step(),
+loops with no optimizer (backward passes) or no backward (model calls),
 set_per_process_memory_fraction; and the package imports with no torch at all.
 
 usage: package_steps_test.py PYTHON_DIR. Exits non-zero on failure.
@@ -15,7 +16,7 @@ import unittest
 sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "python")
 sys.modules["torch"] = None  # `import torch` fails: the package must not need it to import
 import gpumem  # noqa: E402
-from gpumem import _capacity, _steps  # noqa: E402
+from gpumem import _capacity, _loop_marks, _steps  # noqa: E402
 del sys.modules["torch"]
 
 
@@ -112,6 +113,174 @@ class StepMarks(unittest.TestCase):
         for _ in range(3):
             self.m.on_explicit_step()
         self.assertEqual(self.lib.steps, [_steps.SOURCE_EXPLICIT] * 3)
+
+
+BACKWARD, MODEL_CALL = _steps.SOURCE_BACKWARD, _steps.SOURCE_MODEL_CALL
+
+
+class LoopMarks(unittest.TestCase):
+    def setUp(self):
+        self.lib = FakeLib()
+        self.m = _steps.StepMarker(self.lib)
+
+    def test_backward_passes_mark_from_the_second(self):
+        for _ in range(4):
+            self.m.on_loop_start(BACKWARD)
+        self.assertEqual(self.lib.steps, [BACKWARD] * 3)
+
+    def test_an_optimizer_stepping_in_the_first_iteration_leaves_them_unmarked(self):
+        opt = Opt()
+        for _ in range(5):
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK] * 5)
+
+    def test_accumulated_backward_passes_before_the_first_optimizer_step(self):
+        opt = Opt()
+        for _ in range(3):
+            for _ in range(4):
+                self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [BACKWARD] * 3 + [_steps.SOURCE_OPTIMIZER_HOOK] * 3)
+
+    def test_backward_passes_silence_model_calls(self):
+        for _ in range(3):  # an evaluation first
+            self.m.on_loop_start(MODEL_CALL)
+        for _ in range(3):  # then training by hand
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 4 + [BACKWARD] * 2)
+        self.assertTrue(self.m.silenced(MODEL_CALL))
+        self.assertFalse(self.m.silenced(BACKWARD))
+
+    def test_explicit_steps_silence_them(self):
+        self.m.on_explicit_step()
+        for _ in range(3):
+            self.m.on_loop_start(BACKWARD)
+            self.m.on_loop_start(MODEL_CALL)
+        self.assertEqual(self.lib.steps, [_steps.SOURCE_EXPLICIT])
+
+
+class Handle:
+    def __init__(self, table, key):
+        self.table, self.key = table, key
+
+    def remove(self):
+        self.table.pop(self.key, None)
+
+
+def register_in(table):
+    def register(hook, **_):
+        key = object()
+        table[key] = hook
+        return Handle(table, key)
+    return register
+
+
+class FakeModule:
+    """Calls its hooks the way torch.nn.Module._call_impl does (global ones first)."""
+    pre, post = {}, {}  # the global hooks
+
+    def __init__(self, device=None, children=()):
+        self.params = [types.SimpleNamespace(device=types.SimpleNamespace(type=device))] \
+            if device else []
+        self.children, self.own_pre = children, {}
+        self.register_forward_pre_hook = register_in(self.own_pre)
+
+    def parameters(self):
+        return iter(self.params + [p for c in self.children for p in c.parameters()])
+
+    def __call__(self):
+        for hook in (*FakeModule.pre.values(), *self.own_pre.values()):
+            hook(self, ())
+        for child in self.children:
+            child()
+        for hook in tuple(FakeModule.post.values()):
+            hook(self, (), None)
+
+
+def torch_with_modules(compiling=lambda: False):
+    FakeModule.pre, FakeModule.post = {}, {}
+    module = types.SimpleNamespace(register_module_forward_pre_hook=register_in(FakeModule.pre),
+                                   register_module_forward_hook=register_in(FakeModule.post))
+    return types.SimpleNamespace(nn=types.SimpleNamespace(modules=types.SimpleNamespace(
+        module=module)), compiler=types.SimpleNamespace(is_compiling=compiling))
+
+
+class ModelCallHooks(unittest.TestCase):
+    def setUp(self):
+        self.lib = FakeLib()
+        self.m = _steps.StepMarker(self.lib)
+
+    def test_the_model_is_found_and_marks_from_its_second_call(self):
+        torch = torch_with_modules()
+        self.assertTrue(_loop_marks.watch_model_calls(torch, self.m))
+        self.assertFalse(_loop_marks.watch_model_calls(torch, self.m))
+        transform, loss = FakeModule(), FakeModule()
+        model = FakeModule(children=[FakeModule("cuda"), FakeModule("cuda")])
+        for _ in range(4):
+            transform()
+            model()
+            loss()
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))  # found: removed
+
+    def test_a_model_on_the_host_is_not_taken(self):
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        on_host, on_device = FakeModule("cpu"), FakeModule("cuda")
+        for _ in range(3):
+            on_host()
+            on_device()
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
+
+    def test_an_optimizer_step_removes_the_model_hook(self):
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        model = FakeModule("cuda")
+        model()
+        self.m.on_optimizer_step(Opt())
+        model()
+        self.assertEqual(model.own_pre, {})
+        self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK])
+
+    def test_nothing_while_compiling(self):
+        _loop_marks.watch_model_calls(torch_with_modules(compiling=lambda: True), self.m)
+        model = FakeModule("cuda")
+        for _ in range(3):
+            model()
+        self.assertEqual(self.lib.steps, [])
+
+
+class BackwardHooks(unittest.TestCase):
+    def setUp(self):
+        self.lib = FakeLib()
+        self.m = _steps.StepMarker(self.lib)
+        self.calls = []
+        autograd = types.SimpleNamespace()
+
+        def backward(*args, inner=False):
+            self.calls.append(args)
+            if not inner:  # a reentrant checkpoint's backward, from inside this one
+                autograd.backward("recomputed", inner=True)
+        autograd.backward = backward
+        self.compiling = False
+        self.torch = types.SimpleNamespace(
+            autograd=autograd, compiler=types.SimpleNamespace(is_compiling=lambda: self.compiling))
+
+    def test_outermost_passes_mark_from_the_second(self):
+        self.assertTrue(_loop_marks.watch_backward(self.torch, self.m))
+        self.assertFalse(_loop_marks.watch_backward(self.torch, self.m))
+        for i in range(3):
+            self.torch.autograd.backward(i)
+        self.assertEqual(len(self.calls), 6)
+        self.assertEqual(self.lib.steps, [BACKWARD] * 2)
+
+    def test_nothing_while_compiling(self):
+        _loop_marks.watch_backward(self.torch, self.m)
+        self.compiling = True
+        for i in range(3):
+            self.torch.autograd.backward(i)
+        self.assertEqual(self.lib.steps, [])
 
 
 class Hooks(unittest.TestCase):

@@ -1,6 +1,7 @@
 #include "tools/report/steps.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
@@ -15,30 +16,38 @@ namespace {
 
 using trace::Action;
 
-std::string StepSourceText(std::size_t hooks, std::size_t explicit_calls) {
-  if (hooks > 0 && explicit_calls > 0) {
-    return absl::StrCat("optimizer step hooks (", hooks, ") and gpumem.step() (",
-                        explicit_calls, ")");
+// What marked the steps, in the order the sources rank (trace::StepSource); with the
+// count of each where more than one did.
+std::string StepSourceText(const std::array<std::size_t, 5>& marks) {
+  static constexpr std::array<const char*, 5> kNames = {
+      "", "gpumem.step()", "optimizer step hooks", "backward passes", "model calls"};
+  std::vector<std::size_t> used;
+  for (std::size_t s = 1; s < marks.size(); ++s) {
+    if (marks[s] > 0) used.push_back(s);
   }
-  if (hooks > 0) return "optimizer step hooks";
-  if (explicit_calls > 0) return "gpumem.step()";
-  return "unrecorded";
+  if (used.empty()) return "unrecorded";
+  if (used.size() == 1) return kNames[used[0]];
+  std::string text;
+  for (std::size_t s : used) {
+    const char* sep = text.empty() ? "" : s == used.back() ? " and " : ", ";
+    absl::StrAppend(&text, sep, kNames[s], " (", marks[s], ")");
+  }
+  return text;
 }
 
 Steps FromStepEvents(const trace::Trace& trace) {
   Steps steps;
-  std::size_t hooks = 0, explicit_calls = 0;
+  std::array<std::size_t, 5> marks{};  // by trace::StepSource
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const trace::Event& e = trace.events[i];
     if (e.action != Action::kStep) continue;
     steps.ends.push_back(i);
-    hooks += e.step_source == trace::StepSource::kOptimizerHook;
-    explicit_calls += e.step_source == trace::StepSource::kExplicit;
+    ++marks[static_cast<std::size_t>(e.step_source)];
   }
   if (steps.ends.empty()) return steps;
   steps.method = StepMethod::kStepEvents;
   steps.count = steps.ends.size();
-  steps.source = StepSourceText(hooks, explicit_calls);
+  steps.source = StepSourceText(marks);
   if (steps.source != "unrecorded") steps.detail = absl::StrCat("marked by ", steps.source);
   return steps;
 }

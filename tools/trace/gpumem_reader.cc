@@ -53,10 +53,12 @@ std::optional<Action> ActionOf(RecordType type) {
 }
 
 StepSource StepSourceOf(std::uint64_t extra) {
-  const auto s = static_cast<format::StepSource>(extra <= 2 ? extra : 0);
+  const auto s = static_cast<format::StepSource>(extra <= 4 ? extra : 0);
   switch (s) {
     case format::StepSource::kExplicit: return StepSource::kExplicit;
     case format::StepSource::kOptimizerHook: return StepSource::kOptimizerHook;
+    case format::StepSource::kBackward: return StepSource::kBackward;
+    case format::StepSource::kModelCall: return StepSource::kModelCall;
     case format::StepSource::kUnknown: break;
   }
   return StepSource::kUnknown;

@@ -33,6 +33,8 @@ enum class StepSource : std::uint8_t {
   kUnknown = 0,
   kExplicit = 1,       // the program called gpumem.step()
   kOptimizerHook = 2,  // PyTorch's optimizer step hooks, set by the Python package
+  kBackward = 3,       // backward passes, in loops no optimizer steps (the package)
+  kModelCall = 4,      // the model's calls, in loops with no backward (the package)
 };
 std::optional<Action> ParseAction(absl::string_view name);
 

@@ -1,0 +1,126 @@
+"""Step marks for loops that no torch.optim optimizer steps (_steps.py ranks the sources):
+- a loop written with its own parameter update: each outermost backward pass
+  (`torch.autograd.backward`, which `Tensor.backward` calls) begins an iteration;
+- a loop with no backward at all, an evaluation script: each call of the model begins
+  one. The model is the first module called from outside any module that holds a CUDA
+  parameter (a loss or a transform holds none); PyTorch's global module hooks find it
+  during that first call and are then removed, and a forward pre-hook on the model alone
+  stays, removed in turn once a better source marks.
+Both only while torch.compile is not tracing, so that no compiled graph holds them.
+"""
+import functools
+import threading
+
+from . import _steps
+
+
+def _compiling_check(torch):
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    if check is None:
+        check = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return check or (lambda: False)
+
+
+class BackwardMarks:
+    """Wraps torch.autograd.backward; only the outermost call counts (a reentrant
+    checkpoint calls it again from inside the backward, on the engine's threads)."""
+
+    def __init__(self, marker, original, compiling):
+        self.marker, self.original, self.compiling = marker, original, compiling
+        self.depth = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            self.depth += 1
+            outermost = self.depth == 1
+        try:
+            if outermost and not self.compiling():
+                self.marker.on_loop_start(_steps.SOURCE_BACKWARD)
+            return self.original(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.depth -= 1
+
+
+def watch_backward(torch, marker=None):
+    """Marks at backward passes; once per process. Returns whether it installed."""
+    autograd = getattr(torch, "autograd", None)
+    original = getattr(autograd, "backward", None)
+    if original is None or getattr(original, "_gpumem_marks", False):
+        return False
+    marks = BackwardMarks(marker or _steps.marker(), original, _compiling_check(torch))
+    wrapper = functools.wraps(original)(lambda *a, **k: marks(*a, **k))
+    wrapper._gpumem_marks = True
+    autograd.backward = wrapper
+    return True
+
+
+class ModelCalls:
+    """Finds the model with the global module hooks, then marks at each of its calls."""
+
+    def __init__(self, marker, hooks, compiling):
+        self.marker, self.hooks, self.compiling = marker, hooks, compiling
+        self.depth = 0
+        self.finding = []  # the global hooks' handles, while the model is not known
+        self.model_hook = None
+
+    def start(self):
+        self.finding = [self.hooks.register_module_forward_pre_hook(self.before_call),
+                        self.register_after(self.after_call)]
+
+    def register_after(self, hook):
+        register = self.hooks.register_module_forward_hook
+        try:  # always_call: a call that raises still leaves its depth (torch >= 2.1)
+            return register(hook, always_call=True)
+        except TypeError:
+            return register(hook)
+
+    def before_call(self, module, args):
+        if not self.compiling():
+            self.depth += 1
+
+    def after_call(self, module, args, output):
+        if self.compiling():
+            return
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and self.finding and not self.marker.silenced(
+                _steps.SOURCE_MODEL_CALL) and _holds_cuda_parameter(module):
+            self.stop_finding()
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
+            self.model_hook = module.register_forward_pre_hook(self.model_called)
+        elif self.marker.silenced(_steps.SOURCE_MODEL_CALL):
+            self.stop_finding()
+
+    def stop_finding(self):
+        for handle in self.finding:
+            handle.remove()
+        self.finding = []
+
+    def model_called(self, module, args):
+        if self.compiling():
+            return
+        if self.marker.silenced(_steps.SOURCE_MODEL_CALL):
+            self.model_hook.remove()
+            return
+        self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
+
+
+def _holds_cuda_parameter(module):
+    for p in module.parameters():
+        device = getattr(p, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            return True
+    return False
+
+
+def watch_model_calls(torch, marker=None):
+    """Marks at the model's calls; once per process. Returns whether it installed."""
+    hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    if (getattr(hooks, "register_module_forward_pre_hook", None) is None
+            or getattr(hooks, "_gpumem_model_calls", False)):
+        return False
+    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch)).start()
+    hooks._gpumem_model_calls = True
+    return True
