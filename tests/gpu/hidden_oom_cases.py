@@ -76,14 +76,9 @@ def validate_in_a_new_thread(net):
         raise errors[0]
 
 
-@case("out of memory outside the allocator", "completes")
-def grab_then_cublas():
+def grab_the_gpu():
     """Hold the GPU as some scripts do on shared machines: the largest buffer that fits
-    (bisected to 2 MiB), freed at once so that the cache keeps it; then train: the first
-    matmul makes cuBLAS's handle, then a new thread makes another."""
-    net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
-                              torch.nn.Linear(4096, 4096)).to("cuda", DTYPE)
-    opt = torch.optim.SGD(net.parameters(), lr=1e-6)
+    (bisected to 2 MiB), freed at once so that the cache keeps it."""
     low, high = 0, torch.cuda.mem_get_info()[1]
     while high - low > (2 << 20):
         mid = (low + high) // 2
@@ -95,9 +90,35 @@ def grab_then_cublas():
             high = mid
     held = torch.empty(low, dtype=torch.uint8, device="cuda")
     del held
+
+
+@case("out of memory outside the allocator", "completes")
+def grab_then_cublas():
+    """The grab, then train: the first matmul makes cuBLAS's handle, then a new thread
+    makes another."""
+    net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                              torch.nn.Linear(4096, 4096)).to("cuda", DTYPE)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-6)
+    grab_the_gpu()
     for _ in range(20):
         train_step(net, opt, 4096)
     validate_in_a_new_thread(net)
+
+
+@case("out of memory outside the allocator", "completes")
+def grab_then_cudnn():
+    """The grab, then a convolutional net: the first convolution makes cuDNN's handle
+    and loads its kernels."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(),
+                              torch.nn.Conv2d(64, 64, 3, padding=1)).to("cuda", DTYPE)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-6)
+    grab_the_gpu()
+    for _ in range(20):
+        x = torch.randn(32, 64, 64, 64, device="cuda", dtype=DTYPE)
+        loss = net(x).float().pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
 
 
 @case("out of memory outside the allocator", "completes")
