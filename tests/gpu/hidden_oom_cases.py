@@ -95,7 +95,8 @@ def grab_the_gpu():
 @case("out of memory outside the allocator", "completes")
 def grab_then_cublas():
     """The grab, then train: the first matmul makes cuBLAS's handle, then a new thread
-    makes another."""
+    makes another. On an H200 (driver 580) the native run dies before that, loading the
+    first kernel it had not run yet (CUDA loads modules lazily)."""
     net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
                               torch.nn.Linear(4096, 4096)).to("cuda", DTYPE)
     opt = torch.optim.SGD(net.parameters(), lr=1e-6)
@@ -108,10 +109,13 @@ def grab_then_cublas():
 @case("out of memory outside the allocator", "completes")
 def grab_then_cudnn():
     """The grab, then a convolutional net: the first convolution makes cuDNN's handle
-    and loads its kernels."""
+    and loads its kernels. The input's and the loss's kernels run once before the grab,
+    so that cuDNN is the first to need memory (without that the native run died loading
+    the input's kernel)."""
     net = torch.nn.Sequential(torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(),
                               torch.nn.Conv2d(64, 64, 3, padding=1)).to("cuda", DTYPE)
     opt = torch.optim.SGD(net.parameters(), lr=1e-6)
+    torch.randn(32, 64, 64, 64, device="cuda", dtype=DTYPE).float().pow(2).mean().item()
     grab_the_gpu()
     for _ in range(20):
         x = torch.randn(32, 64, 64, 64, device="cuda", dtype=DTYPE)
