@@ -152,6 +152,42 @@ BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_off, false);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on, true);
 BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on_ring_4M, true, 4 << 20);
 
+// A step mark with `range(0)` sites each holding a block (and one block allocated and
+// freed within each step): what the live view's step end costs the marking thread. The
+// Python package marks a step at each optimizer step, or in a loop with no optimizer at
+// each backward pass or model call: once a token in a generation loop.
+void BM_StepMark(benchmark::State& state) {
+  RecorderOptions options;
+  options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
+  options.stacks = StackMode::kNone;
+  auto recorder = Recorder::Open(options);
+  if (!recorder.ok()) {
+    state.SkipWithError(std::string(recorder.status().message()).c_str());
+    return;
+  }
+  Recorder& r = **recorder;
+  StackTable& stacks = r.writer().stacks();
+  std::uint64_t addr = 0x7f0000000000;
+  std::vector<std::uint32_t> sites;
+  for (std::int64_t i = 0; i < state.range(0); ++i) {
+    const std::uint32_t frame = stacks.InternNamedFrame(
+        format::FrameKind::kPython, "site", "train.py", static_cast<int>(i + 1));
+    const RawFrame raw{frame, 0, RawFrame::kNamedTag};
+    sites.push_back(stacks.Intern(&raw, 1));
+    r.RecordWithStack(format::RecordType::kAlloc, 0, addr += 1 << 20, 4096, 0, sites.back());
+  }
+  for (auto _ : state) {
+    r.RecordWithStack(format::RecordType::kAlloc, 0, addr += 1 << 20, 4096, 0, sites[0]);
+    r.RecordWithStack(format::RecordType::kFree, 0, addr, 0, 0, 0);
+    benchmark::DoNotOptimize(r.Step());
+  }
+  state.SetItemsProcessed(state.iterations());
+  const std::string path = r.trace_path();
+  (void)r.Close();
+  std::remove(path.c_str());
+}
+BENCHMARK(BM_StepMark)->Arg(10)->Arg(100)->Arg(1000);
+
 // `depth` Python frames (code object, bytecode offset), as a deep model makes them.
 std::vector<RawFrame> PythonFrames(std::int64_t depth) {
   std::vector<RawFrame> frames;
