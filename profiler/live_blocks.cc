@@ -78,6 +78,7 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {
 
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndStartStep() {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
+  out.reserve(last_step_keys_);  // about as many as the step before: no rehash as it fills
   for (KeyShard& shard : key_shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
     for (auto& [key, bytes] : shard.by_key) {
@@ -85,6 +86,7 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndSt
       bytes.low = bytes.live;
     }
   }
+  last_step_keys_ = out.size();
   return out;
 }
 

@@ -74,6 +74,9 @@ class LiveBlocks {
 
   std::array<Shard, kShards> shards_;
   std::array<KeyShard, kShards> key_shards_;
+  // Keys StepLowsByKeyAndStartStep returned last time (the step marks are serialized by
+  // LiveView's lock).
+  std::size_t last_step_keys_ = 0;
   std::array<DeviceLive, kMaxDevices> devices_;
 };
 

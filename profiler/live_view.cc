@@ -65,6 +65,7 @@ std::uint32_t LiveView::SiteOfLocked(std::uint32_t stack) {
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
     const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
+  out.reserve(by_stack.size() + 1);
   for (const auto& [key, bytes] : by_stack) {
     const std::int32_t device = DeviceOf(key);
     out[LiveBlocks::Key(device, SiteOfLocked(static_cast<std::uint32_t>(key)))] += bytes;

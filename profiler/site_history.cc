@@ -73,6 +73,8 @@ SiteHistory::Series SiteHistory::Of(std::uint64_t key) const {
   const auto it = sites_.find(key);
   if (it == sites_.end()) return out;
   const Ring& ring = it->second;
+  out.steps.reserve(ring.samples);  // called for every site at every step end
+  out.live.reserve(ring.samples);
   for (std::size_t i = ring.samples; i > 0; --i) {
     const std::size_t at = (head_ + kSteps - (i - 1)) % kSteps;
     out.steps.push_back(static_cast<double>(steps_[at]));
@@ -87,6 +89,8 @@ SiteHistory::Series SiteHistory::CoarseOf(std::uint64_t key) const {
   if (it == sites_.end()) return out;
   const Ring& ring = it->second;
   const std::size_t first = coarse_count_ - ring.coarse_samples;
+  out.steps.reserve(ring.coarse_samples);
+  out.live.reserve(ring.coarse_samples);
   for (std::size_t i = 0; i < ring.coarse_samples; ++i) {
     out.steps.push_back(static_cast<double>(coarse_steps_[first + i]));
     out.live.push_back(ring.coarse[i]);
