@@ -311,5 +311,14 @@ TEST(OomVerdictTest, ProfileModeBackwardLeakNamesItsForwardLine) {
   EXPECT_EQ(err.find("<no stack recorded> grew"), std::string::npos) << err;
 }
 
+// What marks the steps, as the Python package says it: the four sources and 0, nothing
+// else.
+TEST(StepSourceTest, TheCApiTakesTheKnownSourcesOnly) {
+  for (int source = 0; source <= 4; ++source) EXPECT_EQ(gpumem_trace_step_source(source), 0);
+  EXPECT_EQ(gpumem_trace_step_source(5), -1);
+  EXPECT_EQ(gpumem_trace_step_source(-1), -1);
+  EXPECT_EQ(gpumem_trace_step_source(0), 0);
+}
+
 }  // namespace
 }  // namespace gpumem::hooks

@@ -23,6 +23,10 @@ void RecordCapsAndSteps(Recorder* r) {
   r->RecordCapacity(0, 40ull << 30, format::CapacitySource::kMemoryFraction);
   Recorder::SetStepSource(format::StepSource::kExplicit);
   r->Step();
+  Recorder::SetStepSource(format::StepSource::kBackward);
+  r->Step();
+  Recorder::SetStepSource(format::StepSource::kModelCall);
+  r->Step();
   Recorder::SetStepSource(format::StepSource::kUnknown);
 }
 
@@ -33,11 +37,13 @@ void ExpectCapsAndSteps(const trace::Trace& t) {
   EXPECT_EQ(t.capacity_changes[1].bytes, 40ull << 30);
   EXPECT_EQ(t.capacity_changes[1].source, trace::CapacitySource::kMemoryFraction);
   EXPECT_LE(t.capacity_changes[0].time_us, t.capacity_changes[1].time_us);
-  ASSERT_EQ(t.events.size(), 3u);  // capacity changes are not events
+  ASSERT_EQ(t.events.size(), 5u);  // capacity changes are not events
   EXPECT_EQ(t.events[0].action, trace::Action::kAlloc);
   EXPECT_EQ(t.events[0].step_source, trace::StepSource::kUnknown);
   EXPECT_EQ(t.events[1].step_source, trace::StepSource::kOptimizerHook);
   EXPECT_EQ(t.events[2].step_source, trace::StepSource::kExplicit);
+  EXPECT_EQ(t.events[3].step_source, trace::StepSource::kBackward);
+  EXPECT_EQ(t.events[4].step_source, trace::StepSource::kModelCall);
 }
 
 RecorderOptions Options(const char* name) {

@@ -37,6 +37,27 @@ TEST(FindSteps, FromOptimizerAnnotations) {
   EXPECT_EQ(s.StepOf(9), 2u);
 }
 
+// Step marks say what made them; several sources are named in the order they rank, each
+// with its count (a loop with accumulated micro-batches before its first optimizer step).
+TEST(FindSteps, NamesWhatMarkedThem) {
+  trace::Trace t;
+  auto mark = [&t](trace::StepSource source) {
+    trace::Event e;
+    e.action = Action::kStep;
+    e.step_source = source;
+    t.events.push_back(e);
+  };
+  for (int i = 0; i < 3; ++i) mark(trace::StepSource::kModelCall);
+  EXPECT_EQ(FindSteps(t, std::nullopt).source, "model calls");
+  mark(trace::StepSource::kBackward);
+  mark(trace::StepSource::kOptimizerHook);
+  mark(trace::StepSource::kOptimizerHook);
+  const Steps s = FindSteps(t, std::nullopt);
+  EXPECT_EQ(s.method, StepMethod::kStepEvents);
+  EXPECT_EQ(s.count, 6u);
+  EXPECT_EQ(s.source, "optimizer step hooks (2), backward passes (1) and model calls (3)");
+}
+
 // No markers: a loop of the same stacks is found, with its period.
 TEST(FindSteps, InfersTheRepeatingPattern) {
   trace::Trace t;
