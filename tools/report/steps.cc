@@ -18,8 +18,8 @@ using trace::Action;
 
 // What marked the steps, in the order the sources rank (trace::StepSource); with the
 // count of each where more than one did.
-std::string StepSourceText(const std::array<std::size_t, 5>& marks) {
-  static constexpr std::array<const char*, 5> kNames = {
+std::string StepSourceText(const std::array<std::size_t, trace::kStepSources>& marks) {
+  static constexpr std::array<const char*, trace::kStepSources> kNames = {
       "", "gpumem.step()", "optimizer step hooks", "backward passes", "model calls"};
   std::vector<std::size_t> used;
   for (std::size_t s = 1; s < marks.size(); ++s) {
@@ -37,7 +37,7 @@ std::string StepSourceText(const std::array<std::size_t, 5>& marks) {
 
 Steps FromStepEvents(const trace::Trace& trace) {
   Steps steps;
-  std::array<std::size_t, 5> marks{};  // by trace::StepSource
+  std::array<std::size_t, trace::kStepSources> marks{};  // by trace::StepSource
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const trace::Event& e = trace.events[i];
     if (e.action != Action::kStep) continue;

@@ -53,7 +53,8 @@ std::optional<Action> ActionOf(RecordType type) {
 }
 
 StepSource StepSourceOf(std::uint64_t extra) {
-  const auto s = static_cast<format::StepSource>(extra <= 4 ? extra : 0);
+  constexpr auto kLast = static_cast<std::uint64_t>(format::StepSource::kModelCall);
+  const auto s = static_cast<format::StepSource>(extra <= kLast ? extra : 0);
   switch (s) {
     case format::StepSource::kExplicit: return StepSource::kExplicit;
     case format::StepSource::kOptimizerHook: return StepSource::kOptimizerHook;

@@ -3,6 +3,7 @@
 // and exports read only this.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -36,6 +37,8 @@ enum class StepSource : std::uint8_t {
   kBackward = 3,       // backward passes, in loops no optimizer steps (the package)
   kModelCall = 4,      // the model's calls, in loops with no backward (the package)
 };
+// How many StepSource values there are: the last one's value plus one.
+inline constexpr std::size_t kStepSources = static_cast<std::size_t>(StepSource::kModelCall) + 1;
 std::optional<Action> ParseAction(absl::string_view name);
 
 struct Frame {
