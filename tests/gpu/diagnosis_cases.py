@@ -360,5 +360,124 @@ def backward_hook_keeps_gradients():
     return grads
 
 
+# Patterns from further afield: leaks that rise once an epoch, on a side stream, through a
+# compiled model, through kept exceptions, and in a loop with two optimizers.
+@case("leak")
+def state_dict_snapshots_every_epoch():
+    """A copy of the weights kept on the device at the end of every epoch (50 steps), to
+    pick the best one later: the leak rises once an epoch, flat between."""
+    net, snapshots = model(width=2048), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        fit(net, opt, batch(width=2048))
+        if step % 50 == 49:
+            snapshots.append({k: v.clone() for k, v in net.state_dict().items()})  # LEAK
+    return snapshots
+
+
+@case("no leak")
+def best_weights_replaced_when_better():
+    """The best weights so far copied whenever the loss improves, the old copy dropped:
+    one copy live, replaced at irregular steps (two for a moment)."""
+    net, best, best_loss = model(width=2048), None, float("inf")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(1500):
+        _, loss = fit(net, opt, batch(width=2048))
+        if loss.item() < best_loss:
+            best_loss = loss.item()
+            best = {k: v.clone() for k, v in net.state_dict().items()}
+    return best
+
+
+@case("leak")
+def prefetched_batches_kept_for_replay():
+    """A prefetcher makes the next batch on a side stream while this one trains; every
+    batch is then kept in a replay list on the device."""
+    net, replay, side = model(), [], torch.cuda.Stream()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def prefetch():
+        with torch.cuda.stream(side):
+            return torch.randn(2048, 1024, device="cuda")  # LEAK: every batch kept below
+
+    upcoming = prefetch()
+    for _ in range(100000):
+        torch.cuda.current_stream().wait_stream(side)
+        x, upcoming = upcoming, prefetch()
+        x.record_stream(torch.cuda.current_stream())
+        fit(net, opt, x)
+        replay.append(x)
+    return replay
+
+
+@case("leak")
+def compiled_model_outputs_kept():
+    """A torch.compile'd model whose outputs are kept for a metric at the end: the output
+    is allocated by the code Inductor generates, not by the script's own line."""
+    net, outputs = torch.compile(model()), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        out = net(batch())  # LEAK: kept below
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        outputs.append(out.detach())
+    return outputs
+
+
+@case("leak")
+def skipped_batches_keep_their_exceptions():
+    """Batches whose loss went up are skipped by raising; the exceptions are kept for a
+    summary, and each one's traceback keeps its frame: the output and its graph."""
+    net, skipped, last = model(), [], [float("inf")]
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def train_step(x):
+        out = net(x)  # LEAK: kept by the frame of each exception kept below
+        loss = out.pow(2).mean()
+        if loss.item() > last[0]:
+            raise FloatingPointError(f"loss went up to {loss.item():.4g}")
+        last[0] = loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(100000):
+        try:
+            train_step(batch())
+        except FloatingPointError as err:
+            skipped.append(err)
+    return skipped
+
+
+@case("leak")
+def gan_generated_samples_kept():
+    """A GAN: generator and discriminator, an optimizer each, both stepped every
+    iteration; each iteration's generated batch kept for a progress grid."""
+    torch.manual_seed(0)
+    gen = torch.nn.Sequential(torch.nn.Linear(128, 1024), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 1024)).cuda()
+    disc = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.LeakyReLU(0.2),
+                               torch.nn.Linear(1024, 1)).cuda()
+    opt_g = torch.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_d = torch.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    bce, grid = torch.nn.BCEWithLogitsLoss(), []
+    ones = torch.ones(1024, 1, device="cuda")
+    zeros = torch.zeros(1024, 1, device="cuda")
+    for _ in range(100000):
+        fake = gen(torch.randn(1024, 128, device="cuda"))  # LEAK: kept below
+        d_loss = bce(disc(batch(1024)), ones) + bce(disc(fake.detach()), zeros)
+        opt_d.zero_grad()
+        d_loss.backward()
+        opt_d.step()
+        g_loss = bce(disc(fake), ones)
+        opt_g.zero_grad()
+        g_loss.backward()
+        opt_g.step()
+        grid.append(fake.detach())
+    return grid
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
