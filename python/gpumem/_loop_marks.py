@@ -5,7 +5,7 @@
   one. The model is the first module called from outside any module that holds a CUDA
   parameter (a loss or a transform holds none); PyTorch's global module hooks find it
   during that first call and are then removed, and a forward pre-hook on the model alone
-  stays, removed in turn once a better source marks.
+  stays (it marks only while no better source marks: _steps.py).
 Both only while torch.compile is not tracing, so that no compiled graph holds them.
 """
 import functools
@@ -64,7 +64,6 @@ class ModelCalls:
         self.marker, self.hooks, self.compiling = marker, hooks, compiling
         self.depth = 0
         self.finding = []  # the global hooks' handles, while the model is not known
-        self.model_hook = None
 
     def start(self):
         self.finding = [self.hooks.register_module_forward_pre_hook(self.before_call),
@@ -85,13 +84,10 @@ class ModelCalls:
         if self.compiling():
             return
         self.depth = max(0, self.depth - 1)
-        if self.depth == 0 and self.finding and not self.marker.silenced(
-                _steps.SOURCE_MODEL_CALL) and _holds_cuda_parameter(module):
+        if self.depth == 0 and self.finding and _holds_cuda_parameter(module):
             self.stop_finding()
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
-            self.model_hook = module.register_forward_pre_hook(self.model_called)
-        elif self.marker.silenced(_steps.SOURCE_MODEL_CALL):
-            self.stop_finding()
+            module.register_forward_pre_hook(self.model_called)
 
     def stop_finding(self):
         for handle in self.finding:
@@ -99,12 +95,8 @@ class ModelCalls:
         self.finding = []
 
     def model_called(self, module, args):
-        if self.compiling():
-            return
-        if self.marker.silenced(_steps.SOURCE_MODEL_CALL):
-            self.model_hook.remove()
-            return
-        self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
+        if not self.compiling():
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
 
 
 def _holds_cuda_parameter(module):

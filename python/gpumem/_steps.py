@@ -16,9 +16,14 @@ the hooks mark nothing (that first call marks nothing either when a hook has alr
 marked, so the iteration is not counted twice).
 
 The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
-calls. Once one has marked, those below it mark nothing more. A backward pass or a model
-call marks at its start, from the second on: it ends the iteration before. So in a loop
-with an optimizer, which steps at the end of the first iteration, they never mark.
+calls. Once one has marked, those below it mark nothing while it keeps marking. A backward
+pass or a model call marks at its start, from the second on: it ends the iteration before.
+So in a loop with an optimizer, which steps at the end of the first iteration, they never
+mark. If the optimizer stops stepping while the loop goes on (every batch skipped, or an
+evaluation after training), a source below it marks again once it has been called more
+than STALL_CALLS times, and more than twice as often as it ever was between two of the
+better source's marks, with no such mark: a leak in the stalled loop still shows step by
+step. gpumem.step() is never stood in for: the program says where its steps are.
 """
 import importlib
 
@@ -32,6 +37,10 @@ SOURCE_MODEL_CALL = 4
 # Which sources silence which: a lower rank leads.
 _RANK = {SOURCE_EXPLICIT: 0, SOURCE_OPTIMIZER_HOOK: 1, SOURCE_BACKWARD: 2,
          SOURCE_MODEL_CALL: 3}
+_LOOP_SOURCES = (SOURCE_BACKWARD, SOURCE_MODEL_CALL)
+# A silenced source's calls with no better mark before it stands in for the stalled one:
+# above gradient accumulation's few, well below the batches an OOM takes.
+STALL_CALLS = 8
 
 
 class StepMarker:
@@ -44,13 +53,22 @@ class StepMarker:
         self.count = 0             # steps marked so far (gpumem_step's count)
         self.source = None
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
-        self.loop_calls = {SOURCE_BACKWARD: 0, SOURCE_MODEL_CALL: 0}
+        self.loop_calls = dict.fromkeys(_LOOP_SOURCES, 0)
+        # Per loop source: its calls since a better source last marked, and the most
+        # there ever were between two such marks.
+        self.calls_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
+        self.most_between_better = dict.fromkeys(_LOOP_SOURCES, 0)
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
 
     def _mark(self, source):
         self.leading_rank = min(self.leading_rank, _RANK[source])
+        for below in _LOOP_SOURCES:
+            if _RANK[below] > _RANK[source]:
+                self.most_between_better[below] = max(self.most_between_better[below],
+                                                      self.calls_since_better[below])
+                self.calls_since_better[below] = 0
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:
@@ -75,13 +93,25 @@ class StepMarker:
         self._mark(SOURCE_OPTIMIZER_HOOK)
 
     def silenced(self, source):
-        """Whether a better-ranked source has marked: `source` will never mark again."""
+        """Whether a better-ranked source has marked: `source` marks only while that one
+        stalls."""
         return self.leading_rank < _RANK[source]
+
+    def stalled_above(self, source):
+        """Whether `source` has been called so often since a better source last marked
+        that the better one has stopped marking."""
+        calls = self.calls_since_better[source]
+        return calls > max(STALL_CALLS, 2 * self.most_between_better[source])
 
     def on_loop_start(self, source):
         """A backward pass or a model call begins (SOURCE_BACKWARD, SOURCE_MODEL_CALL):
         from the second on, it ends the iteration before."""
-        if self.explicit or self.silenced(source):
+        if self.explicit:
+            return
+        self.calls_since_better[source] += 1
+        if self.silenced(source):
+            if self.stalled_above(source):
+                self._mark(source)
             return
         self.loop_calls[source] += 1
         if self.loop_calls[source] > 1:

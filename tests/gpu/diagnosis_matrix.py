@@ -1,9 +1,10 @@
 """The diagnosis matrix: every script of diagnosis_cases.py under `gpumem run` (gpumem's
 allocator) and `gpumem run --profile-only`, each with a trace, then `gpumem report --json`
 on it. Prints a Markdown table: how the run ended, the report's verdict, whether it is
-the expected class and names the `# LEAK` line, and what gpumem said on stderr while the
-run was alive (the early warning, and the verdict at the OOM, judged against the same
-class where the run died of one).
+the expected class and its first leak suspect is the `# LEAK` line, and what gpumem said
+on stderr while the run was alive: the early warning (which must name that line, where a
+leaking case gave one) and the verdict at the OOM (judged against the same class where
+the run died of one).
 
 usage: diagnosis_matrix.py GPUMEM_CLI [--script FILE] [--cases a,b]
                            [--modes gpumem,profile] [--jsonl FILE] [--timeout SECONDS]
@@ -73,6 +74,20 @@ def said_right_at_oom(expected, ended, at_oom):
     return f"verdict: {expected}" in at_oom
 
 
+def names_site(named, site):
+    """Whether a site as gpumem names it ("path/file.py:12 function") is file.py:12."""
+    where = named.split(" ", 1)[0]
+    return where == site or where.endswith("/" + site)
+
+
+def warned_right(expected, warning, site):
+    """Whether an early leak warning named the leaking line (None: no warning, or the
+    case is not a leak)."""
+    if expected != "leak" or not warning:
+        return None
+    return any(names_site(word, site) for word in warning.split())
+
+
 def launch(cli, script, mode, case, trace, timeout):
     """(how the run ended, its stderr). Native runs are plain Python, no gpumem at all."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0",
@@ -102,18 +117,21 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     if reports:
         with open(os.path.join(reports, f"{case}-{mode}.json"), "w") as f:
             f.write(r.stdout or r.stderr)
-    verdict = json.loads(r.stdout).get("verdict", "") if r.returncode == 0 else r.stderr.strip()
+    report = json.loads(r.stdout) if r.returncode == 0 else {}
+    verdict = report.get("verdict", "") if r.returncode == 0 else r.stderr.strip()
     site = f"{os.path.basename(script)}:{leak_line}"
     if expected == "completes":
         right_class, right_site = ended == "exit 0", True
     else:
         right_class = verdict.startswith(expected) or expected in verdict.split(";")[0]
-        right_site = expected != "leak" or site in r.stdout
+        suspects = report.get("leak_suspects") or [{}]
+        right_site = expected != "leak" or names_site(suspects[0].get("site", ""), site)
     at_oom = portable(said(stderr, "verdict:"), workdir)
+    warning = portable(said(stderr, "leak warning"), workdir)
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
             "ok_at_oom": said_right_at_oom(expected, ended, at_oom),
-            "warning": portable(said(stderr, "leak warning"), workdir),
+            "warning": warning, "ok_warning": warned_right(expected, warning, site),
             "at_oom": at_oom,
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
@@ -146,13 +164,15 @@ def main():
             print(json.dumps(row), file=sys.stderr, flush=True)
             if out:
                 out.write(json.dumps(row) + "\n")
-    print("| case | mode | ended | verdict | right | early warning | said at the OOM | right |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| case | mode | ended | verdict | right | early warning | right "
+          "| said at the OOM | right |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['mode']} | {r['ended']} | {r['verdict'][:90]} | "
-              f"{RIGHT[r['ok']]} | {r['warning'][:60]} | {r['at_oom'][:60]} | "
-              f"{RIGHT[r.get('ok_at_oom')]} |")
-    judgements = [r[k] for r in rows for k in ("ok", "ok_at_oom") if r.get(k) is not None]
+              f"{RIGHT[r['ok']]} | {r['warning'][:60]} | {RIGHT[r.get('ok_warning')]} | "
+              f"{r['at_oom'][:60]} | {RIGHT[r.get('ok_at_oom')]} |")
+    judgements = [r[k] for r in rows for k in ("ok", "ok_at_oom", "ok_warning")
+                  if r.get(k) is not None]
     wrong = judgements.count(False)
     judged = len(judgements)
     print(f"\n{judged - wrong} passed, {wrong} failed")

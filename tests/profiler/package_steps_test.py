@@ -116,6 +116,7 @@ class StepMarks(unittest.TestCase):
 
 
 BACKWARD, MODEL_CALL = _steps.SOURCE_BACKWARD, _steps.SOURCE_MODEL_CALL
+OPTIMIZER = _steps.SOURCE_OPTIMIZER_HOOK
 
 
 class LoopMarks(unittest.TestCase):
@@ -154,12 +155,44 @@ class LoopMarks(unittest.TestCase):
         self.assertTrue(self.m.silenced(MODEL_CALL))
         self.assertFalse(self.m.silenced(BACKWARD))
 
-    def test_explicit_steps_silence_them(self):
+    def test_explicit_steps_silence_them_for_good(self):
         self.m.on_explicit_step()
-        for _ in range(3):
+        for _ in range(3 * _steps.STALL_CALLS):
             self.m.on_loop_start(BACKWARD)
             self.m.on_loop_start(MODEL_CALL)
         self.assertEqual(self.lib.steps, [_steps.SOURCE_EXPLICIT])
+
+    def test_model_calls_stand_in_while_the_optimizer_stalls(self):
+        opt = Opt()
+        for _ in range(5):  # training
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_optimizer_step(opt)
+        for _ in range(20):  # every batch skipped before its backward
+            self.m.on_loop_start(MODEL_CALL)
+        for _ in range(3):  # training again
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 5 + [MODEL_CALL] * (20 + 1 - 8) +
+                         [OPTIMIZER] * 3)
+
+    def test_accumulated_passes_between_optimizer_steps_are_no_stall(self):
+        opt = Opt()
+        for _ in range(10):
+            for _ in range(8):
+                self.m.on_loop_start(MODEL_CALL)
+                self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [MODEL_CALL] + [BACKWARD] * 7 + [OPTIMIZER] * 10)
+
+    def test_a_stall_is_judged_against_the_longest_gap_seen(self):
+        opt = Opt()
+        for gap in (1, 12, 1, 24, 1, 49):  # evaluations of 12, 24 and 49 batches
+            for _ in range(gap):
+                self.m.on_loop_start(MODEL_CALL)
+            self.m.on_optimizer_step(opt)
+        # The first stands in past 8 calls; after it, 24 (2 x 12) is no stall; 49 is, at 49.
+        self.assertEqual(self.lib.steps, [OPTIMIZER] + [MODEL_CALL] * 4 + [OPTIMIZER] * 4 +
+                         [MODEL_CALL] + [OPTIMIZER])
 
 
 class Handle:
@@ -234,14 +267,14 @@ class ModelCallHooks(unittest.TestCase):
             on_device()
         self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
 
-    def test_an_optimizer_step_removes_the_model_hook(self):
+    def test_an_optimizing_loop_leaves_the_model_hook_silent(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
-        model = FakeModule("cuda")
-        model()
-        self.m.on_optimizer_step(Opt())
-        model()
-        self.assertEqual(model.own_pre, {})
-        self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK])
+        model, opt = FakeModule("cuda"), Opt()
+        for _ in range(3):
+            model()
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(len(model.own_pre), 1)
+        self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK] * 3)
 
     def test_nothing_while_compiling(self):
         _loop_marks.watch_model_calls(torch_with_modules(compiling=lambda: True), self.m)

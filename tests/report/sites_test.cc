@@ -1,5 +1,7 @@
 #include "tools/report/sites.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 #include "tools/trace/frame_table.h"
 
@@ -13,6 +15,17 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
   EXPECT_TRUE(IsLibraryFrame({"/src/c10/cuda/CUDACachingAllocator.cpp", 1200, "malloc"}));
   EXPECT_FALSE(IsLibraryFrame({"capture.py", 78, "leaky_mlp"}));
   EXPECT_FALSE(IsLibraryFrame({"project/model/attention.py", 12, "forward"}));
+}
+
+TEST(IsLibraryFrame, CodeThatTorchCompileGeneratesIsALibrary) {
+  constexpr char kHash[] = "csrhcuqpfrk2brwkr2qbtvsvpuod3scmqgrjlbkyxd6ymtktlaqj";
+  for (const std::string folder : {"/tmp/torchinductor_root/sr/", "/scratch/cache/sr/"}) {
+    EXPECT_TRUE(IsLibraryFrame({folder + kHash + ".py", 183, "Runner.call"})) << folder;
+  }
+  // A user's file of that shape in another folder, or a short name, is the user's.
+  EXPECT_FALSE(IsLibraryFrame({std::string("/tmp/ab/") + kHash + ".py", 1, "f"}));
+  EXPECT_FALSE(IsLibraryFrame({"/home/me/sr/csr.py", 1, "f"}));
+  EXPECT_FALSE(IsLibraryFrame({std::string("/home/me/sr/") + kHash + "x.py", 1, "f"}));
 }
 
 TEST(SiteTable, InnermostUserFrameNamesTheSite) {

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -167,8 +170,24 @@ OomClass ClassifyOom(const OomFigures& f) {
   return OomClass::kPeak;
 }
 
+// The module torch.compile's Inductor writes for a graph and runs: <cache>/xy/cxy<49>.py,
+// named by its hash (c and 51 base32 characters), the folder by the hash's next two. The
+// cache may be anywhere (TORCHINDUCTOR_CACHE_DIR), so the name is what tells.
+bool IsInductorOutputCode(absl::string_view file) {
+  constexpr absl::string_view kSuffix = ".py";
+  constexpr std::size_t kHash = 52;
+  if (!absl::ConsumeSuffix(&file, kSuffix) || file.size() < kHash + 4) return false;
+  const absl::string_view hash = file.substr(file.size() - kHash);
+  const absl::string_view folder = file.substr(file.size() - kHash - 4, 4);  // "/xy/"
+  const bool base32 = absl::c_all_of(
+      hash, [](char c) { return absl::ascii_islower(c) || absl::ascii_isdigit(c); });
+  return base32 && hash[0] == 'c' && folder[0] == '/' && folder[3] == '/' &&
+         folder.substr(1, 2) == hash.substr(1, 2);
+}
+
 bool IsLibraryFile(absl::string_view file) {
   if (file.empty()) return true;
+  if (IsInductorOutputCode(file)) return true;
   // Installed packages (torch, transformers, ...), the stdlib, and interpreter internals.
   static constexpr absl::string_view kLibraryMarks[] = {
       "site-packages/", "dist-packages/", "/lib/python", "<frozen", "/torch/",

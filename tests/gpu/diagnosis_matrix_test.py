@@ -1,0 +1,38 @@
+"""diagnosis_matrix.py's judgements of a leaking case: the first leak suspect must be the
+`# LEAK` line itself (not a frame elsewhere in the report), and an early warning, where
+there was one, must name that line too; a line number is never taken for its prefix."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import diagnosis_matrix as m  # noqa: E402
+
+SITE = "diagnosis_cases.py:37"
+
+
+class NamesSite(unittest.TestCase):
+    def test_the_line_under_any_folder(self):
+        self.assertTrue(m.names_site("tests/gpu/diagnosis_cases.py:37 fn", SITE))
+        self.assertTrue(m.names_site("diagnosis_cases.py:37 fn.<locals>.g", SITE))
+
+    def test_another_line_or_file(self):
+        self.assertFalse(m.names_site("tests/gpu/diagnosis_cases.py:374 fn", SITE))
+        self.assertFalse(m.names_site("tests/gpu/my_diagnosis_cases.py:37 fn", SITE))
+        self.assertFalse(m.names_site("/tmp/torchinductor_root/sr/c.py:183 Runner.call", SITE))
+        self.assertFalse(m.names_site("", SITE))
+
+
+class WarnedRight(unittest.TestCase):
+    def test_judged_for_a_leak_that_was_warned_of(self):
+        said = "gpumem: leak warning at step 7: tests/gpu/diagnosis_cases.py:37 fn grew"
+        self.assertTrue(m.warned_right("leak", said, SITE))
+        self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
+
+    def test_not_judged_without_a_warning_or_a_leak(self):
+        self.assertIsNone(m.warned_right("leak", "", SITE))
+        self.assertIsNone(m.warned_right("no leak", "gpumem: leak warning at step 7: x", SITE))
+
+
+if __name__ == "__main__":
+    unittest.main()
