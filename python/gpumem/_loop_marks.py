@@ -5,11 +5,16 @@
   one. The model is the first module called from outside any module that holds a CUDA
   parameter (a loss or a transform holds none); PyTorch's global module hooks find it
   during that first call and are then removed, and a forward pre-hook on the model alone
-  stays (it marks only while no better source marks: _steps.py).
+  stays (it marks only while no better source marks: _steps.py). The hook leaves the
+  model as it was for what copies, saves or exports it: a copy (copy.deepcopy, pickle,
+  torch.save of the whole model) holds a hook that does nothing and needs no gpumem to
+  load, and torch.jit.script takes the hook off before it compiles the model's hooks.
 Both only while torch.compile is not tracing, so that no compiled graph holds them.
 """
 import functools
+import importlib
 import threading
+import weakref
 
 from . import _steps
 
@@ -87,7 +92,7 @@ class ModelCalls:
         if self.depth == 0 and self.finding and _holds_cuda_parameter(module):
             self.stop_finding()
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
-            module.register_forward_pre_hook(self.model_called)
+            module.register_forward_pre_hook(ModelCallHook(self, module))
 
     def stop_finding(self):
         for handle in self.finding:
@@ -97,6 +102,55 @@ class ModelCalls:
     def model_called(self, module, args):
         if not self.compiling():
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
+
+
+class ModelCallHook:
+    """The model's forward pre-hook: marks at the calls of that model alone (a shallow
+    copy shares the hook). Copied or pickled, it becomes `{}.get`, which returns the
+    call's args unchanged: a copy neither marks nor needs gpumem to be loaded."""
+
+    def __init__(self, calls, model):
+        self.calls, self.model = calls, weakref.ref(model)
+
+    def __call__(self, module, args):
+        if module is self.model():
+            self.calls.model_called(module, args)
+
+    def __reduce__(self):
+        return getattr, ({}, "get")
+
+
+def _without_model_call_hooks(module):
+    """Takes gpumem's hooks off `module` and everything under it."""
+    for m in module.modules():
+        for key, hook in list(m._forward_pre_hooks.items()):
+            if isinstance(hook, ModelCallHook):
+                del m._forward_pre_hooks[key]
+
+
+def watch_script(torch):
+    """torch.jit.script compiles a module's hooks, and gpumem's is Python it cannot
+    compile: the module to be scripted loses it first (its steps are then marked by the
+    optimizer or backward alone). Returns whether it installed."""
+    recursive = getattr(getattr(torch, "jit", None), "_recursive", None)
+    if recursive is None and getattr(torch, "__name__", None):
+        try:  # not imported yet when gpumem installs during `import torch`
+            recursive = importlib.import_module(torch.__name__ + ".jit._recursive")
+        except ImportError:
+            return False
+    create = getattr(recursive, "create_script_module", None)
+    if create is None or getattr(create, "_gpumem_unhooks", False):
+        return False
+
+    @functools.wraps(create)
+    def create_script_module(nn_module, *args, **kwargs):
+        if hasattr(nn_module, "modules"):
+            _without_model_call_hooks(nn_module)
+        return create(nn_module, *args, **kwargs)
+
+    create_script_module._gpumem_unhooks = True
+    recursive.create_script_module = create_script_module
+    return True
 
 
 def _holds_cuda_parameter(module):
@@ -115,4 +169,5 @@ def watch_model_calls(torch, marker=None):
         return False
     ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch)).start()
     hooks._gpumem_model_calls = True
+    watch_script(torch)
     return True

@@ -292,6 +292,30 @@ def checkpoint_save_load():
 
 
 @case
+def model_copied_saved_exported():
+    """After training (an optimizer marks the steps): the model deep-copied as an EMA or
+    teacher is, saved whole with torch.save and loaded, scripted, traced and exported;
+    each must give the trained model's output."""
+    model = tiny_model()
+    train(model, steps=3)
+    x = torch.randn(8, 256, device="cuda")
+    want, path = model(x), os.path.join(tempfile.mkdtemp(), "whole.pt")
+    ways = {"deepcopy": lambda: __import__("copy").deepcopy(model),
+            "save_load": lambda: (torch.save(model, path),
+                                  torch.load(path, weights_only=False))[1],
+            "jit_trace": lambda: torch.jit.trace(model, x),
+            "export": lambda: torch.export.export(model, (x,)).module(),
+            "jit_script": lambda: torch.jit.script(model)}  # last: it may unhook the model
+    figures = {}
+    for name, make in ways.items():
+        try:
+            figures[name] = "same" if torch.allclose(make()(x), want) else "differs"
+        except Exception as e:  # noqa: BLE001 (any failure is the row's finding)
+            figures[name] = f"{type(e).__name__}: {str(e)[:120]}"
+    return all(v == "same" for v in figures.values()), figures
+
+
+@case
 def gradient_checkpointing():
     from torch.utils.checkpoint import checkpoint
     model = tiny_model()

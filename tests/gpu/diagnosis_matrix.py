@@ -124,6 +124,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
         right_class, right_site = ended == "exit 0", True
     else:
         right_class = verdict.startswith(expected) or expected in verdict.split(";")[0]
+        if expected == "no leak":  # and the script itself ran to its end
+            right_class = right_class and ended == "exit 0"
         suspects = report.get("leak_suspects") or [{}]
         right_site = expected != "leak" or names_site(suspects[0].get("site", ""), site)
     at_oom = portable(said(stderr, "verdict:"), workdir)

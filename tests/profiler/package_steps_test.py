@@ -5,8 +5,10 @@ set_per_process_memory_fraction; and the package imports with no torch at all.
 
 usage: package_steps_test.py PYTHON_DIR. Exits non-zero on failure.
 """
+import copy
 import importlib
 import os
+import pickle
 import shutil
 import sys
 import tempfile
@@ -219,7 +221,13 @@ class FakeModule:
         self.params = [types.SimpleNamespace(device=types.SimpleNamespace(type=device))] \
             if device else []
         self.children, self.own_pre = children, {}
+        self._forward_pre_hooks = self.own_pre
         self.register_forward_pre_hook = register_in(self.own_pre)
+
+    def modules(self):
+        yield self
+        for child in self.children:
+            yield from child.modules()
 
     def parameters(self):
         return iter(self.params + [p for c in self.children for p in c.parameters()])
@@ -282,6 +290,47 @@ class ModelCallHooks(unittest.TestCase):
         for _ in range(3):
             model()
         self.assertEqual(self.lib.steps, [])
+
+
+class ModelCallHookCopies(unittest.TestCase):
+    """What copying, saving and scripting a model make of gpumem's hook on it."""
+
+    def setUp(self):
+        self.lib = FakeLib()
+        self.m = _steps.StepMarker(self.lib)
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        self.model = FakeModule("cuda")
+        for _ in range(3):
+            self.model()
+        (self.hook,) = self.model.own_pre.values()
+
+    def test_copies_and_pickles_do_nothing_and_need_no_gpumem(self):
+        for copied in (copy.deepcopy(self.hook), pickle.loads(pickle.dumps(self.hook))):
+            self.assertNotIsInstance(copied, _loop_marks.ModelCallHook)
+            args = ("x",)
+            self.assertIs(copied(self.model, args), args)  # the call's args, unchanged
+        self.assertNotIn(b"gpumem", pickle.dumps(self.hook))
+
+    def test_only_the_model_it_was_put_on_marks(self):
+        other = FakeModule("cuda")
+        other.own_pre.update(self.model.own_pre)  # a shallow copy shares the hooks
+        other()
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
+        self.model()
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+
+    def test_scripting_takes_the_hook_off(self):
+        scripted = []
+        recursive = types.SimpleNamespace(
+            create_script_module=lambda module, stubs: scripted.append(
+                [dict(m.own_pre) for m in module.modules()]))
+        torch = types.SimpleNamespace(jit=types.SimpleNamespace(_recursive=recursive))
+        self.assertTrue(_loop_marks.watch_script(torch))
+        self.assertFalse(_loop_marks.watch_script(torch))
+        parent = FakeModule(children=[self.model])
+        recursive.create_script_module(parent, None)
+        self.assertEqual(scripted, [[{}, {}]])  # off before it compiles
+        self.assertEqual(self.model.own_pre, {})
 
 
 class BackwardHooks(unittest.TestCase):
