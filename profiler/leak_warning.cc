@@ -11,6 +11,22 @@ LeakWarner::LeakWarner(std::size_t steps)
     : steps_(std::min(steps, SiteHistory::kSteps - 1)),
       stopped_steps_(std::min(SiteHistory::kSteps - 1, std::max<std::size_t>(4 * steps_, 16))) {}
 
+namespace {
+
+// The step at which the device's cap is reached at `bytes_per_step`, if one is known.
+std::optional<std::uint64_t> ProjectedOomStep(double bytes_per_step, std::uint64_t step,
+                                              const LeakWarner::DeviceFigures& device) {
+  if (device.cap == 0 || bytes_per_step <= 0) return std::nullopt;
+  const double left =
+      device.cap > device.step_peak
+          ? std::ceil(static_cast<double>(device.cap - device.step_peak) / bytes_per_step)
+          : 1.0;
+  if (left >= 1e12) return std::nullopt;
+  return step + static_cast<std::uint64_t>(std::max(left, 1.0));
+}
+
+}  // namespace
+
 std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHistory::Series& s,
                                               std::uint64_t step,
                                               const DeviceFigures& device) const {
@@ -28,13 +44,27 @@ std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHisto
   w.key = key;
   w.bytes_per_step = report::FitLine(x, y).slope;
   w.live = s.live.back();
-  if (device.cap > 0 && w.bytes_per_step > 0) {
-    const double left = device.cap > device.step_peak
-                            ? std::ceil(static_cast<double>(device.cap - device.step_peak) /
-                                        w.bytes_per_step)
-                            : 1.0;
-    if (left < 1e12) w.oom_step = step + static_cast<std::uint64_t>(std::max(left, 1.0));
+  w.oom_step = ProjectedOomStep(w.bytes_per_step, step, device);
+  return w;
+}
+
+std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
+                                                     const SiteHistory::Series& s,
+                                                     std::uint64_t step,
+                                                     const DeviceFigures& device) const {
+  if (s.live.size() < report::kMinLateGrowthSamples ||
+      s.steps.back() - s.steps.front() < 2.0 * SiteHistory::kSteps) {
+    return std::nullopt;  // the fine series sees as far
   }
+  const std::optional<report::Growth> g =
+      report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak));
+  if (!g || g->bytes_per_step <= 0) return std::nullopt;
+  LeakWarning w;
+  w.key = key;
+  w.bytes_per_step = g->bytes_per_step;
+  w.live = s.live.back();
+  w.oom_step = ProjectedOomStep(w.bytes_per_step, step, device);
+  w.in_steps_over = static_cast<std::uint64_t>(s.steps.back() - s.steps[g->from]);
   return w;
 }
 
@@ -68,6 +98,21 @@ std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key,
   return withdrawn;
 }
 
+std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t step,
+                                             const SiteHistory& history,
+                                             const DeviceFigures& device) {
+  const SiteHistory::Series series = history.Of(key);
+  std::optional<LeakWarning> w = Rising(key, series, step, device);
+  const auto said = said_.find(key);
+  const bool said_in_steps = said != said_.end() && said->second.in_steps_over > 0;
+  if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
+  if (!w && history.coarse_sampled()) w = RisingInSteps(key, history.CoarseOf(key), step, device);
+  if (!w) return Withdraw(key, series);
+  if (said != said_.end() && !Moved(said->second, *w, step)) return std::nullopt;
+  said_[key] = *w;
+  return w;
+}
+
 std::vector<LeakWarning> LeakWarner::Check(
     std::uint64_t step, const SiteHistory& history,
     const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices) {
@@ -76,17 +121,10 @@ std::vector<LeakWarning> LeakWarner::Check(
   for (std::uint64_t key : history.Keys()) {
     if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;  // totals: not a site
     const auto device = devices.find(static_cast<std::int32_t>(key >> 32));
-    const SiteHistory::Series series = history.Of(key);
-    const std::optional<LeakWarning> w =
-        Rising(key, series, step, device == devices.end() ? DeviceFigures{} : device->second);
-    if (!w) {
-      if (std::optional<LeakWarning> withdrawn = Withdraw(key, series)) out.push_back(*withdrawn);
-      continue;
+    if (std::optional<LeakWarning> w =
+            Judge(key, step, history, device == devices.end() ? DeviceFigures{} : device->second)) {
+      out.push_back(*w);
     }
-    const auto said = said_.find(key);
-    if (said != said_.end() && !Moved(said->second, *w, step)) continue;
-    said_[key] = *w;
-    out.push_back(*w);
   }
   std::sort(out.begin(), out.end(), [](const LeakWarning& a, const LeakWarning& b) {
     return a.bytes_per_step > b.bytes_per_step;

@@ -1,6 +1,10 @@
 // The early leak warning: at a step end, a site whose live bytes rose at each of the last
 // `steps` step ends, by a growth worth calling a leak (report::MinLeakGrowth), gets one
-// stderr line with its rate and the step at which the device's cap would be reached.
+// stderr line with its rate and the step at which the device's cap would be reached. A
+// site that grows in steps too far apart for that (something kept once an epoch) is
+// warned of from its coarse series (SiteHistory), by the rule the report calls a leak
+// with (report::RecentSteadyGrowth), once that series reaches back past the last kSteps
+// step ends; such a warning is judged again at each coarse sample only.
 // It is said again only when that projection moves by more than a quarter of the steps
 // it had left (or, with no cap known, when the rate moves by more than a quarter). A site
 // warned of that then holds no more for stopped_steps() step ends than at their start
@@ -25,6 +29,7 @@ struct LeakWarning {
   std::uint64_t live = 0;
   std::optional<std::uint64_t> oom_step;  // projected, from the cap in force
   bool withdrawn = false;  // the site stopped growing: the earlier warning no longer holds
+  std::uint64_t in_steps_over = 0;  // step ends its coarse series grew over (0: each step)
 };
 
 class LeakWarner {
@@ -45,6 +50,12 @@ class LeakWarner {
  private:
   std::optional<LeakWarning> Rising(std::uint64_t key, const SiteHistory::Series& s,
                                     std::uint64_t step, const DeviceFigures& device) const;
+  // The growth of a coarse series, fitted as the report fits it.
+  std::optional<LeakWarning> RisingInSteps(std::uint64_t key, const SiteHistory::Series& s,
+                                           std::uint64_t step, const DeviceFigures& device) const;
+  // What to say of `key` at this step end: a warning, a withdrawal, or nothing.
+  std::optional<LeakWarning> Judge(std::uint64_t key, std::uint64_t step,
+                                   const SiteHistory& history, const DeviceFigures& device);
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
   bool Stopped(const SiteHistory::Series& s) const;
   // The withdrawal of the warning said of `key`, if it was warned of and has stopped.

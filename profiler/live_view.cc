@@ -88,9 +88,13 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
                                 " at step ", *w.oom_step)
                  : std::string("no cap known to project the out-of-memory step");
+  const std::string how =
+      w.in_steps_over > 0
+          ? absl::StrCat(" grew in steps over the last ", w.in_steps_over, " step ends, +")
+          : absl::StrCat(" grew at each of the last ", warn_steps_, " step ends, +");
   return absl::StrCat("gpumem: leak warning at step ", step, ": ",
-                      site_names_[static_cast<std::uint32_t>(w.key)], " grew at each of the last ",
-                      warn_steps_, " step ends, +", report::Bytes(w.bytes_per_step),
+                      site_names_[static_cast<std::uint32_t>(w.key)], how,
+                      report::Bytes(w.bytes_per_step),
                       "/step (live ", report::Bytes(static_cast<double>(w.live)), "); ",
                       projection, "\n");
 }

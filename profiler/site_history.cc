@@ -25,7 +25,8 @@ void SiteHistory::Add(std::uint64_t step,
 }
 
 void SiteHistory::SampleCoarse(std::uint64_t step) {
-  if (++since_coarse_ < stride_) return;
+  coarse_sampled_ = ++since_coarse_ >= stride_;
+  if (!coarse_sampled_) return;
   since_coarse_ = 0;
   coarse_steps_[coarse_count_++] = step;
   for (auto& [key, ring] : sites_) ring.coarse[ring.coarse_samples++] = ring.values[head_];

@@ -35,6 +35,8 @@ class SiteHistory {
   Series CoarseOf(std::uint64_t key) const;
   std::vector<std::uint64_t> Keys() const;
   std::uint64_t last_step() const { return count_ == 0 ? 0 : steps_[head_]; }
+  // Whether the last Add took a coarse sample (every stride-th step end).
+  bool coarse_sampled() const { return coarse_sampled_; }
 
  private:
   struct Ring {
@@ -59,6 +61,7 @@ class SiteHistory {
   std::size_t coarse_count_ = 0;
   std::size_t stride_ = 1;
   std::size_t since_coarse_ = 0;
+  bool coarse_sampled_ = false;
 };
 
 }  // namespace gpumem

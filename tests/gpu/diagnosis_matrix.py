@@ -134,6 +134,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
             "verdict": verdict, "ok": bool(right_class and right_site),
             "ok_at_oom": said_right_at_oom(expected, ended, at_oom),
             "warning": warning, "ok_warning": warned_right(expected, warning, site),
+            "warnings_said": sum(l.startswith("gpumem: leak warning at")
+                                 for l in stderr.splitlines()),
             "at_oom": at_oom,
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 

@@ -10,8 +10,8 @@
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
-#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES narrows it); hiddenoom: the same
-#        matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
+#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES and DIAGNOSIS_MODES narrow it);
+#        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
 #        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
 #        (RING_SECONDS before the fast leak, default 90);
@@ -162,7 +162,8 @@ fi
 if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
-    ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --jsonl "$OUT/diagnosis.jsonl" \
+    ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --modes "${DIAGNOSIS_MODES:-gpumem,profile}" \
+    --jsonl "$OUT/diagnosis.jsonl" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/diagnosis.err" | tee "$OUT/diagnosis.md"
 fi

@@ -288,6 +288,45 @@ TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
       << err;
 }
 
+// Something kept once an epoch (every 50 steps): never five rises in a row, so the
+// coarse series warns of it, once its growth is plain, and is not withdrawn between
+// epochs; a single jump (a copy of the weights made once) and a cache that fills and
+// stops are not warned of in steps.
+TEST(OomVerdictTest, LeakOnceAnEpochIsWarnedOfInSteps) {
+  FakeTorchDevice torch{9};
+  ASSERT_EQ(gpumem_trace_capacity(9, 4096 * kMiB, 3), 0);
+  const std::uint32_t epoch = SiteStack("epoch.py", 5, "snapshot");
+  const std::uint32_t copy = SiteStack("ema.py", 8, "copy");
+  const std::uint32_t cache = SiteStack("fill.py", 3, "remember");
+  std::string err;
+  int first_warned = 0;
+  for (int step = 1; step <= 1000; ++step) {
+    if (step % 50 == 0) torch.Alloc(16 * kMiB, epoch);
+    if (step == 300) torch.Alloc(64 * kMiB, copy);
+    if (step <= 40 && step % 4 == 0) torch.Alloc(2 * kMiB, cache);
+    const std::string said = StepPrinting();
+    if (first_warned == 0 && Count(said, "epoch.py:5 snapshot grew in steps") > 0) {
+      first_warned = step;
+    }
+    err += said;
+  }
+  EXPECT_GT(first_warned, 0) << err;
+  EXPECT_LE(first_warned, 600) << err;  // the coarse stride depends on earlier tests
+  EXPECT_LE(Count(err, "epoch.py:5 snapshot grew in steps"), 4) << err;
+  EXPECT_EQ(Count(err, "epoch.py:5 snapshot has held no more"), 0) << err;
+  EXPECT_EQ(Count(err, "epoch.py:5 snapshot grew at each"), 0) << err;
+  EXPECT_EQ(Count(err, "ema.py:8 copy grew"), 0) << err;
+  EXPECT_EQ(Count(err, "fill.py:3 remember grew in steps"), 0) << err;
+  // 16 MiB every 50 steps: about 328 KiB a step, as fitted to the staircase.
+  const std::size_t line = err.find("epoch.py:5 snapshot grew in steps");
+  const std::size_t plus = err.find(" step ends, +", line);
+  ASSERT_NE(plus, std::string::npos) << err;
+  const double rate = std::strtod(err.c_str() + plus + 13, nullptr);
+  EXPECT_NEAR(rate, 16.0 * 1024 / 50, 16.0) << err.substr(line, 160);
+  EXPECT_EQ(err.compare(err.find_first_not_of("0123456789.", plus + 13), 9, " KiB/step"), 0)
+      << err.substr(line, 160);
+}
+
 // A gradient kept by a backward hook: allocated by a C++ backward node, on a thread with
 // no Python frames. The warning and the verdict name the forward line whose op made the
 // node, as the report does, not "<no stack recorded>".
