@@ -11,8 +11,8 @@
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES and DIAGNOSIS_MODES narrow it);
-#        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS / NCCL / cuFFT memory),
-#        native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
+#        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
+#        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
 #        (RING_SECONDS before the fast leak, default 90);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
