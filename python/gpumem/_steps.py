@@ -22,8 +22,8 @@ So in a loop with an optimizer, which steps at the end of the first iteration, t
 mark. If the optimizer stops stepping while the loop goes on (every batch skipped, or an
 evaluation after training), a source below it marks again once it has been called more
 than STALL_CALLS times, and more than twice as often as it ever was between two of the
-better source's marks, with no such mark: a leak in the stalled loop still shows step by
-step. gpumem.step() is never stood in for: the program says where its steps are.
+better source's marks (outside stalls), with no such mark: a leak in the stalled loop
+still shows step by step. gpumem.step() is never stood in for: the program says where its steps are.
 """
 import importlib
 
@@ -54,10 +54,12 @@ class StepMarker:
         self.source = None
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loop_calls = dict.fromkeys(_LOOP_SOURCES, 0)
-        # Per loop source: its calls since a better source last marked, and the most
-        # there ever were between two such marks.
+        # Per loop source: its calls since a better source last marked, the most there
+        # ever were between two such marks (stretches it stood in for not counted: each
+        # stall is judged alike), and whether it stands in now.
         self.calls_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
         self.most_between_better = dict.fromkeys(_LOOP_SOURCES, 0)
+        self.standing_in = dict.fromkeys(_LOOP_SOURCES, False)
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
@@ -66,9 +68,11 @@ class StepMarker:
         self.leading_rank = min(self.leading_rank, _RANK[source])
         for below in _LOOP_SOURCES:
             if _RANK[below] > _RANK[source]:
-                self.most_between_better[below] = max(self.most_between_better[below],
-                                                      self.calls_since_better[below])
+                if not self.standing_in[below]:
+                    self.most_between_better[below] = max(self.most_between_better[below],
+                                                          self.calls_since_better[below])
                 self.calls_since_better[below] = 0
+                self.standing_in[below] = False
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:
@@ -111,6 +115,7 @@ class StepMarker:
         self.calls_since_better[source] += 1
         if self.silenced(source):
             if self.stalled_above(source):
+                self.standing_in[source] = True
                 self._mark(source)
             return
         self.loop_calls[source] += 1

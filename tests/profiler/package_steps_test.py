@@ -188,13 +188,23 @@ class LoopMarks(unittest.TestCase):
 
     def test_a_stall_is_judged_against_the_longest_gap_seen(self):
         opt = Opt()
-        for gap in (1, 12, 1, 24, 1, 49):  # evaluations of 12, 24 and 49 batches
+        for gap in (1, 6, 1):  # six batches between two steps once
             for _ in range(gap):
                 self.m.on_loop_start(MODEL_CALL)
             self.m.on_optimizer_step(opt)
-        # The first stands in past 8 calls; after it, 24 (2 x 12) is no stall; 49 is, at 49.
-        self.assertEqual(self.lib.steps, [OPTIMIZER] + [MODEL_CALL] * 4 + [OPTIMIZER] * 4 +
-                         [MODEL_CALL] + [OPTIMIZER])
+        for _ in range(13):  # then a stall: more than 8, and more than twice six
+            self.m.on_loop_start(MODEL_CALL)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 3 + [MODEL_CALL])
+
+    def test_every_stall_is_judged_alike(self):
+        opt = Opt()
+        self.m.on_loop_start(MODEL_CALL)
+        self.m.on_optimizer_step(opt)
+        for _ in range(3):  # an evaluation of 12 batches after each step
+            for _ in range(12):
+                self.m.on_loop_start(MODEL_CALL)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] + ([MODEL_CALL] * 4 + [OPTIMIZER]) * 3)
 
 
 class Handle:
