@@ -13,6 +13,7 @@ Both only while torch.compile is not tracing, so that no compiled graph holds th
 """
 import functools
 import importlib
+import sys
 import threading
 import weakref
 
@@ -63,12 +64,15 @@ def watch_backward(torch, marker=None):
 
 
 class ModelCalls:
-    """Finds the model with the global module hooks, then marks at each of its calls."""
+    """Finds the model with the global module hooks, then marks at each of its calls. A
+    model that is freed (a batch-size finder's, a sweep's trial) starts the finding over,
+    so the model trained next is found too."""
 
     def __init__(self, marker, hooks, compiling):
         self.marker, self.hooks, self.compiling = marker, hooks, compiling
         self.depth = 0
         self.finding = []  # the global hooks' handles, while the model is not known
+        self.model = None  # a weak reference to the model found
 
     def start(self):
         self.finding = [self.hooks.register_module_forward_pre_hook(self.before_call),
@@ -93,6 +97,16 @@ class ModelCalls:
             self.stop_finding()
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
             module.register_forward_pre_hook(ModelCallHook(self, module))
+            self.model = weakref.ref(module, self.model_freed)
+
+    def model_freed(self, _ref):
+        if self.finding or sys.is_finalizing():  # at exit, torch may be half torn down
+            return
+        self.depth = 0
+        try:
+            self.start()
+        except Exception:  # noqa: BLE001 (a weakref callback must not raise)
+            self.finding = []
 
     def stop_finding(self):
         for handle in self.finding:

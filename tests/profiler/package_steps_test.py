@@ -6,6 +6,7 @@ set_per_process_memory_fraction; and the package imports with no torch at all.
 usage: package_steps_test.py PYTHON_DIR. Exits non-zero on failure.
 """
 import copy
+import gc
 import importlib
 import os
 import pickle
@@ -276,6 +277,21 @@ class ModelCallHooks(unittest.TestCase):
             loss()
         self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
         self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))  # found: removed
+
+    def test_a_freed_model_is_followed_by_the_next(self):
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        finder_model = FakeModule("cuda")  # a batch-size finder's, say
+        for _ in range(2):
+            finder_model()
+        del finder_model
+        gc.collect()
+        model = FakeModule("cuda")
+        for _ in range(2):
+            model()
+        # the finder's second call, the model's first (found: it ends the finder's
+        # iteration) and the model's second
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))
 
     def test_a_model_on_the_host_is_not_taken(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
