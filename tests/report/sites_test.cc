@@ -17,6 +17,14 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
   EXPECT_FALSE(IsLibraryFrame({"project/model/attention.py", 12, "forward"}));
 }
 
+TEST(IsLibraryFrame, WhatAUserTypedIsTheUsers) {
+  EXPECT_FALSE(IsLibraryFrame({"<ipython-input-3-5d3c2a1b9f>", 4, "<module>"}));
+  EXPECT_FALSE(IsLibraryFrame({"/tmp/ipykernel_4242/2912345678.py", 4, "<module>"}));
+  EXPECT_FALSE(IsLibraryFrame({"<stdin>", 9, "train_step"}));
+  EXPECT_TRUE(IsLibraryFrame({"<eval_with_key>.3", 7, "forward"}));
+  EXPECT_TRUE(IsLibraryFrame({"<string>", 2, "__init__"}));
+}
+
 TEST(IsLibraryFrame, CodeThatTorchCompileGeneratesIsALibrary) {
   constexpr char kHash[] = "csrhcuqpfrk2brwkr2qbtvsvpuod3scmqgrjlbkyxd6ymtktlaqj";
   for (const std::string folder : {"/tmp/torchinductor_root/sr/", "/scratch/cache/sr/"}) {

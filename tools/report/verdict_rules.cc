@@ -195,7 +195,12 @@ bool IsLibraryFile(absl::string_view file) {
   for (absl::string_view mark : kLibraryMarks) {
     if (absl::StrContains(file, mark)) return true;
   }
-  if (absl::StartsWith(file, "torch/") || absl::StartsWith(file, "<")) return true;
+  // Code with no file is the interpreter's or generated (<frozen ...>, torch.fx's
+  // <eval_with_key>.N), except what a user typed: IPython's cells and a script on stdin.
+  if (absl::StartsWith(file, "<")) {
+    return !absl::StartsWith(file, "<ipython-input-") && file != "<stdin>";
+  }
+  if (absl::StartsWith(file, "torch/")) return true;
   // Native frames (gpumem traces carry them too): the allocator, libtorch, CUDA libraries.
   static constexpr absl::string_view kNativeSuffixes[] = {".so", ".cpp", ".cc", ".h",
                                                           ".hpp", ".cu", ".cuh", ".c"};
