@@ -108,7 +108,11 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
   if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
   if (!w && history.coarse_sampled()) w = RisingInSteps(key, history.CoarseOf(key), step, device);
   if (!w) return Withdraw(key, series);
-  if (said != said_.end() && !Moved(said->second, *w, step)) return std::nullopt;
+  if (said != said_.end() && !Moved(said->second, *w, step)) {
+    // Unmoved but now growing in steps: judged at coarse samples from here on.
+    if (w->in_steps_over > 0) said->second.in_steps_over = w->in_steps_over;
+    return std::nullopt;
+  }
   said_[key] = *w;
   return w;
 }
