@@ -45,8 +45,10 @@ REPO = os.path.dirname(os.path.dirname(HERE)) + os.sep
 
 def portable(line, workdir):
     """A stderr line without this machine's paths: the checkout, site-packages, the
-    scratch folder (results are committed)."""
+    scratch folder and the rest of the temporary folder, where torch.compile writes its
+    code (results are committed)."""
     line = line.replace(REPO, "").replace(workdir + os.sep, "$TMP/")
+    line = line.replace(tempfile.gettempdir() + os.sep, "$TMPDIR/")
     return re.sub(r"\S*/site-packages/", "site-packages/", line)
 
 

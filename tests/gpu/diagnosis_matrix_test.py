@@ -19,8 +19,14 @@ class NamesSite(unittest.TestCase):
     def test_another_line_or_file(self):
         self.assertFalse(m.names_site("tests/gpu/diagnosis_cases.py:374 fn", SITE))
         self.assertFalse(m.names_site("tests/gpu/my_diagnosis_cases.py:37 fn", SITE))
-        self.assertFalse(m.names_site("/tmp/torchinductor_root/sr/c.py:183 Runner.call", SITE))
+        self.assertFalse(m.names_site("$TMPDIR/torchinductor_root/sr/c.py:183 Runner.call", SITE))
         self.assertFalse(m.names_site("", SITE))
+
+
+class Portable(unittest.TestCase):
+    def test_no_temporary_folder_of_this_machine(self):
+        line = os.path.join(m.tempfile.gettempdir(), "torchinductor_me", "sr", "c.py:183")
+        self.assertEqual(m.portable(line, "/elsewhere"), "$TMPDIR/torchinductor_me/sr/c.py:183")
 
 
 class WarnedRight(unittest.TestCase):

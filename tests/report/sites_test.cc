@@ -19,7 +19,7 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
 
 TEST(IsLibraryFrame, WhatAUserTypedIsTheUsers) {
   EXPECT_FALSE(IsLibraryFrame({"<ipython-input-3-5d3c2a1b9f>", 4, "<module>"}));
-  EXPECT_FALSE(IsLibraryFrame({"/tmp/ipykernel_4242/2912345678.py", 4, "<module>"}));
+  EXPECT_FALSE(IsLibraryFrame({"ipykernel_4242/2912345678.py", 4, "<module>"}));
   EXPECT_FALSE(IsLibraryFrame({"<stdin>", 9, "train_step"}));
   EXPECT_TRUE(IsLibraryFrame({"<eval_with_key>.3", 7, "forward"}));
   EXPECT_TRUE(IsLibraryFrame({"<string>", 2, "__init__"}));
@@ -27,13 +27,13 @@ TEST(IsLibraryFrame, WhatAUserTypedIsTheUsers) {
 
 TEST(IsLibraryFrame, CodeThatTorchCompileGeneratesIsALibrary) {
   constexpr char kHash[] = "csrhcuqpfrk2brwkr2qbtvsvpuod3scmqgrjlbkyxd6ymtktlaqj";
-  for (const std::string folder : {"/tmp/torchinductor_root/sr/", "/scratch/cache/sr/"}) {
+  for (const std::string folder : {"torchinductor_me/sr/", "scratch/cache/sr/"}) {
     EXPECT_TRUE(IsLibraryFrame({folder + kHash + ".py", 183, "Runner.call"})) << folder;
   }
   // A user's file of that shape in another folder, or a short name, is the user's.
-  EXPECT_FALSE(IsLibraryFrame({std::string("/tmp/ab/") + kHash + ".py", 1, "f"}));
-  EXPECT_FALSE(IsLibraryFrame({"/home/me/sr/csr.py", 1, "f"}));
-  EXPECT_FALSE(IsLibraryFrame({std::string("/home/me/sr/") + kHash + "x.py", 1, "f"}));
+  EXPECT_FALSE(IsLibraryFrame({std::string("cache/ab/") + kHash + ".py", 1, "f"}));
+  EXPECT_FALSE(IsLibraryFrame({"project/sr/csr.py", 1, "f"}));
+  EXPECT_FALSE(IsLibraryFrame({std::string("project/sr/") + kHash + "x.py", 1, "f"}));
 }
 
 TEST(SiteTable, InnermostUserFrameNamesTheSite) {
