@@ -96,7 +96,7 @@ class ModelCalls:
         if self.depth == 0 and self.finding and _holds_cuda_parameter(module):
             self.stop_finding()
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
-            module.register_forward_pre_hook(ModelCallHook(self, module))
+            module.register_forward_pre_hook(ModelCallHook(self))
             self.model = weakref.ref(module, self.model_freed)
 
     def model_freed(self, _ref):
@@ -113,22 +113,22 @@ class ModelCalls:
             handle.remove()
         self.finding = []
 
-    def model_called(self, module, args):
-        if not self.compiling():
+    def model_called(self, module):
+        """The hook's call: marks for the model found alone (a shallow copy shares its
+        hooks)."""
+        if module is self.model() and not self.compiling():
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
 
 
 class ModelCallHook:
-    """The model's forward pre-hook: marks at the calls of that model alone (a shallow
-    copy shares the hook). Copied or pickled, it becomes `{}.get`, which returns the
-    call's args unchanged: a copy neither marks nor needs gpumem to be loaded."""
+    """The model's forward pre-hook. Copied or pickled, it becomes `{}.get`, which returns
+    the call's args unchanged: a copy neither marks nor needs gpumem to be loaded."""
 
-    def __init__(self, calls, model):
-        self.calls, self.model = calls, weakref.ref(model)
+    def __init__(self, calls):
+        self.calls = calls
 
     def __call__(self, module, args):
-        if module is self.model():
-            self.calls.model_called(module, args)
+        self.calls.model_called(module)
 
     def __reduce__(self):
         return getattr, ({}, "get")

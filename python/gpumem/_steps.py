@@ -53,10 +53,10 @@ class StepMarker:
         self.count = 0             # steps marked so far (gpumem_step's count)
         self.source = None
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
-        self.loop_calls = dict.fromkeys(_LOOP_SOURCES, 0)
-        # Per loop source: its calls since a better source last marked, the most there
-        # ever were between two such marks (stretches it stood in for not counted: each
-        # stall is judged alike), and whether it stands in now.
+        # Per loop source: its calls since a better source last marked (all its calls,
+        # until one has), the most there ever were between two such marks (stretches it
+        # stood in for not counted: each stall is judged alike), and whether it stands in
+        # now.
         self.calls_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
         self.most_between_better = dict.fromkeys(_LOOP_SOURCES, 0)
         self.standing_in = dict.fromkeys(_LOOP_SOURCES, False)
@@ -118,8 +118,7 @@ class StepMarker:
                 self.standing_in[source] = True
                 self._mark(source)
             return
-        self.loop_calls[source] += 1
-        if self.loop_calls[source] > 1:
+        if self.calls_since_better[source] > 1:
             self._mark(source)
 
     def on_explicit_step(self):

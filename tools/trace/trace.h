@@ -34,8 +34,8 @@ enum class StepSource : std::uint8_t {
   kUnknown = 0,
   kExplicit = 1,       // the program called gpumem.step()
   kOptimizerHook = 2,  // PyTorch's optimizer step hooks, set by the Python package
-  kBackward = 3,       // backward passes, in loops no optimizer steps (the package)
-  kModelCall = 4,      // the model's calls, in loops with no backward (the package)
+  kBackward = 3,       // backward passes, where no optimizer steps or it stalls (the package)
+  kModelCall = 4,      // the model's calls, where neither of those marks (the package)
 };
 // How many StepSource values there are: the last one's value plus one.
 inline constexpr std::size_t kStepSources = static_cast<std::size_t>(StepSource::kModelCall) + 1;
