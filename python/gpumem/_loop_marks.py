@@ -5,7 +5,8 @@
   one. The model is the first module called from outside any module that holds a CUDA
   parameter (a loss or a transform holds none); PyTorch's global module hooks find it
   during that first call and are then removed, and a forward pre-hook on the model alone
-  stays (it marks only while no better source marks: _steps.py). The hook leaves the
+  stays (it marks only while no better source marks, and then only at calls that train:
+  the model in train mode, with grad; _steps.py). The hook leaves the
   model as it was for what copies, saves or exports it: a copy (copy.deepcopy, pickle,
   torch.save of the whole model) holds a hook that does nothing and needs no gpumem to
   load, and torch.jit.script takes the hook off before it compiles the model's hooks.
@@ -68,8 +69,9 @@ class ModelCalls:
     model that is freed (a batch-size finder's, a sweep's trial) starts the finding over,
     so the model trained next is found too."""
 
-    def __init__(self, marker, hooks, compiling):
+    def __init__(self, marker, hooks, compiling, grad_enabled=lambda: True):
         self.marker, self.hooks, self.compiling = marker, hooks, compiling
+        self.grad_enabled = grad_enabled
         self.depth = 0
         self.finding = []  # the global hooks' handles, while the model is not known
         self.model = None  # a weak reference to the model found
@@ -117,7 +119,8 @@ class ModelCalls:
         """The hook's call: marks for the model found alone (a shallow copy shares its
         hooks)."""
         if module is self.model() and not self.compiling():
-            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)
+            training = getattr(module, "training", True) and self.grad_enabled()
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL, training)
 
 
 class ModelCallHook:
@@ -181,7 +184,8 @@ def watch_model_calls(torch, marker=None):
     if (getattr(hooks, "register_module_forward_pre_hook", None) is None
             or getattr(hooks, "_gpumem_model_calls", False)):
         return False
-    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch)).start()
+    grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch), grad_enabled).start()
     hooks._gpumem_model_calls = True
     watch_script(torch)
     return True

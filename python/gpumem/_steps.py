@@ -19,11 +19,13 @@ The sources rank: gpumem.step(), then optimizer steps, then backward passes, the
 calls. Once one has marked, those below it mark nothing while it keeps marking. A backward
 pass or a model call marks at its start, from the second on: it ends the iteration before.
 So in a loop with an optimizer, which steps at the end of the first iteration, they never
-mark. If the optimizer stops stepping while the loop goes on (every batch skipped, or an
-evaluation after training), a source below it marks again once it has been called more
-than STALL_CALLS times, and more than twice as often as it ever was between two of the
-better source's marks (outside stalls), with no such mark: a leak in the stalled loop
-still shows step by step. gpumem.step() is never stood in for: the program says where its steps are.
+mark. If the optimizer stops stepping while the loop goes on (every batch skipped), a source
+below it marks again once it has been called more than STALL_CALLS times, and more than
+twice as often as it ever was between two of the better source's marks (outside stalls),
+with no such mark: a leak in the stalled loop still shows step by step. Model calls that
+train nothing (eval mode, or no grad) are an evaluation between epochs until there are
+more of them than steps so far: only a phase longer than the training before it (a
+generation run after training) is stood in for, so a validation pass adds no steps. gpumem.step() is never stood in for: the program says where its steps are.
 """
 import importlib
 
@@ -54,10 +56,13 @@ class StepMarker:
         self.source = None
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         # Per loop source: its calls since a better source last marked (all its calls,
-        # until one has), the most there ever were between two such marks (stretches it
-        # stood in for not counted: each stall is judged alike), and whether it stands in
-        # now.
+        # until one has), of them those that trained nothing while silenced, the steps
+        # marked before them, the most there ever were between two such marks (stretches
+        # it stood in for and idle calls not counted: each stall is judged alike), and
+        # whether it stands in now.
         self.calls_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
+        self.idle_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
+        self.steps_before = dict.fromkeys(_LOOP_SOURCES, 0)
         self.most_between_better = dict.fromkeys(_LOOP_SOURCES, 0)
         self.standing_in = dict.fromkeys(_LOOP_SOURCES, False)
 
@@ -69,9 +74,11 @@ class StepMarker:
         for below in _LOOP_SOURCES:
             if _RANK[below] > _RANK[source]:
                 if not self.standing_in[below]:
+                    trained = self.calls_since_better[below] - self.idle_since_better[below]
                     self.most_between_better[below] = max(self.most_between_better[below],
-                                                          self.calls_since_better[below])
-                self.calls_since_better[below] = 0
+                                                          trained)
+                self.calls_since_better[below] = self.idle_since_better[below] = 0
+                self.steps_before[below] = self.count + 1
                 self.standing_in[below] = False
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
@@ -101,20 +108,25 @@ class StepMarker:
         stalls."""
         return self.leading_rank < _RANK[source]
 
-    def stalled_above(self, source):
+    def stalled_above(self, source, training):
         """Whether `source` has been called so often since a better source last marked
         that the better one has stopped marking."""
         calls = self.calls_since_better[source]
-        return calls > max(STALL_CALLS, 2 * self.most_between_better[source])
+        limit = max(STALL_CALLS, 2 * self.most_between_better[source])
+        if not training:
+            return calls > max(limit, self.steps_before[source])
+        return calls - self.idle_since_better[source] > limit
 
-    def on_loop_start(self, source):
+    def on_loop_start(self, source, training=True):
         """A backward pass or a model call begins (SOURCE_BACKWARD, SOURCE_MODEL_CALL):
-        from the second on, it ends the iteration before."""
+        from the second on, it ends the iteration before. `training`: the call trains (a
+        model in train mode, with grad), which only model calls may not."""
         if self.explicit:
             return
         self.calls_since_better[source] += 1
         if self.silenced(source):
-            if self.stalled_above(source):
+            self.idle_since_better[source] += not training
+            if self.stalled_above(source, training):
                 self.standing_in[source] = True
                 self._mark(source)
             return

@@ -201,6 +201,25 @@ def periodic_evaluation():
             net.train()
 
 
+@case("leak")
+def output_slices_kept_with_validation_each_epoch():
+    """Epochs of 100 steps that keep a slice of each output (which keeps all of it), each
+    followed by a validation pass of 40 batches in eval mode under no_grad: the steps are
+    the optimizer's, not the validation's batches."""
+    net, samples = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(1000):
+        net.train()
+        for _ in range(100):
+            out, _ = fit(net, opt, batch())  # LEAK: a slice of it kept below
+            samples.append(out[:4])
+        net.eval()
+        with torch.no_grad():
+            val = sum(net(batch()).pow(2).mean().item() for _ in range(40)) / 40
+        print(f"epoch {epoch} val {val:.4f}")
+    return samples
+
+
 @case("no leak")
 def ema_copy_made_late():
     """An exponential moving average of the weights, copied once a third of the way in:

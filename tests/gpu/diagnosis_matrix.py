@@ -138,7 +138,7 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
             "warning": warning, "ok_warning": warned_right(expected, warning, site),
             "warnings_said": sum(l.startswith("gpumem: leak warning at")
                                  for l in stderr.splitlines()),
-            "at_oom": at_oom,
+            "at_oom": at_oom, "steps": report.get("steps", {}).get("detail", ""),
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
 

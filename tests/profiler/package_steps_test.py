@@ -207,6 +207,35 @@ class LoopMarks(unittest.TestCase):
             self.m.on_optimizer_step(opt)
         self.assertEqual(self.lib.steps, [OPTIMIZER] + ([MODEL_CALL] * 4 + [OPTIMIZER]) * 3)
 
+    def train(self, steps, opt):
+        for _ in range(steps):
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_optimizer_step(opt)
+
+    def test_a_validation_pass_is_no_stall(self):
+        opt = Opt()
+        for _ in range(3):  # an epoch of training, then 50 batches evaluated
+            self.train(60, opt)
+            for _ in range(50):
+                self.m.on_loop_start(MODEL_CALL, training=False)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 180)
+        self.train(1, opt)  # the validation passes did not widen the gap between steps
+        for _ in range(20):
+            self.m.on_loop_start(MODEL_CALL)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 181 + [MODEL_CALL] * 12)
+
+    def test_a_phase_longer_than_the_training_before_it_is_stood_in_for(self):
+        opt = Opt()
+        self.train(30, opt)
+        for _ in range(40):  # generation after training
+            self.m.on_loop_start(MODEL_CALL, training=False)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 30 + [MODEL_CALL] * 10)
+
+    def test_an_evaluation_script_marks_at_its_calls_that_train_nothing(self):
+        for _ in range(4):
+            self.m.on_loop_start(MODEL_CALL, training=False)
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+
 
 class Handle:
     def __init__(self, table, key):
@@ -309,6 +338,23 @@ class ModelCallHooks(unittest.TestCase):
             self.m.on_optimizer_step(opt)
         self.assertEqual(len(model.own_pre), 1)
         self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK] * 3)
+
+    def test_calls_in_eval_mode_or_without_grad_train_nothing(self):
+        grad = [True]
+        torch = torch_with_modules()
+        torch.is_grad_enabled = lambda: grad[0]
+        _loop_marks.watch_model_calls(torch, self.m)
+        model, opt = FakeModule("cuda"), Opt()
+        model()
+        self.m.on_optimizer_step(opt)
+        seen = []
+        self.m.on_loop_start = lambda source, training=True: seen.append(training)
+        model()
+        model.training = False
+        model()
+        model.training, grad[0] = True, False
+        model()
+        self.assertEqual(seen, [True, False, False])
 
     def test_nothing_while_compiling(self):
         _loop_marks.watch_model_calls(torch_with_modules(compiling=lambda: True), self.m)
