@@ -8,19 +8,24 @@ the run died of one).
 
 usage: diagnosis_matrix.py GPUMEM_CLI [--script FILE] [--cases a,b]
                            [--modes gpumem,profile] [--jsonl FILE] [--timeout SECONDS]
-                           [--reports DIR]
+                           [--reports DIR] [--gpus 0,1]
+--gpus: the devices to spread the runs over, one run on each at a time (default: one
+run at a time on whatever CUDA_VISIBLE_DEVICES allows).
 --script: the case file (default diagnosis_cases.py; hidden_oom_cases.py holds the
 out-of-memory errors that libraries raise in their own words). A case file's `list`
 prints: name, the verdict expected under profile-only, under gpumem's allocator
 ("completes": the run ends normally), and the `# LEAK` line (0: none).
 """
 import argparse
+import concurrent.futures
 import json
 import os
+import queue
 import re
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODES = {"gpumem": ["run", "--"], "profile": ["run", "--profile-only", "--"], "native": []}
@@ -90,10 +95,12 @@ def warned_right(expected, warning, site):
     return any(names_site(word, site) for word in warning.split())
 
 
-def launch(cli, script, mode, case, trace, timeout):
+def launch(cli, script, mode, case, trace, timeout, gpu=None):
     """(how the run ended, its stderr). Native runs are plain Python, no gpumem at all."""
     env = dict(os.environ, PYTHONUNBUFFERED="1", NCCL_NVLS_ENABLE="0",
                TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     if mode != "native":
         env.update(GPUMEM_TRACE=trace, GPUMEM_STACKS="python")
     command = ([cli] + MODES[mode] if MODES[mode] else []) + [sys.executable, script, case]
@@ -105,9 +112,10 @@ def launch(cli, script, mode, case, trace, timeout):
             p.stderr)
 
 
-def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, reports=""):
+def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, reports="",
+        gpu=None):
     trace = os.path.join(workdir, f"{case}-{mode}.gpumem")
-    ended, stderr = launch(cli, script, mode, case, trace, timeout)
+    ended, stderr = launch(cli, script, mode, case, trace, timeout, gpu)
     if mode == "native":
         return {"case": case, "mode": mode, "expected": "-", "ended": ended, "verdict": "-",
                 "ok": None, "warning": "", "at_oom": "",
@@ -156,20 +164,34 @@ def main():
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--timeout", type=int, default=150)
     ap.add_argument("--reports", default="", help="folder to keep each report's JSON in")
+    ap.add_argument("--gpus", default="", help="devices to spread the runs over, e.g. 0,1")
     args = ap.parse_args()
     cases = listed(args.script)
     names = args.cases.split(",") if args.cases else list(cases)
     workdir = tempfile.mkdtemp(prefix="gpumem-diagnosis-")
     out = open(args.jsonl, "w") if args.jsonl else None
-    rows = []
-    for name in names:
-        for mode in args.modes.split(","):
-            row = run(args.cli, args.script, mode, name, *cases[name], args.timeout, workdir,
-                      args.reports)
-            rows.append(row)
+    gpus, written = queue.Queue(), threading.Lock()
+    for gpu in (args.gpus.split(",") if args.gpus else [None]):
+        gpus.put(gpu)
+
+    def run_on_a_free_gpu(name, mode):
+        gpu = gpus.get()
+        try:
+            row = run(args.cli, args.script, mode, name, *cases[name], args.timeout,
+                      workdir, args.reports, gpu)
+        finally:
+            gpus.put(gpu)
+        with written:  # as each ends, so a run cut short keeps what was done
             print(json.dumps(row), file=sys.stderr, flush=True)
             if out:
                 out.write(json.dumps(row) + "\n")
+                out.flush()
+        return row
+
+    with concurrent.futures.ThreadPoolExecutor(gpus.qsize()) as pool:
+        runs = [pool.submit(run_on_a_free_gpu, name, mode)
+                for name in names for mode in args.modes.split(",")]
+        rows = [r.result() for r in runs]  # the table in the order asked
     print("| case | mode | ended | verdict | right | early warning | right "
           "| said at the OOM | right |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -10,7 +10,8 @@
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
-#        (tests/gpu/diagnosis_matrix.py; DIAGNOSIS_CASES and DIAGNOSIS_MODES narrow it);
+#        (tests/gpu/diagnosis_matrix.py, one case on each GPU at a time; DIAGNOSIS_CASES
+#        and DIAGNOSIS_MODES narrow it);
 #        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
 #        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
@@ -159,9 +160,11 @@ if want emptyab; then
     --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
 fi
 
+# The matrices run one case on each GPU at a time.
+all_gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)
 if want diagnosis; then
   echo "== diagnosis matrix"
-  $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
+  $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" --gpus "$all_gpus" \
     ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --modes "${DIAGNOSIS_MODES:-gpumem,profile}" \
     --jsonl "$OUT/diagnosis.jsonl" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
@@ -171,7 +174,7 @@ fi
 if want hiddenoom; then
   echo "== out-of-memory raised by libraries, both modes"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
-    --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" \
+    --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" --gpus "$all_gpus" \
     ${HIDDENOOM_CASES:+--cases $HIDDENOOM_CASES} --modes "${HIDDENOOM_MODES:-native,profile,gpumem}" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
