@@ -79,6 +79,11 @@ bool LeakWarner::Moved(const LeakWarning& before, const LeakWarning& now,
   return std::fabs(now.bytes_per_step - before.bytes_per_step) > 0.25 * before.bytes_per_step;
 }
 
+bool LeakWarner::DueAgain(const Said& said, std::uint64_t step) const {
+  const std::uint64_t wait = std::max<std::uint64_t>(steps_, said.last_step - said.first_step);
+  return step >= said.last_step + wait;
+}
+
 bool LeakWarner::Stopped(const SiteHistory::Series& s) const {
   const std::size_t n = s.live.size();
   if (n < stopped_steps_ + 1) return false;
@@ -91,7 +96,7 @@ std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key,
                                                 const SiteHistory::Series& s) {
   const auto said = said_.find(key);
   if (said == said_.end() || !Stopped(s)) return std::nullopt;
-  LeakWarning withdrawn = said->second;
+  LeakWarning withdrawn = said->second.warning;
   withdrawn.withdrawn = true;
   withdrawn.live = s.live.back();
   said_.erase(said);
@@ -104,16 +109,21 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
   const SiteHistory::Series series = history.Of(key);
   std::optional<LeakWarning> w = Rising(key, series, step, device);
   const auto said = said_.find(key);
-  const bool said_in_steps = said != said_.end() && said->second.in_steps_over > 0;
+  const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
   if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
   if (!w && history.coarse_sampled()) w = RisingInSteps(key, history.CoarseOf(key), step, device);
   if (!w) return Withdraw(key, series);
-  if (said != said_.end() && !Moved(said->second, *w, step)) {
-    // Unmoved but now growing in steps: judged at coarse samples from here on.
-    if (w->in_steps_over > 0) said->second.in_steps_over = w->in_steps_over;
+  if (said == said_.end()) {
+    said_[key] = Said{*w, step, step};
+    return w;
+  }
+  if (!Moved(said->second.warning, *w, step) || !DueAgain(said->second, step)) {
+    // Not said now but growing in steps: judged at coarse samples from here on.
+    if (w->in_steps_over > 0) said->second.warning.in_steps_over = w->in_steps_over;
     return std::nullopt;
   }
-  said_[key] = *w;
+  said->second.warning = *w;
+  said->second.last_step = step;
   return w;
 }
 

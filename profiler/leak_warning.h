@@ -6,7 +6,10 @@
 // with (report::RecentSteadyGrowth), once that series reaches back past the last kSteps
 // step ends; such a warning is judged again at each coarse sample only.
 // It is said again only when that projection moves by more than a quarter of the steps
-// it had left (or, with no cap known, when the rate moves by more than a quarter). A site
+// it had left (or, with no cap known, when the rate moves by more than a quarter), and
+// no sooner than as many step ends after it was last said as that was after it was
+// first said (at least `steps`): a rate that wobbles (batches of varying length) says a
+// few lines a run, not one every few steps. A site
 // warned of that then holds no more for stopped_steps() step ends than at their start
 // (a cache that filled up, a buffer as long as the longest batch) has its warning
 // withdrawn, once; should it grow again it is warned of again.
@@ -56,14 +59,21 @@ class LeakWarner {
   // What to say of `key` at this step end: a warning, a withdrawal, or nothing.
   std::optional<LeakWarning> Judge(std::uint64_t key, std::uint64_t step,
                                    const SiteHistory& history, const DeviceFigures& device);
+  // A warning said, and the steps at which it was first and last said.
+  struct Said {
+    LeakWarning warning;
+    std::uint64_t first_step = 0;
+    std::uint64_t last_step = 0;
+  };
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
+  bool DueAgain(const Said& said, std::uint64_t step) const;
   bool Stopped(const SiteHistory::Series& s) const;
   // The withdrawal of the warning said of `key`, if it was warned of and has stopped.
   std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s);
 
   std::size_t steps_;
   std::size_t stopped_steps_;
-  absl::flat_hash_map<std::uint64_t, LeakWarning> said_;
+  absl::flat_hash_map<std::uint64_t, Said> said_;
 };
 
 }  // namespace gpumem

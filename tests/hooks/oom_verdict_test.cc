@@ -268,6 +268,34 @@ TEST(OomVerdictTest, ProfileModeHistoryGrownByConcatenationIsALeak) {
   EXPECT_NE(err.find("+1.00 MiB/step     concat.py:30 log"), std::string::npos) << err;
 }
 
+// Batches of varying length, a slice of each output kept (the whole output with it):
+// the rate, and the step it projects, wobble from step to step. Said a few times a run,
+// each time later than the last, not every few steps.
+TEST(OomVerdictTest, WobblingRateIsSaidAFewTimesNotEveryFewSteps) {
+  FakeTorchDevice torch{10};
+  ASSERT_EQ(gpumem_trace_capacity(10, 2048 * kMiB, 3), 0);
+  const std::uint32_t kept = SiteStack("wobble.py", 4, "keep");
+  const std::uint32_t batch = SiteStack("wobble.py", 2, "load");
+  std::string err;
+  std::vector<int> said_at;
+  std::uint32_t lcg = 1;
+  for (int step = 1; step <= 300; ++step) {
+    lcg = lcg * 1664525u + 1013904223u;
+    const std::uint64_t length = 1 + (lcg >> 24) % 8;  // 1-8 MiB
+    const std::uint64_t input = torch.Alloc(64 * length * kMiB / 8, batch);
+    torch.Alloc(length * kMiB, kept);
+    torch.Free(input);
+    const std::string said = StepPrinting();
+    if (Count(said, "wobble.py:4 keep grew") > 0) said_at.push_back(step);
+    err += said;
+  }
+  ASSERT_FALSE(said_at.empty()) << err;
+  EXPECT_LE(said_at.size(), 8u) << err;
+  for (std::size_t i = 2; i < said_at.size(); ++i) {  // each gap at least the time before it
+    EXPECT_GE(said_at[i] - said_at[i - 1], said_at[i - 1] - said_at[0]) << err;
+  }
+}
+
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
 // and the warning withdrawn once, after it has held no more for 20 step ends.
 TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
