@@ -350,6 +350,38 @@ def evaluation_outputs_moved_to_host():
 
 
 @case("leak")
+def validation_outputs_gathered_on_device():
+    """1,000 training steps, then a validation pass that gathers every batch's output on
+    the device for a metric at its end: the outputs outgrow the cap halfway through."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(1000):
+        fit(net, opt, batch())
+    net.eval()
+    outputs = []
+    with torch.no_grad():
+        for _ in range(1000):
+            outputs.append(net(batch()))  # LEAK: every output kept until the pass ends
+    return torch.cat(outputs).mean()
+
+
+@case("no leak")
+def validation_outputs_moved_to_host_each_epoch():
+    """Epochs of 200 training steps, each followed by a validation pass of 150 batches
+    whose predictions go to the host."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(6):
+        net.train()
+        for _ in range(200):
+            fit(net, opt, batch())
+        net.eval()
+        with torch.no_grad():
+            predictions = [net(batch()).argmax(1).cpu() for _ in range(150)]
+        print(f"epoch {epoch}: {len(predictions)} validation batches")
+
+
+@case("leak")
 def mixed_precision_output_kept():
     """float16 autocast with a GradScaler whose first steps are skipped (the scale starts
     too high); a float32 copy of each step's output kept."""
