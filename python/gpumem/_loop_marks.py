@@ -5,8 +5,9 @@
   one. The model is the first module called from outside any module that holds a CUDA
   parameter (a loss or a transform holds none); PyTorch's global module hooks find it
   during that first call and are then removed, and a forward pre-hook on the model alone
-  stays (it marks only while no better source marks, and then only at calls that train:
-  the model in train mode, with grad; _steps.py). The hook leaves the
+  stays (it marks only while no better source marks, and then at calls that train, the
+  model in train mode with grad, or at calls of a pass that keeps more at each: it reads
+  the memory allocated on the model's device; _steps.py). The hook leaves the
   model as it was for what copies, saves or exports it: a copy (copy.deepcopy, pickle,
   torch.save of the whole model) holds a hook that does nothing and needs no gpumem to
   load, and torch.jit.script takes the hook off before it compiles the model's hooks.
@@ -69,9 +70,11 @@ class ModelCalls:
     model that is freed (a batch-size finder's, a sweep's trial) starts the finding over,
     so the model trained next is found too."""
 
-    def __init__(self, marker, hooks, compiling, grad_enabled=lambda: True):
+    def __init__(self, marker, hooks, compiling, grad_enabled=lambda: True,
+                 memory_allocated=None):
         self.marker, self.hooks, self.compiling = marker, hooks, compiling
-        self.grad_enabled = grad_enabled
+        self.grad_enabled, self.memory_allocated = grad_enabled, memory_allocated
+        self.device = None  # the model's CUDA device
         self.depth = 0
         self.finding = []  # the global hooks' handles, while the model is not known
         self.model = None  # a weak reference to the model found
@@ -95,7 +98,9 @@ class ModelCalls:
         if self.compiling():
             return
         self.depth = max(0, self.depth - 1)
-        if self.depth == 0 and self.finding and _holds_cuda_parameter(module):
+        device = _cuda_device_of(module) if self.depth == 0 and self.finding else None
+        if device is not None:
+            self.device = device
             self.stop_finding()
             self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
             module.register_forward_pre_hook(ModelCallHook(self))
@@ -120,7 +125,16 @@ class ModelCalls:
         hooks)."""
         if module is self.model() and not self.compiling():
             training = getattr(module, "training", True) and self.grad_enabled()
-            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL, training)
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL, training, self.allocated)
+
+    def allocated(self):
+        """The memory allocated on the model's device, or None where it cannot be read."""
+        if self.memory_allocated is None:
+            return None
+        try:
+            return self.memory_allocated(self.device)
+        except Exception:  # noqa: BLE001 (a step mark must never break the model call)
+            return None
 
 
 class ModelCallHook:
@@ -170,12 +184,15 @@ def watch_script(torch):
     return True
 
 
-def _holds_cuda_parameter(module):
+def _cuda_device_of(module):
+    """The device of the module's first CUDA parameter (its index, or "cuda" where it has
+    none), None where it holds none."""
     for p in module.parameters():
         device = getattr(p, "device", None)
         if getattr(device, "type", None) == "cuda":
-            return True
-    return False
+            index = getattr(device, "index", None)
+            return "cuda" if index is None else index
+    return None
 
 
 def watch_model_calls(torch, marker=None):
@@ -185,7 +202,9 @@ def watch_model_calls(torch, marker=None):
             or getattr(hooks, "_gpumem_model_calls", False)):
         return False
     grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
-    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch), grad_enabled).start()
+    allocated = getattr(getattr(torch, "cuda", None), "memory_allocated", None)
+    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch), grad_enabled,
+               allocated).start()
     hooks._gpumem_model_calls = True
     watch_script(torch)
     return True

@@ -23,9 +23,11 @@ mark. If the optimizer stops stepping while the loop goes on (every batch skippe
 below it marks again once it has been called more than STALL_CALLS times, and more than
 twice as often as it ever was between two of the better source's marks (outside stalls),
 with no such mark: a leak in the stalled loop still shows step by step. Model calls that
-train nothing (eval mode, or no grad) are an evaluation between epochs until there are
-more of them than steps so far: only a phase longer than the training before it (a
-generation run after training) is stood in for, so a validation pass adds no steps. gpumem.step() is never stood in for: the program says where its steps are.
+train nothing (eval mode, or no grad) are a validation pass between epochs, which adds no
+steps, unless it keeps more at each of STALL_CALLS calls in a row (the memory allocated
+when each call begins: outputs gathered on the device until the pass ends), or there are
+more of them than steps before them (a generation phase after training). gpumem.step() is
+never stood in for: the program says where its steps are.
 """
 import importlib
 
@@ -45,6 +47,51 @@ _LOOP_SOURCES = (SOURCE_BACKWARD, SOURCE_MODEL_CALL)
 STALL_CALLS = 8
 
 
+class LoopSource:
+    """A backward pass or model call source, counted since a better source last marked
+    (all its calls, until one has)."""
+
+    def __init__(self):
+        self.most_between = 0   # the most trained calls between two better marks (calls
+        #                         while standing in not counted: each stall judged alike)
+        self.start_stretch(steps_before=0)
+
+    def start_stretch(self, steps_before):
+        self.calls = 0          # calls since a better mark
+        self.idle = 0           # of them, those that trained nothing
+        self.steps_before = steps_before  # steps marked before them
+        self.standing_in = False
+        self.last_allocated = None  # memory allocated at the last idle call's start
+        self.rises = 0              # idle calls in a row that began with more than the last
+
+    def better_marked(self, steps_before):
+        if not self.standing_in:
+            self.most_between = max(self.most_between, self.calls - self.idle)
+        self.start_stretch(steps_before)
+
+    def called(self, training, allocated):
+        self.calls += 1
+        if training:
+            return
+        self.idle += 1
+        now = allocated() if allocated is not None else None
+        growing = now is not None and self.last_allocated is not None and now > self.last_allocated
+        self.rises = self.rises + 1 if growing else 0
+        self.last_allocated = now
+
+    def stalled(self, training):
+        """Whether the better source has stopped marking: called more than STALL_CALLS
+        times, and more than twice the most between two of its marks; an idle call also
+        needs its pass to keep more at each call, or to outnumber the steps before it."""
+        if self.standing_in:
+            return True
+        limit = max(STALL_CALLS, 2 * self.most_between)
+        if training:
+            return self.calls - self.idle > limit
+        return self.calls > limit and (self.rises >= STALL_CALLS or
+                                       self.calls > self.steps_before)
+
+
 class StepMarker:
     def __init__(self, lib=None):
         self._lib = lib
@@ -55,31 +102,16 @@ class StepMarker:
         self.count = 0             # steps marked so far (gpumem_step's count)
         self.source = None
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
-        # Per loop source: its calls since a better source last marked (all its calls,
-        # until one has), of them those that trained nothing while silenced, the steps
-        # marked before them, the most there ever were between two such marks (stretches
-        # it stood in for and idle calls not counted: each stall is judged alike), and
-        # whether it stands in now.
-        self.calls_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
-        self.idle_since_better = dict.fromkeys(_LOOP_SOURCES, 0)
-        self.steps_before = dict.fromkeys(_LOOP_SOURCES, 0)
-        self.most_between_better = dict.fromkeys(_LOOP_SOURCES, 0)
-        self.standing_in = dict.fromkeys(_LOOP_SOURCES, False)
+        self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
 
     def _mark(self, source):
         self.leading_rank = min(self.leading_rank, _RANK[source])
-        for below in _LOOP_SOURCES:
+        for below, loop in self.loops.items():
             if _RANK[below] > _RANK[source]:
-                if not self.standing_in[below]:
-                    trained = self.calls_since_better[below] - self.idle_since_better[below]
-                    self.most_between_better[below] = max(self.most_between_better[below],
-                                                          trained)
-                self.calls_since_better[below] = self.idle_since_better[below] = 0
-                self.steps_before[below] = self.count + 1
-                self.standing_in[below] = False
+                loop.better_marked(self.count + 1)
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:
@@ -108,29 +140,23 @@ class StepMarker:
         stalls."""
         return self.leading_rank < _RANK[source]
 
-    def stalled_above(self, source, training):
-        """Whether `source` has been called so often since a better source last marked
-        that the better one has stopped marking."""
-        calls = self.calls_since_better[source]
-        limit = max(STALL_CALLS, 2 * self.most_between_better[source])
-        if not training:
-            return calls > max(limit, self.steps_before[source])
-        return calls - self.idle_since_better[source] > limit
-
-    def on_loop_start(self, source, training=True):
+    def on_loop_start(self, source, training=True, allocated=None):
         """A backward pass or a model call begins (SOURCE_BACKWARD, SOURCE_MODEL_CALL):
         from the second on, it ends the iteration before. `training`: the call trains (a
-        model in train mode, with grad), which only model calls may not."""
+        model in train mode, with grad), which only model calls may not; `allocated`
+        reads the memory allocated now, asked only at calls that train nothing while a
+        better source leads."""
         if self.explicit:
             return
-        self.calls_since_better[source] += 1
-        if self.silenced(source):
-            self.idle_since_better[source] += not training
-            if self.stalled_above(source, training):
-                self.standing_in[source] = True
+        loop = self.loops[source]
+        if not self.silenced(source):
+            loop.called(True, None)
+            if loop.calls > 1:
                 self._mark(source)
             return
-        if self.calls_since_better[source] > 1:
+        loop.called(training, allocated)
+        if loop.stalled(training):
+            loop.standing_in = True
             self._mark(source)
 
     def on_explicit_step(self):

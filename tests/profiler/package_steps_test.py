@@ -224,6 +224,23 @@ class LoopMarks(unittest.TestCase):
             self.m.on_loop_start(MODEL_CALL)
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 181 + [MODEL_CALL] * 12)
 
+    def test_a_validation_pass_that_keeps_more_at_each_call_is_stood_in_for(self):
+        opt = Opt()
+        self.train(60, opt)
+        kept = iter(range(100, 200))  # outputs gathered on the device
+        for _ in range(30):
+            self.m.on_loop_start(MODEL_CALL, False, lambda: next(kept))
+        # the first call has nothing to rise from; the ninth is the eighth rise in a row
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 60 + [MODEL_CALL] * (30 - 8))
+
+    def test_a_validation_pass_that_keeps_nothing_is_no_stall(self):
+        opt = Opt()
+        self.train(60, opt)
+        lengths = [5, 6, 7, 8, 9, 10, 11, 12] * 5  # 7 longer batches in a row at most
+        for n in lengths:
+            self.m.on_loop_start(MODEL_CALL, False, lambda: 100 + n)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 60)
+
     def test_a_phase_longer_than_the_training_before_it_is_stood_in_for(self):
         opt = Opt()
         self.train(30, opt)
@@ -257,8 +274,9 @@ class FakeModule:
     """Calls its hooks the way torch.nn.Module._call_impl does (global ones first)."""
     pre, post = {}, {}  # the global hooks
 
-    def __init__(self, device=None, children=()):
-        self.params = [types.SimpleNamespace(device=types.SimpleNamespace(type=device))] \
+    def __init__(self, device=None, children=(), index=None):
+        self.params = [types.SimpleNamespace(device=types.SimpleNamespace(type=device,
+                                                                          index=index))] \
             if device else []
         self.children, self.own_pre = children, {}
         self._forward_pre_hooks = self.own_pre
@@ -340,21 +358,24 @@ class ModelCallHooks(unittest.TestCase):
         self.assertEqual(self.lib.steps, [_steps.SOURCE_OPTIMIZER_HOOK] * 3)
 
     def test_calls_in_eval_mode_or_without_grad_train_nothing(self):
-        grad = [True]
+        grad, asked = [True], []
         torch = torch_with_modules()
         torch.is_grad_enabled = lambda: grad[0]
+        torch.cuda = types.SimpleNamespace(memory_allocated=lambda d: asked.append(d) or 5)
         _loop_marks.watch_model_calls(torch, self.m)
-        model, opt = FakeModule("cuda"), Opt()
+        model, opt = FakeModule("cuda", index=1), Opt()
         model()
         self.m.on_optimizer_step(opt)
         seen = []
-        self.m.on_loop_start = lambda source, training=True: seen.append(training)
+        self.m.on_loop_start = lambda source, training, allocated: seen.append(
+            (training, allocated()))
         model()
         model.training = False
         model()
         model.training, grad[0] = True, False
         model()
-        self.assertEqual(seen, [True, False, False])
+        self.assertEqual(seen, [(True, 5), (False, 5), (False, 5)])
+        self.assertEqual(asked, [1, 1, 1])  # the model's device
 
     def test_nothing_while_compiling(self):
         _loop_marks.watch_model_calls(torch_with_modules(compiling=lambda: True), self.m)
