@@ -42,8 +42,9 @@ def run_case(cli, mode, case, timeout, workdir):
         if isinstance(parsed, dict) and parsed.get("case") == case:
             row = parsed
     if row is None:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"case": case, "mode": mode, "ok": False, "detail": f"exit {p.returncode}: {tail}"}
+        lines = p.stderr.strip().splitlines() or ["no output"]
+        return {"case": case, "mode": mode, "ok": False,
+                "detail": f"exit {p.returncode}: {lines[-1]}", "stderr_tail": lines[-40:]}
     row["mode"] = mode
     if case == "history_snapshot" and mode == "gpumem" and os.path.exists(snapshot):
         r = subprocess.run([cli, "report", snapshot], capture_output=True, text=True)
