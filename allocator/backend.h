@@ -100,6 +100,15 @@ class Backend {
     return absl::OkStatus();
   }
 
+  // --- peers. Lets `peer_device` read and write this device's memory, mapped now and
+  // from here on (PyTorch asks once it has enabled peer access between the two devices,
+  // for a copy between their tensors: nn.DataParallel's scatter). Memory from cudaMalloc
+  // needs nothing more; a VMM mapping carries its access device by device.
+  virtual absl::Status GrantPeerAccess(int peer_device) {
+    (void)peer_device;
+    return absl::OkStatus();
+  }
+
   // --- plain segments (cudaMalloc / cudaFree), for policies without VMM.
   // ResourceExhausted past capacity.
   virtual absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) = 0;

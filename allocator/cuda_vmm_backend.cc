@@ -39,8 +39,10 @@ absl::StatusOr<std::unique_ptr<CudaVmmBackend>> CudaVmmBackend::Create(
   backend->prop_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   backend->prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   backend->prop_.location.id = backend->cu_device_;
-  backend->access_.location = backend->prop_.location;
-  backend->access_.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  {
+    absl::MutexLock lock(&backend->access_mu_);
+    backend->access_.push_back({backend->prop_.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE});
+  }
   std::size_t granularity = 0;
   if (absl::Status s = ToStatus(
           backend->api_.cuMemGetAllocationGranularity(&granularity, &backend->prop_,
@@ -125,26 +127,46 @@ void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
 absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                                  std::size_t offset) {
   CallClock clock(call_ns_);
+  absl::ReaderMutexLock access(&access_mu_);
   ScopedContext scope(api_, context_);
   CUdeviceptr ptr = static_cast<CUdeviceptr>(va);
   CUresult r = api_.cuMemMap(ptr, bytes, offset,
                              static_cast<CUmemGenericAllocationHandle>(handle), 0);
   if (r != CUDA_SUCCESS) return ToStatus(r, "cuMemMap");
-  r = api_.cuMemSetAccess(ptr, bytes, &access_, 1);
+  r = api_.cuMemSetAccess(ptr, bytes, access_.data(), access_.size());
   if (r != CUDA_SUCCESS) {
     api_.cuMemUnmap(ptr, bytes);
     return ToStatus(r, "cuMemSetAccess");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  mappings_[ptr] = bytes;
   counters_.mapped_bytes += bytes;
   ++counters_.maps;
   return absl::OkStatus();
+}
+
+CUresult CudaVmmBackend::SetAccess(CUdeviceptr base, std::size_t page_bytes, std::size_t n) {
+  // Access is granted per address range, whatever the mappings under it: one call for
+  // the run (as CUDA's vectorAddMMAP sample does), where the page table work happens. A
+  // driver that refuses a range of several mappings gets one call per page from then on.
+  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
+  if (n == 1 || range_access_.load(std::memory_order_relaxed)) {
+    r = api_.cuMemSetAccess(base, n * page_bytes, access_.data(), access_.size());
+  }
+  if (r == CUDA_SUCCESS || n == 1) return r;
+  range_access_.store(false, std::memory_order_relaxed);
+  for (std::size_t i = 0; i < n; ++i) {
+    r = api_.cuMemSetAccess(base + i * page_bytes, page_bytes, access_.data(), access_.size());
+    if (r != CUDA_SUCCESS) return r;
+  }
+  return CUDA_SUCCESS;
 }
 
 absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
                                       const PhysicalHandle* handles, std::size_t n) {
   CallClock clock(call_ns_);
   if (n == 0) return absl::OkStatus();
+  absl::ReaderMutexLock access(&access_mu_);
   ScopedContext scope(api_, context_);
   const CUdeviceptr base = static_cast<CUdeviceptr>(va);
   auto undo = [&](std::size_t mapped) {
@@ -158,25 +180,12 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
       return ToStatus(r, "cuMemMap");
     }
   }
-  // Access is granted per address range, whatever the mappings under it: one call for
-  // the run (as CUDA's vectorAddMMAP sample does), where the page table work happens. A
-  // driver that refuses a range of several mappings gets one call per page from then on.
-  CUresult r = CUDA_ERROR_NOT_SUPPORTED;
-  if (n == 1 || range_access_.load(std::memory_order_relaxed)) {
-    r = api_.cuMemSetAccess(base, n * page_bytes, &access_, 1);
-  }
-  if (r != CUDA_SUCCESS && n > 1) {
-    range_access_.store(false, std::memory_order_relaxed);
-    r = CUDA_SUCCESS;
-    for (std::size_t i = 0; i < n && r == CUDA_SUCCESS; ++i) {
-      r = api_.cuMemSetAccess(base + i * page_bytes, page_bytes, &access_, 1);
-    }
-  }
-  if (r != CUDA_SUCCESS) {
+  if (CUresult r = SetAccess(base, page_bytes, n); r != CUDA_SUCCESS) {
     undo(n);
     return ToStatus(r, "cuMemSetAccess");
   }
   std::lock_guard<std::mutex> lock(mu_);
+  for (std::size_t i = 0; i < n; ++i) mappings_[base + i * page_bytes] = page_bytes;
   counters_.mapped_bytes += n * page_bytes;
   counters_.maps += n;
   return absl::OkStatus();
@@ -184,6 +193,7 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
 
 absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
   CallClock clock(call_ns_);
+  absl::ReaderMutexLock access(&access_mu_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);
@@ -195,8 +205,37 @@ absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
     return failed;
   }
   std::lock_guard<std::mutex> lock(mu_);
+  const CUdeviceptr start = static_cast<CUdeviceptr>(va);
+  mappings_.erase(mappings_.lower_bound(start), mappings_.lower_bound(start + bytes));
   counters_.mapped_bytes -= bytes;
   ++counters_.unmaps;
+  return absl::OkStatus();
+}
+
+absl::Status CudaVmmBackend::GrantPeerAccess(int peer_device) {
+  CallClock clock(call_ns_);
+  absl::MutexLock access(&access_mu_);  // no map or unmap until every mapping has it
+  CUdevice peer = 0;
+  if (absl::Status s = ToStatus(api_.cuDeviceGet(&peer, peer_device), "cuDeviceGet"); !s.ok()) {
+    return s;
+  }
+  for (const CUmemAccessDesc& granted : access_) {
+    if (granted.location.id == peer) return absl::OkStatus();
+  }
+  const CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, peer},
+                             CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+  std::map<CUdeviceptr, std::size_t> mapped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    mapped = mappings_;
+  }
+  ScopedContext scope(api_, context_);
+  for (const auto& [ptr, bytes] : mapped) {
+    if (CUresult r = api_.cuMemSetAccess(ptr, bytes, &desc, 1); r != CUDA_SUCCESS) {
+      return ToStatus(r, "cuMemSetAccess for a peer device");
+    }
+  }
+  access_.push_back(desc);
   return absl::OkStatus();
 }
 

@@ -6,8 +6,13 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <unordered_map>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "allocator/cuda_malloc_backend.h"
 
@@ -33,12 +38,22 @@ class CudaVmmBackend final : public CudaMallocBackend {
   absl::Status Unmap(DevicePtr va, std::size_t bytes) override;
   absl::Status MapPages(DevicePtr va, std::size_t page_bytes, const PhysicalHandle* handles,
                         std::size_t n) override;
+  absl::Status GrantPeerAccess(int peer_device) override;
 
  private:
   explicit CudaVmmBackend(const OpenDevice& open) : CudaMallocBackend(open) {}
+  // Grants the devices in access_ to [ptr, ptr + bytes): one call for the range, or one
+  // per page once the driver has refused a range of several mappings.
+  CUresult SetAccess(CUdeviceptr ptr, std::size_t page_bytes, std::size_t n)
+      ABSL_SHARED_LOCKS_REQUIRED(access_mu_);
 
   CUmemAllocationProp prop_{};
-  CUmemAccessDesc access_{};
+  // Held shared by maps and unmaps, exclusively while a peer is granted every mapping,
+  // so that no mapping misses a peer.
+  absl::Mutex access_mu_;
+  // This device first, then each peer granted.
+  std::vector<CUmemAccessDesc> access_ ABSL_GUARDED_BY(access_mu_);
+  std::map<CUdeviceptr, std::size_t> mappings_;  // start -> bytes, guarded by mu_
   // Access granted to a run of pages in one call until the driver refuses one (MapPages).
   std::atomic<bool> range_access_{true};
   std::unordered_map<PhysicalHandle, std::size_t> physical_sizes_;  // guarded by mu_

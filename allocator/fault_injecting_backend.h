@@ -65,6 +65,9 @@ class FaultInjectingBackend final : public Backend {
   absl::Status MapPages(DevicePtr va, std::size_t page_bytes, const PhysicalHandle* handles,
                         std::size_t n) override;
   absl::Status Unmap(DevicePtr va, std::size_t bytes) override;
+  absl::Status GrantPeerAccess(int peer_device) override {
+    return inner_.GrantPeerAccess(peer_device);
+  }
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override { inner_.FreeSegment(ptr, bytes); }
   EventHandle RecordEvent(StreamId stream) override { return inner_.RecordEvent(stream); }

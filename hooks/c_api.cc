@@ -341,6 +341,20 @@ int gpumem_set_capacity(uint64_t bytes, int device) {
   return h::ApplyCapacity(device, bytes);
 }
 
+int gpumem_enable_peer_access(int device, int peer) {
+  absl::StatusOr<DeviceState*> state = h::GetDevice(device);
+  if (!state.ok()) {
+    h::SetError(std::string(state.status().message()));
+    return -1;
+  }
+  if (absl::Status s = (*state)->backend.backend->GrantPeerAccess(peer); !s.ok()) {
+    h::SetError(absl::StrCat("gpumem_enable_peer_access(", device, ", ", peer, "): ",
+                             s.message()));
+    return -1;
+  }
+  return 0;
+}
+
 int gpumem_stats(int device, gpumem_stats_t* out) {
   if (out == nullptr) return -1;
   *out = gpumem_stats_t{};

@@ -57,6 +57,12 @@ GPUMEM_API int gpumem_calling_driver(void);
  * the cap waits for it. */
 GPUMEM_API int gpumem_set_memory_fraction(double fraction, int device);
 GPUMEM_API int gpumem_set_capacity(uint64_t bytes, int device);
+/* Lets device `peer` read and write `device`'s memory, mapped now and from here on, once
+ * peer access between the two is enabled (cudaDeviceEnablePeerAccess): a copy between
+ * their tensors then works as with cudaMalloc's memory (VMM mappings carry access device
+ * by device). Starts `device` if it has not started. 0 on success, -1 with the reason in
+ * gpumem_last_error. */
+GPUMEM_API int gpumem_enable_peer_access(int device, int peer);
 
 typedef struct gpumem_stats_s {
   uint64_t allocated_bytes;      /* live blocks, bytes as requested */

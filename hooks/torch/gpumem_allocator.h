@@ -3,8 +3,8 @@
 // PyTorch's memory statistics, snapshots and history, private pools for CUDA graphs and
 // torch.cuda.MemPool, checkpointed pool states (Inductor's cudagraph trees), the OOM
 // observer, and an alloc/free path that calls gpumem directly (no std::function, no
-// metadata map, no lock of its own). Built against the torch it runs with: the vtable
-// changes between releases.
+// metadata map, no lock of its own), and copies between devices whose memory it maps.
+// Built against the torch it runs with: the vtable changes between releases.
 #pragma once
 
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -43,6 +43,11 @@ class GpumemAllocator final : public ::torch::cuda::CUDAPluggableAllocator::CUDA
   void setMemoryFraction(double fraction, c10::DeviceIndex device) override;
   void emptyCache(c10::MempoolId_t mempool_id) override;
   void cacheInfo(c10::DeviceIndex device, size_t* largest_block) override;
+
+  // Copies between devices (peers.cc).
+  void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override;
+  cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice,
+                          size_t count, cudaStream_t stream, bool p2p_enabled) override;
 
   // Statistics.
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;

@@ -63,6 +63,40 @@ TEST_F(CudaBackendFakeTest, MapsARunOfPagesWithOneAccessGrant) {
   EXPECT_EQ(Fake().released_while_mapped, 0u);
 }
 
+unsigned AccessDevices(DevicePtr page) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  auto fn = lib ? reinterpret_cast<FakeCudaAccessDevicesFn>(dlsym(lib, "fake_cuda_access_devices"))
+                : nullptr;
+  return fn ? fn(page) : 0;
+}
+
+// A peer granted access (PyTorch's enablePeerAccess, for nn.DataParallel's copies) gets
+// it on every page mapped now and on every page mapped later, whether one at a time or a
+// run; granting it twice changes nothing.
+TEST_F(CudaBackendFakeTest, APeerGetsAccessToEveryMappingNowAndLater) {
+  DevicePtr va = *backend_->ReserveAddressRange(8 * kPage);
+  std::vector<PhysicalHandle> h = Create(6);
+  ASSERT_TRUE(backend_->MapPages(va, kPage, h.data(), 3).ok());
+  ASSERT_TRUE(backend_->Map(va + 3 * kPage, kPage, h[3], 0).ok());
+  ASSERT_TRUE(backend_->Unmap(va + kPage, kPage).ok());
+  for (int i : {0, 2, 3}) EXPECT_EQ(AccessDevices(va + i * kPage), 0b01u) << i;
+
+  ASSERT_TRUE(backend_->GrantPeerAccess(1).ok());
+  ASSERT_TRUE(backend_->GrantPeerAccess(1).ok());
+  for (int i : {0, 2, 3}) EXPECT_EQ(AccessDevices(va + i * kPage), 0b11u) << i;
+  EXPECT_EQ(AccessDevices(va + kPage), 0u);  // unmapped: nothing to grant
+
+  ASSERT_TRUE(backend_->Map(va + kPage, kPage, h[4], 0).ok());
+  ASSERT_TRUE(backend_->MapPages(va + 4 * kPage, kPage, &h[5], 1).ok());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(AccessDevices(va + i * kPage), 0b11u) << i;
+  EXPECT_FALSE(backend_->GrantPeerAccess(7).ok());  // no such device
+
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(backend_->Unmap(va + i * kPage, kPage).ok());
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 8 * kPage);
+  EXPECT_EQ(Fake().released_while_mapped, 0u);
+}
+
 // The host's time inside the driver is counted, so a GPU run can tell what the
 // allocator's device calls cost a step.
 TEST_F(CudaBackendFakeTest, CountsTheHostTimeSpentInDriverCalls) {

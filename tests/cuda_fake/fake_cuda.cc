@@ -8,7 +8,8 @@
 // Switches, read at each call: FAKE_CUDA_RANGE_ACCESS=0 refuses cuMemSetAccess over a run
 // of several mappings; FAKE_CUDA_EVENTS_PENDING=1 keeps events from completing until a
 // synchronize; FAKE_CUDA_MAP_US=N makes each cuMemMap take N microseconds, as a real
-// driver's calls take time. fake_cuda_counters() reports what was called.
+// driver's calls take time. fake_cuda_counters() reports what was called, and
+// fake_cuda_access_devices() which devices a mapping grants access to.
 #include <cuda.h>
 
 #include <chrono>
@@ -27,6 +28,8 @@ namespace {
 
 constexpr std::size_t kGranularity = std::size_t{2} << 20;
 constexpr std::size_t kDeviceBytes = std::size_t{80} << 30;
+// A second device, known only as a peer to grant access to (the context is device 0's).
+constexpr int kPeerDevice = 1;
 
 struct Mapping {
   std::size_t bytes;
@@ -40,7 +43,7 @@ struct State {
   std::map<CUmemGenericAllocationHandle, int> handles;  // -> mappings
   CUmemGenericAllocationHandle next_handle = 1;
   std::map<CUdeviceptr, Mapping> mappings;
-  std::set<CUdeviceptr> accessible;  // mapping starts with access granted
+  std::map<CUdeviceptr, std::set<int>> accessible;  // page starts -> devices granted
   std::uintptr_t next_event = 1;
   std::map<std::uintptr_t, std::uint64_t> events;  // -> the synchronize count when recorded
   std::uint64_t synchronizes = 0;
@@ -78,6 +81,17 @@ extern "C" __attribute__((visibility("default"))) FakeCudaCounters fake_cuda_cou
   return c;
 }
 
+extern "C" __attribute__((visibility("default"))) unsigned fake_cuda_access_devices(
+    CUdeviceptr page) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  unsigned mask = 0;
+  if (auto it = s.accessible.find(page); it != s.accessible.end()) {
+    for (int device : it->second) mask |= 1u << device;
+  }
+  return mask;
+}
+
 extern "C" {
 
 CUresult CUDAAPI cuInit(unsigned int) { return CUDA_SUCCESS; }
@@ -86,8 +100,8 @@ CUresult CUDAAPI cuGetErrorName(CUresult, const char** name) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (ordinal != 0 && ordinal != kPeerDevice) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuDeviceGetCount(int* count) {
@@ -202,16 +216,16 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
   auto it = s.mappings.find(ptr);
   if (it == s.mappings.end() || it->second.bytes != bytes) return CUDA_ERROR_INVALID_VALUE;
   --s.handles[it->second.handle];
-  s.accessible.erase(ptr);
+  for (CUdeviceptr at = ptr; at < ptr + bytes; at += kGranularity) s.accessible.erase(at);
   s.mappings.erase(it);
   ++Counters().unmaps;
   return CUDA_SUCCESS;
 }
-CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc*,
+CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccessDesc* desc,
                                 size_t count) {
   State& s = S();
   std::lock_guard lock(s.mu);
-  if (count != 1) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0 || desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
   // Every byte of the range must be mapped, mapping after mapping.
   std::size_t runs = 0;
   CUdeviceptr at = ptr;
@@ -223,7 +237,9 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t bytes, const CUmemAccess
   }
   if (at != ptr + bytes) return CUDA_ERROR_INVALID_VALUE;
   if (runs > 1 && Env("FAKE_CUDA_RANGE_ACCESS", "0")) return CUDA_ERROR_INVALID_VALUE;
-  for (at = ptr; at < ptr + bytes; at += kGranularity) s.accessible.insert(at);
+  for (at = ptr; at < ptr + bytes; at += kGranularity) {
+    for (std::size_t i = 0; i < count; ++i) s.accessible[at].insert(desc[i].location.id);
+  }
   ++Counters().set_access_calls;
   Counters().set_access_pages += runs;
   return CUDA_SUCCESS;

@@ -19,5 +19,7 @@ struct FakeCudaCounters {
 };
 
 using FakeCudaCountersFn = FakeCudaCounters (*)();
+// The devices (bit i: device i) with access to the mapping at `page`.
+using FakeCudaAccessDevicesFn = unsigned (*)(unsigned long long page);
 
 }  // extern "C"

@@ -359,6 +359,28 @@ def hf_trainer():
 
 
 @case
+def data_parallel_and_copies_between_gpus():
+    """nn.DataParallel over every GPU (what Hugging Face's Trainer does on a machine of
+    several) gives the one-GPU model's outputs; tensors small and large copied each way
+    between two GPUs arrive whole."""
+    if torch.cuda.device_count() < 2:
+        return None, dict(skipped="needs two GPUs")
+    model = tiny_model()
+    x = torch.randn(256, 256, device="cuda")
+    expected = model(x)
+    parallel = torch.nn.DataParallel(model)
+    same = torch.allclose(parallel(x), expected, atol=1e-5)
+    losses = train(parallel, steps=5, batch=256)
+    copies = []
+    for n in (1 << 10, 3 << 20, 200 << 20):  # a small block, a large one, many pages
+        a = torch.arange(n // 4, dtype=torch.float32, device="cuda:0")
+        b = a.to("cuda:1")
+        copies.append(torch.equal(b.to("cuda:0"), a) and b.device.index == 1)
+    ok = same and all(copies) and losses[-1] < losses[0]
+    return ok, dict(same_outputs=same, copies=copies, losses=losses)
+
+
+@case
 def ddp_one_gpu():
     import torch.distributed as dist
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

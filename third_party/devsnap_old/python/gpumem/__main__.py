@@ -1,0 +1,4 @@
+"""python -m gpumem ...: the same as the gpumem command."""
+from gpumem._cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""Out-of-memory that does not say so. When the program dies of an exception whose text is
+a CUDA library's error (cuBLAS, cuDNN, cuFFT, NCCL, the CUDA runtime) while the
+allocator's cache holds memory idle, the real cause is usually that the library could not
+get device memory for its handle, workspace or communicator: the cache held it. Say so on
+stderr with the figures and the fixes, and note it in the trace. Installed by install() and
+profile(); chained to the hooks already in place (sys.excepthook, threading.excepthook)."""
+import sys
+import threading
+
+from . import _native
+
+# What the libraries print when their own device allocation failed.
+MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED",
+           "CUDNN_STATUS_INTERNAL_ERROR", "CUDNN_STATUS_ALLOC_FAILED",
+           "CUDNN_STATUS_NOT_INITIALIZED", "CUFFT_ALLOC_FAILED", "CUFFT_INTERNAL_ERROR",
+           "NCCL error", "unhandled cuda error", "CUDA error: out of memory",
+           "cudaErrorMemoryAllocation")
+
+FIXES = (
+    "call torch.cuda.empty_cache() after catching an out-of-memory (a batch-size finder's "
+    "tries leave the cache full)",
+    "make handles and communicators before filling memory: one validation batch and one "
+    "collective before the finder or the first big batch",
+    "leave a reserve for the libraries with torch.cuda.set_per_process_memory_fraction "
+    "(e.g. 0.95)",
+    "or run under gpumem's allocator (`gpumem run`), which keeps a reserve free for them "
+    "(GPUMEM_HEADROOM)")
+
+
+def library_error(exc):
+    """The marker an exception's text (or its cause's) names, else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        text = str(exc)
+        for marker in MARKERS:
+            if marker in text:
+                return marker
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _mib(n):
+    return "%.1f MiB" % (n / 1048576.0)
+
+
+def _figures(torch, profile_mode):
+    """(idle bytes, caught OOMs so far, driver free bytes or None) of the current device."""
+    idle, ooms, free = 0, 0, None
+    try:
+        if profile_mode:
+            s = torch.cuda.memory_stats()
+            idle = s.get("reserved_bytes.all.current", 0) - s.get("allocated_bytes.all.current", 0)
+            ooms = s.get("num_ooms", 0)
+        else:
+            st = _native.GpumemStats()
+            _native.lib().gpumem_stats(-1, st)
+            idle, ooms = st.reserved_bytes - st.allocated_bytes, st.oom_count
+    except Exception:  # the process is dying: say what can be said
+        pass
+    try:
+        free = torch.cuda.mem_get_info()[0]
+    except Exception:
+        pass
+    return max(idle, 0), ooms, free
+
+
+def explanation(exc, torch, profile_mode):
+    """The lines to print for `exc`, or None when it is not a library's CUDA error."""
+    marker = library_error(exc)
+    if marker is None:
+        return None
+    idle, ooms, free = _figures(torch, profile_mode)
+    allocator = "PyTorch's caching allocator" if profile_mode else "gpumem's allocator"
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    lines = ["gpumem: this is an out-of-memory: %s (%s) is what a CUDA library says when it "
+             "cannot get device memory for its handle, workspace or buffers." % (marker, first),
+             "gpumem:   %s held %s idle (reserved but not allocated)%s; the driver had %s free."
+             % (allocator, _mib(idle),
+                ", kept since the %d out-of-memory error%s the program caught" % (ooms, "" if ooms == 1 else "s")
+                if ooms else "",
+                _mib(free) if free is not None else "an unknown amount")]
+    lines.append("gpumem:   fix: " + "; ".join(FIXES) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def _say(exc, torch, profile_mode):
+    text = explanation(exc, torch, profile_mode)
+    if text is None:
+        return
+    sys.stderr.write(text)
+    try:
+        note = getattr(_native.lib(), "gpumem_trace_note", None)
+        if note is not None:
+            note(-1, text.encode("utf-8", "replace"))
+    except Exception:
+        pass
+
+
+def install(torch, profile_mode):
+    """Chains the explanation in front of the exception hooks in place (once)."""
+    if getattr(sys.excepthook, "_gpumem", False):
+        return
+    previous = sys.excepthook
+
+    def excepthook(kind, exc, tb):
+        _say(exc, torch, profile_mode)
+        previous(kind, exc, tb)
+
+    excepthook._gpumem = True
+    sys.excepthook = excepthook
+    previous_thread = threading.excepthook
+
+    def thread_excepthook(args):
+        _say(args.exc_value, torch, profile_mode)
+        previous_thread(args)
+
+    threading.excepthook = thread_excepthook

@@ -1,0 +1,191 @@
+"""Step marks for loops that no torch.optim optimizer steps (_steps.py ranks the sources):
+- a loop written with its own parameter update: each outermost backward pass
+  (`torch.autograd.backward`, which `Tensor.backward` calls) begins an iteration;
+- a loop with no backward at all, an evaluation script: each call of the model begins
+  one. The model is the first module called from outside any module that holds a CUDA
+  parameter (a loss or a transform holds none); PyTorch's global module hooks find it
+  during that first call and are then removed, and a forward pre-hook on the model alone
+  stays (it marks only while no better source marks, and then only at calls that train:
+  the model in train mode, with grad; _steps.py). The hook leaves the
+  model as it was for what copies, saves or exports it: a copy (copy.deepcopy, pickle,
+  torch.save of the whole model) holds a hook that does nothing and needs no gpumem to
+  load, and torch.jit.script takes the hook off before it compiles the model's hooks.
+Both only while torch.compile is not tracing, so that no compiled graph holds them.
+"""
+import functools
+import importlib
+import sys
+import threading
+import weakref
+
+from . import _steps
+
+
+def _compiling_check(torch):
+    compiler = getattr(torch, "compiler", None)
+    check = getattr(compiler, "is_compiling", None)
+    if check is None:
+        check = getattr(getattr(torch, "_dynamo", None), "is_compiling", None)
+    return check or (lambda: False)
+
+
+class BackwardMarks:
+    """Wraps torch.autograd.backward; only the outermost call counts (a reentrant
+    checkpoint calls it again from inside the backward, on the engine's threads)."""
+
+    def __init__(self, marker, original, compiling):
+        self.marker, self.original, self.compiling = marker, original, compiling
+        self.depth = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, *args, **kwargs):
+        with self.lock:
+            self.depth += 1
+            outermost = self.depth == 1
+        try:
+            if outermost and not self.compiling():
+                self.marker.on_loop_start(_steps.SOURCE_BACKWARD)
+            return self.original(*args, **kwargs)
+        finally:
+            with self.lock:
+                self.depth -= 1
+
+
+def watch_backward(torch, marker=None):
+    """Marks at backward passes; once per process. Returns whether it installed."""
+    autograd = getattr(torch, "autograd", None)
+    original = getattr(autograd, "backward", None)
+    if original is None or getattr(original, "_gpumem_marks", False):
+        return False
+    marks = BackwardMarks(marker or _steps.marker(), original, _compiling_check(torch))
+    wrapper = functools.wraps(original)(lambda *a, **k: marks(*a, **k))
+    wrapper._gpumem_marks = True
+    autograd.backward = wrapper
+    return True
+
+
+class ModelCalls:
+    """Finds the model with the global module hooks, then marks at each of its calls. A
+    model that is freed (a batch-size finder's, a sweep's trial) starts the finding over,
+    so the model trained next is found too."""
+
+    def __init__(self, marker, hooks, compiling, grad_enabled=lambda: True):
+        self.marker, self.hooks, self.compiling = marker, hooks, compiling
+        self.grad_enabled = grad_enabled
+        self.depth = 0
+        self.finding = []  # the global hooks' handles, while the model is not known
+        self.model = None  # a weak reference to the model found
+
+    def start(self):
+        self.finding = [self.hooks.register_module_forward_pre_hook(self.before_call),
+                        self.register_after(self.after_call)]
+
+    def register_after(self, hook):
+        register = self.hooks.register_module_forward_hook
+        try:  # always_call: a call that raises still leaves its depth (torch >= 2.1)
+            return register(hook, always_call=True)
+        except TypeError:
+            return register(hook)
+
+    def before_call(self, module, args):
+        if not self.compiling():
+            self.depth += 1
+
+    def after_call(self, module, args, output):
+        if self.compiling():
+            return
+        self.depth = max(0, self.depth - 1)
+        if self.depth == 0 and self.finding and _holds_cuda_parameter(module):
+            self.stop_finding()
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
+            module.register_forward_pre_hook(ModelCallHook(self))
+            self.model = weakref.ref(module, self.model_freed)
+
+    def model_freed(self, _ref):
+        if self.finding or sys.is_finalizing():  # at exit, torch may be half torn down
+            return
+        self.depth = 0
+        try:
+            self.start()
+        except Exception:  # noqa: BLE001 (a weakref callback must not raise)
+            self.finding = []
+
+    def stop_finding(self):
+        for handle in self.finding:
+            handle.remove()
+        self.finding = []
+
+    def model_called(self, module):
+        """The hook's call: marks for the model found alone (a shallow copy shares its
+        hooks)."""
+        if module is self.model() and not self.compiling():
+            training = getattr(module, "training", True) and self.grad_enabled()
+            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL, training)
+
+
+class ModelCallHook:
+    """The model's forward pre-hook. Copied or pickled, it becomes `{}.get`, which returns
+    the call's args unchanged: a copy neither marks nor needs gpumem to be loaded."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, module, args):
+        self.calls.model_called(module)
+
+    def __reduce__(self):
+        return getattr, ({}, "get")
+
+
+def _without_model_call_hooks(module):
+    """Takes gpumem's hooks off `module` and everything under it."""
+    for m in module.modules():
+        for key, hook in list(m._forward_pre_hooks.items()):
+            if isinstance(hook, ModelCallHook):
+                del m._forward_pre_hooks[key]
+
+
+def watch_script(torch):
+    """torch.jit.script compiles a module's hooks, and gpumem's is Python it cannot
+    compile: the module to be scripted loses it first (its steps are then marked by the
+    optimizer or backward alone). Returns whether it installed."""
+    recursive = getattr(getattr(torch, "jit", None), "_recursive", None)
+    if recursive is None and getattr(torch, "__name__", None):
+        try:  # not imported yet when gpumem installs during `import torch`
+            recursive = importlib.import_module(torch.__name__ + ".jit._recursive")
+        except ImportError:
+            return False
+    create = getattr(recursive, "create_script_module", None)
+    if create is None or getattr(create, "_gpumem_unhooks", False):
+        return False
+
+    @functools.wraps(create)
+    def create_script_module(nn_module, *args, **kwargs):
+        if hasattr(nn_module, "modules"):
+            _without_model_call_hooks(nn_module)
+        return create(nn_module, *args, **kwargs)
+
+    create_script_module._gpumem_unhooks = True
+    recursive.create_script_module = create_script_module
+    return True
+
+
+def _holds_cuda_parameter(module):
+    for p in module.parameters():
+        device = getattr(p, "device", None)
+        if getattr(device, "type", None) == "cuda":
+            return True
+    return False
+
+
+def watch_model_calls(torch, marker=None):
+    """Marks at the model's calls; once per process. Returns whether it installed."""
+    hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    if (getattr(hooks, "register_module_forward_pre_hook", None) is None
+            or getattr(hooks, "_gpumem_model_calls", False)):
+        return False
+    grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+    ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch), grad_enabled).start()
+    hooks._gpumem_model_calls = True
+    watch_script(torch)
+    return True
