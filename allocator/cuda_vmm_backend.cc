@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<CudaVmmBackend>> CudaVmmBackend::Create(
   backend->prop_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   backend->prop_.location.id = backend->cu_device_;
   {
-    absl::MutexLock lock(&backend->access_mu_);
+    std::unique_lock lock(backend->access_mu_);
     backend->access_.push_back({backend->prop_.location, CU_MEM_ACCESS_FLAGS_PROT_READWRITE});
   }
   std::size_t granularity = 0;
@@ -127,7 +127,7 @@ void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
 absl::Status CudaVmmBackend::Map(DevicePtr va, std::size_t bytes, PhysicalHandle handle,
                                  std::size_t offset) {
   CallClock clock(call_ns_);
-  absl::ReaderMutexLock access(&access_mu_);
+  std::shared_lock access(access_mu_);
   ScopedContext scope(api_, context_);
   CUdeviceptr ptr = static_cast<CUdeviceptr>(va);
   CUresult r = api_.cuMemMap(ptr, bytes, offset,
@@ -166,7 +166,7 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
                                       const PhysicalHandle* handles, std::size_t n) {
   CallClock clock(call_ns_);
   if (n == 0) return absl::OkStatus();
-  absl::ReaderMutexLock access(&access_mu_);
+  std::shared_lock access(access_mu_);
   ScopedContext scope(api_, context_);
   const CUdeviceptr base = static_cast<CUdeviceptr>(va);
   auto undo = [&](std::size_t mapped) {
@@ -193,7 +193,7 @@ absl::Status CudaVmmBackend::MapPages(DevicePtr va, std::size_t page_bytes,
 
 absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
   CallClock clock(call_ns_);
-  absl::ReaderMutexLock access(&access_mu_);
+  std::shared_lock access(access_mu_);
   CUresult r;
   {
     ScopedContext scope(api_, context_);
@@ -214,7 +214,7 @@ absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
 
 absl::Status CudaVmmBackend::GrantPeerAccess(int peer_device) {
   CallClock clock(call_ns_);
-  absl::MutexLock access(&access_mu_);  // no map or unmap until every mapping has it
+  std::unique_lock access(access_mu_);  // no map or unmap until every mapping has it
   CUdevice peer = 0;
   if (absl::Status s = ToStatus(api_.cuDeviceGet(&peer, peer_device), "cuDeviceGet"); !s.ok()) {
     return s;

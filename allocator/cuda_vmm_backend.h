@@ -8,11 +8,10 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <shared_mutex>
 #include <unordered_map>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 
 #include "allocator/cuda_malloc_backend.h"
 
@@ -44,15 +43,15 @@ class CudaVmmBackend final : public CudaMallocBackend {
   explicit CudaVmmBackend(const OpenDevice& open) : CudaMallocBackend(open) {}
   // Grants the devices in access_ to [ptr, ptr + bytes): one call for the range, or one
   // per page once the driver has refused a range of several mappings.
-  CUresult SetAccess(CUdeviceptr ptr, std::size_t page_bytes, std::size_t n)
-      ABSL_SHARED_LOCKS_REQUIRED(access_mu_);
+  // Called with access_mu_ held.
+  CUresult SetAccess(CUdeviceptr ptr, std::size_t page_bytes, std::size_t n);
 
   CUmemAllocationProp prop_{};
   // Held shared by maps and unmaps, exclusively while a peer is granted every mapping,
   // so that no mapping misses a peer.
-  absl::Mutex access_mu_;
-  // This device first, then each peer granted.
-  std::vector<CUmemAccessDesc> access_ ABSL_GUARDED_BY(access_mu_);
+  std::shared_mutex access_mu_;
+  // This device first, then each peer granted; guarded by access_mu_.
+  std::vector<CUmemAccessDesc> access_;
   std::map<CUdeviceptr, std::size_t> mappings_;  // start -> bytes, guarded by mu_
   // Access granted to a run of pages in one call until the driver refuses one (MapPages).
   std::atomic<bool> range_access_{true};

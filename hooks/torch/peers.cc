@@ -11,7 +11,9 @@
 namespace gpumem::torch {
 
 void GpumemAllocator::enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) {
-  CUDAPluggableAllocator::enablePeerAccess(dev, dev_to_access);  // cudaDeviceEnablePeerAccess
+  // cudaDeviceEnablePeerAccess, as the base class does it.
+  ::torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator::enablePeerAccess(dev,
+                                                                           dev_to_access);
   TORCH_CHECK(gpumem_enable_peer_access(dev_to_access, dev) == 0, LastGpumemError());
 }
 

@@ -4,8 +4,10 @@
 // memory are tests/gpu/gpu_alloc_test.cc's job.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "allocator/caching_allocator.h"
@@ -95,6 +97,28 @@ TEST_F(CudaBackendFakeTest, APeerGetsAccessToEveryMappingNowAndLater) {
   for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
   backend_->ReleaseAddressRange(va, 8 * kPage);
   EXPECT_EQ(Fake().released_while_mapped, 0u);
+}
+
+// A peer granted while another thread maps page after page: no mapping misses it, whether
+// it was mapped before the grant, during it or after.
+TEST_F(CudaBackendFakeTest, APeerGrantedWhileAnotherThreadMapsReachesEveryPage) {
+  constexpr int kPages = 64;
+  DevicePtr va = *backend_->ReserveAddressRange(kPages * kPage);
+  std::vector<PhysicalHandle> h = Create(kPages);
+  std::atomic<int> mapped{0};
+  std::thread mapper([&] {
+    for (int i = 0; i < kPages; ++i) {
+      ASSERT_TRUE(backend_->Map(va + i * kPage, kPage, h[i], 0).ok());
+      mapped.store(i + 1);
+    }
+  });
+  while (mapped.load() < kPages / 2) std::this_thread::yield();
+  ASSERT_TRUE(backend_->GrantPeerAccess(1).ok());
+  mapper.join();
+  for (int i = 0; i < kPages; ++i) EXPECT_EQ(AccessDevices(va + i * kPage), 0b11u) << i;
+  for (int i = 0; i < kPages; ++i) ASSERT_TRUE(backend_->Unmap(va + i * kPage, kPage).ok());
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, kPages * kPage);
 }
 
 // The host's time inside the driver is counted, so a GPU run can tell what the
