@@ -184,15 +184,6 @@ def watch_script(torch):
     return True
 
 
-def _allocated_reader(cuda):
-    """A function of a device that reads the bytes allocated on it: from the nested stats,
-    which skip the flattening and sorting that memory_allocated() does on every call."""
-    nested = getattr(cuda, "memory_stats_as_nested_dict", None)
-    if nested is not None:
-        return lambda device: nested(device)["allocated_bytes"]["all"]["current"]
-    return getattr(cuda, "memory_allocated", None)
-
-
 def _cuda_device_of(module):
     """The device of the module's first CUDA parameter (its index, or "cuda" where it has
     none), None where it holds none."""
@@ -211,8 +202,9 @@ def watch_model_calls(torch, marker=None):
             or getattr(hooks, "_gpumem_model_calls", False)):
         return False
     grad_enabled = getattr(torch, "is_grad_enabled", None) or (lambda: True)
+    allocated = getattr(getattr(torch, "cuda", None), "memory_allocated", None)
     ModelCalls(marker or _steps.marker(), hooks, _compiling_check(torch), grad_enabled,
-               _allocated_reader(getattr(torch, "cuda", None))).start()
+               allocated).start()
     hooks._gpumem_model_calls = True
     watch_script(torch)
     return True

@@ -361,8 +361,7 @@ class ModelCallHooks(unittest.TestCase):
         grad, asked = [True], []
         torch = torch_with_modules()
         torch.is_grad_enabled = lambda: grad[0]
-        torch.cuda = types.SimpleNamespace(memory_stats_as_nested_dict=lambda d: asked.append(d)
-                                           or {"allocated_bytes": {"all": {"current": 5}}})
+        torch.cuda = types.SimpleNamespace(memory_allocated=lambda d: asked.append(d) or 5)
         _loop_marks.watch_model_calls(torch, self.m)
         model, opt = FakeModule("cuda", index=1), Opt()
         model()
