@@ -190,6 +190,17 @@ TEST_F(CApiTest, FractionSetBeforeTheDeviceStartsIsApplied) {
   EXPECT_EQ(gpumem_stats(0, &st), -1);  // device 0 never started
 }
 
+// The simulated device needs no grant (as cudaMalloc's memory); a device that cannot start
+// is an error with its reason. The VMM backend's grants: tests/cuda_fake.
+TEST_F(CApiTest, PeerAccessStartsTheDeviceAndNamesAFailure) {
+  ResetRegistryForTesting();
+  EXPECT_EQ(gpumem_enable_peer_access(1, 0), 0);
+  gpumem_stats_t st;
+  EXPECT_EQ(gpumem_stats(1, &st), 0);  // started
+  EXPECT_EQ(gpumem_enable_peer_access(-1, 0), -1);
+  EXPECT_NE(Text(gpumem_last_error).find("-1"), std::string::npos) << Text(gpumem_last_error);
+}
+
 TEST_F(CApiTest, BadConfigurationStopsStartWithTheVariableNamed) {
   setenv("GPUMEM_BACKEND", "tpu", 1);
   ResetRegistryForTesting();
