@@ -369,7 +369,7 @@ def data_parallel_and_copies_between_gpus():
     x = torch.randn(256, 256, device="cuda")
     expected = model(x)
     parallel = torch.nn.DataParallel(model)
-    same = torch.allclose(parallel(x), expected, atol=1e-5)
+    same = torch.allclose(parallel(x), expected, rtol=1e-4, atol=1e-4)  # other batch splits
     losses = train(parallel, steps=5, batch=256)
     copies = []
     for n in (1 << 10, 3 << 20, 200 << 20):  # a small block, a large one, many pages
