@@ -76,6 +76,7 @@ class ModelCalls:
         self.grad_enabled, self.memory_allocated = grad_enabled, memory_allocated
         self.device = None  # the model's CUDA device
         self.depth = 0
+        self.lock = threading.Lock()
         self.finding = []  # the global hooks' handles, while the model is not known
         self.model = None  # a weak reference to the model found
 
@@ -92,19 +93,24 @@ class ModelCalls:
 
     def before_call(self, module, args):
         if not self.compiling():
-            self.depth += 1
+            with self.lock:  # nn.DataParallel calls its replicas on threads of its own
+                self.depth += 1
 
     def after_call(self, module, args, output):
         if self.compiling():
             return
-        self.depth = max(0, self.depth - 1)
-        device = _cuda_device_of(module) if self.depth == 0 and self.finding else None
-        if device is not None:
-            self.device = device
-            self.stop_finding()
-            self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
-            module.register_forward_pre_hook(ModelCallHook(self))
-            self.model = weakref.ref(module, self.model_freed)
+        with self.lock:
+            self.depth = max(0, self.depth - 1)
+            device = _cuda_device_of(module) if self.depth == 0 and self.finding else None
+            if device is None:
+                return
+            handles, self.finding = self.finding, []
+        for handle in handles:
+            handle.remove()
+        self.device = device
+        self.marker.on_loop_start(_steps.SOURCE_MODEL_CALL)  # the first: no mark
+        module.register_forward_pre_hook(ModelCallHook(self))
+        self.model = weakref.ref(module, self.model_freed)
 
     def model_freed(self, _ref):
         if self.finding or sys.is_finalizing():  # at exit, torch may be half torn down
@@ -114,11 +120,6 @@ class ModelCalls:
             self.start()
         except Exception:  # noqa: BLE001 (a weakref callback must not raise)
             self.finding = []
-
-    def stop_finding(self):
-        for handle in self.finding:
-            handle.remove()
-        self.finding = []
 
     def model_called(self, module):
         """The hook's call: marks for the model found alone (a shallow copy shares its

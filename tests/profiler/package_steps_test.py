@@ -13,6 +13,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import threading
 import types
 import unittest
 
@@ -339,6 +340,29 @@ class ModelCallHooks(unittest.TestCase):
         # iteration) and the model's second
         self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
         self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))
+
+    def test_replicas_called_on_threads_are_not_taken(self):
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        replicas = [FakeModule("cuda", index=i) for i in range(2)]
+
+        class DataParallel(FakeModule):  # calls its replicas on threads of its own
+            def __call__(self):
+                for hook in (*FakeModule.pre.values(), *self.own_pre.values()):
+                    hook(self, ())
+                threads = [threading.Thread(target=r) for r in replicas]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                for hook in tuple(FakeModule.post.values()):
+                    hook(self, (), None)
+
+        parallel = DataParallel("cuda", index=0)
+        for _ in range(3):
+            parallel()
+        self.assertEqual(len(parallel.own_pre), 1)
+        self.assertEqual([len(r.own_pre) for r in replicas], [0, 0])
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
 
     def test_a_model_on_the_host_is_not_taken(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
