@@ -1,6 +1,8 @@
 // libgpumem's C ABI on a real GPU, for each CUDA backend (vmm, cudamalloc). Every block is
 // written by device work (cuMemsetD32Async, a fill kernel) and read back, so overlapping
 // or unmapped blocks fail. Skipped, with the reason, where there is no CUDA device.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -8,6 +10,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "allocator/caching_allocator.h"
@@ -236,6 +239,55 @@ TEST_P(GpuAllocTest, EmptyCacheGivesEveryByteBackToTheDriver) {
 // their old address stays mapped until the stream's queued work is done, with no device
 // synchronize. Here the freed blocks still have a fill queued when the stitch happens; the
 // new block's fill runs after it in stream order, so every block reads back right.
+// A driver entry point the allocator itself never calls.
+template <typename Fn>
+Fn DriverSymbol(const char* name) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  return lib ? reinterpret_cast<Fn>(dlsym(lib, name)) : nullptr;
+}
+
+// A copy between two devices' blocks, as nn.DataParallel's scatter and gather make them:
+// once the contexts have peer access (cudaDeviceEnablePeerAccess), gpumem grants each
+// copying device access to the other's mappings (gpumem_enable_peer_access), and the
+// copy arrives whole in both directions, for a small block and one of many pages.
+TEST_P(GpuAllocTest, CopiesBetweenDevicesOnceAPeerIsGranted) {
+  int count = 0;
+  CU_OK(api_->cuDeviceGetCount(&count));
+  if (count < 2) GTEST_SKIP() << "needs two GPUs, found " << count;
+  auto can_access = DriverSymbol<decltype(&cuDeviceCanAccessPeer)>("cuDeviceCanAccessPeer");
+  auto enable = DriverSymbol<decltype(&cuCtxEnablePeerAccess)>("cuCtxEnablePeerAccess");
+  auto copy = DriverSymbol<decltype(&cuMemcpyDtoD)>("cuMemcpyDtoD_v2");
+  ASSERT_TRUE(can_access && enable && copy);
+  CUdevice d0 = 0, d1 = 0;
+  CU_OK(api_->cuDeviceGet(&d0, 0));
+  CU_OK(api_->cuDeviceGet(&d1, 1));
+  int peer = 0;
+  CU_OK(can_access(&peer, d0, d1));
+  if (!peer) GTEST_SKIP() << "devices 0 and 1 have no peer access";
+  CUcontext ctx1 = nullptr;
+  CU_OK(api_->cuDevicePrimaryCtxRetain(&ctx1, d1));
+  for (auto [from, to, from_ctx, to_ctx] : {std::tuple{0, 1, ctx_, ctx1},
+                                            std::tuple{1, 0, ctx1, ctx_}}) {
+    CU_OK(api_->cuCtxSetCurrent(from_ctx));
+    const CUresult r = enable(to_ctx, 0);
+    ASSERT_TRUE(r == CUDA_SUCCESS || r == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) << r;
+    ASSERT_EQ(gpumem_enable_peer_access(to, from), 0) << LastError();
+    for (std::size_t size : {std::size_t{4096}, 64 * kMiB}) {
+      void* src = gpumem_alloc(size, from, nullptr);
+      void* dst = gpumem_alloc(size, to, nullptr);
+      ASSERT_TRUE(src && dst) << LastError();
+      Fill(src, size, 0xC0DE0000u + from, nullptr);
+      CU_OK(api_->cuCtxSynchronize());
+      CU_OK(copy(reinterpret_cast<CUdeviceptr>(dst), reinterpret_cast<CUdeviceptr>(src), size));
+      Check(dst, size, 0xC0DE0000u + from);
+      gpumem_free(src, size, from, nullptr);
+      gpumem_free(dst, size, to, nullptr);
+    }
+  }
+  CU_OK(api_->cuCtxSetCurrent(ctx_));
+  api_->cuDevicePrimaryCtxRelease(d1);
+}
+
 TEST_P(GpuAllocTest, StitchingWithinAStreamWaitsForNothingAndKeepsBlocksIntact) {
   if (std::string(GetParam()) != "vmm") GTEST_SKIP() << "only VMM stitches pages";
   constexpr std::size_t kPage = 2 * kMiB;
