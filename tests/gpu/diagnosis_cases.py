@@ -365,6 +365,25 @@ def validation_outputs_gathered_on_device():
     return torch.cat(outputs).mean()
 
 
+@case("leak")
+def every_tenth_generation_kept_after_training():
+    """100 training steps, then generation in eval mode under inference_mode for as long
+    as it runs, every tenth output kept on the device: what it keeps rises only at every
+    tenth call, so the generation is stood in for once it outnumbers the steps before it."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100):
+        fit(net, opt, batch())
+    net.eval()
+    samples = []
+    with torch.inference_mode():
+        for i in range(100000):
+            out = net(batch())  # LEAK: every tenth kept below
+            if i % 10 == 0:
+                samples.append(out)
+    return samples
+
+
 @case("no leak")
 def validation_outputs_moved_to_host_each_epoch():
     """Epochs of 200 training steps, each followed by a validation pass of 150 batches
