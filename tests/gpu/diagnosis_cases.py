@@ -385,6 +385,25 @@ def every_tenth_generation_kept_after_training():
 
 
 @case("no leak")
+def validation_outputs_gathered_then_reduced_each_epoch():
+    """Epochs of 200 training steps, each followed by a validation pass of 40 batches whose
+    outputs are gathered on the device and reduced to one number when the pass ends: the
+    pass holds more at each batch, then gives it all back."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(6):
+        net.train()
+        for _ in range(200):
+            fit(net, opt, batch())
+        net.eval()
+        with torch.no_grad():
+            outputs = [net(batch()) for _ in range(40)]
+            score = torch.cat(outputs).pow(2).mean().item()
+        del outputs
+        print(f"epoch {epoch}: validation {score:.4f}")
+
+
+@case("no leak")
 def validation_outputs_moved_to_host_each_epoch():
     """Epochs of 200 training steps, each followed by a validation pass of 150 batches
     whose predictions go to the host."""
