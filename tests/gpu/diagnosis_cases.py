@@ -46,6 +46,29 @@ def fit(net, opt, x):
     return out, loss
 
 
+def trained(steps):
+    """A model after `steps` training steps, put in eval mode."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(steps):
+        fit(net, opt, batch())
+    return net.eval()
+
+
+def epochs_then_validation(validate, epochs=6, steps=200):
+    """Epochs of `steps` training steps, each followed by `validate(net)` in eval mode
+    under no_grad."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        net.train()
+        for _ in range(steps):
+            fit(net, opt, batch())
+        net.eval()
+        with torch.no_grad():
+            print(f"epoch {epoch}: validation {validate(net)}")
+
+
 @case("no leak")
 def running_loss_tensor():
     """`total += loss` after backward keeps autograd nodes on the host, not device memory:
@@ -353,11 +376,7 @@ def evaluation_outputs_moved_to_host():
 def validation_outputs_gathered_on_device():
     """1,000 training steps, then a validation pass that gathers every batch's output on
     the device for a metric at its end: the outputs outgrow the cap halfway through."""
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for _ in range(1000):
-        fit(net, opt, batch())
-    net.eval()
+    net = trained(1000)
     outputs = []
     with torch.no_grad():
         for _ in range(1000):
@@ -370,11 +389,7 @@ def every_tenth_generation_kept_after_training():
     """100 training steps, then generation in eval mode under inference_mode for as long
     as it runs, every tenth output kept on the device: what it keeps rises only at every
     tenth call, so the generation is stood in for once it outnumbers the steps before it."""
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for _ in range(100):
-        fit(net, opt, batch())
-    net.eval()
+    net = trained(100)
     samples = []
     with torch.inference_mode():
         for i in range(100000):
@@ -389,34 +404,20 @@ def validation_outputs_gathered_then_reduced_each_epoch():
     """Epochs of 200 training steps, each followed by a validation pass of 40 batches whose
     outputs are gathered on the device and reduced to one number when the pass ends: the
     pass holds more at each batch, then gives it all back."""
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for epoch in range(6):
-        net.train()
-        for _ in range(200):
-            fit(net, opt, batch())
-        net.eval()
-        with torch.no_grad():
-            outputs = [net(batch()) for _ in range(40)]
-            score = torch.cat(outputs).pow(2).mean().item()
-        del outputs
-        print(f"epoch {epoch}: validation {score:.4f}")
+    def validate(net):
+        outputs = [net(batch()) for _ in range(40)]
+        return torch.cat(outputs).pow(2).mean().item()
+    epochs_then_validation(validate)
 
 
 @case("no leak")
 def validation_outputs_moved_to_host_each_epoch():
     """Epochs of 200 training steps, each followed by a validation pass of 150 batches
     whose predictions go to the host."""
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for epoch in range(6):
-        net.train()
-        for _ in range(200):
-            fit(net, opt, batch())
-        net.eval()
-        with torch.no_grad():
-            predictions = [net(batch()).argmax(1).cpu() for _ in range(150)]
-        print(f"epoch {epoch}: {len(predictions)} validation batches")
+    def validate(net):
+        predictions = [net(batch()).argmax(1).cpu() for _ in range(150)]
+        return torch.cat(predictions).float().mean().item()
+    epochs_then_validation(validate)
 
 
 @case("leak")
