@@ -224,13 +224,8 @@ absl::Status CudaVmmBackend::GrantPeerAccess(int peer_device) {
   }
   const CUmemAccessDesc desc{{CU_MEM_LOCATION_TYPE_DEVICE, peer},
                              CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-  std::map<CUdeviceptr, std::size_t> mapped;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    mapped = mappings_;
-  }
   ScopedContext scope(api_, context_);
-  for (const auto& [ptr, bytes] : mapped) {
+  for (const auto& [ptr, bytes] : mappings_) {
     if (CUresult r = api_.cuMemSetAccess(ptr, bytes, &desc, 1); r != CUDA_SUCCESS) {
       return ToStatus(r, "cuMemSetAccess for a peer device");
     }

@@ -12,7 +12,6 @@
 #include <unordered_map>
 #include <vector>
 
-
 #include "allocator/cuda_malloc_backend.h"
 
 namespace gpumem {
@@ -41,9 +40,9 @@ class CudaVmmBackend final : public CudaMallocBackend {
 
  private:
   explicit CudaVmmBackend(const OpenDevice& open) : CudaMallocBackend(open) {}
-  // Grants the devices in access_ to [ptr, ptr + bytes): one call for the range, or one
-  // per page once the driver has refused a range of several mappings.
-  // Called with access_mu_ held.
+  // Grants the devices in access_ to the `n` pages of `page_bytes` mapped from `ptr`: one
+  // call for the run, or one per page once the driver has refused a run of several
+  // mappings. Called with access_mu_ held.
   CUresult SetAccess(CUdeviceptr ptr, std::size_t page_bytes, std::size_t n);
 
   CUmemAllocationProp prop_{};
@@ -52,7 +51,9 @@ class CudaVmmBackend final : public CudaMallocBackend {
   std::shared_mutex access_mu_;
   // This device first, then each peer granted; guarded by access_mu_.
   std::vector<CUmemAccessDesc> access_;
-  std::map<CUdeviceptr, std::size_t> mappings_;  // start -> bytes, guarded by mu_
+  // start -> bytes; changed only with access_mu_ held shared and mu_ held, so read
+  // under access_mu_ held exclusively with no other lock.
+  std::map<CUdeviceptr, std::size_t> mappings_;
   // Access granted to a run of pages in one call until the driver refuses one (MapPages).
   std::atomic<bool> range_access_{true};
   std::unordered_map<PhysicalHandle, std::size_t> physical_sizes_;  // guarded by mu_
