@@ -28,6 +28,7 @@ std::optional<std::uint64_t> ProjectedOomStep(double bytes_per_step, std::uint64
 }  // namespace
 
 std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHistory::Series& s,
+                                              const report::FillLevel& fill,
                                               std::uint64_t step,
                                               const DeviceFigures& device) const {
   const std::size_t n = s.live.size();
@@ -35,6 +36,7 @@ std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHisto
   for (std::size_t i = n - steps_; i < n; ++i) {
     if (s.live[i] <= s.live[i - 1]) return std::nullopt;
   }
+  if (fill.Refills(s.live[n - steps_ - 1], s.live.back())) return std::nullopt;
   const std::uint64_t grown = s.live.back() - s.live[n - steps_ - 1];
   if (static_cast<double>(grown) < report::MinLeakGrowth(device.step_peak)) return std::nullopt;
   const std::vector<double> x(s.steps.end() - static_cast<std::ptrdiff_t>(steps_ + 1), s.steps.end());
@@ -50,6 +52,7 @@ std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHisto
 
 std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
                                                      const SiteHistory::Series& s,
+                                                     const report::FillLevel& fill,
                                                      std::uint64_t step,
                                                      const DeviceFigures& device) const {
   if (s.live.size() < report::kMinLateGrowthSamples ||
@@ -57,7 +60,7 @@ std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
     return std::nullopt;  // the fine series sees as far
   }
   const std::optional<report::Growth> g =
-      report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak));
+      report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak), &fill);
   if (!g || g->bytes_per_step <= 0) return std::nullopt;
   LeakWarning w;
   w.key = key;
@@ -107,11 +110,14 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
                                              const SiteHistory& history,
                                              const DeviceFigures& device) {
   const SiteHistory::Series series = history.Of(key);
-  std::optional<LeakWarning> w = Rising(key, series, step, device);
+  const report::FillLevel fill = history.FillOf(key);
+  std::optional<LeakWarning> w = Rising(key, series, fill, step, device);
   const auto said = said_.find(key);
   const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
   if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
-  if (!w && history.coarse_sampled()) w = RisingInSteps(key, history.CoarseOf(key), step, device);
+  if (!w && history.coarse_sampled()) {
+    w = RisingInSteps(key, history.CoarseOf(key), fill, step, device);
+  }
   if (!w) return Withdraw(key, series);
   if (said == said_.end()) {
     said_[key] = Said{*w, step, step};

@@ -12,7 +12,9 @@
 // few lines a run, not one every few steps. A site
 // warned of that then holds no more for stopped_steps() step ends than at their start
 // (a cache that filled up, a buffer as long as the longest batch) has its warning
-// withdrawn, once; should it grow again it is warned of again.
+// withdrawn, once; should it grow again it is warned of again. A rise that only refills
+// what the site held before and gave back (report::FillLevel: a validation pass that
+// gathers its outputs each epoch, then reduces them) is not warned of.
 #pragma once
 
 #include <cstddef>
@@ -51,11 +53,14 @@ class LeakWarner {
   std::size_t stopped_steps() const { return stopped_steps_; }
 
  private:
+  // Not said of a rise that refills what the site gave back before (`fill`).
   std::optional<LeakWarning> Rising(std::uint64_t key, const SiteHistory::Series& s,
-                                    std::uint64_t step, const DeviceFigures& device) const;
+                                    const report::FillLevel& fill, std::uint64_t step,
+                                    const DeviceFigures& device) const;
   // The growth of a coarse series, fitted as the report fits it.
   std::optional<LeakWarning> RisingInSteps(std::uint64_t key, const SiteHistory::Series& s,
-                                           std::uint64_t step, const DeviceFigures& device) const;
+                                           const report::FillLevel& fill, std::uint64_t step,
+                                           const DeviceFigures& device) const;
   // What to say of `key` at this step end: a warning, a withdrawal, or nothing.
   std::optional<LeakWarning> Judge(std::uint64_t key, std::uint64_t step,
                                    const SiteHistory& history, const DeviceFigures& device);

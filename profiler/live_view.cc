@@ -26,9 +26,10 @@ struct FoundGrowth {
 };
 std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t key,
                                     double min_growth) {
+  const report::FillLevel fill = history.FillOf(key);
   for (const SiteHistory::Series& s : {history.Of(key), history.CoarseOf(key)}) {
     const std::optional<report::Growth> g =
-        report::RecentSteadyGrowth(s.steps, s.live, min_growth);
+        report::RecentSteadyGrowth(s.steps, s.live, min_growth, &fill);
     if (!g) continue;
     return FoundGrowth{*g, s.live[g->from],
                        static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};

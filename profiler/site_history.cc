@@ -7,6 +7,7 @@ namespace gpumem {
 void SiteHistory::Push(Ring& ring, std::uint64_t value) const {
   ring.values[head_] = value;
   ring.samples = std::min(ring.samples + 1, kSteps);
+  ring.fill.Add(value);
 }
 
 void SiteHistory::Add(std::uint64_t step,
@@ -97,6 +98,11 @@ SiteHistory::Series SiteHistory::CoarseOf(std::uint64_t key) const {
     out.live.push_back(ring.coarse[i]);
   }
   return out;
+}
+
+report::FillLevel SiteHistory::FillOf(std::uint64_t key) const {
+  const auto it = sites_.find(key);
+  return it == sites_.end() ? report::FillLevel{} : it->second.fill;
 }
 
 std::vector<std::uint64_t> SiteHistory::Keys() const {

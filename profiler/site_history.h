@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem {
 
@@ -33,6 +34,9 @@ class SiteHistory {
   };
   Series Of(std::uint64_t key) const;
   Series CoarseOf(std::uint64_t key) const;
+  // The most the site held at a step end since it was taken in, and the least since then:
+  // whether a rise refills what it gave back before (report::FillLevel).
+  report::FillLevel FillOf(std::uint64_t key) const;
   std::vector<std::uint64_t> Keys() const;
   std::uint64_t last_step() const { return count_ == 0 ? 0 : steps_[head_]; }
   // Whether the last Add took a coarse sample (every stride-th step end).
@@ -45,6 +49,7 @@ class SiteHistory {
     // The coarse series, oldest first: the last coarse_samples of coarse_steps_.
     std::uint64_t coarse[kSteps] = {};
     std::size_t coarse_samples = 0;
+    report::FillLevel fill;  // over every step end, not only the kSteps kept
   };
   void Push(Ring& ring, std::uint64_t value) const;
   void TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live);

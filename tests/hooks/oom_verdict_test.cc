@@ -296,6 +296,26 @@ TEST(OomVerdictTest, WobblingRateIsSaidAFewTimesNotEveryFewSteps) {
   }
 }
 
+// Epochs of 40 steps, each followed by a validation pass of 16 step ends that gathers
+// 4 MiB at each and gives it all back when it ends: warned of at the first pass only,
+// since each later pass refills what the one before gave back.
+TEST(OomVerdictTest, PassThatGathersAndGivesBackIsWarnedOfOnceNotEachEpoch) {
+  FakeTorchDevice torch{11};
+  ASSERT_EQ(gpumem_trace_capacity(11, 2048 * kMiB, 3), 0);
+  const std::uint32_t gather = SiteStack("validate.py", 7, "gather");
+  std::string err;
+  for (int epoch = 0; epoch < 5; ++epoch) {
+    for (int step = 0; step < 40; ++step) err += StepPrinting();
+    std::vector<std::uint64_t> outputs;
+    for (int call = 0; call < 16; ++call) {
+      outputs.push_back(torch.Alloc(4 * kMiB, gather));
+      err += StepPrinting();
+    }
+    for (std::uint64_t output : outputs) torch.Free(output);
+  }
+  EXPECT_EQ(Count(err, "validate.py:7 gather grew"), 1) << err;
+}
+
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
 // and the warning withdrawn once, after it has held no more for 20 step ends.
 TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {

@@ -93,5 +93,45 @@ TEST(GrowthRules, StaircaseThatFallsOftenIsNot) {
   EXPECT_FALSE(GrowthOf(live).has_value());
 }
 
+// Epochs of `train` flat step ends, each followed by a pass of `pass` step ends that
+// gathers `per_call` at each, given back when the pass ends; the series ends inside the
+// last pass, whose calls gather `last_per_call`.
+std::vector<std::uint64_t> EpochsWithGatheringPasses(std::uint64_t per_call,
+                                                     std::uint64_t last_per_call) {
+  constexpr int kEpochs = 6, kTrain = 200, kPass = 32;
+  std::vector<std::uint64_t> live;
+  for (int epoch = 0; epoch < kEpochs; ++epoch) {
+    for (int i = 0; i < kTrain; ++i) live.push_back(100 * kMiB);
+    const std::uint64_t gathered = epoch + 1 == kEpochs ? last_per_call : per_call;
+    for (int i = 1; i <= kPass; ++i) live.push_back(100 * kMiB + i * gathered);
+  }
+  return live;
+}
+
+// The run ends as its last pass has gathered as much as each pass before it gave back:
+// no leak, though the end of the series rises steadily.
+TEST(GrowthRules, PassThatGathersAndGivesBackEachEpochIsNot) {
+  EXPECT_FALSE(GrowthOf(EpochsWithGatheringPasses(8 * kMiB, 8 * kMiB)).has_value());
+}
+
+// The last pass gathers three times what the others gave back: more than ever held.
+TEST(GrowthRules, PassGatheringFarMoreThanEverGivenBackIs) {
+  const auto g = GrowthOf(EpochsWithGatheringPasses(8 * kMiB, 24 * kMiB));
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(g->bytes_per_step, 24.0 * kMiB, 4.0 * kMiB);
+}
+
+// A caller that has seen more of the site than the series it fits passes its FillLevel:
+// a rise seen alone is a refill once the fill level says the site held it and let it go.
+TEST(GrowthRules, FillLevelKeptByTheCallerDecides) {
+  const std::vector<std::uint64_t> rise = Series(16, 8 * kMiB, [](std::size_t) { return true; });
+  FillLevel fill;
+  EXPECT_TRUE(RecentSteadyGrowth(StepsOf(rise), rise, kMinGrowth, &fill).has_value());
+  for (std::uint64_t live : {100 * kMiB, 300 * kMiB, 100 * kMiB}) fill.Add(live);
+  EXPECT_FALSE(RecentSteadyGrowth(StepsOf(rise), rise, kMinGrowth, &fill).has_value());
+  fill.Add(400 * kMiB);  // held more since, and has not given it back
+  EXPECT_TRUE(RecentSteadyGrowth(StepsOf(rise), rise, kMinGrowth, &fill).has_value());
+}
+
 }  // namespace
 }  // namespace gpumem::report

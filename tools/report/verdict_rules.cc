@@ -139,19 +139,39 @@ std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
   return g;
 }
 
+void FillLevel::Add(std::uint64_t live) {
+  if (live > most_) {
+    most_ = live;
+    least_since_most_ = UINT64_MAX;
+  } else {
+    least_since_most_ = std::min(least_since_most_, live);
+  }
+}
+
+bool FillLevel::Refills(std::uint64_t start, std::uint64_t now) const {
+  if (least_since_most_ > start || most_ <= start) return false;
+  return now <= most_ + (most_ - start) / 8;
+}
+
 std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          absl::Span<const std::uint64_t> live,
-                                         double min_growth) {
-  if (std::optional<Growth> whole = SteadyGrowth(steps, live, min_growth)) return whole;
+                                         double min_growth, const FillLevel* fill) {
   const std::size_t n = std::min(steps.size(), live.size());
+  FillLevel own;
+  if (fill == nullptr) {
+    for (std::size_t i = 0; i < n; ++i) own.Add(live[i]);
+    fill = &own;
+  }
+  auto grows_from = [&](std::size_t from) -> std::optional<Growth> {
+    std::optional<Growth> g = SteadyGrowth(steps.subspan(from, n - from),
+                                           live.subspan(from, n - from), min_growth);
+    if (!g || fill->Refills(live[from], live[n - 1])) return std::nullopt;
+    g->from = from;
+    return g;
+  };
+  if (std::optional<Growth> whole = grows_from(0)) return whole;
   for (std::size_t window = n / 2; window >= kMinLateGrowthSamples; window /= 2) {
-    const std::size_t from = n - window;
-    std::optional<Growth> g =
-        SteadyGrowth(steps.subspan(from, window), live.subspan(from, window), min_growth);
-    if (g) {
-      g->from = from;
-      return g;
-    }
+    if (std::optional<Growth> g = grows_from(n - window)) return g;
   }
   return std::nullopt;
 }

@@ -52,12 +52,32 @@ double MinLeakGrowth(std::uint64_t peak_allocated);
 // hardly any), else nullopt.
 std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
                                    absl::Span<const std::uint64_t> live, double min_growth);
+// The most a site has held, and the least it has held since: what tells a site that fills
+// and gives back each phase (a validation pass that gathers its outputs, then reduces them)
+// from one that keeps what it took. Fed every step end of the site, in order.
+class FillLevel {
+ public:
+  void Add(std::uint64_t live);
+  // A growth from `start` to `now` repeats a fill already given back: the site held about
+  // as much before (`now` at most an eighth of the rise above its most) and fell from
+  // that back to `start` or below.
+  bool Refills(std::uint64_t start, std::uint64_t now) const;
+
+ private:
+  std::uint64_t most_ = 0;
+  std::uint64_t least_since_most_ = UINT64_MAX;
+};
+
 // The same, where the growth may have begun late (a leak that starts in the evaluation
 // phase, or after thousands of healthy steps): the longest of the whole series and its
-// later halves, quarters, ... (down to kMinLateGrowthSamples) that grows steadily.
+// later halves, quarters, ... (down to kMinLateGrowthSamples) that grows steadily and
+// does not refill what the site gave back before (`fill`: the site's FillLevel over at
+// least `live`, kept by a caller that sees more of the site than `live`; by default
+// taken from `live`).
 std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          absl::Span<const std::uint64_t> live,
-                                         double min_growth);
+                                         double min_growth,
+                                         const FillLevel* fill = nullptr);
 
 // What an OOM is classed from.
 struct OomFigures {
