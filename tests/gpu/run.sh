@@ -11,7 +11,7 @@
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py, one case on each GPU at a time; DIAGNOSIS_CASES
-#        and DIAGNOSIS_MODES narrow it);
+#        and DIAGNOSIS_MODES narrow it; MATRIX_GPUS=0,1,0,1 runs two on each GPU);
 #        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
 #        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
@@ -160,8 +160,8 @@ if want emptyab; then
     --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
 fi
 
-# The matrices run one case on each GPU at a time.
-all_gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)
+# The matrices run one case on each GPU at a time (MATRIX_GPUS, e.g. 0,1,0,1: two on each).
+all_gpus=${MATRIX_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
 if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" --gpus "$all_gpus" \
