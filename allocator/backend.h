@@ -6,9 +6,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace gpumem {
 
@@ -46,6 +48,17 @@ struct BackendCounters {
   // The same on the allocator's own threads (BackgroundUnmapper), not in host_call_ns:
   // time the training thread does not wait for.
   std::uint64_t background_call_ns = 0;
+};
+
+// A page of physical memory exported to be mapped by another process (CUDA IPC of a
+// tensor): a file descriptor (cuMemExportToShareableHandle) and the page's size.
+struct ExportedPage {
+  int fd = -1;
+  std::size_t bytes = 0;
+};
+struct ExportedPages {
+  DevicePtr first_page = 0;  // where the first page is mapped here
+  std::vector<ExportedPage> pages;
 };
 
 // Set on the allocator's own threads: their device calls count as background_call_ns.
@@ -107,6 +120,30 @@ class Backend {
   virtual absl::Status GrantPeerAccess(int peer_device) {
     (void)peer_device;
     return absl::OkStatus();
+  }
+
+  // --- memory shared with other processes (torch.multiprocessing sending CUDA tensors).
+  // The pages mapped under [va, va + bytes), each exported as a descriptor the caller
+  // owns and closes. Unimplemented where memory is not mapped page by page.
+  virtual absl::StatusOr<ExportedPages> ExportPages(DevicePtr va, std::size_t bytes) {
+    (void)va;
+    (void)bytes;
+    return absl::UnimplementedError(
+        "this backend does not map memory page by page, so it cannot share it with another "
+        "process (use GPUMEM_BACKEND=vmm)");
+  }
+  // Maps pages another process exported, one after the other, at a new address range this
+  // device (and each peer granted) can read and write. The descriptors stay the caller's.
+  // Not charged to the capacity: the memory is the exporter's.
+  virtual absl::StatusOr<DevicePtr> ImportPages(absl::Span<const ExportedPage> pages) {
+    (void)pages;
+    return absl::UnimplementedError(
+        "this backend does not map memory page by page, so it cannot map another process's");
+  }
+  // Unmaps a range ImportPages made and gives its addresses back.
+  virtual absl::Status ReleaseImported(DevicePtr base) {
+    (void)base;
+    return absl::NotFoundError("no memory imported from another process here");
   }
 
   // --- plain segments (cudaMalloc / cudaFree), for policies without VMM.

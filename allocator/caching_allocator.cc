@@ -62,15 +62,31 @@ CachingAllocator::~CachingAllocator() {
   CollectFences(/*synchronized=*/true);
 }
 
-bool CachingAllocator::Owns(DevicePtr ptr) const {
+bool CachingAllocator::FindLive(DevicePtr ptr, std::size_t* requested) const {
   std::lock_guard lock(mu_);
-  if (const LiveBlock* r = live_.Find(ptr)) return !r->pending;
+  if (const LiveBlock* r = live_.Find(ptr)) {
+    *requested = r->requested;
+    return !r->pending;
+  }
   for (const std::shared_ptr<ThreadCache>& c : caches_) {
     std::lock_guard cl(c->mu());
     const LiveBlock* r = c->FindRecord(ptr);
-    if (r != nullptr) return !r->cached;
+    if (r != nullptr) {
+      *requested = r->requested;
+      return !r->cached;
+    }
   }
   return false;
+}
+
+bool CachingAllocator::Owns(DevicePtr ptr) const {
+  std::size_t requested = 0;
+  return FindLive(ptr, &requested);
+}
+
+std::size_t CachingAllocator::BlockBytes(DevicePtr ptr) const {
+  std::size_t requested = 0;
+  return FindLive(ptr, &requested) ? requested : 0;
 }
 
 bool CachingAllocator::RecordStream(DevicePtr ptr, StreamId stream) {

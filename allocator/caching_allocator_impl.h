@@ -141,6 +141,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     return Caching() ? FreeCached(ptr) : FreeLocked(ptr);
   }
   bool Owns(DevicePtr ptr) const override;
+  std::size_t BlockBytes(DevicePtr ptr) const override;
   bool RecordStream(DevicePtr ptr, StreamId stream) override;
 
   // caching_growth.cc
@@ -170,6 +171,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   std::vector<LayoutSegment> Layout() const override;
 
  private:
+  // Whether `ptr` is a live block (not freed, cached or waiting on other streams), and the
+  // bytes asked for it.
+  bool FindLive(DevicePtr ptr, std::size_t* requested) const;
   // Holds every cache's lock (after mu_): their counters stand still.
   class LockedCaches {
    public:

@@ -24,7 +24,9 @@ struct DriverApi {
   X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)             \
   X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventDestroy)                    \
   X(cuPointerGetAttribute) X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)     \
-  X(cuMemsetD32Async) X(cuMemcpyDtoH) X(cuEventSynchronize) X(cuStreamWaitEvent)
+  X(cuMemsetD32Async) X(cuMemcpyDtoH) X(cuEventSynchronize) X(cuStreamWaitEvent)       \
+  X(cuMemRetainAllocationHandle) X(cuMemExportToShareableHandle)                         \
+  X(cuMemImportFromShareableHandle)
 #define GPUMEM_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
   GPUMEM_CUDA_DRIVER_FUNCTIONS(GPUMEM_DECLARE_POINTER)
 #undef GPUMEM_DECLARE_POINTER

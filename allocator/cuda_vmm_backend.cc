@@ -1,5 +1,7 @@
 #include "allocator/cuda_vmm_backend.h"
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace gpumem {
@@ -93,7 +95,7 @@ absl::StatusOr<PhysicalHandle> CudaVmmBackend::CreatePhysical(std::size_t bytes)
   CUresult r;
   {
     ScopedContext scope(api_, context_);
-    r = api_.cuMemCreate(&handle, bytes, &prop_, 0);
+    r = CreateHandle(&handle, bytes);
   }
   if (r != CUDA_SUCCESS) {
     Uncharge(bytes);
@@ -103,6 +105,18 @@ absl::StatusOr<PhysicalHandle> CudaVmmBackend::CreatePhysical(std::size_t bytes)
   physical_sizes_[handle] = bytes;
   ++counters_.physical_creates;
   return static_cast<PhysicalHandle>(handle);
+}
+
+CUresult CudaVmmBackend::CreateHandle(CUmemGenericAllocationHandle* handle, std::size_t bytes) {
+  // Exportable pages cost nothing more; they let a tensor be sent to another process.
+  if (exportable_.load(std::memory_order_relaxed)) {
+    CUmemAllocationProp prop = prop_;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    const CUresult r = api_.cuMemCreate(handle, bytes, &prop, 0);
+    if (r != CUDA_ERROR_NOT_SUPPORTED && r != CUDA_ERROR_INVALID_VALUE) return r;
+    exportable_.store(false, std::memory_order_relaxed);
+  }
+  return api_.cuMemCreate(handle, bytes, &prop_, 0);
 }
 
 void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
@@ -230,7 +244,135 @@ absl::Status CudaVmmBackend::GrantPeerAccess(int peer_device) {
       return ToStatus(r, "cuMemSetAccess for a peer device");
     }
   }
+  for (const auto& [base, pages] : imported_) {
+    for (const ImportedPage& page : pages) {
+      if (CUresult r = api_.cuMemSetAccess(page.at, page.bytes, &desc, 1); r != CUDA_SUCCESS) {
+        return ToStatus(r, "cuMemSetAccess for a peer device");
+      }
+    }
+  }
   access_.push_back(desc);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<CUdeviceptr, std::size_t>>> CudaVmmBackend::MappingsUnder(
+    DevicePtr va, std::size_t bytes) {
+  std::vector<std::pair<CUdeviceptr, std::size_t>> under;
+  std::lock_guard<std::mutex> lock(mu_);  // mappings_ changes only with mu_ held
+  auto it = mappings_.upper_bound(static_cast<CUdeviceptr>(va));
+  if (it != mappings_.begin()) --it;
+  CUdeviceptr covered = static_cast<CUdeviceptr>(va);
+  for (; it != mappings_.end() && it->first < va + bytes; ++it) {
+    if (it->first > covered || it->first + it->second <= covered) break;
+    under.emplace_back(it->first, it->second);
+    covered = it->first + it->second;
+  }
+  if (under.empty() || covered < va + bytes) {
+    return absl::NotFoundError(absl::StrCat("no mapped memory covers 0x", absl::Hex(va), " + ",
+                                            bytes, " bytes on this device"));
+  }
+  return under;
+}
+
+absl::StatusOr<ExportedPages> CudaVmmBackend::ExportPages(DevicePtr va, std::size_t bytes) {
+  CallClock clock(call_ns_);
+  absl::StatusOr<std::vector<std::pair<CUdeviceptr, std::size_t>>> under =
+      MappingsUnder(va, bytes);
+  if (!under.ok()) return under.status();
+  ExportedPages out{static_cast<DevicePtr>(under->front().first), {}};
+  auto fail = [&out](absl::Status why) {
+    for (const ExportedPage& page : out.pages) close(page.fd);
+    return why;
+  };
+  ScopedContext scope(api_, context_);
+  for (const auto& [start, size] : *under) {
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult r = api_.cuMemRetainAllocationHandle(&handle, reinterpret_cast<void*>(start));
+    if (r != CUDA_SUCCESS) return fail(ToStatus(r, "cuMemRetainAllocationHandle"));
+    int fd = -1;
+    r = api_.cuMemExportToShareableHandle(&fd, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                                          0);
+    api_.cuMemRelease(handle);  // the retain's reference; the mapping keeps the page
+    if (r != CUDA_SUCCESS) {
+      return fail(ToStatus(r, exportable_.load() ? "cuMemExportToShareableHandle"
+                                                 : "cuMemExportToShareableHandle (this driver "
+                                                   "refused exportable pages)"));
+    }
+    out.pages.push_back({fd, size});
+  }
+  return out;
+}
+
+void CudaVmmBackend::UnmapImported(CUdeviceptr base, std::size_t bytes,
+                                   const std::vector<ImportedPage>& pages) {
+  for (const ImportedPage& page : pages) {
+    api_.cuMemUnmap(page.at, page.bytes);
+    api_.cuMemRelease(page.handle);
+  }
+  api_.cuMemAddressFree(base, bytes);
+}
+
+absl::StatusOr<DevicePtr> CudaVmmBackend::ImportPages(absl::Span<const ExportedPage> pages) {
+  CallClock clock(call_ns_);
+  std::size_t total = 0;
+  for (const ExportedPage& page : pages) {
+    if (page.bytes == 0 || page.bytes % granularity_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an imported page of ", page.bytes, " bytes is not a multiple of this device's ",
+          granularity_, "-byte granularity"));
+    }
+    total += page.bytes;
+  }
+  if (total == 0) return absl::InvalidArgumentError("no pages to import");
+  std::shared_lock access(access_mu_);
+  ScopedContext scope(api_, context_);
+  CUdeviceptr base = 0;
+  if (CUresult r = api_.cuMemAddressReserve(&base, total, granularity_, 0, 0); r != CUDA_SUCCESS) {
+    return ToStatus(r, "cuMemAddressReserve");
+  }
+  std::vector<ImportedPage> mapped;
+  CUdeviceptr at = base;
+  for (const ExportedPage& page : pages) {
+    CUmemGenericAllocationHandle handle = 0;
+    CUresult r = api_.cuMemImportFromShareableHandle(
+        &handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(page.fd)),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r == CUDA_SUCCESS) {
+      r = api_.cuMemMap(at, page.bytes, 0, handle, 0);
+      if (r != CUDA_SUCCESS) api_.cuMemRelease(handle);
+    }
+    if (r == CUDA_SUCCESS) mapped.push_back({at, page.bytes, handle});
+    if (r == CUDA_SUCCESS) r = api_.cuMemSetAccess(at, page.bytes, access_.data(), access_.size());
+    if (r != CUDA_SUCCESS) {
+      UnmapImported(base, total, mapped);
+      return ToStatus(r, "mapping another process's page (cuMemImportFromShareableHandle, "
+                         "cuMemMap, cuMemSetAccess)");
+    }
+    at += page.bytes;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  imported_[base] = std::move(mapped);
+  return static_cast<DevicePtr>(base);
+}
+
+absl::Status CudaVmmBackend::ReleaseImported(DevicePtr base) {
+  CallClock clock(call_ns_);
+  std::shared_lock access(access_mu_);
+  std::vector<ImportedPage> pages;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = imported_.find(static_cast<CUdeviceptr>(base));
+    if (it == imported_.end()) {
+      return absl::NotFoundError(absl::StrCat("0x", absl::Hex(base),
+                                              " is no memory imported from another process"));
+    }
+    pages = std::move(it->second);
+    imported_.erase(it);
+  }
+  std::size_t total = 0;
+  for (const ImportedPage& page : pages) total += page.bytes;
+  ScopedContext scope(api_, context_);
+  UnmapImported(static_cast<CUdeviceptr>(base), total, pages);
   return absl::OkStatus();
 }
 

@@ -153,6 +153,8 @@ class DeviceAllocator {
 
   // Whether `ptr` is a live block of this allocator.
   virtual bool Owns(DevicePtr /*ptr*/) const { return false; }
+  // The bytes asked for the live block at `ptr`; 0 if it is none.
+  virtual std::size_t BlockBytes(DevicePtr /*ptr*/) const { return 0; }
   // Free(ptr) if `ptr` is a live block here; whether it was.
   virtual bool FreeIfOwned(DevicePtr ptr) {
     if (!Owns(ptr)) return false;

@@ -68,6 +68,13 @@ class FaultInjectingBackend final : public Backend {
   absl::Status GrantPeerAccess(int peer_device) override {
     return inner_.GrantPeerAccess(peer_device);
   }
+  absl::StatusOr<ExportedPages> ExportPages(DevicePtr va, std::size_t bytes) override {
+    return inner_.ExportPages(va, bytes);
+  }
+  absl::StatusOr<DevicePtr> ImportPages(absl::Span<const ExportedPage> pages) override {
+    return inner_.ImportPages(pages);
+  }
+  absl::Status ReleaseImported(DevicePtr base) override { return inner_.ReleaseImported(base); }
   absl::StatusOr<DevicePtr> AllocateSegment(std::size_t bytes) override;
   void FreeSegment(DevicePtr ptr, std::size_t bytes) override { inner_.FreeSegment(ptr, bytes); }
   EventHandle RecordEvent(StreamId stream) override { return inner_.RecordEvent(stream); }

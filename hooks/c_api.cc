@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
+#include "hooks/ipc.h"
 #include "hooks/oom_verdict_hook.h"
 #include "hooks/trace_hook.h"
 #include "nlohmann/json.hpp"
@@ -259,6 +260,7 @@ void* gpumem_alloc_at(void* address, ssize_t size, int device, struct CUstream_s
 
 void gpumem_free(void* ptr, ssize_t, int device, struct CUstream_st*) {
   if (ptr == nullptr) return;
+  h::ipc::Forget(ptr);
   const auto p = reinterpret_cast<gpumem::DevicePtr>(ptr);
   if (device < 0) {
     h::FreeOnOwner(p);
@@ -350,6 +352,43 @@ int gpumem_enable_peer_access(int device, int peer) {
   if (absl::Status s = (*state)->backend.backend->GrantPeerAccess(peer); !s.ok()) {
     h::SetError(absl::StrCat("gpumem_enable_peer_access(", device, ", ", peer, "): ",
                              s.message()));
+    return -1;
+  }
+  return 0;
+}
+
+size_t gpumem_ipc_share(void* ptr, size_t size, int device, char* buf, size_t len,
+                        size_t* offset) {
+  size_t at = 0;
+  absl::StatusOr<std::string> handle = h::ipc::Share(device, ptr, size, &at);
+  if (!handle.ok()) {
+    h::SetError(absl::StrCat("sharing a CUDA tensor with another process: ",
+                             handle.status().message()));
+    return 0;
+  }
+  if (buf == nullptr || handle->size() > len) {
+    h::SetError(absl::StrCat("gpumem_ipc_share: the handle takes ", handle->size(), " bytes"));
+    return 0;
+  }
+  std::memcpy(buf, handle->data(), handle->size());
+  if (offset != nullptr) *offset = at;
+  return handle->size();
+}
+
+void* gpumem_ipc_open(const char* handle, size_t len) {
+  absl::StatusOr<void*> base =
+      h::ipc::Open(absl::string_view(handle == nullptr ? "" : handle, handle ? len : 0));
+  if (!base.ok()) {
+    h::SetError(absl::StrCat("opening a CUDA tensor sent by another process: ",
+                             base.status().message()));
+    return nullptr;
+  }
+  return *base;
+}
+
+int gpumem_ipc_close(void* base) {
+  if (absl::Status s = h::ipc::Close(base); !s.ok()) {
+    h::SetError(absl::StrCat("gpumem_ipc_close: ", s.message()));
     return -1;
   }
   return 0;

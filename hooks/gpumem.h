@@ -64,6 +64,21 @@ GPUMEM_API int gpumem_set_capacity(uint64_t bytes, int device);
  * gpumem_last_error. */
 GPUMEM_API int gpumem_enable_peer_access(int device, int peer);
 
+/* CUDA tensors sent to another process (torch.multiprocessing; PyTorch's shareIpcHandle
+ * and getIpcDevPtr). gpumem_ipc_share writes the handle of the `size`-byte block at `ptr`
+ * on `device` (device < 0, size 0: the live block's own) to `buf` (at most `len` bytes)
+ * and returns its length, 0 on error
+ * (gpumem_last_error says why); `*offset` is where `ptr` lies past the address that
+ * gpumem_ipc_open returns for that handle in the receiving process, which must run
+ * gpumem's allocator too and stay on this machine. The sender must keep the block until
+ * the receiver has opened it (PyTorch's reference counting does). gpumem_ipc_close
+ * unmaps what gpumem_ipc_open mapped; 0 on success. */
+#define GPUMEM_IPC_HANDLE_MAX 256
+GPUMEM_API size_t gpumem_ipc_share(void* ptr, size_t size, int device, char* buf, size_t len,
+                                   size_t* offset);
+GPUMEM_API void* gpumem_ipc_open(const char* handle, size_t len);
+GPUMEM_API int gpumem_ipc_close(void* base);
+
 typedef struct gpumem_stats_s {
   uint64_t allocated_bytes;      /* live blocks, bytes as requested */
   uint64_t peak_allocated_bytes;

@@ -49,6 +49,10 @@ class GpumemAllocator final : public ::torch::cuda::CUDAPluggableAllocator::CUDA
   cudaError_t memcpyAsync(void* dst, int dstDevice, const void* src, int srcDevice,
                           size_t count, cudaStream_t stream, bool p2p_enabled) override;
 
+  // Tensors sent to another process (ipc.cc).
+  cca::ShareableHandle shareIpcHandle(void* ptr) override;
+  std::shared_ptr<void> getIpcDevPtr(std::string handle) override;
+
   // Statistics.
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
   void resetAccumulatedStats(c10::DeviceIndex device) override;

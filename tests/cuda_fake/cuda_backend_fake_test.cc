@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "allocator/caching_allocator.h"
 #include "allocator/cuda_vmm_backend.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cuda_fake/fake_cuda.h"
 
@@ -97,6 +100,69 @@ TEST_F(CudaBackendFakeTest, APeerGetsAccessToEveryMappingNowAndLater) {
   for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
   backend_->ReleaseAddressRange(va, 8 * kPage);
   EXPECT_EQ(Fake().released_while_mapped, 0u);
+}
+
+// A block sent to another process: the pages under it are exported (from the page that
+// holds its first byte to the one that holds its last), and mapped again one after the
+// other at a new range that this device and its peers can use; releasing that range
+// unmaps it and gives back every reference the import took.
+TEST_F(CudaBackendFakeTest, PagesExportedAreMappedAgainInOrderAndGivenBack) {
+  DevicePtr va = *backend_->ReserveAddressRange(4 * kPage);
+  std::vector<PhysicalHandle> h = Create(3);
+  ASSERT_TRUE(backend_->MapPages(va, kPage, h.data(), 3).ok());
+  ASSERT_TRUE(backend_->GrantPeerAccess(1).ok());
+  const FakeCudaCounters before = Fake();
+
+  absl::StatusOr<ExportedPages> out = backend_->ExportPages(va + kPage / 2, kPage + 1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->first_page, va);
+  ASSERT_EQ(out->pages.size(), 2u);  // the block's bytes lie on the first two pages
+  absl::StatusOr<DevicePtr> imported = backend_->ImportPages(out->pages);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  for (const ExportedPage& page : out->pages) close(page.fd);
+  EXPECT_EQ(Fake().live_mappings, before.live_mappings + 2);
+  EXPECT_EQ(Fake().handles_mapped_twice, 2u);  // the same pages, at two addresses
+  for (int i : {0, 1}) EXPECT_EQ(AccessDevices(*imported + i * kPage), 0b11u) << i;
+
+  ASSERT_TRUE(backend_->ReleaseImported(*imported).ok());
+  EXPECT_FALSE(backend_->ReleaseImported(*imported).ok());
+  EXPECT_EQ(Fake().live_mappings, before.live_mappings);
+  EXPECT_EQ(Fake().handles_mapped_twice, 0u);
+  ASSERT_TRUE(backend_->Unmap(va, kPage).ok());
+  ASSERT_TRUE(backend_->Unmap(va + kPage, kPage).ok());
+  ASSERT_TRUE(backend_->Unmap(va + 2 * kPage, kPage).ok());
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 4 * kPage);
+  EXPECT_EQ(Fake().released_while_mapped, 0u);
+  EXPECT_EQ(Fake().live_handles, before.live_handles - 3);  // no reference left behind
+}
+
+// Memory not mapped here, or with a gap under it, cannot be exported; nothing is left open.
+TEST_F(CudaBackendFakeTest, ExportingUnmappedMemoryFailsAndSaysWhere) {
+  DevicePtr va = *backend_->ReserveAddressRange(3 * kPage);
+  std::vector<PhysicalHandle> h = Create(2);
+  ASSERT_TRUE(backend_->Map(va, kPage, h[0], 0).ok());
+  ASSERT_TRUE(backend_->Map(va + 2 * kPage, kPage, h[1], 0).ok());
+  absl::StatusOr<ExportedPages> gap = backend_->ExportPages(va, 3 * kPage);
+  ASSERT_FALSE(gap.ok());
+  EXPECT_THAT(std::string(gap.status().message()), ::testing::HasSubstr("no mapped memory covers"));
+  EXPECT_FALSE(backend_->ExportPages(va + 3 * kPage, 1).ok());
+  EXPECT_FALSE(backend_->ImportPages({}).ok());
+  ASSERT_TRUE(backend_->Unmap(va, kPage).ok());
+  ASSERT_TRUE(backend_->Unmap(va + 2 * kPage, kPage).ok());
+  for (PhysicalHandle p : h) backend_->ReleasePhysical(p);
+  backend_->ReleaseAddressRange(va, 3 * kPage);
+}
+
+// A driver that refuses exportable pages still gives pages, which then cannot be sent.
+TEST_F(CudaBackendFakeTest, PagesStillComeWhereTheDriverRefusesExportablePages) {
+  setenv("FAKE_CUDA_NO_EXPORT", "1", 1);
+  absl::StatusOr<std::unique_ptr<CudaVmmBackend>> plain = CudaVmmBackend::Create({});
+  ASSERT_TRUE(plain.ok());
+  absl::StatusOr<PhysicalHandle> page = (*plain)->CreatePhysical(kPage);
+  unsetenv("FAKE_CUDA_NO_EXPORT");
+  ASSERT_TRUE(page.ok()) << page.status();
+  (*plain)->ReleasePhysical(*page);
 }
 
 // A peer granted while another thread maps page after page: no mapping misses it, whether

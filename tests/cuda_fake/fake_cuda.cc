@@ -9,7 +9,9 @@
 // of several mappings; FAKE_CUDA_EVENTS_PENDING=1 keeps events from completing until a
 // synchronize; FAKE_CUDA_MAP_US=N makes each cuMemMap take N microseconds, as a real
 // driver's calls take time. fake_cuda_counters() reports what was called, and
-// fake_cuda_access_devices() which devices a mapping grants access to.
+// fake_cuda_access_devices() which devices a mapping grants access to. An exported handle
+// is a memfd holding the handle's number, so export and import work within one process;
+// FAKE_CUDA_NO_EXPORT=1 refuses to create exportable pages, as some drivers do.
 #include <cuda.h>
 
 #include <chrono>
@@ -21,6 +23,9 @@
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "tests/cuda_fake/fake_cuda.h"
 
@@ -41,6 +46,8 @@ struct State {
   CUdeviceptr next_va = CUdeviceptr{1} << 40;
   std::map<CUdeviceptr, std::size_t> reserved;         // base -> bytes
   std::map<CUmemGenericAllocationHandle, int> handles;  // -> mappings
+  // References taken by retain and import, each given back by a cuMemRelease.
+  std::map<CUmemGenericAllocationHandle, int> extra_refs;
   CUmemGenericAllocationHandle next_handle = 1;
   std::map<CUdeviceptr, Mapping> mappings;
   std::map<CUdeviceptr, std::set<int>> accessible;  // page starts -> devices granted
@@ -168,8 +175,11 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t bytes) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t bytes,
-                             const CUmemAllocationProp*, unsigned long long) {
+                             const CUmemAllocationProp* prop, unsigned long long) {
   if (bytes == 0 || bytes % kGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE && Env("FAKE_CUDA_NO_EXPORT", "1")) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
   State& s = S();
   std::lock_guard lock(s.mu);
   *handle = s.next_handle++;
@@ -181,6 +191,10 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   std::lock_guard lock(s.mu);
   auto it = s.handles.find(handle);
   if (it == s.handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (auto extra = s.extra_refs.find(handle); extra != s.extra_refs.end()) {
+    if (--extra->second == 0) s.extra_refs.erase(extra);
+    return CUDA_SUCCESS;
+  }
   // A real driver frees the memory at the last unmap; gpumem should never rely on it.
   if (it->second != 0) ++Counters().released_while_mapped;
   s.handles.erase(it);
@@ -296,5 +310,47 @@ CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr, unsigned int, size_t, CUstream) {
   return CUDA_ERROR_NOT_SUPPORTED;  // no device memory behind the addresses
 }
 CUresult CUDAAPI cuMemcpyDtoH(void*, CUdeviceptr, size_t) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  const CUdeviceptr at = reinterpret_cast<CUdeviceptr>(addr);
+  auto it = s.mappings.upper_bound(at);
+  if (it == s.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (it->first + it->second.bytes <= at) return CUDA_ERROR_INVALID_VALUE;
+  *handle = it->second.handle;
+  ++s.extra_refs[*handle];
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType type, unsigned long long) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  if (!s.handles.contains(handle)) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = memfd_create("fake-cuda-handle", MFD_CLOEXEC);
+  if (fd < 0) return CUDA_ERROR_OPERATING_SYSTEM;
+  if (pwrite(fd, &handle, sizeof handle, 0) != static_cast<ssize_t>(sizeof handle)) {
+    close(fd);
+    return CUDA_ERROR_OPERATING_SYSTEM;
+  }
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle,
+                                                void* os_handle, CUmemAllocationHandleType type) {
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle));
+  CUmemGenericAllocationHandle id = 0;
+  if (pread(fd, &id, sizeof id, 0) != static_cast<ssize_t>(sizeof id)) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  State& s = S();
+  std::lock_guard lock(s.mu);
+  if (!s.handles.contains(id)) return CUDA_ERROR_INVALID_HANDLE;
+  ++s.extra_refs[id];
+  *handle = id;
+  return CUDA_SUCCESS;
+}
 
 }  // extern "C"

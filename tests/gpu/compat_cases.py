@@ -380,6 +380,47 @@ def data_parallel_and_copies_between_gpus():
     return ok, dict(same_outputs=same, copies=copies, losses=losses)
 
 
+def _receive_and_answer(inbox, outbox):
+    """The receiving process of cuda_tensors_sent_between_processes (spawned: it runs
+    under gpumem when its parent does, through the environment)."""
+    small, large = inbox.get()
+    expected = [torch.arange(t.numel(), device="cuda", dtype=t.dtype) for t in (small, large)]
+    seen = [torch.equal(t, e) for t, e in zip((small, large), expected)]
+    small.add_(1)  # the sender sees these: the same memory
+    large.add_(1)
+    torch.cuda.synchronize()
+    answer = torch.full((3, 1 << 20), 7.0, device="cuda")  # 12 MiB made here, sent back
+    outbox.put((seen, "gpumem" in sys.modules, answer))
+    inbox.get()  # kept until the sender has read the answer
+
+
+@case
+def cuda_tensors_sent_between_processes():
+    """torch.multiprocessing sends CUDA tensors both ways: a small block and one of many
+    pages to a spawned process, which sees their values, writes into them (the sender
+    sees the writes) and sends back a tensor of its own."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    inbox, outbox = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_receive_and_answer, args=(inbox, outbox))
+    child.start()
+    small = torch.arange(1000, dtype=torch.float32, device="cuda")
+    large = torch.arange(40 << 20, dtype=torch.float32, device="cuda")[(1 << 20):]  # 156 MiB, offset
+    large = large - (1 << 20)  # a block of its own, 0, 1, 2, ...
+    inbox.put((small, large))
+    seen, child_under_gpumem, answer = outbox.get(timeout=120)
+    torch.cuda.synchronize()
+    written = [torch.equal(small, torch.arange(1000, dtype=torch.float32, device="cuda") + 1),
+               torch.equal(large, torch.arange(large.numel(), dtype=torch.float32, device="cuda") + 1)]
+    answered = bool((answer == 7.0).all()) and answer.shape == (3, 1 << 20)
+    del answer
+    inbox.put(None)
+    child.join(timeout=120)
+    ok = all(seen) and all(written) and answered and child.exitcode == 0
+    return ok, dict(seen=seen, written=written, answered=answered, exitcode=child.exitcode,
+                    child_under_gpumem=child_under_gpumem)
+
+
 @case
 def ddp_one_gpu():
     import torch.distributed as dist
