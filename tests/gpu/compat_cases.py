@@ -405,13 +405,12 @@ def cuda_tensors_sent_between_processes():
     child = ctx.Process(target=_receive_and_answer, args=(inbox, outbox))
     child.start()
     small = torch.arange(1000, dtype=torch.float32, device="cuda")
-    large = torch.arange(40 << 20, dtype=torch.float32, device="cuda")[(1 << 20):]  # 156 MiB, offset
-    large = large - (1 << 20)  # a block of its own, 0, 1, 2, ...
+    large = torch.arange(40 << 20, dtype=torch.int32, device="cuda")  # 160 MiB, many pages
     inbox.put((small, large))
     seen, child_under_gpumem, answer = outbox.get(timeout=120)
     torch.cuda.synchronize()
     written = [torch.equal(small, torch.arange(1000, dtype=torch.float32, device="cuda") + 1),
-               torch.equal(large, torch.arange(large.numel(), dtype=torch.float32, device="cuda") + 1)]
+               torch.equal(large, torch.arange(large.numel(), dtype=torch.int32, device="cuda") + 1)]
     answered = bool((answer == 7.0).all()) and answer.shape == (3, 1 << 20)
     del answer
     inbox.put(None)
