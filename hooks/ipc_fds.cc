@@ -1,5 +1,6 @@
 #include "hooks/ipc_fds.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -104,6 +105,16 @@ absl::Status ReceiveChunk(int sock, std::vector<ExportedPage>* out) {
   return absl::OkStatus();
 }
 
+// A block of many pages is held as that many descriptors at once, on both sides: let the
+// process open as many as its hard limit allows (soft limits of 1,024 are common).
+void AllowDescriptors(std::size_t pages) {
+  constexpr std::size_t kSpare = 256;
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= pages + kSpare) return;
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+}
+
 // Serves one receiver: checks it is this user's, reads its token, sends the pages.
 void Answer(int conn, const PageSource& source) {
   ucred peer{};
@@ -115,6 +126,7 @@ void Answer(int conn, const PageSource& source) {
   char token[256];
   const ssize_t n = recv(conn, token, sizeof token, 0);
   if (n <= 0) return;
+  AllowDescriptors(kPagesPerMessage * 4);  // the size is not known before exporting
   absl::StatusOr<std::vector<ExportedPage>> pages =
       source(absl::string_view(token, static_cast<std::size_t>(n)));
   if (!pages.ok()) {
@@ -216,6 +228,7 @@ absl::StatusOr<std::vector<ExportedPage>> FetchPages(absl::string_view socket_na
   if (absl::Status s = SendText(sock, token); !s.ok()) return s;
   absl::StatusOr<std::size_t> count = ReadAnswer(sock);
   if (!count.ok()) return count.status();
+  AllowDescriptors(*count);
   std::vector<ExportedPage> pages;
   while (pages.size() < *count) {
     if (absl::Status s = ReceiveChunk(sock, &pages); !s.ok()) {
