@@ -48,6 +48,16 @@ absl::Status SendText(int sock, absl::string_view text) {
   return absl::OkStatus();
 }
 
+// A message of one buffer, with `control` as the room for descriptors alongside.
+msghdr MessageOf(iovec* iov, std::vector<char>* control) {
+  msghdr msg{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control->data();
+  msg.msg_controllen = control->size();
+  return msg;
+}
+
 // One message: the pages' sizes as text, their descriptors alongside.
 absl::Status SendChunk(int sock, absl::Span<const ExportedPage> pages) {
   std::string sizes = absl::StrJoin(pages, " ", [](std::string* out, const ExportedPage& p) {
@@ -55,11 +65,7 @@ absl::Status SendChunk(int sock, absl::Span<const ExportedPage> pages) {
   });
   std::vector<char> control(CMSG_SPACE(sizeof(int) * pages.size()));
   iovec iov{sizes.data(), sizes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
+  msghdr msg = MessageOf(&iov, &control);
   cmsghdr* header = CMSG_FIRSTHDR(&msg);
   header->cmsg_level = SOL_SOCKET;
   header->cmsg_type = SCM_RIGHTS;
@@ -76,11 +82,7 @@ absl::Status ReceiveChunk(int sock, std::vector<ExportedPage>* out) {
   std::vector<char> text(kMaxMessage);
   std::vector<char> control(CMSG_SPACE(sizeof(int) * kPagesPerMessage));
   iovec iov{text.data(), text.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
+  msghdr msg = MessageOf(&iov, &control);
   const ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   if (n < 0) return Errno("receiving pages from the sending process");
   if (n == 0) return absl::UnavailableError("the sending process closed the connection");
