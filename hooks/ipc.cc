@@ -1,17 +1,16 @@
 #include "hooks/ipc.h"
 
 #include <atomic>
+#include <mutex>
 #include <random>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "hooks/device_registry.h"
 #include "hooks/ipc_fds.h"
 
@@ -29,10 +28,10 @@ struct SharedBlock {
 };
 
 struct Registry {
-  absl::Mutex mu;
-  absl::flat_hash_map<std::string, DevicePtr> by_token ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<DevicePtr, SharedBlock> by_ptr ABSL_GUARDED_BY(mu);
-  absl::flat_hash_map<DevicePtr, int> opened ABSL_GUARDED_BY(mu);  // base -> device
+  std::mutex mu;  // guards the maps (std::mutex: ThreadSanitizer sees it)
+  absl::flat_hash_map<std::string, DevicePtr> by_token;
+  absl::flat_hash_map<DevicePtr, SharedBlock> by_ptr;
+  absl::flat_hash_map<DevicePtr, int> opened;  // base -> device
   std::atomic<std::size_t> shared{0};  // by_ptr's size, read at every free without the lock
 };
 Registry& TheRegistry() {
@@ -57,7 +56,7 @@ absl::StatusOr<std::vector<ExportedPage>> PagesOf(absl::string_view token) {
   DevicePtr ptr = 0;
   SharedBlock block;
   {
-    absl::MutexLock lock(&r.mu);
+    std::lock_guard<std::mutex> lock(r.mu);
     const auto known = r.by_token.find(token);
     if (known == r.by_token.end()) {
       return absl::NotFoundError(
@@ -96,7 +95,7 @@ absl::StatusOr<ParsedHandle> Parse(absl::string_view handle) {
 bool SharedBefore(DevicePtr ptr, int device, std::size_t size, std::string* handle,
                   std::size_t* offset) {
   Registry& r = TheRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   const auto it = r.by_ptr.find(ptr);
   if (it == r.by_ptr.end() || it->second.device != device || it->second.size != size) {
     return false;
@@ -106,13 +105,19 @@ bool SharedBefore(DevicePtr ptr, int device, std::size_t size, std::string* hand
   return true;
 }
 
-void Remember(DevicePtr ptr, SharedBlock block) {
+// Keeps `block` as the one shared at `ptr`, unless another thread shared the same block
+// first: then that one stays, so that every sender of the block hands out one handle.
+SharedBlock Remember(DevicePtr ptr, SharedBlock block) {
   Registry& r = TheRegistry();
-  absl::MutexLock lock(&r.mu);
-  if (auto old = r.by_ptr.find(ptr); old != r.by_ptr.end()) r.by_token.erase(old->second.token);
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (auto old = r.by_ptr.find(ptr); old != r.by_ptr.end()) {
+    if (old->second.device == block.device && old->second.size == block.size) return old->second;
+    r.by_token.erase(old->second.token);  // a block since freed and made again
+  }
   r.by_token[block.token] = ptr;
-  r.by_ptr[ptr] = std::move(block);
+  const SharedBlock& kept = r.by_ptr[ptr] = std::move(block);
   r.shared.store(r.by_ptr.size(), std::memory_order_relaxed);
+  return kept;  // a copy, made under the lock
 }
 
 // Where the caller does not say (device < 0, size 0): the device and bytes of the live
@@ -155,10 +160,9 @@ absl::StatusOr<std::string> Share(int device, void* ptr, std::size_t size, std::
   block.token = NewToken();
   block.offset = p - pages->first_page;
   block.handle = absl::StrCat(kHandleMark, " ", *socket, " ", device, " ", block.token);
-  *offset = block.offset;
-  handle = block.handle;
-  Remember(p, std::move(block));
-  return handle;
+  const SharedBlock kept = Remember(p, std::move(block));
+  *offset = kept.offset;
+  return kept.handle;
 }
 
 absl::StatusOr<void*> Open(absl::string_view handle) {
@@ -172,7 +176,7 @@ absl::StatusOr<void*> Open(absl::string_view handle) {
   ClosePages(*pages);
   if (!base.ok()) return base.status();
   Registry& r = TheRegistry();
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   r.opened[*base] = parsed->device;
   return reinterpret_cast<void*>(*base);
 }
@@ -182,7 +186,7 @@ absl::Status Close(void* base) {
   int device = 0;
   {
     Registry& r = TheRegistry();
-    absl::MutexLock lock(&r.mu);
+    std::lock_guard<std::mutex> lock(r.mu);
     const auto it = r.opened.find(p);
     if (it == r.opened.end()) {
       return absl::NotFoundError("not an address gpumem mapped from another process");
@@ -198,7 +202,7 @@ absl::Status Close(void* base) {
 void Forget(void* ptr) {
   Registry& r = TheRegistry();
   if (r.shared.load(std::memory_order_relaxed) == 0) return;
-  absl::MutexLock lock(&r.mu);
+  std::lock_guard<std::mutex> lock(r.mu);
   const auto it = r.by_ptr.find(reinterpret_cast<DevicePtr>(ptr));
   if (it == r.by_ptr.end()) return;
   r.by_token.erase(it->second.token);

@@ -9,17 +9,16 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <mutex>
 #include <random>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 
 namespace gpumem::hooks::ipc {
@@ -156,10 +155,10 @@ void Serve(int listener, PageSource source) {
 }
 
 struct Serving {
-  absl::Mutex mu;
-  pid_t pid ABSL_GUARDED_BY(mu) = 0;
-  std::string name ABSL_GUARDED_BY(mu);
-  PageSource source ABSL_GUARDED_BY(mu);
+  std::mutex mu;  // guards the fields below
+  pid_t pid = 0;
+  std::string name;
+  PageSource source;
 };
 Serving& TheServer() {
   static Serving* serving = new Serving();  // never destroyed: its thread outlives main
@@ -190,7 +189,7 @@ void ClosePages(const std::vector<ExportedPage>& pages) {
 
 absl::StatusOr<std::string> ServePages(PageSource source) {
   Serving& serving = TheServer();
-  absl::MutexLock lock(&serving.mu);
+  std::lock_guard<std::mutex> lock(serving.mu);
   if (serving.pid == getpid()) return serving.name;
   if (!serving.source) serving.source = std::move(source);
   // The pid names the process; the random part keeps two pid namespaces apart.

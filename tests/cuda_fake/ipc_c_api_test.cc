@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +69,29 @@ TEST_F(IpcCApiTest, ABlockIsMappedAgainFromItsHandleAndGivenBack) {
   EXPECT_EQ(gpumem_ipc_open(handle, len), nullptr);
   EXPECT_THAT(LastError(), ::testing::HasSubstr("freed since it was sent"));
   EXPECT_EQ(Fake().released_while_mapped, 0u);
+}
+
+// Threads that send the same block at once hand out one handle, and it opens.
+TEST_F(IpcCApiTest, ThreadsSharingOneBlockAtOnceGetOneHandle) {
+  void* block = gpumem_alloc(3 * kMiB, 0, nullptr);
+  ASSERT_NE(block, nullptr) << LastError();
+  constexpr int kThreads = 4;
+  std::vector<std::string> handles(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      char handle[GPUMEM_IPC_HANDLE_MAX];
+      const std::size_t len = gpumem_ipc_share(block, 0, -1, handle, sizeof handle, nullptr);
+      handles[t] = std::string(handle, len);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& h : handles) EXPECT_EQ(h, handles[0]);
+  ASSERT_FALSE(handles[0].empty());
+  void* base = gpumem_ipc_open(handles[0].data(), handles[0].size());
+  ASSERT_NE(base, nullptr) << LastError();
+  EXPECT_EQ(gpumem_ipc_close(base), 0);
+  gpumem_free(block, 0, 0, nullptr);
 }
 
 TEST_F(IpcCApiTest, AHandleThatIsNotGpumemsSaysBothEndsNeedGpumem) {
