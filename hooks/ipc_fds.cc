@@ -27,7 +27,7 @@ namespace {
 // Descriptors per message: the kernel takes at most 253 in one SCM_RIGHTS message.
 constexpr std::size_t kPagesPerMessage = 250;
 constexpr std::size_t kMaxMessage = 16 * 1024;  // 250 sizes of up to 20 digits, and spaces
-constexpr int kReceiveTimeoutSeconds = 60;
+constexpr int kReceiveTimeoutSeconds = 60;  // either end waiting for the other
 
 absl::Status Errno(absl::string_view what) {
   return absl::UnavailableError(absl::StrCat(what, ": ", std::strerror(errno)));
@@ -118,6 +118,10 @@ void AllowDescriptors(std::size_t pages) {
 
 // Serves one receiver: checks it is this user's, reads its token, sends the pages.
 void Answer(int conn, const PageSource& source) {
+  // One receiver at a time: one that stalls is dropped rather than holding up the rest.
+  const timeval timeout{kReceiveTimeoutSeconds, 0};
+  setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
   ucred peer{};
   socklen_t len = sizeof peer;
   if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != getuid()) {
