@@ -316,6 +316,35 @@ TEST(OomVerdictTest, PassThatGathersAndGivesBackIsWarnedOfOnceNotEachEpoch) {
   EXPECT_EQ(Count(err, "validate.py:7 gather grew"), 1) << err;
 }
 
+// The same passes, and in the sixth one a request that fits the cap only without what
+// the pass gathered: its rise refills what it gave back five times, so the dying process
+// calls the OOM a genuine peak, not a leak of the pass's outputs.
+TEST(OomVerdictTest, AnOomInsideAPassThatRefillsIsNoLeak) {
+  FakeTorchDevice torch{12};
+  ASSERT_EQ(gpumem_trace_capacity(12, 2048 * kMiB, 3), 0);
+  const std::uint32_t gather = SiteStack("validate.py", 9, "gather");
+  for (int epoch = 0; epoch < 6; ++epoch) {
+    for (int step = 0; step < 40; ++step) StepPrinting();
+    std::vector<std::uint64_t> outputs;
+    for (int call = 0; call < 16; ++call) {
+      outputs.push_back(torch.Alloc(4 * kMiB, gather));
+      StepPrinting();
+    }
+    if (epoch < 5) {
+      for (std::uint64_t output : outputs) torch.Free(output);
+    }
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 2000 * kMiB;
+  f.reserved_bytes = 80 * kMiB;
+  ::testing::internal::CaptureStderr();
+  gpumem_explain_oom(12, &f);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("device 12: out of memory: verdict: genuine peak"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("steady             validate.py:9 gather"), std::string::npos) << err;
+}
+
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
 // and the warning withdrawn once, after it has held no more for 20 step ends.
 TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
