@@ -50,15 +50,18 @@ std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHisto
   return w;
 }
 
+bool LeakWarner::Judgeable(const SiteHistory::Series& coarse) {
+  // Fewer samples cannot be fitted; a shorter span the fine series sees as well.
+  return coarse.live.size() >= report::kMinLateGrowthSamples &&
+         coarse.steps.back() - coarse.steps.front() >= 2.0 * SiteHistory::kSteps;
+}
+
 std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
                                                      const SiteHistory::Series& s,
                                                      const report::FillLevel& fill,
                                                      std::uint64_t step,
                                                      const DeviceFigures& device) const {
-  if (s.live.size() < report::kMinLateGrowthSamples ||
-      s.steps.back() - s.steps.front() < 2.0 * SiteHistory::kSteps) {
-    return std::nullopt;  // the fine series sees as far
-  }
+  if (!Judgeable(s)) return std::nullopt;
   const std::optional<report::Growth> g =
       report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak), &fill);
   if (!g || g->bytes_per_step <= 0) return std::nullopt;
@@ -116,7 +119,10 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
   const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
   if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
   if (!w && history.coarse_sampled()) {
-    w = RisingInSteps(key, history.CoarseOf(key), fill, step, device);
+    const SiteHistory::Series coarse = history.CoarseOf(key);
+    w = RisingInSteps(key, coarse, fill, step, device);
+    // A series halved below what a fit needs says nothing yet: judged at a later sample.
+    if (!w && said_in_steps && !Judgeable(coarse)) return std::nullopt;
   }
   if (!w) return Withdraw(key, series);
   if (said == said_.end()) {

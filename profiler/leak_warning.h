@@ -57,6 +57,8 @@ class LeakWarner {
   std::optional<LeakWarning> Rising(std::uint64_t key, const SiteHistory::Series& s,
                                     const report::FillLevel& fill, std::uint64_t step,
                                     const DeviceFigures& device) const;
+  // Whether a coarse series has the samples and the span to be fitted.
+  static bool Judgeable(const SiteHistory::Series& coarse);
   // The growth of a coarse series, fitted as the report fits it.
   std::optional<LeakWarning> RisingInSteps(std::uint64_t key, const SiteHistory::Series& s,
                                            const report::FillLevel& fill, std::uint64_t step,
