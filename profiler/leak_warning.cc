@@ -90,18 +90,24 @@ bool LeakWarner::DueAgain(const Said& said, std::uint64_t step) const {
   return step >= said.last_step + wait;
 }
 
-bool LeakWarner::Stopped(const SiteHistory::Series& s) const {
+bool LeakWarner::Stopped(const SiteHistory::Series& s, std::size_t samples) {
   const std::size_t n = s.live.size();
-  if (n < stopped_steps_ + 1) return false;
-  const std::uint64_t start = s.live[n - stopped_steps_ - 1];
-  return std::all_of(s.live.end() - static_cast<std::ptrdiff_t>(stopped_steps_), s.live.end(),
+  if (n < samples + 1) return false;
+  const std::uint64_t start = s.live[n - samples - 1];
+  return std::all_of(s.live.end() - static_cast<std::ptrdiff_t>(samples), s.live.end(),
                      [start](std::uint64_t live) { return live <= start; });
 }
 
-std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key,
-                                                const SiteHistory::Series& s) {
+std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key, const SiteHistory::Series& s,
+                                                const SiteHistory& history) {
   const auto said = said_.find(key);
-  if (said == said_.end() || !Stopped(s)) return std::nullopt;
+  if (said == said_.end() || !Stopped(s, stopped_steps_)) return std::nullopt;
+  // Growth seen in steps is flat over any 20 step ends between its steps: it has stopped
+  // once its coarse series has too.
+  if (said->second.warning.in_steps_over > 0 &&
+      !Stopped(history.CoarseOf(key), kCoarseStoppedSamples)) {
+    return std::nullopt;
+  }
   LeakWarning withdrawn = said->second.warning;
   withdrawn.withdrawn = true;
   withdrawn.live = s.live.back();
@@ -124,7 +130,7 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
     // A series halved below what a fit needs says nothing yet: judged at a later sample.
     if (!w && said_in_steps && !Judgeable(coarse)) return std::nullopt;
   }
-  if (!w) return Withdraw(key, series);
+  if (!w) return Withdraw(key, series, history);
   if (said == said_.end()) {
     said_[key] = Said{*w, step, step};
     return w;

@@ -12,7 +12,9 @@
 // few lines a run, not one every few steps. A site
 // warned of that then holds no more for stopped_steps() step ends than at their start
 // (a cache that filled up, a buffer as long as the longest batch) has its warning
-// withdrawn, once; should it grow again it is warned of again. A rise that only refills
+// withdrawn, once (one warned of in steps: once its coarse series too has held no more
+// for kCoarseStoppedSamples samples, since such growth is flat between its steps);
+// should it grow again it is warned of again. A rise that only refills
 // what the site held before and gave back (report::FillLevel: a validation pass that
 // gathers its outputs each epoch, then reduces them) is not warned of.
 #pragma once
@@ -74,9 +76,13 @@ class LeakWarner {
   };
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
   bool DueAgain(const Said& said, std::uint64_t step) const;
-  bool Stopped(const SiteHistory::Series& s) const;
+  // Whether the last `samples` of `s` hold no more than the one before them.
+  static bool Stopped(const SiteHistory::Series& s, std::size_t samples);
+  // Coarse samples without growth after which a warning said in steps is withdrawn.
+  static constexpr std::size_t kCoarseStoppedSamples = 4;
   // The withdrawal of the warning said of `key`, if it was warned of and has stopped.
-  std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s);
+  std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s,
+                                      const SiteHistory& history);
 
   std::size_t steps_;
   std::size_t stopped_steps_;
