@@ -123,8 +123,9 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
   std::optional<LeakWarning> w = Rising(key, series, fill, step, device);
   const auto said = said_.find(key);
   const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
-  if (!w && said_in_steps && !history.coarse_sampled()) return std::nullopt;  // not judged now
-  if (!w && history.coarse_sampled()) {
+  const bool coarse_sampled = history.coarse_sampled(key);
+  if (!w && said_in_steps && !coarse_sampled) return std::nullopt;  // not judged now
+  if (!w && coarse_sampled) {
     const SiteHistory::Series coarse = history.CoarseOf(key);
     w = RisingInSteps(key, coarse, fill, step, device);
     // A series halved below what a fit needs says nothing yet: judged at a later sample.

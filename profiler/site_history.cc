@@ -4,10 +4,16 @@
 
 namespace gpumem {
 
-void SiteHistory::Push(Ring& ring, std::uint64_t value) const {
+void SiteHistory::Push(Ring& ring, std::uint64_t step, std::uint64_t value) const {
   ring.values[head_] = value;
   ring.samples = std::min(ring.samples + 1, kSteps);
   ring.fill.Add(value);
+  ring.coarse_sampled = ++ring.since_coarse >= ring.stride;
+  if (!ring.coarse_sampled) return;
+  ring.since_coarse = 0;
+  ring.coarse[ring.coarse_samples] = value;
+  ring.coarse_steps[ring.coarse_samples] = step;
+  if (++ring.coarse_samples == kSteps) HalveCoarse(ring);
 }
 
 void SiteHistory::Add(std::uint64_t step,
@@ -19,34 +25,25 @@ void SiteHistory::Add(std::uint64_t step,
   for (std::uint64_t key : pinned) sites_.try_emplace(key);
   for (auto& [key, ring] : sites_) {
     const auto it = live.find(key);
-    Push(ring, it == live.end() ? 0 : it->second);
+    Push(ring, step, it == live.end() ? 0 : it->second);
   }
-  TakeIn(live);
-  SampleCoarse(step);
+  TakeIn(step, live);
 }
 
-void SiteHistory::SampleCoarse(std::uint64_t step) {
-  coarse_sampled_ = ++since_coarse_ >= stride_;
-  if (!coarse_sampled_) return;
-  since_coarse_ = 0;
-  coarse_steps_[coarse_count_++] = step;
-  for (auto& [key, ring] : sites_) ring.coarse[ring.coarse_samples++] = ring.values[head_];
-  if (coarse_count_ == kSteps) HalveCoarse();
-}
-
-void SiteHistory::HalveCoarse() {
+void SiteHistory::HalveCoarse(Ring& ring) {
   // Slot i of n kept where n - 1 - i is even: the newest, then every other one back.
-  auto halve = [](std::uint64_t* values, std::size_t& n) {
-    std::size_t kept = 0;
-    for (std::size_t i = (n - 1) % 2; i < n; i += 2) values[kept++] = values[i];
-    n = kept;
-  };
-  halve(coarse_steps_, coarse_count_);
-  for (auto& [key, ring] : sites_) halve(ring.coarse, ring.coarse_samples);
-  stride_ *= 2;
+  std::size_t kept = 0;
+  const std::size_t n = ring.coarse_samples;
+  for (std::size_t i = (n - 1) % 2; i < n; i += 2, ++kept) {
+    ring.coarse[kept] = ring.coarse[i];
+    ring.coarse_steps[kept] = ring.coarse_steps[i];
+  }
+  ring.coarse_samples = kept;
+  ring.stride *= 2;
 }
 
-void SiteHistory::TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live) {
+void SiteHistory::TakeIn(std::uint64_t step,
+                         const absl::flat_hash_map<std::uint64_t, std::uint64_t>& live) {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> newcomers;  // (bytes, key)
   for (const auto& [key, bytes] : live) {
     if (bytes > 0 && !sites_.contains(key)) newcomers.emplace_back(bytes, key);
@@ -66,7 +63,7 @@ void SiteHistory::TakeIn(const absl::flat_hash_map<std::uint64_t, std::uint64_t>
       sites_.erase(smallest[next_out++].second);
     }
     Ring& ring = sites_[key];
-    Push(ring, bytes);
+    Push(ring, step, bytes);
   }
 }
 
@@ -90,14 +87,18 @@ SiteHistory::Series SiteHistory::CoarseOf(std::uint64_t key) const {
   const auto it = sites_.find(key);
   if (it == sites_.end()) return out;
   const Ring& ring = it->second;
-  const std::size_t first = coarse_count_ - ring.coarse_samples;
   out.steps.reserve(ring.coarse_samples);
   out.live.reserve(ring.coarse_samples);
   for (std::size_t i = 0; i < ring.coarse_samples; ++i) {
-    out.steps.push_back(static_cast<double>(coarse_steps_[first + i]));
+    out.steps.push_back(static_cast<double>(ring.coarse_steps[i]));
     out.live.push_back(ring.coarse[i]);
   }
   return out;
+}
+
+bool SiteHistory::coarse_sampled(std::uint64_t key) const {
+  const auto it = sites_.find(key);
+  return it != sites_.end() && it->second.coarse_sampled;
 }
 
 report::FillLevel SiteHistory::FillOf(std::uint64_t key) const {

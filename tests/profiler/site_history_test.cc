@@ -1,6 +1,6 @@
 // SiteHistory keeps each site's last kSteps step ends and a coarse series over the whole
 // time it was tracked: bounded, evenly spaced, the newest step end in it after each
-// halving, and aligned across sites taken in at different times.
+// halving, and each site's own from the step it was taken in.
 #include "profiler/site_history.h"
 
 #include <cstdint>
@@ -41,23 +41,29 @@ TEST(SiteHistory, CoarseSeriesSpansTheWholeRunEvenly) {
   EXPECT_GE(s.steps.back(), 1000.0 - 64);
 }
 
-TEST(SiteHistory, SiteTakenInLaterHasTheSameCoarseStepsFromThen) {
+// A site taken in late in a long run gets a coarse series of its own, from the step it
+// appeared, as fine as its age allows: a leak that begins after 1,800 healthy steps has
+// as many samples over its 300 steps as it would have had from the run's start.
+TEST(SiteHistory, SiteTakenInLateIsSampledAsFinelyAsItsAge) {
   SiteHistory h;
-  for (std::uint64_t step = 1; step <= 700; ++step) {
+  SiteHistory young;
+  for (std::uint64_t step = 1; step <= 2100; ++step) {
     absl::flat_hash_map<std::uint64_t, std::uint64_t> live = {{kSite, 1}};
-    if (step > 300) live[kLater] = step;
+    if (step > 1800) live[kLater] = step;
     h.Add(step, live, {});
+    if (step > 1800) young.Add(step - 1800, {{kLater, step}}, {});
   }
-  const SiteHistory::Series all = h.CoarseOf(kSite);
   const SiteHistory::Series later = h.CoarseOf(kLater);
-  ASSERT_FALSE(later.live.empty());
-  ASSERT_LT(later.live.size(), all.live.size());
-  const std::size_t offset = all.live.size() - later.live.size();
+  const SiteHistory::Series alone = young.CoarseOf(kLater);
+  ASSERT_EQ(later.live.size(), alone.live.size());
   for (std::size_t i = 0; i < later.live.size(); ++i) {
-    EXPECT_EQ(later.steps[i], all.steps[offset + i]);
+    EXPECT_EQ(later.steps[i], alone.steps[i] + 1800);
     EXPECT_EQ(later.live[i], static_cast<std::uint64_t>(later.steps[i]));
   }
-  EXPECT_GT(later.steps.front(), 300.0);
+  EXPECT_GE(later.live.size(), 16u);
+  const double stride = later.steps[1] - later.steps[0];
+  EXPECT_LE(later.steps.front(), 1800.0 + stride);  // from its first step end on
+  EXPECT_GT(later.steps.back(), 2100.0 - stride);   // to its last
 }
 
 }  // namespace
