@@ -301,23 +301,34 @@ TEST(OomVerdictTest, WobblingRateIsSaidAFewTimesNotEveryFewSteps) {
   }
 }
 
+// `epochs` epochs of 40 steps, each followed by a validation pass of 16 step ends that
+// gathers 4 MiB at `site` at each; every pass but the last gives it all back when it ends
+// (the last too, if `last_gives_back`). Returns what was printed at the step ends.
+std::string EpochsWithGatheringPasses(FakeTorchDevice& torch, std::uint32_t site, int epochs,
+                                      bool last_gives_back) {
+  std::string err;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    for (int step = 0; step < 40; ++step) err += StepPrinting();
+    std::vector<std::uint64_t> outputs;
+    for (int call = 0; call < 16; ++call) {
+      outputs.push_back(torch.Alloc(4 * kMiB, site));
+      err += StepPrinting();
+    }
+    if (epoch + 1 < epochs || last_gives_back) {
+      for (std::uint64_t output : outputs) torch.Free(output);
+    }
+  }
+  return err;
+}
+
 // Epochs of 40 steps, each followed by a validation pass of 16 step ends that gathers
 // 4 MiB at each and gives it all back when it ends: warned of at the first pass only,
 // since each later pass refills what the one before gave back.
 TEST(OomVerdictTest, PassThatGathersAndGivesBackIsWarnedOfOnceNotEachEpoch) {
   FakeTorchDevice torch{11};
   ASSERT_EQ(gpumem_trace_capacity(11, 2048 * kMiB, 3), 0);
-  const std::uint32_t gather = SiteStack("validate.py", 7, "gather");
-  std::string err;
-  for (int epoch = 0; epoch < 5; ++epoch) {
-    for (int step = 0; step < 40; ++step) err += StepPrinting();
-    std::vector<std::uint64_t> outputs;
-    for (int call = 0; call < 16; ++call) {
-      outputs.push_back(torch.Alloc(4 * kMiB, gather));
-      err += StepPrinting();
-    }
-    for (std::uint64_t output : outputs) torch.Free(output);
-  }
+  const std::string err =
+      EpochsWithGatheringPasses(torch, SiteStack("validate.py", 7, "gather"), 5, true);
   EXPECT_EQ(Count(err, "validate.py:7 gather grew"), 1) << err;
 }
 
@@ -327,18 +338,7 @@ TEST(OomVerdictTest, PassThatGathersAndGivesBackIsWarnedOfOnceNotEachEpoch) {
 TEST(OomVerdictTest, AnOomInsideAPassThatRefillsIsNoLeak) {
   FakeTorchDevice torch{12};
   ASSERT_EQ(gpumem_trace_capacity(12, 2048 * kMiB, 3), 0);
-  const std::uint32_t gather = SiteStack("validate.py", 9, "gather");
-  for (int epoch = 0; epoch < 6; ++epoch) {
-    for (int step = 0; step < 40; ++step) StepPrinting();
-    std::vector<std::uint64_t> outputs;
-    for (int call = 0; call < 16; ++call) {
-      outputs.push_back(torch.Alloc(4 * kMiB, gather));
-      StepPrinting();
-    }
-    if (epoch < 5) {
-      for (std::uint64_t output : outputs) torch.Free(output);
-    }
-  }
+  EpochsWithGatheringPasses(torch, SiteStack("validate.py", 9, "gather"), 6, false);
   gpumem_oom_figures_t f{};
   f.requested_bytes = 2000 * kMiB;
   f.reserved_bytes = 80 * kMiB;
