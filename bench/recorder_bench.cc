@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -187,6 +188,45 @@ void BM_StepMark(benchmark::State& state) {
   std::remove(path.c_str());
 }
 BENCHMARK(BM_StepMark)->Arg(10)->Arg(100)->Arg(1000);
+
+// A step mark where a new site appears at each step and lives `range(0)` steps (outputs
+// of varying shapes kept for a while): young sites, each with a coarse series of its own
+// that is fitted at its own coarse samples.
+void BM_StepMarkNewSites(benchmark::State& state) {
+  RecorderOptions options;
+  options.path =
+      (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_new_%p.gpumem").string();
+  options.stacks = StackMode::kNone;
+  auto recorder = Recorder::Open(options);
+  if (!recorder.ok()) {
+    state.SkipWithError(std::string(recorder.status().message()).c_str());
+    return;
+  }
+  Recorder& r = **recorder;
+  StackTable& stacks = r.writer().stacks();
+  const std::size_t lifetime = static_cast<std::size_t>(state.range(0));
+  std::deque<std::uint64_t> alive;
+  std::uint64_t addr = 0x7f0000000000;
+  int line = 0;
+  for (auto _ : state) {
+    const std::uint32_t frame =
+        stacks.InternNamedFrame(format::FrameKind::kPython, "keep", "train.py", ++line);
+    const RawFrame raw{frame, 0, RawFrame::kNamedTag};
+    r.RecordWithStack(format::RecordType::kAlloc, 0, addr += 1 << 20, 1 << 20, 0,
+                      stacks.Intern(&raw, 1));
+    alive.push_back(addr);
+    if (alive.size() > lifetime) {
+      r.RecordWithStack(format::RecordType::kFree, 0, alive.front(), 0, 0, 0);
+      alive.pop_front();
+    }
+    benchmark::DoNotOptimize(r.Step());
+  }
+  state.SetItemsProcessed(state.iterations());
+  const std::string path = r.trace_path();
+  (void)r.Close();
+  std::remove(path.c_str());
+}
+BENCHMARK(BM_StepMarkNewSites)->Arg(100)->Arg(250);
 
 // `depth` Python frames (code object, bytecode offset), as a deep model makes them.
 std::vector<RawFrame> PythonFrames(std::int64_t depth) {
