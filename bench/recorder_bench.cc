@@ -157,16 +157,30 @@ BENCHMARK_CAPTURE(BM_RecorderAllocFree, paced_live_view_on_ring_4M, true, 4 << 2
 // freed within each step): what the live view's step end costs the marking thread. The
 // Python package marks a step at each optimizer step, or in a loop with no optimizer at
 // each backward pass or model call: once a token in a generation loop.
-void BM_StepMark(benchmark::State& state) {
+// A recorder of no stacks writing to a temporary trace named `name`; nullptr (and the
+// benchmark skipped) where it cannot open.
+std::unique_ptr<Recorder> OpenStepRecorder(benchmark::State& state, const char* name) {
   RecorderOptions options;
-  options.path = (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_%p.gpumem").string();
+  options.path = (std::filesystem::temp_directory_path() / name).string();
   options.stacks = StackMode::kNone;
   auto recorder = Recorder::Open(options);
   if (!recorder.ok()) {
     state.SkipWithError(std::string(recorder.status().message()).c_str());
-    return;
+    return nullptr;
   }
-  Recorder& r = **recorder;
+  return std::move(*recorder);
+}
+
+void CloseAndRemove(Recorder& r) {
+  const std::string path = r.trace_path();
+  (void)r.Close();
+  std::remove(path.c_str());
+}
+
+void BM_StepMark(benchmark::State& state) {
+  std::unique_ptr<Recorder> recorder = OpenStepRecorder(state, "gpumem_recorder_bench_%p.gpumem");
+  if (recorder == nullptr) return;
+  Recorder& r = *recorder;
   StackTable& stacks = r.writer().stacks();
   std::uint64_t addr = 0x7f0000000000;
   std::vector<std::uint32_t> sites;
@@ -183,9 +197,7 @@ void BM_StepMark(benchmark::State& state) {
     benchmark::DoNotOptimize(r.Step());
   }
   state.SetItemsProcessed(state.iterations());
-  const std::string path = r.trace_path();
-  (void)r.Close();
-  std::remove(path.c_str());
+  CloseAndRemove(r);
 }
 BENCHMARK(BM_StepMark)->Arg(10)->Arg(100)->Arg(1000);
 
@@ -193,16 +205,10 @@ BENCHMARK(BM_StepMark)->Arg(10)->Arg(100)->Arg(1000);
 // of varying shapes kept for a while): young sites, each with a coarse series of its own
 // that is fitted at its own coarse samples.
 void BM_StepMarkNewSites(benchmark::State& state) {
-  RecorderOptions options;
-  options.path =
-      (std::filesystem::temp_directory_path() / "gpumem_recorder_bench_new_%p.gpumem").string();
-  options.stacks = StackMode::kNone;
-  auto recorder = Recorder::Open(options);
-  if (!recorder.ok()) {
-    state.SkipWithError(std::string(recorder.status().message()).c_str());
-    return;
-  }
-  Recorder& r = **recorder;
+  std::unique_ptr<Recorder> recorder =
+      OpenStepRecorder(state, "gpumem_recorder_bench_new_%p.gpumem");
+  if (recorder == nullptr) return;
+  Recorder& r = *recorder;
   StackTable& stacks = r.writer().stacks();
   const std::size_t lifetime = static_cast<std::size_t>(state.range(0));
   std::deque<std::uint64_t> alive;
@@ -222,9 +228,7 @@ void BM_StepMarkNewSites(benchmark::State& state) {
     benchmark::DoNotOptimize(r.Step());
   }
   state.SetItemsProcessed(state.iterations());
-  const std::string path = r.trace_path();
-  (void)r.Close();
-  std::remove(path.c_str());
+  CloseAndRemove(r);
 }
 BENCHMARK(BM_StepMarkNewSites)->Arg(100)->Arg(250);
 
