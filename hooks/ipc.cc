@@ -15,6 +15,9 @@
 #include "hooks/ipc_fds.h"
 
 namespace gpumem::hooks::ipc {
+
+std::atomic<std::size_t> g_shared_blocks{0};  // by_ptr's size; written under the lock
+
 namespace {
 
 constexpr absl::string_view kHandleMark = "gpumem-ipc1";
@@ -32,7 +35,6 @@ struct Registry {
   absl::flat_hash_map<std::string, DevicePtr> by_token;
   absl::flat_hash_map<DevicePtr, SharedBlock> by_ptr;
   absl::flat_hash_map<DevicePtr, int> opened;  // base -> device
-  std::atomic<std::size_t> shared{0};  // by_ptr's size, read at every free without the lock
 };
 Registry& TheRegistry() {
   static Registry* registry = new Registry();  // never destroyed, like the devices
@@ -116,7 +118,7 @@ SharedBlock Remember(DevicePtr ptr, SharedBlock block) {
   }
   r.by_token[block.token] = ptr;
   const SharedBlock& kept = r.by_ptr[ptr] = std::move(block);
-  r.shared.store(r.by_ptr.size(), std::memory_order_relaxed);
+  g_shared_blocks.store(r.by_ptr.size(), std::memory_order_relaxed);
   return kept;  // a copy, made under the lock
 }
 
@@ -199,15 +201,14 @@ absl::Status Close(void* base) {
   return (*backend)->ReleaseImported(p);
 }
 
-void Forget(void* ptr) {
+void ForgetShared(void* ptr) {
   Registry& r = TheRegistry();
-  if (r.shared.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> lock(r.mu);
   const auto it = r.by_ptr.find(reinterpret_cast<DevicePtr>(ptr));
   if (it == r.by_ptr.end()) return;
   r.by_token.erase(it->second.token);
   r.by_ptr.erase(it);
-  r.shared.store(r.by_ptr.size(), std::memory_order_relaxed);
+  g_shared_blocks.store(r.by_ptr.size(), std::memory_order_relaxed);
 }
 
 }  // namespace gpumem::hooks::ipc

@@ -4,6 +4,7 @@
 // gpumem's allocator; the handle means nothing to PyTorch's own.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -22,7 +23,12 @@ absl::StatusOr<void*> Open(absl::string_view handle);
 // Unmaps what Open mapped at `base`.
 absl::Status Close(void* base);
 
+// How many blocks are shared now: read at every free, without a lock or a call.
+extern std::atomic<std::size_t> g_shared_blocks;
+void ForgetShared(void* ptr);
 // Called as a block is freed: a block that was shared is not sent again.
-void Forget(void* ptr);
+inline void Forget(void* ptr) {
+  if (g_shared_blocks.load(std::memory_order_relaxed) != 0) ForgetShared(ptr);
+}
 
 }  // namespace gpumem::hooks::ipc

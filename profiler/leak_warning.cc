@@ -98,14 +98,15 @@ bool LeakWarner::Stopped(const SiteHistory::Series& s, std::size_t samples) {
                      [start](std::uint64_t live) { return live <= start; });
 }
 
-std::optional<LeakWarning> LeakWarner::Withdraw(std::uint64_t key, const SiteHistory::Series& s,
-                                                const SiteHistory& history) {
+std::optional<LeakWarning> LeakWarner::Withdraw(
+    std::uint64_t key, const SiteHistory::Series& s,
+    const std::optional<SiteHistory::Series>& coarse) {
   const auto said = said_.find(key);
   if (said == said_.end() || !Stopped(s, stopped_steps_)) return std::nullopt;
   // Growth seen in steps is flat over any 20 step ends between its steps: it has stopped
   // once its coarse series has too.
   if (said->second.warning.in_steps_over > 0 &&
-      !Stopped(history.CoarseOf(key), kCoarseStoppedSamples)) {
+      (!coarse || !Stopped(*coarse, kCoarseStoppedSamples))) {
     return std::nullopt;
   }
   LeakWarning withdrawn = said->second.warning;
@@ -125,13 +126,14 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
   const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
   const bool coarse_sampled = history.coarse_sampled(key);
   if (!w && said_in_steps && !coarse_sampled) return std::nullopt;  // not judged now
+  std::optional<SiteHistory::Series> coarse;
   if (!w && coarse_sampled) {
-    const SiteHistory::Series coarse = history.CoarseOf(key);
-    w = RisingInSteps(key, coarse, fill, step, device);
+    coarse = history.CoarseOf(key);
+    w = RisingInSteps(key, *coarse, fill, step, device);
     // A series halved below what a fit needs says nothing yet: judged at a later sample.
-    if (!w && said_in_steps && !Judgeable(coarse)) return std::nullopt;
+    if (!w && said_in_steps && !Judgeable(*coarse)) return std::nullopt;
   }
-  if (!w) return Withdraw(key, series, history);
+  if (!w) return Withdraw(key, series, coarse);
   if (said == said_.end()) {
     said_[key] = Said{*w, step, step};
     return w;

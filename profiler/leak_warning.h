@@ -81,8 +81,9 @@ class LeakWarner {
   // Coarse samples without growth after which a warning said in steps is withdrawn.
   static constexpr std::size_t kCoarseStoppedSamples = 4;
   // The withdrawal of the warning said of `key`, if it was warned of and has stopped.
+  // `coarse`: the site's coarse series, where this step end sampled it.
   std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s,
-                                      const SiteHistory& history);
+                                      const std::optional<SiteHistory::Series>& coarse);
 
   std::size_t steps_;
   std::size_t stopped_steps_;
