@@ -7,6 +7,7 @@ usage: diagnosis_cases.py CASE | list
 """
 import collections
 import copy
+import functools
 import os
 
 import torch
@@ -571,6 +572,113 @@ def gan_generated_samples_kept():
         opt_g.step()
         grid.append(fake.detach())
     return grid
+
+
+# Patterns added after the rules above were written, to check them on scripts they were
+# not tuned to: a tiny leak, a memoised helper, a leak inside a module's own forward, a
+# leak once an epoch through a scheduler, healthy growth within a sample, and a peak that
+# comes from the optimizer's first step.
+@case("leak")
+def losses_appended_as_tensors():
+    """Each step's loss appended as a tensor for a plot at the end: backward frees the
+    graph, so 512 bytes a step stay on the device."""
+    net, losses = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(3000):
+        loss = net(batch(512)).pow(2).mean()  # LEAK: kept below
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss)
+    return losses
+
+
+@case("leak")
+def frozen_encoder_features_cached_by_index():
+    """A frozen encoder's features memoised with functools.lru_cache by sample index, to
+    save recomputing them next epoch: the dataset does not fit, so the cache grows every
+    step until the device is full."""
+    encoder, head = model(), model()
+    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
+
+    @functools.lru_cache(maxsize=None)
+    def features(index):
+        with torch.no_grad():
+            return encoder(batch())  # LEAK: every index's features cached
+
+    for index in range(100000):
+        fit(head, opt, features(index))
+
+
+class AttentionKeepingMaps(torch.nn.Module):
+    """Self-attention that keeps each call's attention map for a plot."""
+
+    def __init__(self, width=512):
+        super().__init__()
+        self.qkv, self.out, self.maps = torch.nn.Linear(width, 3 * width), \
+            torch.nn.Linear(width, width), []
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        attn = torch.softmax(q @ k.transpose(1, 2) / q.shape[-1] ** 0.5, -1)  # LEAK
+        self.maps.append(attn.detach())
+        return self.out(attn @ v)
+
+
+@case("leak")
+def attention_maps_kept_by_module():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(AttentionKeepingMaps(), torch.nn.ReLU(),
+                              torch.nn.Linear(512, 512)).cuda()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for _ in range(100000):
+        loss = net(torch.randn(8, 256, 512, device="cuda")).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@case("leak")
+def optimizer_rebuilt_each_epoch():
+    """A fresh AdamW and cosine schedule each epoch (warm restarts); the schedulers are
+    kept in a list to log their rates, and each keeps its optimizer's moments alive."""
+    net, schedulers = model(width=2048), []
+    for _ in range(100000):
+        opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        schedulers.append(torch.optim.lr_scheduler.CosineAnnealingLR(opt, 50))
+        for _ in range(50):
+            loss = net(batch(width=2048)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()  # LEAK: each epoch's moments, kept by its scheduler
+            schedulers[-1].step()
+
+
+@case("no leak")
+def generation_with_growing_kv_cache():
+    """Sampling after training: each sample's key/value cache grows by one position a
+    token (torch.cat) and is dropped when the sample ends."""
+    net = trained(200)
+    with torch.no_grad():
+        for sample in range(150):
+            cache, x = torch.empty(64, 0, 1024, device="cuda"), torch.randn(
+                64, 1, 1024, device="cuda")
+            for _ in range(128):
+                cache = torch.cat([cache, net(x)], dim=1)
+                weights = torch.softmax(cache @ x.transpose(1, 2), dim=1)
+                x = (weights.transpose(1, 2) @ cache) / 32
+            if sample % 50 == 0:
+                print(f"sample {sample}: {x.norm().item():.3f}")
+
+
+@case("genuine peak")
+def adam_moments_do_not_fit():
+    """Forward and backward fit; the first optimizer step does not: AdamW makes two
+    moments as large as the weights."""
+    net = model(width=8192, depth=5)  # LEAK: the weights the moments double (a peak)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for _ in range(100):
+        fit(net, opt, batch(256, 8192))
 
 
 if __name__ == "__main__":
