@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tools/report/verdict_rules.h"
+
 namespace gpumem {
 namespace {
 bool InRange(std::int32_t device) { return device >= 0 && device < LiveBlocks::kMaxDevices; }
@@ -36,7 +38,7 @@ void LiveBlocks::Forget(const Block& block) {
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
                          std::uint32_t stack) {
-  const Block block{Key(device, stack), size};
+  const Block block{Key(device, stack), report::DeviceBytes(size)};
   Shard& shard = ShardOf(addr);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
@@ -48,7 +50,7 @@ void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t 
     }
     Add(block);
   }
-  AddLive(device, size);
+  AddLive(device, block.size);
 }
 
 void LiveBlocks::OnFree(std::uint64_t addr) {

@@ -11,17 +11,19 @@ class Cases:
     def __init__(self):
         self.by_name = {}
 
-    def case(self, profile, gpumem=None):
+    def case(self, profile, gpumem=None, leak_in=None):
         """A case expecting `profile` under profile-only mode and `gpumem` (default the
-        same) under gpumem's allocator."""
+        same) under gpumem's allocator; its `# LEAK` line is in `leak_in` (a class or
+        function of the same file) where not in the case itself."""
         def register(fn):
             fn.expected = {"profile": profile, "gpumem": gpumem or profile}
+            fn.leak_in = leak_in or fn
             self.by_name[fn.__name__] = fn
             return fn
         return register
 
     def leak_line(self, name):
-        lines, first = inspect.getsourcelines(self.by_name[name])
+        lines, first = inspect.getsourcelines(self.by_name[name].leak_in)
         return next((first + i for i, line in enumerate(lines) if "# LEAK" in line), 0)
 
     def main(self, before_run=None):

@@ -625,7 +625,7 @@ class AttentionKeepingMaps(torch.nn.Module):
         return self.out(attn @ v)
 
 
-@case("leak")
+@case("leak", leak_in=AttentionKeepingMaps)
 def attention_maps_kept_by_module():
     torch.manual_seed(0)
     net = torch.nn.Sequential(AttentionKeepingMaps(), torch.nn.ReLU(),

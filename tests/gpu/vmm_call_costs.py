@@ -379,6 +379,29 @@ def slot_costs(d, base, page, k=8, reps=24):
     return out
 
 
+def exportable_costs(d, base, pages=64, page=8 * MiB, rounds=8):
+    """What asking for pages that can be shared with another process (a POSIX file
+    descriptor handle type, as gpumem's pages are made) costs each call against plain
+    pages: rounds of `pages` 8 MiB pages of each kind taken in turn, per-call medians in µs
+    for each kind, and each call's ratio with the range of the rounds' ratios."""
+    costs = {False: [], True: []}
+    for r in range(2 * rounds):
+        exportable = r % 2 == 1
+        d.prop.requestedHandleTypes = 1 if exportable else 0
+        costs[exportable].append(page_costs(d, base, pages, page, ""))
+    d.prop.requestedHandleTypes = 0
+    out = {}
+    for call in costs[False][0]:
+        plain = [c[call] for c in costs[False]]
+        shared = [c[call] for c in costs[True]]
+        ratios = [s / p for s, p in zip(shared, plain)]
+        out[f"export_{call}_plain"] = statistics.median(plain)
+        out[f"export_{call}_exportable"] = statistics.median(shared)
+        out[f"export_{call}_ratio"] = statistics.median(ratios)
+        out[f"export_{call}_ratio_range"] = [round(min(ratios), 3), round(max(ratios), 3)]
+    return out
+
+
 def event_costs(d, stream):
     ev = ctypes.c_void_p()
     d("cuEventCreate", ctypes.byref(ev), ctypes.c_uint(2))  # disable timing
@@ -403,6 +426,8 @@ def main():
     ap.add_argument("--slots-only", action="store_true",
                     help="only what a run of 8 MiB pages costs mapped from one handle each "
                          "or from slots of larger handles")
+    ap.add_argument("--exportable-only", action="store_true",
+                    help="only what exportable 8 MiB pages cost against plain ones")
     args = ap.parse_args()
     torch.cuda.set_device(args.device)
     torch.zeros(1, device="cuda")  # the primary context, current on this thread
@@ -422,6 +447,11 @@ def main():
             out.update({f"{k}_{page_mib}m": v for k, v in
                         move_costs(d, va.value, page_mib * MiB).items()})
         d("cuMemAddressFree", ctypes.c_ulonglong(va.value), ctypes.c_size_t(24 << 30))
+        print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
+        return
+    if args.exportable_only:
+        out.update(exportable_costs(d, base))
+        d("cuMemAddressFree", ctypes.c_ulonglong(base), ctypes.c_size_t(8 << 30))
         print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}))
         return
     if args.slots_only:

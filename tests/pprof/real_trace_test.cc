@@ -10,6 +10,7 @@
 #include "tools/pprof/pprof_export.h"
 #include "tools/report/report.h"
 #include "tools/report/stack_profile.h"
+#include "tools/report/verdict_rules.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::pprof {
@@ -36,12 +37,13 @@ TEST_P(PprofRealTrace, AtThePeak) {
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   perftools::profiles::Profile p = testing::ParseGzipped(*bytes);
 
-  // Allocations before the moment, counted here from the events.
+  // Allocations before the moment, counted here from the events, in the device bytes
+  // (512-byte blocks) the report counts.
   std::int64_t allocs = 0, alloc_bytes = 0;
   for (std::size_t i = 0; i < sp->index; ++i) {
     if (t->events[i].action != trace::Action::kAlloc) continue;
     ++allocs;
-    alloc_bytes += static_cast<std::int64_t>(t->events[i].size);
+    alloc_bytes += static_cast<std::int64_t>(report::DeviceBytes(t->events[i].size));
   }
   const std::vector<std::int64_t> totals = testing::Totals(p);
   ASSERT_EQ(totals.size(), 4u);

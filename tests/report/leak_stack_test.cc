@@ -1,6 +1,5 @@
-// A leak is shown with the stack of what leaked. Here one site mixes blocks that are freed
-// every step (first seen) with blocks that are kept (a backward op's gradients,
-// attributed to the forward line): the suspect's stack must be the kept blocks'.
+// What a leak suspect is made of: the stack of what leaked, and the device memory it
+// took rather than the bytes asked for.
 #include "gtest/gtest.h"
 #include "tools/report/report.h"
 #include "tools/trace/frame_table.h"
@@ -8,6 +7,9 @@
 namespace gpumem::report {
 namespace {
 
+// One site mixes blocks that are freed every step (first seen) with blocks that are kept
+// (a backward op's gradients, attributed to the forward line): the suspect's stack must be
+// the kept blocks'.
 TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
   trace::Trace t;
   trace::FrameTable frames(&t);
@@ -52,6 +54,47 @@ TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
   EXPECT_EQ(s.name, "train.py:8 <module>");
   EXPECT_EQ(s.stack, kept);
   EXPECT_EQ(r.sites.example_stack(s.site), freed);  // what the fallback would have shown
+}
+
+// Each step's loss kept as a tensor: 4 bytes asked for, a 512-byte block taken. Over 3,000
+// steps that is 12 KB asked for, far below what is called a leak, and 1.46 MiB of device
+// memory, above it. The suspect is judged, and its rate told, by the blocks.
+Report ScalarsKeptEachStep(bool kept) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  const std::uint32_t batch = frames.InternStack({frames.Intern({"train.py", 5, "<module>"})});
+  const std::uint32_t loss = frames.InternStack({frames.Intern({"train.py", 8, "<module>"})});
+  std::uint64_t addr = 1 << 30;
+  std::int64_t time = 0;
+  auto push = [&](trace::Action a, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
+    trace::Event e;
+    e.action = a;
+    e.addr = at;
+    e.size = size;
+    e.stack_id = stack;
+    e.time_us = ++time;
+    t.events.push_back(e);
+  };
+  for (int step = 0; step < 3000; ++step) {
+    push(trace::Action::kAlloc, 1 << 20, 64 << 20, batch);
+    const std::uint64_t scalar = addr += 512;
+    push(trace::Action::kAlloc, scalar, 4, loss);
+    push(trace::Action::kFreeCompleted, 1 << 20, 64 << 20, batch);
+    if (!kept) push(trace::Action::kFreeCompleted, scalar, 4, loss);
+    push(trace::Action::kStep, 0, 0, 0);
+  }
+  return BuildReport(t, ReportOptions{});
+}
+
+TEST(LeakSuspectBytes, AScalarKeptEachStepIsALeakOfItsBlocks) {
+  const Report r = ScalarsKeptEachStep(true);
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:8 <module>");
+  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, 512, 1);
+}
+
+TEST(LeakSuspectBytes, AScalarFreedEachStepIsNot) {
+  EXPECT_TRUE(ScalarsKeptEachStep(false).leaks.suspects.empty());
 }
 
 }  // namespace

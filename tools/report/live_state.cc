@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "tools/report/verdict_rules.h"
+
 namespace gpumem::report {
 
 using trace::Action;
@@ -59,16 +61,17 @@ void LiveState::Apply(const trace::Event& e) {
 
 void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   const std::uint32_t site = sites_.site_of_stack(e.stack_id);
-  auto [it, inserted] = blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
+  const LiveBlock block{DeviceBytes(e.size), site, e.stack_id};
+  auto [it, inserted] = blocks_.try_emplace(key, block);
   if (!inserted) {  // an address reused without a free we saw: drop the old block
     ++reused_addresses_;
     Release(key, it, e.device);
-    blocks_.try_emplace(key, LiveBlock{e.size, site, e.stack_id});
+    blocks_.try_emplace(key, block);
   }
   pending_free_.erase(key);
-  allocated_ += e.size;
-  device(e.device).allocated += e.size;
-  site_live_[site] += e.size;
+  allocated_ += block.size;
+  device(e.device).allocated += block.size;
+  site_live_[site] += block.size;
 }
 
 void LiveState::OnFreeRequested(std::uint64_t key, int device) {

@@ -15,7 +15,7 @@
 namespace gpumem::report {
 
 struct LiveBlock {
-  std::uint64_t size = 0;
+  std::uint64_t size = 0;  // what it takes on the device (DeviceBytes)
   std::uint32_t site = 0;
   std::uint32_t stack = 0;
 };

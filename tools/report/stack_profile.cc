@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "tools/report/live_state.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
 namespace {
@@ -86,7 +87,7 @@ SampleMap Walk(const Report& r, const Moment& m) {
     const trace::Event& e = t.events[i];
     if (e.action == trace::Action::kAlloc && counted(e.device)) {
       StackSample& s = SampleOf(samples, e.stack_id, e.device);
-      s.alloc_bytes += e.size;
+      s.alloc_bytes += DeviceBytes(e.size);
       ++s.allocs;
     }
     state.Apply(e);

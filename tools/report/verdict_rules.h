@@ -98,6 +98,14 @@ OomClass ClassifyOom(const OomFigures& f);
 // native libraries): a site is the innermost frame outside them.
 bool IsLibraryFile(absl::string_view file);
 
+// The device memory a block of `requested` bytes takes: both allocators hand out blocks in
+// multiples of 512 bytes, so a site that keeps one scalar a step keeps 512 bytes a step,
+// 128 times what was asked for. Sites are judged by what they cost the device.
+inline std::uint64_t DeviceBytes(std::uint64_t requested) {
+  constexpr std::uint64_t kBlockAlign = 512;
+  return (requested + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+}
+
 // Human-readable bytes: "1.50 GiB".
 std::string Bytes(double bytes);
 
