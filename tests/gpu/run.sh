@@ -160,8 +160,11 @@ if want emptyab; then
     --jsonl "$OUT/torch-empty-ab.jsonl" | tee "$OUT/torch-empty-ab.md"
 fi
 
-# The matrices run one case on each GPU at a time (MATRIX_GPUS, e.g. 0,1,0,1: two on each).
+# The matrices run one case on each GPU at a time (MATRIX_GPUS, e.g. 0,1,0,1: two on each,
+# for the diagnosis cases, which cap themselves at a few GiB; the hidden-OOM cases fill
+# their whole GPU, so they take each GPU of the list once).
 all_gpus=${MATRIX_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
+each_gpu_once=$(echo "$all_gpus" | tr , '\n' | awk '!seen[$0]++' | paste -sd,)
 if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" --gpus "$all_gpus" \
@@ -174,7 +177,7 @@ fi
 if want hiddenoom; then
   echo "== out-of-memory raised by libraries, both modes"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
-    --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" --gpus "$all_gpus" \
+    --script "$repo/tests/gpu/hidden_oom_cases.py" --jsonl "$OUT/hidden-oom.jsonl" --gpus "$each_gpu_once" \
     ${HIDDENOOM_CASES:+--cases $HIDDENOOM_CASES} --modes "${HIDDENOOM_MODES:-native,profile,gpumem}" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/hidden-oom.err" | tee "$OUT/hidden-oom.md"
