@@ -681,5 +681,118 @@ def adam_moments_do_not_fit():
         fit(net, opt, batch(256, 8192))
 
 
+# A second set written after the rules, run before any change to them.
+@case("leak")
+def metric_with_grad_summed_for_logging():
+    """A training metric summed for the epoch's log without detach(): its graph is never
+    backpropagated, so the difference that abs() saved stays alive every step."""
+    net, running_l1 = model(), 0.0
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        x = batch()
+        out = net(x)
+        loss = (out - x).pow(2).mean()
+        running_l1 = running_l1 + (out - x).abs().mean()  # LEAK: abs() keeps out - x
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return running_l1
+
+
+@case("leak")
+def per_class_outputs_by_mask():
+    """Outputs kept per class for a confusion plot, picked with a boolean mask: a
+    different number of rows every step and class."""
+    net, per_class = model(), collections.defaultdict(list)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        x = batch()
+        labels = torch.randint(0, 10, (x.shape[0],), device="cuda")
+        out, _ = fit(net, opt, x)
+        for c in range(3):
+            per_class[c].append(out[labels == c].detach())  # LEAK: kept per class
+    return per_class
+
+
+@case("leak")
+def outputs_thinned_by_logger_thread():
+    """A logging thread takes each step's output from a queue and keeps a thinned
+    half-precision copy for a plot at the end: the leak is allocated on that thread."""
+    import queue
+    import threading
+    net, todo, kept = model(), queue.Queue(maxsize=4), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def logger():
+        while (out := todo.get()) is not None:
+            kept.append(out[::8].half())  # LEAK: a thinned copy a step, on this thread
+
+    threading.Thread(target=logger, daemon=True).start()
+    for _ in range(100000):
+        out, _ = fit(net, opt, batch(4096))
+        todo.put(out.detach(), timeout=30)  # a logger that died stops training too
+    todo.put(None)
+
+
+@case("no leak")
+def gradient_checkpointing():
+    """Activation checkpointing (non-reentrant) over each block: activations are
+    recomputed in backward, so memory rises and falls within the step."""
+    from torch.utils.checkpoint import checkpoint
+    net = model(width=2048, depth=6)
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for step in range(600):
+        h = batch(4096, 2048)
+        for i in range(0, len(net), 2):
+            h = checkpoint(net[i:i + 2], h, use_reentrant=False)
+        loss = h.pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 100 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+
+
+@case("no leak")
+def dataloader_workers_with_pinned_memory():
+    """A DataLoader with two worker processes (CPU only) and pinned memory, batches moved
+    with non_blocking=True: nothing kept between steps."""
+    data = torch.utils.data.TensorDataset(torch.randn(20000, 1024), torch.randn(20000, 1024))
+    loader = torch.utils.data.DataLoader(data, batch_size=512, shuffle=True, num_workers=2,
+                                         pin_memory=True, persistent_workers=True)
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(20):
+        for x, y in loader:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+            loss = (net(x) - y).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+@case("no leak")
+def teacher_outputs_cached_for_one_epoch_of_batches():
+    """Distillation: the teacher's outputs cached on the device by batch index over a
+    dataset of 150 batches, reused every later epoch: the cache fills in the first epoch,
+    then holds."""
+    teacher, student = trained(50), model()
+    opt = torch.optim.SGD(student.parameters(), lr=1e-3)
+    cache, inputs = {}, torch.Generator(device="cuda")
+    for epoch in range(5):
+        for index in range(150):
+            inputs.manual_seed(index)
+            x = torch.randn(1024, 1024, device="cuda", generator=inputs)
+            if index not in cache:
+                with torch.no_grad():
+                    cache[index] = teacher(x)
+            loss = (student(x) - cache[index]).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        print(f"epoch {epoch} loss {loss.item():.4f}")
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
