@@ -56,6 +56,19 @@ bool LeakWarner::Judgeable(const SiteHistory::Series& coarse) {
          coarse.steps.back() - coarse.steps.front() >= 2.0 * SiteHistory::kSteps;
 }
 
+bool LeakWarner::PausedPastItsRhythm(const SiteHistory::Series& coarse, std::size_t from) {
+  std::size_t longest_pause = 0, pause = 0;
+  for (std::size_t i = from + 1; i < coarse.live.size(); ++i) {
+    if (coarse.live[i] > coarse.live[i - 1]) {
+      longest_pause = std::max(longest_pause, pause);
+      pause = 0;
+    } else {
+      ++pause;
+    }
+  }
+  return pause > longest_pause + 1;
+}
+
 std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
                                                      const SiteHistory::Series& s,
                                                      const report::FillLevel& fill,
@@ -64,7 +77,7 @@ std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
   if (!Judgeable(s)) return std::nullopt;
   const std::optional<report::Growth> g =
       report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak), &fill);
-  if (!g || g->bytes_per_step <= 0) return std::nullopt;
+  if (!g || g->bytes_per_step <= 0 || PausedPastItsRhythm(s, g->from)) return std::nullopt;
   LeakWarning w;
   w.key = key;
   w.bytes_per_step = g->bytes_per_step;

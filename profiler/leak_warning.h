@@ -61,6 +61,11 @@ class LeakWarner {
                                     const DeviceFigures& device) const;
   // Whether a coarse series has the samples and the span to be fitted.
   static bool Judgeable(const SiteHistory::Series& coarse);
+  // Whether growth in a coarse series from sample `from` has held no more, at its end, for
+  // longer than the longest pause between its rises (and a sample more, for where the
+  // samples fall): a cache that grew at every sample and filled, not a leak that keeps
+  // something once an epoch and is flat between.
+  static bool PausedPastItsRhythm(const SiteHistory::Series& coarse, std::size_t from);
   // The growth of a coarse series, fitted as the report fits it.
   std::optional<LeakWarning> RisingInSteps(std::uint64_t key, const SiteHistory::Series& s,
                                            const report::FillLevel& fill, std::uint64_t step,

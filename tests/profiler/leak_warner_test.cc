@@ -4,6 +4,7 @@
 // And of a leak of one scalar a step, counted as the blocks it takes.
 #include "profiler/leak_warning.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -23,18 +24,17 @@ struct Said {
   std::uint64_t first_withdrawn = 0;
 };
 
-// A site that appears at step `start` and keeps 16 MiB every 50 steps, to step `end`.
-Said RunFrom(std::uint64_t start, std::uint64_t end) {
+// What the warner says of a site whose live bytes at each step are `live_at(step)`.
+template <typename LiveAt>
+Said WarnerSays(std::uint64_t end, LiveAt live_at) {
   SiteHistory history;
   LeakWarner warner(5);
   const absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices = {
       {3, {64ull << 30, 1ull << 30}}};
   Said said;
-  std::uint64_t live = 0;
   for (std::uint64_t step = 1; step <= end; ++step) {
-    if (step >= start && (step - start) % 50 == 0) live += 16 * kMiB;
     absl::flat_hash_map<std::uint64_t, std::uint64_t> now;
-    if (live > 0) now[kSite] = live;
+    if (const std::uint64_t live = live_at(step); live > 0) now[kSite] = live;
     history.Add(step, now, {});
     for (const LeakWarning& w : warner.Check(step, history, devices)) {
       if (w.withdrawn) {
@@ -47,12 +47,33 @@ Said RunFrom(std::uint64_t start, std::uint64_t end) {
   return said;
 }
 
+// A site that appears at step `start` and keeps 16 MiB every 50 steps, to step `end`.
+Said RunFrom(std::uint64_t start, std::uint64_t end) {
+  return WarnerSays(end, [start](std::uint64_t step) {
+    return step < start ? 0 : 16 * kMiB * ((step - start) / 50 + 1);
+  });
+}
+
 TEST(LeakWarner, LeakOnceAnEpochIsNeverWithdrawnWhereverItBegins) {
   for (std::uint64_t start = 1; start <= 2100; start += 7) {
     const Said said = RunFrom(start, start + 1500);
     EXPECT_GT(said.warnings, 0) << "start " << start;
     EXPECT_EQ(said.withdrawals, 0) << "start " << start << ", first withdrawn at step "
                                    << said.first_withdrawn;
+  }
+}
+
+// A cache filled over 150 steps, 4 MiB each, then held (a teacher's outputs cached for
+// the first epoch): warned of while it fills, withdrawn once it holds, and not said again
+// when its coarse series, which lags, still shows the fill.
+TEST(LeakWarner, CacheThatFilledIsNotWarnedOfAgainInSteps) {
+  for (std::uint64_t start : {10, 51, 300, 1000}) {
+    const Said said = WarnerSays(start + 1200, [start](std::uint64_t step) {
+      return step < start ? 0 : 4 * kMiB * std::min<std::uint64_t>(step - start + 1, 150);
+    });
+    EXPECT_EQ(said.warnings, 1) << "start " << start;
+    EXPECT_EQ(said.withdrawals, 1) << "start " << start;
+    EXPECT_LE(said.first_withdrawn, start + 150 + 40) << "start " << start;
   }
 }
 
