@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -127,10 +128,15 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
 }
 
 // Out of the hot path: the reason for a failed allocation, left for gpumem_last_error.
+// Whether this thread's last failed allocation was out of memory (not a device that could
+// not start, nor CUDA refusing for another reason).
+thread_local bool t_last_failure_was_oom = false;
+
 [[gnu::cold, gnu::noinline]] void* AllocationFailed(DeviceState& s, int device, ssize_t size,
                                                     const absl::Status& status) {
   std::string message;
-  if (absl::IsResourceExhausted(status)) {
+  t_last_failure_was_oom = absl::IsResourceExhausted(status);
+  if (t_last_failure_was_oom) {
     gpumem::OomReport report = s.allocator->last_oom();
     message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
     ExplainAllocatorOom(s, report, message);  // before the caller raises: it may be fatal
@@ -147,12 +153,14 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
 [[gnu::cold, gnu::noinline]] DeviceState* StartDevice(int device) {
   absl::StatusOr<DeviceState*> state = GetDevice(device);
   if (state.ok()) return *state;
+  t_last_failure_was_oom = false;
   ReportStartError(device, state.status());
   return nullptr;
 }
 
 void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::PoolId pool) {
   if (size < 0) {
+    t_last_failure_was_oom = false;
     SetError(absl::StrCat("gpumem_alloc: negative size ", size));
     return nullptr;
   }
@@ -167,6 +175,21 @@ void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::Poo
                                    : s->allocator->AllocateInPool(bytes, stream_id, pool);
   if (ptr.ok()) return reinterpret_cast<void*>(*ptr);
   return AllocationFailed(*s, device, size, ptr.status());
+}
+
+// What gpumem_alloc_or_throw throws: PyTorch's own first words for an out of memory, so
+// that code matching "CUDA out of memory" in a RuntimeError still recognises it.
+[[noreturn, gnu::cold, gnu::noinline]] void ThrowAllocationFailed(ssize_t size, int device) {
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(g_error_mu);
+    why = g_last_error;
+  }
+  if (!t_last_failure_was_oom) throw std::runtime_error(why);
+  throw std::runtime_error(absl::StrCat(
+      "CUDA out of memory. Tried to allocate ", size, " bytes on device ", device, ". ", why,
+      " (a RuntimeError, not torch.OutOfMemoryError: gpumem runs without "
+      "libgpumem_torch.so)"));
 }
 
 // A free that names no device: with one device started (the common case) that one,
@@ -232,6 +255,12 @@ extern "C" {
 
 void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream) {
   return h::Allocate(size, device, stream, gpumem::kDefaultPool);
+}
+
+void* gpumem_alloc_or_throw(ssize_t size, int device, struct CUstream_st* stream) {
+  void* p = h::Allocate(size, device, stream, gpumem::kDefaultPool);
+  if (p == nullptr && size != 0) h::ThrowAllocationFailed(size, device);
+  return p;
 }
 
 void* gpumem_alloc_in_pool(ssize_t size, int device, struct CUstream_st* stream,

@@ -26,6 +26,13 @@ struct CUstream_st; /* cudaStream_t is struct CUstream_st* */
  * as gpumem runs, as PyTorch's pooled streams do: a block freed on it may later go to
  * another stream, which is then ordered after its work by an event recorded on it. */
 GPUMEM_API void* gpumem_alloc(ssize_t size, int device, struct CUstream_st* stream);
+/* gpumem_alloc for PyTorch's CUDAPluggableAllocator wired from Python (where
+ * libgpumem_torch.so is missing): PyTorch uses the pointer it gets unchecked, so a NULL
+ * would become a tensor without memory (an illegal address at its first kernel). Where
+ * gpumem_alloc returns NULL for a size other than 0 this throws a C++ std::runtime_error
+ * instead, starting "CUDA out of memory." for an out of memory, which PyTorch raises as a
+ * RuntimeError. For C++ callers that catch exceptions only. */
+GPUMEM_API void* gpumem_alloc_or_throw(ssize_t size, int device, struct CUstream_st* stream);
 /* Returns a block from gpumem_alloc or gpumem_alloc_in_pool; `size`, `device` and
  * `stream` are as allocated (`size` and `stream` are not used).
  * device -1: the block's own device is found (a deleter that knows only the pointer): with

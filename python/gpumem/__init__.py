@@ -168,10 +168,13 @@ def install():
         warnings.warn(
             "gpumem: libgpumem_torch.so not found (built only where CMake finds Torch): "
             "torch.cuda.empty_cache(), set_per_process_memory_fraction() and "
-            "Tensor.record_stream() do not reach gpumem, and out of memory is not raised "
-            "as torch.OutOfMemoryError. Use gpumem.empty_cache() / gpumem.set_capacity().")
+            "Tensor.record_stream() do not reach gpumem, and out of memory is raised as a "
+            "RuntimeError, not torch.OutOfMemoryError. Use gpumem.empty_cache() / "
+            "gpumem.set_capacity().")
         path = _native.find_library()
-        alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc", "gpumem_free")
+        # The throwing alloc: PyTorch would use a NULL from gpumem_alloc unchecked.
+        alloc = torch.cuda.memory.CUDAPluggableAllocator(path, "gpumem_alloc_or_throw",
+                                                         "gpumem_free")
         try:
             torch.cuda.memory.change_current_allocator(alloc)
         except RuntimeError as e:

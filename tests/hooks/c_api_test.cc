@@ -2,6 +2,7 @@
 // package see, checked without a GPU.
 #include <cstdlib>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -147,6 +148,36 @@ TEST_F(CApiTest, OutOfMemoryReturnsNullWithAReport) {
   EXPECT_EQ(st.capacity_bytes, 64 * kMiB);
   // Still usable after the failure.
   void* again = gpumem_alloc(8 * kMiB, 0, nullptr);
+  EXPECT_NE(again, nullptr);
+  gpumem_free(again, 8 * kMiB, 0, nullptr);
+  gpumem_free(small, 8 * kMiB, 0, nullptr);
+}
+
+// What PyTorch's pluggable allocator gets when wired from Python: a throw, never a NULL
+// it would use unchecked; an out of memory in PyTorch's own first words.
+TEST_F(CApiTest, ThrowingAllocRaisesWhereTheOtherReturnsNull) {
+  setenv("GPUMEM_CAPACITY", "64M", 1);
+  setenv("GPUMEM_LOG_OOM", "0", 1);
+  ResetRegistryForTesting();
+  void* small = gpumem_alloc_or_throw(8 * kMiB, 0, nullptr);
+  ASSERT_NE(small, nullptr);
+  try {
+    gpumem_alloc_or_throw(128 * kMiB, 0, nullptr);
+    ADD_FAILURE() << "no throw past the cap";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("CUDA out of memory. Tried to allocate 134217728 bytes on device 0.", 0),
+              0u) << what;
+    EXPECT_NE(what.find("128.00 MiB"), std::string::npos) << what;  // gpumem's report
+  }
+  EXPECT_THROW(gpumem_alloc_or_throw(-1, 0, nullptr), std::runtime_error);
+  try {
+    gpumem_alloc_or_throw(8 * kMiB, 300, nullptr);  // no such device: not an out of memory
+    ADD_FAILURE() << "no throw for a device that cannot start";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("CUDA out of memory"), std::string::npos) << e.what();
+  }
+  void* again = gpumem_alloc_or_throw(8 * kMiB, 0, nullptr);  // still usable
   EXPECT_NE(again, nullptr);
   gpumem_free(again, 8 * kMiB, 0, nullptr);
   gpumem_free(small, 8 * kMiB, 0, nullptr);

@@ -63,6 +63,22 @@ TEST(LeakWarner, LeakOnceAnEpochIsNeverWithdrawnWhereverItBegins) {
   }
 }
 
+// Leaks that keep something every `period` steps, of any period from every other step to
+// every 200th: warned of, never withdrawn, whatever pause the coarse series is in.
+TEST(LeakWarner, StaircaseLeaksOfAnyPeriodAreWarnedOfAndKept) {
+  for (std::uint64_t period : {2, 3, 7, 10, 25, 50, 64, 100, 200}) {
+    for (std::uint64_t start : {1, 37, 400}) {
+      const std::uint64_t end = start + 40 * period + 600;
+      const Said said = WarnerSays(end, [start, period](std::uint64_t step) {
+        return step < start ? 0 : 16 * kMiB * ((step - start) / period + 1);
+      });
+      EXPECT_GT(said.warnings, 0) << "period " << period << ", start " << start;
+      EXPECT_EQ(said.withdrawals, 0) << "period " << period << ", start " << start
+                                     << ", first withdrawn at step " << said.first_withdrawn;
+    }
+  }
+}
+
 // A cache filled over 150 steps, 4 MiB each, then held (a teacher's outputs cached for
 // the first epoch): warned of while it fills, withdrawn once it holds, and not said again
 // when its coarse series, which lags, still shows the fill.
