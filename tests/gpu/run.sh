@@ -165,6 +165,12 @@ fi
 # their whole GPU, so they take each GPU of the list once).
 all_gpus=${MATRIX_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}
 each_gpu_once=$(echo "$all_gpus" | tr , '\n' | awk '!seen[$0]++' | paste -sd,)
+# The matrices' scripts cap themselves through PyTorch, which reaches gpumem only through
+# libgpumem_torch: without it every run would fill its whole GPU.
+if { want diagnosis || want hiddenoom; } && [ ! -f "$build/lib/libgpumem_torch.so" ]; then
+  echo "run.sh: diagnosis and hiddenoom need libgpumem_torch.so (GPU_TARGETS must include gpumem_torch)" >&2
+  exit 1
+fi
 if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" --gpus "$all_gpus" \
