@@ -32,6 +32,12 @@ class CApiTest : public ::testing::Test {
   }
   void TearDown() override { ResetRegistryForTesting(); }
 
+  // Devices capped at `cap` whose out of memory prints no report.
+  static void StartCappedQuietly(const char* cap) {
+    setenv("GPUMEM_CAPACITY", cap, 1);
+    setenv("GPUMEM_LOG_OOM", "0", 1);
+    ResetRegistryForTesting();
+  }
   SimBackend& Sim(int device = 0) {
     return static_cast<SimBackend&>(*StartedDevice(device)->backend.backend);
   }
@@ -131,9 +137,7 @@ TEST_F(CApiTest, HeadroomIsKeptWhenSet) {
 }
 
 TEST_F(CApiTest, OutOfMemoryReturnsNullWithAReport) {
-  setenv("GPUMEM_CAPACITY", "64M", 1);
-  setenv("GPUMEM_LOG_OOM", "0", 1);
-  ResetRegistryForTesting();
+  StartCappedQuietly("64M");
   void* small = gpumem_alloc(8 * kMiB, 0, nullptr);
   ASSERT_NE(small, nullptr);
   EXPECT_EQ(gpumem_alloc(128 * kMiB, 0, nullptr), nullptr);
@@ -156,9 +160,7 @@ TEST_F(CApiTest, OutOfMemoryReturnsNullWithAReport) {
 // What PyTorch's pluggable allocator gets when wired from Python: a throw, never a NULL
 // it would use unchecked; an out of memory in PyTorch's own first words.
 TEST_F(CApiTest, ThrowingAllocRaisesWhereTheOtherReturnsNull) {
-  setenv("GPUMEM_CAPACITY", "64M", 1);
-  setenv("GPUMEM_LOG_OOM", "0", 1);
-  ResetRegistryForTesting();
+  StartCappedQuietly("64M");
   void* small = gpumem_alloc_or_throw(8 * kMiB, 0, nullptr);
   ASSERT_NE(small, nullptr);
   try {
