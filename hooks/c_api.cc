@@ -127,11 +127,11 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
   return 0;
 }
 
-// Out of the hot path: the reason for a failed allocation, left for gpumem_last_error.
 // Whether this thread's last failed allocation was out of memory (not a device that could
 // not start, nor CUDA refusing for another reason).
 thread_local bool t_last_failure_was_oom = false;
 
+// Out of the hot path: the reason for a failed allocation, left for gpumem_last_error.
 [[gnu::cold, gnu::noinline]] void* AllocationFailed(DeviceState& s, int device, ssize_t size,
                                                     const absl::Status& status) {
   std::string message;
