@@ -5,7 +5,7 @@
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
 #                         [diagnosis] [hiddenoom] [multigpu] [pip] [soak] [ranks] [ring]
-#                         [vmmcosts] [processes] [snaprace]
+#                         [vmmcosts] [processes] [snaprace] [fallback]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
@@ -33,6 +33,8 @@
 #        tests/gpu/other_process_check.py, another process's memory on the GPU named in
 #        the report (NVML) and in the OOM verdict; snaprace:
 #        tests/gpu/snapshot_race_check.py, gpumem.snapshot() beside allocating threads;
+#        fallback: tests/gpu/fallback_oom_check.py, gpumem's allocator without
+#        libgpumem_torch (an out of memory raises a RuntimeError, the run goes on);
 #        overhead: tests/gpu/overhead.sh, recording cost;
 #        caprepeat: tests/gpu/cap_repeat.py with the arguments in CAPREPEAT (a workload
 #        and --at ALLOCATOR=CAP,... pairs: fixed caps, several runs each);
@@ -238,6 +240,11 @@ if want processes; then
   echo "== another process on the GPU: named in the report and in the OOM verdict"
   $py "$repo/tests/gpu/other_process_check.py" "$build/bin/gpumem" \
     | tee "$OUT/other-process.md"
+fi
+
+if want fallback; then
+  echo "== gpumem's allocator without libgpumem_torch: an out of memory raises, the run goes on"
+  $py "$repo/tests/gpu/fallback_oom_check.py" "$build/lib/libgpumem.so" | tee "$OUT/fallback.md"
 fi
 
 if want snaprace; then
