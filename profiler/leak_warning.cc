@@ -56,17 +56,22 @@ bool LeakWarner::Judgeable(const SiteHistory::Series& coarse) {
          coarse.steps.back() - coarse.steps.front() >= 2.0 * SiteHistory::kSteps;
 }
 
-bool LeakWarner::PausedPastItsRhythm(const SiteHistory::Series& coarse, std::size_t from) {
-  std::size_t longest_pause = 0, pause = 0;
+LeakWarner::Pauses LeakWarner::PausesOf(const SiteHistory::Series& coarse, std::size_t from) {
+  Pauses p;
   for (std::size_t i = from + 1; i < coarse.live.size(); ++i) {
     if (coarse.live[i] > coarse.live[i - 1]) {
-      longest_pause = std::max(longest_pause, pause);
-      pause = 0;
+      p.longest = std::max(p.longest, p.trailing);
+      p.trailing = 0;
     } else {
-      ++pause;
+      ++p.trailing;
     }
   }
-  return pause > longest_pause + 1;
+  return p;
+}
+
+bool LeakWarner::PausedPastItsRhythm(const SiteHistory::Series& coarse, std::size_t from) {
+  const Pauses p = PausesOf(coarse, from);
+  return p.trailing > p.longest + 1;
 }
 
 std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
@@ -117,9 +122,11 @@ std::optional<LeakWarning> LeakWarner::Withdraw(
   const auto said = said_.find(key);
   if (said == said_.end() || !Stopped(s, stopped_steps_)) return std::nullopt;
   // Growth seen in steps is flat over any 20 step ends between its steps: it has stopped
-  // once its coarse series has too.
+  // once its coarse series has too, for three times its longest pause between rises (a
+  // leak at random steps pauses for longer than its usual now and then).
   if (said->second.warning.in_steps_over > 0 &&
-      (!coarse || !Stopped(*coarse, kCoarseStoppedSamples))) {
+      (!coarse ||
+       !Stopped(*coarse, std::max(kCoarseStoppedSamples, 3 * PausesOf(*coarse, 0).longest + 1)))) {
     return std::nullopt;
   }
   LeakWarning withdrawn = said->second.warning;

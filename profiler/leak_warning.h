@@ -13,7 +13,8 @@
 // warned of that then holds no more for stopped_steps() step ends than at their start
 // (a cache that filled up, a buffer as long as the longest batch) has its warning
 // withdrawn, once (one warned of in steps: once its coarse series too has held no more
-// for kCoarseStoppedSamples samples, since such growth is flat between its steps);
+// for kCoarseStoppedSamples samples and three times its longest pause between rises,
+// since such growth is flat between its steps);
 // should it grow again it is warned of again. A rise that only refills
 // what the site held before and gave back (report::FillLevel: a validation pass that
 // gathers its outputs each epoch, then reduces them) is not warned of.
@@ -61,6 +62,13 @@ class LeakWarner {
                                     const DeviceFigures& device) const;
   // Whether a coarse series has the samples and the span to be fitted.
   static bool Judgeable(const SiteHistory::Series& coarse);
+  // Samples without a rise in a coarse series from sample `from`: the longest run between
+  // two rises, and the run since the last.
+  struct Pauses {
+    std::size_t longest = 0;
+    std::size_t trailing = 0;
+  };
+  static Pauses PausesOf(const SiteHistory::Series& coarse, std::size_t from);
   // Whether growth in a coarse series from sample `from` has held no more, at its end, for
   // longer than the longest pause between its rises (and a sample more, for where the
   // samples fall): a cache that grew at every sample and filled, not a leak that keeps
