@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
@@ -370,6 +372,37 @@ TEST(OomVerdictTest, ALeakThatBeginsLateIsALeakAtItsOom) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("device 13: out of memory: verdict: leak"), std::string::npos) << err;
   EXPECT_NE(err.find("KiB/step   generate.py:14 keep"), std::string::npos) << err;
+}
+
+// Leaks that keep 4 MiB at random steps, one step in 20 on average (batches kept when
+// they are skipped): at their OOM the dying process calls each a leak at its line,
+// however the pauses fell.
+TEST(OomVerdictTest, LeaksAtRandomStepsAreLeaksAtTheirOom) {
+  for (int seed = 0; seed < 6; ++seed) {
+    const int device = 20 + seed;
+    FakeTorchDevice torch{device};
+    ASSERT_EQ(gpumem_trace_capacity(device, 1024 * kMiB, 3), 0);
+    const std::uint32_t kept = SiteStack("skip.py", 30 + seed, "keep");
+    std::mt19937 random(static_cast<std::uint32_t>(seed + 1));
+    std::uint64_t held = 0;
+    for (int step = 0; step < 800; ++step) {
+      if (random() % 20 == 0) {
+        torch.Alloc(4 * kMiB, kept);
+        held += 4 * kMiB;
+      }
+      StepPrinting();
+    }
+    gpumem_oom_figures_t f{};
+    f.requested_bytes = 1000 * kMiB - held;  // fits without what was kept
+    f.reserved_bytes = held;
+    ::testing::internal::CaptureStderr();
+    gpumem_explain_oom(device, &f);
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find(absl::StrCat("device ", device, ": out of memory: verdict: leak")),
+              std::string::npos) << "seed " << seed << ": " << err;
+    EXPECT_NE(err.find(absl::StrCat("skip.py:", 30 + seed, " keep")), std::string::npos)
+        << "seed " << seed << ": " << err;
+  }
 }
 
 // A cache that fills for ten steps and then holds its size: warned of while it grows,
