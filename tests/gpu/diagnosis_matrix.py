@@ -106,8 +106,10 @@ def launch(cli, script, mode, case, trace, timeout, gpu=None):
     command = ([cli] + MODES[mode] if MODES[mode] else []) + [sys.executable, script, case]
     try:
         p = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"timed out after {timeout} s", ""
+    except subprocess.TimeoutExpired as e:  # what it said before, its warnings among it
+        said = e.stderr or ""
+        return f"timed out after {timeout} s", (said.decode("utf-8", "replace")
+                                                if isinstance(said, bytes) else said)
     return ("exit 0" if p.returncode == 0 else raised(p.stderr) or f"exit {p.returncode}",
             p.stderr)
 

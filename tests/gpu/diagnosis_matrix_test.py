@@ -23,6 +23,20 @@ class NamesSite(unittest.TestCase):
         self.assertFalse(m.names_site("", SITE))
 
 
+class Launch(unittest.TestCase):
+    def test_a_run_cut_by_its_timeout_keeps_what_it_said(self):
+        with m.tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "case.py")
+            with open(script, "w") as f:
+                f.write("import sys, time\n"
+                        "print('gpumem: leak warning at step 7: x.py:1 f', file=sys.stderr)\n"
+                        "sys.stderr.flush()\n"
+                        "time.sleep(60)\n")
+            ended, stderr = m.launch("unused", script, "native", "case", "", timeout=3)
+        self.assertEqual(ended, "timed out after 3 s")
+        self.assertIn("gpumem: leak warning at step 7", stderr)
+
+
 class Portable(unittest.TestCase):
     def test_no_temporary_folder_of_this_machine(self):
         line = os.path.join(m.tempfile.gettempdir(), "torchinductor_me", "sr", "c.py:183")
