@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
+#include "allocator/size_classes.h"
 #include "profiler/process_memory.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -98,12 +99,12 @@ OomClass ClassifyOom(const OomFigures& f);
 // native libraries): a site is the innermost frame outside them.
 bool IsLibraryFile(absl::string_view file);
 
-// The device memory a block of `requested` bytes takes: both allocators hand out blocks in
-// multiples of 512 bytes, so a site that keeps one scalar a step keeps 512 bytes a step,
-// 128 times what was asked for. Sites are judged by what they cost the device.
+// The device memory a block of `requested` bytes takes: both allocators (gpumem's, and
+// PyTorch's with its 512-byte minimum block) hand out blocks in multiples of kBlockAlign,
+// so a site that keeps one scalar a step keeps 512 bytes a step, 128 times what was asked
+// for. Sites are judged by what they cost the device.
 inline std::uint64_t DeviceBytes(std::uint64_t requested) {
-  constexpr std::uint64_t kBlockAlign = 512;
-  return (requested + kBlockAlign - 1) / kBlockAlign * kBlockAlign;
+  return RoundUp(requested, kBlockAlign);
 }
 
 // Human-readable bytes: "1.50 GiB".
