@@ -29,11 +29,15 @@ namespace {
 
 std::atomic<std::uint64_t> g_step{0};
 
-// The last problem a C caller could not be told about by its return value.
+// The last problem a C caller could not be told about by its return value; and this
+// thread's own, for what gpumem_alloc_or_throw throws (another thread's failure may be
+// the last by the time it reads).
 std::mutex g_error_mu;
 std::string g_last_error;
+thread_local std::string t_last_error;
 
 void SetError(const std::string& message) {
+  t_last_error = message;
   std::lock_guard<std::mutex> lock(g_error_mu);
   g_last_error = message;
 }
@@ -180,14 +184,10 @@ void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::Poo
 // What gpumem_alloc_or_throw throws: PyTorch's own first words for an out of memory, so
 // that code matching "CUDA out of memory" in a RuntimeError still recognises it.
 [[noreturn, gnu::cold, gnu::noinline]] void ThrowAllocationFailed(ssize_t size, int device) {
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lock(g_error_mu);
-    why = g_last_error;
-  }
-  if (!t_last_failure_was_oom) throw std::runtime_error(why);
+  if (!t_last_failure_was_oom) throw std::runtime_error(t_last_error);
   throw std::runtime_error(absl::StrCat(
-      "CUDA out of memory. Tried to allocate ", size, " bytes on device ", device, ". ", why,
+      "CUDA out of memory. Tried to allocate ", size, " bytes on device ", device, ". ",
+      t_last_error,
       " (a RuntimeError, not torch.OutOfMemoryError: gpumem runs without "
       "libgpumem_torch.so)"));
 }
