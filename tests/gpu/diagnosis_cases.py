@@ -794,5 +794,156 @@ def teacher_outputs_cached_for_one_epoch_of_batches():
         print(f"epoch {epoch} loss {loss.item():.4f}")
 
 
+
+# A third set written after the rules, run before any change to them: CUDA graphs, a
+# side stream, a Dataset, a thread pool, a peak in evaluation, the cache emptied every
+# step and a leak at random steps.
+def graphed_training_step(net, opt, x, y):
+    """The whole training step captured in one CUDA graph, as PyTorch's CUDA graphs
+    notes show it: a few warm-up steps on a side stream, then capture."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            (net(x) - y).pow(2).mean().backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        out = net(x)
+        loss = (out - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+    return graph, out, loss
+
+
+@case("no leak")
+def cuda_graph_whole_step():
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    x, y = batch(), batch()
+    graph, _, loss = graphed_training_step(net, opt, x, y)
+    for step in range(3000):
+        x.copy_(torch.randn_like(x))
+        y.copy_(torch.randn_like(y))
+        graph.replay()
+        if step % 500 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+
+
+@case("leak")
+def cuda_graph_predictions_cloned_and_kept():
+    """A graphed step whose static output is cloned each replay, to score the epoch at
+    its end: the clones pile up outside the graph's pool."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    x, y = batch(), batch()
+    graph, out, _ = graphed_training_step(net, opt, x, y)
+    predictions = []
+    for _ in range(100000):
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        predictions.append(out.clone())  # LEAK: a clone a replay, kept
+
+
+@case("leak")
+def side_stream_copies_kept():
+    """Each step's output copied to half precision on a side stream, so the copy
+    overlaps the next step, and kept for an average at the end."""
+    net, side, copies = model(), torch.cuda.Stream(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        out, _ = fit(net, opt, batch())
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            copies.append(out.detach().half())  # LEAK: made on the side stream, kept
+        out.record_stream(side)
+
+
+class DeviceCachingDataset(torch.utils.data.Dataset):
+    """A Dataset that makes each sample on the device and caches it, so the next epoch
+    is faster: the dataset is larger than the device."""
+
+    def __init__(self, length):
+        self.length, self.cache = length, {}
+
+    def __len__(self):
+        return self.length
+
+    def __getitem__(self, index):
+        if index not in self.cache:
+            self.cache[index] = torch.randn(64, 1024, device="cuda")  # LEAK: cached
+        return self.cache[index]
+
+
+@case("leak", leak_in=DeviceCachingDataset)
+def dataset_caches_device_tensors():
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    loader = torch.utils.data.DataLoader(DeviceCachingDataset(10 ** 7), batch_size=32)
+    for x in loader:
+        fit(net, opt, x.flatten(0, 1))
+
+
+@case("genuine peak")
+def retrieval_scores_do_not_fit():
+    """Training fits; the retrieval evaluation after it scores every item against every
+    other in one matrix multiply, larger than the device."""
+    net = trained(300)
+    with torch.no_grad():
+        items = torch.cat([net(batch()) for _ in range(20)])
+        scores = items @ items.T  # LEAK: the one request past the device (a peak)
+        print("recall@1", (scores.argmax(1) == torch.arange(len(items), device="cuda"))
+              .float().mean().item())
+
+
+@case("leak")
+def thread_pool_augmentations_kept():
+    """Augmentation on the device in a thread pool, a batch ahead; the futures are kept
+    in a list to check for errors at the end, and each keeps its result."""
+    from concurrent.futures import ThreadPoolExecutor
+    net, futures = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def augment(x):
+        return x + 0.1 * torch.randn_like(x)  # LEAK: each result kept by its future
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures.append(pool.submit(augment, batch()))
+        for _ in range(100000):
+            futures.append(pool.submit(augment, batch()))
+            fit(net, opt, futures[-2].result())
+
+
+@case("no leak")
+def cache_emptied_every_step():
+    """torch.cuda.empty_cache() after every step, as some scripts do to "save memory",
+    with memory_allocated() logged."""
+    net = model()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for step in range(1500):
+        fit(net, opt, batch(1024 + 512 * (step % 5)))
+        torch.cuda.empty_cache()
+        if step % 300 == 0:
+            print(f"step {step}: {torch.cuda.memory_allocated() / MiB:.0f} MiB allocated")
+
+
+@case("leak")
+def hard_examples_kept_for_replay():
+    """Hard example mining: a batch whose loss is above the running mean is kept to be
+    replayed at the end of the epoch, which never comes: about half the steps keep one."""
+    net, hard, mean = model(), [], None
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        x = batch() * (1 + torch.rand((), device="cuda"))  # LEAK: kept when hard
+        _, loss = fit(net, opt, x)
+        value = loss.item()
+        mean = value if mean is None else 0.99 * mean + 0.01 * value
+        if value > mean:
+            hard.append(x)  # never replayed
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)

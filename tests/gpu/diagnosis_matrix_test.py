@@ -49,6 +49,14 @@ class WarnedRight(unittest.TestCase):
         self.assertTrue(m.warned_right("leak", said, SITE))
         self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
 
+    def test_warnings_where_nothing_leaks_are_counted(self):
+        rows = [{"case": "gather", "expected": "no leak", "warning": "gpumem: leak warning"},
+                {"case": "quiet", "expected": "genuine peak", "warning": ""},
+                {"case": "kept", "expected": "leak", "warning": "gpumem: leak warning"},
+                {"case": "gather", "expected": "-", "warning": "gpumem: leak warning"}]
+        self.assertEqual(m.false_alarms(rows),
+                         "early warnings where nothing leaks: 1 of 2 runs (gather)")
+
     def test_not_judged_without_a_warning_or_a_leak(self):
         self.assertIsNone(m.warned_right("leak", "", SITE))
         self.assertIsNone(m.warned_right("no leak", "gpumem: leak warning at step 7: x", SITE))
