@@ -102,6 +102,7 @@ enum class StepSource : std::uint8_t {
   kOptimizerHook = 2,
   kBackward = 3,
   kModelCall = 4,
+  kGraphReplay = 5,
 };
 // A capacity record's extra: where the cap came from.
 enum class CapacitySource : std::uint8_t {

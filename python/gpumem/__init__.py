@@ -16,7 +16,7 @@ or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 import json
 import warnings
 
-from . import _capacity, _device, _exit_oom, _loop_marks, _native, _steps
+from . import _capacity, _device, _exit_oom, _graph_marks, _loop_marks, _native, _steps
 from ._version import __version__  # noqa: F401
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
@@ -89,12 +89,13 @@ def _keep_recorder_under_user_history(torch):
 
 
 def _watch_training(torch, profile_mode):
-    """Both modes: step marks at optimizer steps (or backward passes, or model calls, in
-    loops with no optimizer), memory-fraction caps in the trace, and a library's CUDA
+    """Both modes: step marks at optimizer steps (or backward passes, model calls or CUDA
+    graph replays, in loops with no optimizer), memory-fraction caps in the trace, and a library's CUDA
     error that ends the program named as the out-of-memory it is."""
     _steps.watch_optimizers(torch)
     _loop_marks.watch_backward(torch)
     _loop_marks.watch_model_calls(torch)
+    _graph_marks.watch_graph_replays(torch)
     _capacity.watch_memory_fraction(torch)
     _exit_oom.install(torch, profile_mode)
 

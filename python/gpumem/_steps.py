@@ -1,7 +1,8 @@
 """Step marks with no code change: a step ends at each optimizer step, seen through
 PyTorch's global optimizer step hooks (both modes). Loops that no torch.optim optimizer
-steps are marked by their backward passes, and loops with no backward (an evaluation
-script) by the calls of their model (_loop_marks.py).
+steps are marked by their backward passes, loops with no backward (an evaluation
+script) by the calls of their model (_loop_marks.py), and loops that only replay a
+captured CUDA graph by its replays (_graph_marks.py).
 
 Several optimizers stepping in one iteration (a GAN's, or one per parameter group) make
 one step: the *lead* optimizer (the first that stepped) marks it. If another optimizer steps
@@ -16,7 +17,7 @@ the hooks mark nothing (that first call marks nothing either when a hook has alr
 marked, so the iteration is not counted twice).
 
 The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
-calls. Once one has marked, those below it mark nothing while it keeps marking. A backward
+calls, then graph replays. Once one has marked, those below it mark nothing while it keeps marking. A backward
 pass or a model call marks at its start, from the second on: it ends the iteration before.
 So in a loop with an optimizer, which steps at the end of the first iteration, they never
 mark. If the optimizer stops stepping while the loop goes on (every batch skipped), a source
@@ -38,10 +39,11 @@ SOURCE_EXPLICIT = 1
 SOURCE_OPTIMIZER_HOOK = 2
 SOURCE_BACKWARD = 3
 SOURCE_MODEL_CALL = 4
+SOURCE_GRAPH_REPLAY = 5
 # Which sources silence which: a lower rank leads.
 _RANK = {SOURCE_EXPLICIT: 0, SOURCE_OPTIMIZER_HOOK: 1, SOURCE_BACKWARD: 2,
-         SOURCE_MODEL_CALL: 3}
-_LOOP_SOURCES = (SOURCE_BACKWARD, SOURCE_MODEL_CALL)
+         SOURCE_MODEL_CALL: 3, SOURCE_GRAPH_REPLAY: 4}
+_LOOP_SOURCES = (SOURCE_BACKWARD, SOURCE_MODEL_CALL, SOURCE_GRAPH_REPLAY)
 # A silenced source's calls with no better mark before it stands in for the stalled one:
 # above gradient accumulation's few, well below the batches an OOM takes.
 STALL_CALLS = 8
@@ -141,7 +143,7 @@ class StepMarker:
         return self.leading_rank < _RANK[source]
 
     def on_loop_start(self, source, training=True, allocated=None):
-        """A backward pass or a model call begins (SOURCE_BACKWARD, SOURCE_MODEL_CALL):
+        """A backward pass, a model call or a graph replay begins (_LOOP_SOURCES):
         from the second on, it ends the iteration before. `training`: the call trains (a
         model in train mode, with grad), which only model calls may not; `allocated`
         reads the memory allocated now, asked only at calls that train nothing while a

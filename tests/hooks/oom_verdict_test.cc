@@ -490,8 +490,8 @@ TEST(OomVerdictTest, ProfileModeBackwardLeakNamesItsForwardLine) {
 // What marks the steps, as the Python package says it: the four sources and 0, nothing
 // else.
 TEST(StepSourceTest, TheCApiTakesTheKnownSourcesOnly) {
-  for (int source = 0; source <= 4; ++source) EXPECT_EQ(gpumem_trace_step_source(source), 0);
-  EXPECT_EQ(gpumem_trace_step_source(5), -1);
+  for (int source = 0; source <= 5; ++source) EXPECT_EQ(gpumem_trace_step_source(source), 0);
+  EXPECT_EQ(gpumem_trace_step_source(6), -1);
   EXPECT_EQ(gpumem_trace_step_source(-1), -1);
   EXPECT_EQ(gpumem_trace_step_source(0), 0);
 }

@@ -27,6 +27,8 @@ void RecordCapsAndSteps(Recorder* r) {
   r->Step();
   Recorder::SetStepSource(format::StepSource::kModelCall);
   r->Step();
+  Recorder::SetStepSource(format::StepSource::kGraphReplay);
+  r->Step();
   Recorder::SetStepSource(format::StepSource::kUnknown);
 }
 
@@ -37,13 +39,14 @@ void ExpectCapsAndSteps(const trace::Trace& t) {
   EXPECT_EQ(t.capacity_changes[1].bytes, 40ull << 30);
   EXPECT_EQ(t.capacity_changes[1].source, trace::CapacitySource::kMemoryFraction);
   EXPECT_LE(t.capacity_changes[0].time_us, t.capacity_changes[1].time_us);
-  ASSERT_EQ(t.events.size(), 5u);  // capacity changes are not events
+  ASSERT_EQ(t.events.size(), 6u);  // capacity changes are not events
   EXPECT_EQ(t.events[0].action, trace::Action::kAlloc);
   EXPECT_EQ(t.events[0].step_source, trace::StepSource::kUnknown);
   EXPECT_EQ(t.events[1].step_source, trace::StepSource::kOptimizerHook);
   EXPECT_EQ(t.events[2].step_source, trace::StepSource::kExplicit);
   EXPECT_EQ(t.events[3].step_source, trace::StepSource::kBackward);
   EXPECT_EQ(t.events[4].step_source, trace::StepSource::kModelCall);
+  EXPECT_EQ(t.events[5].step_source, trace::StepSource::kGraphReplay);
 }
 
 RecorderOptions Options(const char* name) {

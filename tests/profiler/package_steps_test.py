@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "python")
 sys.modules["torch"] = None  # `import torch` fails: the package must not need it to import
 import gpumem  # noqa: E402
-from gpumem import _capacity, _loop_marks, _steps  # noqa: E402
+from gpumem import _capacity, _graph_marks, _loop_marks, _steps  # noqa: E402
 del sys.modules["torch"]
 
 
@@ -121,6 +121,7 @@ class StepMarks(unittest.TestCase):
 
 BACKWARD, MODEL_CALL = _steps.SOURCE_BACKWARD, _steps.SOURCE_MODEL_CALL
 OPTIMIZER = _steps.SOURCE_OPTIMIZER_HOOK
+GRAPH_REPLAY = _steps.SOURCE_GRAPH_REPLAY
 
 
 class LoopMarks(unittest.TestCase):
@@ -253,6 +254,65 @@ class LoopMarks(unittest.TestCase):
         for _ in range(4):
             self.m.on_loop_start(MODEL_CALL, training=False)
         self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+
+
+class GraphReplayMarks(unittest.TestCase):
+    def setUp(self):
+        self.lib = FakeLib()
+        self.m = _steps.StepMarker(self.lib)
+        self.calls = []
+        calls = self.calls
+
+        class CUDAGraph:
+            def replay(self):
+                calls.append(self)
+
+        self.graph_class = CUDAGraph
+        self.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            graphs=types.SimpleNamespace(CUDAGraph=CUDAGraph)))
+        self.assertTrue(_graph_marks.watch_graph_replays(self.torch, self.m))
+
+    def test_wraps_replay_once_and_still_replays(self):
+        self.assertFalse(_graph_marks.watch_graph_replays(self.torch, self.m))
+        g = self.graph_class()
+        g.replay()
+        self.assertEqual(self.calls, [g])
+
+    def test_a_loop_of_replays_alone_marks_from_the_second(self):
+        g = self.graph_class()
+        for _ in range(5):
+            g.replay()
+        self.assertEqual(self.lib.steps, [GRAPH_REPLAY] * 4)
+
+    def test_a_step_captured_after_warm_up_is_stood_in_for_once_the_optimizer_stops(self):
+        opt, g = Opt(), self.graph_class()
+        for _ in range(4):  # three warm-up steps and the one captured
+            self.m.on_optimizer_step(opt, (), {})
+        for _ in range(30):
+            g.replay()
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * (30 - 8))
+
+    def test_an_optimizer_stepping_each_iteration_keeps_the_lead(self):
+        opt, fwd, bwd = Opt(), self.graph_class(), self.graph_class()
+        for _ in range(30):  # make_graphed_callables: two graphs and an optimizer step
+            fwd.replay()
+            bwd.replay()
+            self.m.on_optimizer_step(opt, (), {})
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 30)
+
+    def test_other_graphs_replayed_within_an_iteration_add_no_steps(self):
+        fwd, bwd = self.graph_class(), self.graph_class()
+        for _ in range(5):
+            fwd.replay()
+            bwd.replay()
+        self.assertEqual(self.lib.steps, [GRAPH_REPLAY] * 4)
+
+    def test_a_graph_replayed_twice_without_the_lead_takes_it(self):
+        warm_up, g = self.graph_class(), self.graph_class()
+        warm_up.replay()
+        for _ in range(5):
+            g.replay()  # the first is no mark, the second takes the lead and marks
+        self.assertEqual(self.lib.steps, [GRAPH_REPLAY] * 4)
 
 
 class Handle:

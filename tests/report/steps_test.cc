@@ -56,6 +56,10 @@ TEST(FindSteps, NamesWhatMarkedThem) {
   EXPECT_EQ(s.method, StepMethod::kStepEvents);
   EXPECT_EQ(s.count, 6u);
   EXPECT_EQ(s.source, "optimizer step hooks (2), backward passes (1) and model calls (3)");
+  mark(trace::StepSource::kGraphReplay);  // a whole step captured, then replayed
+  EXPECT_EQ(FindSteps(t, std::nullopt).source,
+            "optimizer step hooks (2), backward passes (1), model calls (3) and graph "
+            "replays (1)");
 }
 
 // No markers: a loop of the same stacks is found, with its period.

@@ -20,7 +20,8 @@ using trace::Action;
 // count of each where more than one did.
 std::string StepSourceText(const std::array<std::size_t, trace::kStepSources>& marks) {
   static constexpr std::array<const char*, trace::kStepSources> kNames = {
-      "", "gpumem.step()", "optimizer step hooks", "backward passes", "model calls"};
+      "",           "gpumem.step()", "optimizer step hooks", "backward passes", "model calls",
+      "graph replays"};
   std::vector<std::size_t> used;
   for (std::size_t s = 1; s < marks.size(); ++s) {
     if (marks[s] > 0) used.push_back(s);

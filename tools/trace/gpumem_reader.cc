@@ -53,13 +53,14 @@ std::optional<Action> ActionOf(RecordType type) {
 }
 
 StepSource StepSourceOf(std::uint64_t extra) {
-  constexpr auto kLast = static_cast<std::uint64_t>(format::StepSource::kModelCall);
+  constexpr auto kLast = static_cast<std::uint64_t>(format::StepSource::kGraphReplay);
   const auto s = static_cast<format::StepSource>(extra <= kLast ? extra : 0);
   switch (s) {
     case format::StepSource::kExplicit: return StepSource::kExplicit;
     case format::StepSource::kOptimizerHook: return StepSource::kOptimizerHook;
     case format::StepSource::kBackward: return StepSource::kBackward;
     case format::StepSource::kModelCall: return StepSource::kModelCall;
+    case format::StepSource::kGraphReplay: return StepSource::kGraphReplay;
     case format::StepSource::kUnknown: break;
   }
   return StepSource::kUnknown;

@@ -36,9 +36,10 @@ enum class StepSource : std::uint8_t {
   kOptimizerHook = 2,  // PyTorch's optimizer step hooks, set by the Python package
   kBackward = 3,       // backward passes, where no optimizer steps or it stalls (the package)
   kModelCall = 4,      // the model's calls, where neither of those marks (the package)
+  kGraphReplay = 5,    // CUDA graph replays, where none of those marks (the package)
 };
 // How many StepSource values there are: the last one's value plus one.
-inline constexpr std::size_t kStepSources = static_cast<std::size_t>(StepSource::kModelCall) + 1;
+inline constexpr std::size_t kStepSources = static_cast<std::size_t>(StepSource::kGraphReplay) + 1;
 std::optional<Action> ParseAction(absl::string_view name);
 
 struct Frame {
