@@ -17,8 +17,10 @@ std::uint64_t TotalKey(std::int32_t device) {
 
 std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
 
-// A site's growth, fitted over its last step ends or, failing that, over its coarse
-// series (SiteHistory): where it began, what it had then, and how many step ends it spans.
+// A site's growth, its rate fitted over its last step ends or, failing that, over its
+// coarse series (SiteHistory); where it began, what it had then and how many step ends
+// it spans from the series that reaches back furthest, so that a leak of many steps
+// counts all it added by an OOM.
 struct FoundGrowth {
   report::Growth growth;
   std::uint64_t live_then = 0;
@@ -27,14 +29,23 @@ struct FoundGrowth {
 std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t key,
                                     double min_growth) {
   const report::FillLevel fill = history.FillOf(key);
+  std::optional<FoundGrowth> found;
   for (const SiteHistory::Series& s : {history.Of(key), history.CoarseOf(key)}) {
     const std::optional<report::Growth> g =
         report::RecentSteadyGrowth(s.steps, s.live, min_growth, &fill);
     if (!g) continue;
-    return FoundGrowth{*g, s.live[g->from],
-                       static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};
+    const FoundGrowth here{*g, s.live[g->from],
+                           static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};
+    if (!found) {
+      found = here;
+    } else if (here.live_then < found->live_then) {
+      // The rate stays the recent one; what the growth added is counted from where the
+      // series that reaches back furthest saw it begin.
+      found->live_then = here.live_then;
+      found->step_ends = here.step_ends;
+    }
   }
-  return std::nullopt;
+  return found;
 }
 
 }  // namespace

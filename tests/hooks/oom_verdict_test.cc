@@ -374,6 +374,28 @@ TEST(OomVerdictTest, ALeakThatBeginsLateIsALeakAtItsOom) {
   EXPECT_NE(err.find("KiB/step   generate.py:14 keep"), std::string::npos) << err;
 }
 
+// 300 steps that each keep 5 MiB, then one request that fits beside everything but the
+// whole leak: what the leak added is counted from where the site's coarse series saw it
+// begin, not only over the last kSteps step ends (160 MiB, too little to explain it).
+TEST(OomVerdictTest, ALeakThatRunsOutAtALargerRequestIsALeak) {
+  FakeTorchDevice torch{14};
+  ASSERT_EQ(gpumem_trace_capacity(14, 2048 * kMiB, 3), 0);
+  const std::uint32_t kept = SiteStack("plot.py", 22, "keep");
+  torch.Alloc(16 * kMiB, SiteStack("plot.py", 3, "build"));
+  for (int step = 0; step < 300; ++step) {
+    torch.Alloc(5 * kMiB, kept);
+    StepPrinting();
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = (2048 - 1516 + 300) * kMiB;  // 300 MiB past the cap with the leak
+  f.reserved_bytes = 1516 * kMiB;
+  ::testing::internal::CaptureStderr();
+  gpumem_explain_oom(14, &f);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("device 14: out of memory: verdict: leak"), std::string::npos) << err;
+  EXPECT_NE(err.find("+5.00 MiB/step     plot.py:22 keep"), std::string::npos) << err;
+}
+
 // Leaks that keep 4 MiB at random steps, one step in 20 on average (batches kept when
 // they are skipped): at their OOM the dying process calls each a leak at its line,
 // however the pauses fell.
