@@ -95,6 +95,12 @@ constexpr bool IsEventRecord(RecordType type) {
   return type >= RecordType::kAlloc && type <= RecordType::kSegmentFree;
 }
 
+// The note (an annotation, type 11) the Python package writes when the program dies of an
+// uncaught out-of-memory error, followed by the error's first line: the OOM before it
+// ended the run, whatever other threads did after it.
+inline constexpr absl::string_view kDiedOfOomNote =
+    "gpumem: the program died of an out-of-memory error";
+
 // A step record's extra: what marked the step.
 enum class StepSource : std::uint8_t {
   kUnknown = 0,

@@ -2,12 +2,19 @@
 a CUDA library's error (cuBLAS, cuDNN, cuFFT, NCCL, the CUDA runtime) while the
 allocator's cache holds memory idle, the real cause is usually that the library could not
 get device memory for its handle, workspace or communicator: the cache held it. Say so on
-stderr with the figures and the fixes, and note it in the trace. Installed by install() and
-profile(); chained to the hooks already in place (sys.excepthook, threading.excepthook)."""
+stderr with the figures and the fixes, and note it in the trace. And when the program dies
+of an out-of-memory error of its own, note that in the trace: the report then takes the
+OOM before it for the one that ended the run, though other threads went on allocating and
+stepping while the error reached the top. Installed by install() and profile(); chained
+to the hooks already in place (sys.excepthook, threading.excepthook)."""
 import sys
 import threading
 
 from . import _native
+
+# The trace note of a death by an out-of-memory error (profiler/trace_format.h,
+# kDiedOfOomNote), followed by ": " and the error's first line.
+DIED_OF_OOM_NOTE = "gpumem: the program died of an out-of-memory error"
 
 # What the libraries print when their own device allocation failed.
 MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED",
@@ -27,16 +34,32 @@ FIXES = (
     "(GPUMEM_HEADROOM)")
 
 
-def library_error(exc):
-    """The marker an exception's text (or its cause's) names, else None."""
+def _chain(exc):
+    """The exception, then its cause or context, and so on."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        text = str(exc)
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def library_error(exc):
+    """The marker an exception's text (or its cause's) names, else None."""
+    for e in _chain(exc):
+        text = str(e)
         for marker in MARKERS:
             if marker in text:
                 return marker
-        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def out_of_memory(exc):
+    """The out-of-memory error in the exception's chain (torch.OutOfMemoryError, or the
+    RuntimeError "CUDA out of memory." that gpumem's allocator raises without
+    libgpumem_torch), else None."""
+    for e in _chain(exc):
+        if type(e).__name__ == "OutOfMemoryError" or str(e).startswith("CUDA out of memory"):
+            return e
     return None
 
 
@@ -84,17 +107,28 @@ def explanation(exc, torch, profile_mode):
     return "\n".join(lines) + "\n"
 
 
+def _note(text):
+    try:
+        note = getattr(_native.lib(), "gpumem_trace_note", None)
+        if note is not None:
+            note(-1, text.encode("utf-8", "replace"))
+    except Exception:  # the process is dying: a note it cannot write is no reason to fail
+        pass
+
+
 def _say(exc, torch, profile_mode):
     text = explanation(exc, torch, profile_mode)
     if text is None:
         return
     sys.stderr.write(text)
-    try:
-        note = getattr(_native.lib(), "gpumem_trace_note", None)
-        if note is not None:
-            note(-1, text.encode("utf-8", "replace"))
-    except Exception:
-        pass
+    _note(text)
+
+
+def _note_death_by_oom(exc):
+    oom = out_of_memory(exc)
+    if oom is not None:
+        first = str(oom).strip().splitlines()[0][:200] if str(oom).strip() else ""
+        _note("%s: %s" % (DIED_OF_OOM_NOTE, first))
 
 
 def install(torch, profile_mode):
@@ -105,6 +139,7 @@ def install(torch, profile_mode):
 
     def excepthook(kind, exc, tb):
         _say(exc, torch, profile_mode)
+        _note_death_by_oom(exc)  # the main thread's: the program dies of it
         previous(kind, exc, tb)
 
     excepthook._gpumem = True

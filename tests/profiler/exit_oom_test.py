@@ -6,6 +6,8 @@ untouched. On a fake torch and a fake libgpumem.
 usage: exit_oom_test.py PYTHON_DIR. Exits non-zero on failure.
 """
 import io
+import os
+import re
 import sys
 import threading
 import types
@@ -86,6 +88,40 @@ class ExitOom(unittest.TestCase):
         self.assertEqual(sys.stderr.getvalue(), "")
         self.assertEqual(self.seen, [err])
         self.assertEqual(self.lib.notes, [])
+
+    def test_dying_of_an_out_of_memory_error_is_noted_in_the_trace(self):
+        _exit_oom.install(fake_torch(), profile_mode=False)
+
+        class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError's name
+            pass
+        err = OutOfMemoryError("CUDA out of memory. Tried to allocate 2.33 GiB.\nmore")
+        sys.excepthook(OutOfMemoryError, err, None)
+        self.assertEqual(self.lib.notes, [_exit_oom.DIED_OF_OOM_NOTE +
+                                          ": CUDA out of memory. Tried to allocate 2.33 GiB."])
+        self.assertEqual(sys.stderr.getvalue(), "")  # said by the allocator already
+        self.assertEqual(self.seen, [err])
+
+    def test_an_out_of_memory_error_wrapped_by_the_program_is_noted_too(self):
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = ValueError("batch 12 failed")
+        err.__cause__ = RuntimeError("CUDA out of memory. Tried to allocate 8 bytes")
+        sys.excepthook(ValueError, err, None)
+        self.assertEqual(len(self.lib.notes), 1)
+        self.assertTrue(self.lib.notes[0].startswith(_exit_oom.DIED_OF_OOM_NOTE))
+
+    def test_a_thread_dying_of_one_is_not_the_program_dying(self):
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = RuntimeError("CUDA out of memory. Tried to allocate 8 bytes")
+        threading.excepthook(types.SimpleNamespace(exc_type=RuntimeError, exc_value=err,
+                                                   exc_traceback=None, thread=None))
+        self.assertEqual(self.lib.notes, [])
+
+    def test_the_note_is_the_one_the_report_reads(self):
+        header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                              "profiler", "trace_format.h")
+        with open(header) as f:
+            self.assertRegex(f.read(), r'kDiedOfOomNote =\s*"%s"' % re.escape(
+                _exit_oom.DIED_OF_OOM_NOTE))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // Synthetic traces with a known cause of OOM are classified right, with figures that
 // follow from how each trace was built (see synthetic.h).
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "profiler/trace_format.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
@@ -155,6 +157,30 @@ TEST(SyntheticOom, LibraryErrorNoteFollowedByStepsIsNotTheVerdict) {
   Report r = BuildReport(t, {});
   EXPECT_FALSE(r.fatal_failed_outside.has_value());
   EXPECT_EQ(Verdict(r).find("outside the allocator"), std::string::npos) << Verdict(r);
+}
+
+// Another thread went on stepping and allocating after the OOM while its error reached
+// the top of the program: without the package's note the OOM reads as recovered; with
+// it, it ended the run.
+TEST(SyntheticOom, OomTheProgramSaidItDiedOfEndedTheRunThoughOthersWentOn) {
+  trace::Trace t = synthetic::LeakTrace();
+  std::int64_t time = t.events.back().time_us;
+  for (int i = 0; i < 40; ++i) {
+    trace::Event e;
+    e.action = i % 10 == 9 ? trace::Action::kStep : trace::Action::kAlloc;
+    e.addr = 0x7000'0000'0000 + static_cast<std::uint64_t>(i) * kMiB;
+    e.size = e.action == trace::Action::kAlloc ? 4096 : 0;
+    e.time_us = time += 10;
+    t.events.push_back(e);
+  }
+  EXPECT_FALSE(BuildReport(t, {}).fatal_oom.has_value());
+  t.annotations.push_back({absl::StrCat(format::kDiedOfOomNote, ": CUDA out of memory."), true,
+                           time + 10, -1});
+  const Report r = BuildReport(t, {});
+  ASSERT_EQ(r.fatal_oom, 0u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
+  EXPECT_EQ(r.recovered_ooms, 0u);
+  EXPECT_EQ(Verdict(r).rfind("out of memory in step 41: leak", 0), 0u) << Verdict(r);
 }
 
 }  // namespace

@@ -98,15 +98,16 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
                                         const Steps& steps,
                                         const std::vector<std::optional<KnownCapacity>>& capacities,
-                                        const std::optional<ReplayOutcome>& replay) {
+                                        const std::optional<ReplayOutcome>& replay,
+                                        std::optional<std::int64_t> died_of_oom_at) {
   std::vector<OomExplanation> out;
-  const std::optional<std::size_t> fatal = FatalOom(timeline.ooms, steps);
+  const std::optional<std::size_t> fatal = FatalOom(timeline.ooms, steps, died_of_oom_at);
   for (std::size_t i = 0; i < timeline.ooms.size(); ++i) {
     const OomPoint& p = timeline.ooms[i];
     OomExplanation x;
     x.at = p;
-    x.recovered = OomRecovered(p, steps);
     x.fatal = fatal == i;
+    x.recovered = !x.fatal && OomRecovered(p, steps);
     if (i < capacities.size() && capacities[i]) {
       x.capacity = capacities[i]->bytes;
       x.capacity_source = capacities[i]->source;

@@ -47,10 +47,12 @@ struct OomExplanation {
 
 // `capacities[i]`: the capacity in force at timeline.ooms[i] (--capacity or the trace's),
 // where known; else it is what the process held plus what the driver had free.
+// `died_of_oom_at`: DiedOfOomAt of the trace.
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
                                         const Steps& steps,
                                         const std::vector<std::optional<KnownCapacity>>& capacities,
-                                        const std::optional<ReplayOutcome>& replay);
+                                        const std::optional<ReplayOutcome>& replay,
+                                        std::optional<std::int64_t> died_of_oom_at);
 
 // Replays through gpumem's allocator if any OOM looks like fragmentation (the caller
 // decides; this only runs it).

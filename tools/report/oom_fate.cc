@@ -1,5 +1,8 @@
 #include "tools/report/oom_fate.h"
 
+#include "absl/strings/match.h"
+#include "profiler/trace_format.h"
+
 namespace gpumem::report {
 
 bool OomRecovered(const OomPoint& oom, const Steps& steps) {
@@ -7,7 +10,21 @@ bool OomRecovered(const OomPoint& oom, const Steps& steps) {
   return step_ended_after || oom.allocs_after >= kAllocsAfterRecovery;
 }
 
-std::optional<std::size_t> FatalOom(const std::vector<OomPoint>& ooms, const Steps& steps) {
+std::optional<std::int64_t> DiedOfOomAt(const trace::Trace& trace) {
+  for (const trace::Annotation& a : trace.annotations) {
+    if (absl::StartsWith(a.name, format::kDiedOfOomNote)) return a.time_us;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::size_t> FatalOom(const std::vector<OomPoint>& ooms, const Steps& steps,
+                                    std::optional<std::int64_t> died_of_oom_at) {
+  if (died_of_oom_at) {
+    for (std::size_t i = ooms.size(); i-- > 0;) {
+      if (ooms[i].time_us <= *died_of_oom_at) return i;
+    }
+    return std::nullopt;
+  }
   if (ooms.empty() || OomRecovered(ooms.back(), steps)) return std::nullopt;
   return ooms.size() - 1;
 }

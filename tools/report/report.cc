@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/capacity.h"
+#include "tools/report/oom_fate.h"
 #include "tools/trace/unpaired_events.h"
 
 namespace gpumem::report {
@@ -27,7 +28,8 @@ std::vector<std::optional<KnownCapacity>> OomCapacities(const Report& r,
 // Only worth the time when the OOM that ended the run looks like fragmentation.
 std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
                                                 const std::vector<std::optional<KnownCapacity>>& caps) {
-  std::vector<OomExplanation> first = ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt);
+  std::vector<OomExplanation> first =
+      ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, DiedOfOomAt(*r.trace));
   for (const OomExplanation& x : first) {
     if (x.fatal && x.cls == OomClass::kFragmentation) {
       return ReplayThroughGpumem(*r.trace, x.capacity, x.at.index);
@@ -90,7 +92,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
   std::optional<ReplayOutcome> replay;
   if (options.replay_fragmentation) replay = ReplayIfFragmented(r, caps);
-  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay);
+  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay, DiedOfOomAt(*r.trace));
   for (std::size_t i = 0; i < r.ooms.size(); ++i) {
     if (r.ooms[i].fatal) r.fatal_oom = i;
     r.recovered_ooms += r.ooms[i].recovered;
