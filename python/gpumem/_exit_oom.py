@@ -125,7 +125,9 @@ def _say(exc, torch, profile_mode):
 
 
 def _note_death_by_oom(exc):
-    oom = out_of_memory(exc)
+    """A library's error is told apart (_say): an OOM the program caught before it, in the
+    error's context, did not end the run."""
+    oom = out_of_memory(exc) if library_error(exc) is None else None
     if oom is not None:
         first = str(oom).strip().splitlines()[0][:200] if str(oom).strip() else ""
         _note("%s: %s" % (DIED_OF_OOM_NOTE, first))

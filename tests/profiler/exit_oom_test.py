@@ -109,6 +109,14 @@ class ExitOom(unittest.TestCase):
         self.assertEqual(len(self.lib.notes), 1)
         self.assertTrue(self.lib.notes[0].startswith(_exit_oom.DIED_OF_OOM_NOTE))
 
+    def test_a_library_error_after_a_caught_out_of_memory_is_not_noted_as_one(self):
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED")
+        err.__context__ = RuntimeError("CUDA out of memory. Tried to allocate 8 bytes")
+        sys.excepthook(RuntimeError, err, None)
+        self.assertEqual(len(self.lib.notes), 1)  # the library's, not a death by OOM
+        self.assertFalse(self.lib.notes[0].startswith(_exit_oom.DIED_OF_OOM_NOTE))
+
     def test_a_thread_dying_of_one_is_not_the_program_dying(self):
         _exit_oom.install(fake_torch(), profile_mode=True)
         err = RuntimeError("CUDA out of memory. Tried to allocate 8 bytes")
