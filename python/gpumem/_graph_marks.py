@@ -7,7 +7,6 @@ lead (the lead was a warm-up's). Other graphs replayed within an iteration (a fo
 a backward graph of make_graphed_callables) add no steps.
 """
 import functools
-import importlib
 import threading
 
 from . import _steps
@@ -16,37 +15,19 @@ from . import _steps
 class GraphReplays:
     def __init__(self, marker):
         self.marker = marker
-        self.lead = None         # id() of the lead graph
-        self.since_lead = set()  # ids of the other graphs replayed since the lead was
+        self.graphs = _steps.Lead()
         self.lock = threading.Lock()
 
     def replayed(self, graph):
-        key = id(graph)
         with self.lock:
-            if self.lead is None:
-                self.lead = key
-            if key != self.lead:
-                if key not in self.since_lead:
-                    self.since_lead.add(key)
-                    return
-                self.lead = key  # replayed twice without the lead: it leads now
-            self.since_lead.clear()
-        self.marker.on_loop_start(_steps.SOURCE_GRAPH_REPLAY)
-
-
-def _graphs_module(torch):
-    graphs = getattr(getattr(torch, "cuda", None), "graphs", None)
-    if graphs is None and getattr(torch, "__name__", None):
-        try:  # not imported yet when gpumem installs during `import torch`
-            graphs = importlib.import_module(torch.__name__ + ".cuda.graphs")
-        except ImportError:
-            return None
-    return graphs
+            marks = self.graphs.marks(id(graph))
+        if marks:
+            self.marker.on_loop_start(_steps.SOURCE_GRAPH_REPLAY)
 
 
 def watch_graph_replays(torch, marker=None):
     """Marks at CUDAGraph.replay; once per process. Returns whether it installed."""
-    graph_class = getattr(_graphs_module(torch), "CUDAGraph", None)
+    graph_class = getattr(_steps.torch_submodule(torch, "cuda.graphs"), "CUDAGraph", None)
     original = getattr(graph_class, "replay", None)
     if original is None or getattr(original, "_gpumem_marks", False):
         return False

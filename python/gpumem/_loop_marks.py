@@ -14,7 +14,6 @@
 Both only while torch.compile is not tracing, so that no compiled graph holds them.
 """
 import functools
-import importlib
 import sys
 import threading
 import weakref
@@ -164,12 +163,7 @@ def watch_script(torch):
     """torch.jit.script compiles a module's hooks, and gpumem's is Python it cannot
     compile: the module to be scripted loses it first (its steps are then marked by the
     optimizer or backward alone). Returns whether it installed."""
-    recursive = getattr(getattr(torch, "jit", None), "_recursive", None)
-    if recursive is None and getattr(torch, "__name__", None):
-        try:  # not imported yet when gpumem installs during `import torch`
-            recursive = importlib.import_module(torch.__name__ + ".jit._recursive")
-        except ImportError:
-            return False
+    recursive = _steps.torch_submodule(torch, "jit._recursive")
     create = getattr(recursive, "create_script_module", None)
     if create is None or getattr(create, "_gpumem_unhooks", False):
         return False

@@ -94,11 +94,32 @@ class LoopSource:
                                        self.calls > self.steps_before)
 
 
+class Lead:
+    """Of several things that each could mark an iteration (optimizers, CUDA graphs), the
+    one that does: the first called; another called twice while the lead is not takes the
+    lead (the lead was a finder's or a warm-up's)."""
+
+    def __init__(self):
+        self.key = None     # id() of the lead
+        self.others = set()  # ids of the others called since the lead was
+
+    def marks(self, key):
+        """Whether the call of `key` marks: it leads, or has just taken the lead."""
+        if self.key is None:
+            self.key = key
+        if key != self.key:
+            if key not in self.others:
+                self.others.add(key)
+                return False
+            self.key = key  # called twice without the lead: it leads now
+        self.others.clear()
+        return True
+
+
 class StepMarker:
     def __init__(self, lib=None):
         self._lib = lib
-        self.lead = None           # id() of the lead optimizer
-        self.since_mark = set()    # ids of other optimizers stepped since the last mark
+        self.optimizers = Lead()
         self.explicit = False      # the program calls gpumem.step() itself
         self.hook_marks = 0
         self.count = 0             # steps marked so far (gpumem_step's count)
@@ -123,17 +144,8 @@ class StepMarker:
         return self.count
 
     def on_optimizer_step(self, optimizer, *_):
-        if self.explicit:
+        if self.explicit or not self.optimizers.marks(id(optimizer)):
             return
-        key = id(optimizer)
-        if self.lead is None:
-            self.lead = key
-        if key != self.lead:
-            if key not in self.since_mark:
-                self.since_mark.add(key)
-                return
-            self.lead = key  # stepped twice without the lead: it leads now
-        self.since_mark.clear()
         self.hook_marks += 1
         self._mark(SOURCE_OPTIMIZER_HOOK)
 
@@ -176,21 +188,25 @@ def marker():
     return _marker
 
 
-def _optimizer_module(torch):
-    """torch.optim.optimizer, imported here if need be: gpumem installs right after
-    `import torch`, and torch (2.11) has not imported torch.optim by then."""
+def torch_submodule(torch, path):
+    """torch.<path> ("optim.optimizer"), imported here if need be: gpumem installs right
+    after `import torch`, and torch (2.11) has not imported torch.optim by then. None
+    where it has no such module."""
+    module = torch
+    for part in path.split("."):
+        module = getattr(module, part, None)
     name = getattr(torch, "__name__", None)
-    if name:
-        try:
-            return importlib.import_module(name + ".optim.optimizer")
-        except ImportError:
-            return None
-    return getattr(getattr(torch, "optim", None), "optimizer", None)
+    if module is not None or not name:
+        return module
+    try:
+        return importlib.import_module(name + "." + path)
+    except ImportError:
+        return None
 
 
 def watch_optimizers(torch):
     """Registers the global optimizer step hook once (torch >= 2.0 has it)."""
-    optimizer_module = _optimizer_module(torch)
+    optimizer_module = torch_submodule(torch, "optim.optimizer")
     register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
     if register is None or getattr(optimizer_module, "_gpumem_step_hook", False):
         return False
