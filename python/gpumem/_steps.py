@@ -17,8 +17,9 @@ the hooks mark nothing (that first call marks nothing either when a hook has alr
 marked, so the iteration is not counted twice).
 
 The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
-calls, then graph replays. Once one has marked, those below it mark nothing while it keeps marking. A backward
-pass or a model call marks at its start, from the second on: it ends the iteration before.
+calls, then graph replays. Once one has marked, those below it mark nothing while it keeps
+marking. A backward pass, a model call or a graph replay marks at its start, from the
+second on: it ends the iteration before.
 So in a loop with an optimizer, which steps at the end of the first iteration, they never
 mark. If the optimizer stops stepping while the loop goes on (every batch skipped), a source
 below it marks again once it has been called more than STALL_CALLS times, and more than
