@@ -19,8 +19,7 @@ marked, so the iteration is not counted twice).
 The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
 calls, then graph replays. Once one has marked, those below it mark nothing while it keeps
 marking. A backward pass, a model call or a graph replay marks at its start, from the
-second on: it ends the iteration before.
-So in a loop with an optimizer, which steps at the end of the first iteration, they never
+second on: it ends the iteration before. So in a loop with an optimizer, which steps at the end of the first iteration, they never
 mark. If the optimizer stops stepping while the loop goes on (every batch skipped), a source
 below it marks again once it has been called more than STALL_CALLS times, and more than
 twice as often as it ever was between two of the better source's marks (outside stalls),
@@ -28,8 +27,10 @@ with no such mark: a leak in the stalled loop still shows step by step. Model ca
 train nothing (eval mode, or no grad) are a validation pass between epochs, which adds no
 steps, unless it keeps more at each of STALL_CALLS calls in a row (the memory allocated
 when each call begins: outputs gathered on the device until the pass ends), or there are
-more of them than steps before them (a generation phase after training). gpumem.step() is
-never stood in for: the program says where its steps are.
+more of them than steps before them (a generation phase after training; steps marked by
+any source count). A source that stands in stops when any other marks (a validation pass
+between epochs of graph replays stands in for that pass only). gpumem.step() is never
+stood in for: the program says where its steps are.
 """
 import importlib
 
@@ -51,8 +52,10 @@ STALL_CALLS = 8
 
 
 class LoopSource:
-    """A backward pass or model call source, counted since a better source last marked
-    (all its calls, until one has)."""
+    """A backward pass, model call or graph replay source, counted since a better source
+    last marked (all its calls, until one has), or, while it stands in, since another
+    source marked. `steps_before` counts every step marked before its calls, whichever
+    source marked them."""
 
     def __init__(self):
         self.most_between = 0   # the most trained calls between two better marks (calls
@@ -67,7 +70,10 @@ class LoopSource:
         self.last_allocated = None  # memory allocated at the last idle call's start
         self.rises = 0              # idle calls in a row that began with more than the last
 
-    def better_marked(self, steps_before):
+    def marked_elsewhere(self, steps_before):
+        """A source ranked above it marked, or any other while it stands in (a validation
+        pass of model calls between epochs of graph replays stands in for that pass, not
+        for the replays after it)."""
         if not self.standing_in:
             self.most_between = max(self.most_between, self.calls - self.idle)
         self.start_stretch(steps_before)
@@ -133,9 +139,13 @@ class StepMarker:
 
     def _mark(self, source):
         self.leading_rank = min(self.leading_rank, _RANK[source])
-        for below, loop in self.loops.items():
-            if _RANK[below] > _RANK[source]:
-                loop.better_marked(self.count + 1)
+        for other, loop in self.loops.items():
+            if other == source:
+                continue
+            if _RANK[other] > _RANK[source] or loop.standing_in:
+                loop.marked_elsewhere(self.count + 1)
+            else:  # a better source, silenced: its stall is still judged, against all steps
+                loop.steps_before = self.count + 1
         if self.source != source:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:

@@ -180,6 +180,19 @@ class LoopMarks(unittest.TestCase):
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 5 + [MODEL_CALL] * (20 + 1 - 8) +
                          [OPTIMIZER] * 3)
 
+    def test_backward_passes_stand_in_before_model_calls_when_both_go_on(self):
+        opt = Opt()
+        for _ in range(20):
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        for _ in range(40):  # every step skipped (GradScaler finds inf each time)
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+        # the model call trips first in the ninth iteration; the backward pass, ranked
+        # above it, trips in the same iteration and leads from then on
+        self.assertEqual(self.lib.steps[20:], [MODEL_CALL] + [BACKWARD] * 32)
+
     def test_accumulated_passes_between_optimizer_steps_are_no_stall(self):
         opt = Opt()
         for _ in range(10):
@@ -291,6 +304,33 @@ class GraphReplayMarks(unittest.TestCase):
         for _ in range(30):
             g.replay()
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * (30 - 8))
+
+    def test_validation_between_graphed_epochs_adds_no_steps(self):
+        # A whole step captured after warm-up, then epochs of replays, each followed by a
+        # validation pass of eager model calls that keeps nothing.
+        opt, g = Opt(), self.graph_class()
+        for _ in range(4):
+            self.m.on_optimizer_step(opt, (), {})
+        for _ in range(3):
+            for _ in range(50):
+                g.replay()
+            for _ in range(20):
+                self.m.on_loop_start(MODEL_CALL, False, lambda: 100)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * (150 - 8))
+
+    def test_a_validation_pass_that_gathers_between_graphed_epochs_stands_in_for_itself(self):
+        opt, g = Opt(), self.graph_class()
+        for _ in range(4):
+            self.m.on_optimizer_step(opt, (), {})
+        for _ in range(50):
+            g.replay()
+        kept = iter(range(100, 200))  # outputs gathered on the device
+        for _ in range(20):
+            self.m.on_loop_start(MODEL_CALL, False, lambda: next(kept))
+        for _ in range(50):
+            g.replay()
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * 42 +
+                         [MODEL_CALL] * 12 + [GRAPH_REPLAY] * 42)
 
     def test_an_optimizer_stepping_each_iteration_keeps_the_lead(self):
         opt, fwd, bwd = Opt(), self.graph_class(), self.graph_class()
