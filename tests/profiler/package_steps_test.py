@@ -297,20 +297,24 @@ class GraphReplayMarks(unittest.TestCase):
             g.replay()
         self.assertEqual(self.lib.steps, [GRAPH_REPLAY] * 4)
 
-    def test_a_step_captured_after_warm_up_is_stood_in_for_once_the_optimizer_stops(self):
-        opt, g = Opt(), self.graph_class()
-        for _ in range(4):  # three warm-up steps and the one captured
+    def captured_after_warm_up(self):
+        """A graph whose step was captured after three warm-up optimizer steps (four
+        optimizer marks in all)."""
+        opt = Opt()
+        for _ in range(4):
             self.m.on_optimizer_step(opt, (), {})
+        return self.graph_class()
+
+    def test_a_step_captured_after_warm_up_is_stood_in_for_once_the_optimizer_stops(self):
+        g = self.captured_after_warm_up()
         for _ in range(30):
             g.replay()
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * (30 - 8))
 
     def test_validation_between_graphed_epochs_adds_no_steps(self):
-        # A whole step captured after warm-up, then epochs of replays, each followed by a
-        # validation pass of eager model calls that keeps nothing.
-        opt, g = Opt(), self.graph_class()
-        for _ in range(4):
-            self.m.on_optimizer_step(opt, (), {})
+        # Epochs of replays, each followed by a validation pass of eager model calls that
+        # keeps nothing.
+        g = self.captured_after_warm_up()
         for _ in range(3):
             for _ in range(50):
                 g.replay()
@@ -319,9 +323,7 @@ class GraphReplayMarks(unittest.TestCase):
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 4 + [GRAPH_REPLAY] * (150 - 8))
 
     def test_a_validation_pass_that_gathers_between_graphed_epochs_stands_in_for_itself(self):
-        opt, g = Opt(), self.graph_class()
-        for _ in range(4):
-            self.m.on_optimizer_step(opt, (), {})
+        g = self.captured_after_warm_up()
         for _ in range(50):
             g.replay()
         kept = iter(range(100, 200))  # outputs gathered on the device
