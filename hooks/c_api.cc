@@ -31,13 +31,16 @@ std::atomic<std::uint64_t> g_step{0};
 
 // The last problem a C caller could not be told about by its return value; and this
 // thread's own, for what gpumem_alloc_or_throw throws (another thread's failure may be
-// the last by the time it reads).
+// the last by the time it reads), with whether it was an out of memory (not a device that
+// could not start, nor CUDA refusing for another reason).
 std::mutex g_error_mu;
 std::string g_last_error;
 thread_local std::string t_last_error;
+thread_local bool t_last_error_was_oom = false;
 
-void SetError(const std::string& message) {
+void SetError(const std::string& message, bool out_of_memory = false) {
   t_last_error = message;
+  t_last_error_was_oom = out_of_memory;
   std::lock_guard<std::mutex> lock(g_error_mu);
   g_last_error = message;
 }
@@ -131,16 +134,12 @@ int ApplyCapacity(int device, std::uint64_t bytes) {
   return 0;
 }
 
-// Whether this thread's last failed allocation was out of memory (not a device that could
-// not start, nor CUDA refusing for another reason).
-thread_local bool t_last_failure_was_oom = false;
-
 // Out of the hot path: the reason for a failed allocation, left for gpumem_last_error.
 [[gnu::cold, gnu::noinline]] void* AllocationFailed(DeviceState& s, int device, ssize_t size,
                                                     const absl::Status& status) {
   std::string message;
-  t_last_failure_was_oom = absl::IsResourceExhausted(status);
-  if (t_last_failure_was_oom) {
+  const bool out_of_memory = absl::IsResourceExhausted(status);
+  if (out_of_memory) {
     gpumem::OomReport report = s.allocator->last_oom();
     message = absl::StrCat("gpumem: device ", device, ": ", report.ToString());
     ExplainAllocatorOom(s, report, message);  // before the caller raises: it may be fatal
@@ -149,7 +148,7 @@ thread_local bool t_last_failure_was_oom = false;
                            " bytes failed: ", status.message());
     std::fprintf(stderr, "%s\n", message.c_str());
   }
-  SetError(message);
+  SetError(message, out_of_memory);
   return nullptr;
 }
 
@@ -157,14 +156,12 @@ thread_local bool t_last_failure_was_oom = false;
 [[gnu::cold, gnu::noinline]] DeviceState* StartDevice(int device) {
   absl::StatusOr<DeviceState*> state = GetDevice(device);
   if (state.ok()) return *state;
-  t_last_failure_was_oom = false;
   ReportStartError(device, state.status());
   return nullptr;
 }
 
 void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::PoolId pool) {
   if (size < 0) {
-    t_last_failure_was_oom = false;
     SetError(absl::StrCat("gpumem_alloc: negative size ", size));
     return nullptr;
   }
@@ -184,7 +181,7 @@ void* Allocate(ssize_t size, int device, struct CUstream_st* stream, gpumem::Poo
 // What gpumem_alloc_or_throw throws: PyTorch's own first words for an out of memory, so
 // that code matching "CUDA out of memory" in a RuntimeError still recognises it.
 [[noreturn, gnu::cold, gnu::noinline]] void ThrowAllocationFailed(ssize_t size, int device) {
-  if (!t_last_failure_was_oom) throw std::runtime_error(t_last_error);
+  if (!t_last_error_was_oom) throw std::runtime_error(t_last_error);
   throw std::runtime_error(absl::StrCat(
       "CUDA out of memory. Tried to allocate ", size, " bytes on device ", device, ". ",
       t_last_error,
