@@ -27,9 +27,10 @@ std::vector<std::optional<KnownCapacity>> OomCapacities(const Report& r,
 
 // Only worth the time when the OOM that ended the run looks like fragmentation.
 std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
-                                                const std::vector<std::optional<KnownCapacity>>& caps) {
+                                                const std::vector<std::optional<KnownCapacity>>& caps,
+                                                std::optional<std::int64_t> died_of_oom_at) {
   std::vector<OomExplanation> first =
-      ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, DiedOfOomAt(*r.trace));
+      ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, died_of_oom_at);
   for (const OomExplanation& x : first) {
     if (x.fatal && x.cls == OomClass::kFragmentation) {
       return ReplayThroughGpumem(*r.trace, x.capacity, x.at.index);
@@ -90,9 +91,10 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.projected_oom_step = ProjectOomStep(r.timeline, r.steps, r.leaks, *r.capacity);
   }
   const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
+  const std::optional<std::int64_t> died_of_oom_at = DiedOfOomAt(trace);
   std::optional<ReplayOutcome> replay;
-  if (options.replay_fragmentation) replay = ReplayIfFragmented(r, caps);
-  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay, DiedOfOomAt(*r.trace));
+  if (options.replay_fragmentation) replay = ReplayIfFragmented(r, caps, died_of_oom_at);
+  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay, died_of_oom_at);
   for (std::size_t i = 0; i < r.ooms.size(); ++i) {
     if (r.ooms[i].fatal) r.fatal_oom = i;
     r.recovered_ooms += r.ooms[i].recovered;
