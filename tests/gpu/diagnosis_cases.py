@@ -1024,5 +1024,181 @@ def two_models_trained_on_threads_one_keeps_outputs():
         raise errors[0]
 
 
+
+# A fifth set, written and run before any change: a double backward, layers unfrozen in
+# stages, a bounded queue of keys, a model too large to load, L-BFGS's closure, multi-scale
+# convolutions with cuDNN's benchmark, sparse embedding gradients, and a loader cycled.
+@case("leak")
+def gradient_penalty_norms_kept():
+    """A gradient penalty on the inputs (a double backward, create_graph=True); each
+    step's per-sample gradient norms are kept for a histogram at the end: 16 KiB a step,
+    far from an OOM."""
+    net, norms = model(), []
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+    for _ in range(3000):
+        x = batch(4096).requires_grad_()
+        out = net(x)
+        grad, = torch.autograd.grad(out.sum(), x, create_graph=True)
+        norm = grad.norm(2, dim=1)  # LEAK: kept below, 16 KiB a step
+        loss = out.pow(2).mean() + (norm - 1).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        norms.append(norm.detach())
+    return norms
+
+
+@case("no leak")
+def gradual_unfreezing():
+    """A frozen stack fine-tuned from the top down: every 300 steps the next layer is
+    unfrozen and added to AdamW, whose moments for it are made at its next step, and
+    backward keeps more activations. Memory rises six times, then holds."""
+    net = model(width=2048, depth=6)
+    linears = [m for m in net if isinstance(m, torch.nn.Linear)]
+    net.requires_grad_(False)
+    opt = None
+    for step in range(2400):
+        stage = step // 300
+        if step % 300 == 0 and stage < len(linears):
+            layer = linears[-1 - stage].requires_grad_(True)
+            if opt is None:
+                opt = torch.optim.AdamW(layer.parameters(), lr=1e-4)
+            else:
+                opt.add_param_group({"params": list(layer.parameters())})
+        _, loss = fit(net, opt, batch(2048, 2048))
+        if step % 300 == 299:
+            print(f"stage {stage} loss {loss.item():.4f}")
+
+
+@case("no leak")
+def key_queue_bounded_by_slicing():
+    """A MoCo-style queue: each step's keys go in front and the queue is cut to 65,536
+    rows, so it grows for 32 steps and then holds its size."""
+    net, queue = model(), torch.empty(0, 1024, device="cuda")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(1500):
+        out, _ = fit(net, opt, batch())
+        queue = torch.cat([out.detach(), queue])[:65536]
+        if step % 300 == 0:
+            print(f"step {step}: queue of {len(queue)}")
+
+
+class Recommender(torch.nn.Module):
+    def __init__(self, users, items, dim=256):
+        super().__init__()
+        self.users = torch.nn.Embedding(users, dim)
+        self.items = torch.nn.Embedding(items, dim)  # LEAK: past the device (a peak)
+
+    def forward(self, user, item):
+        return (self.users(user) * self.items(item)).sum(1)
+
+
+@case("genuine peak", leak_in=Recommender)
+def embedding_tables_too_large_to_load():
+    """A recommender built on the device (`with torch.device("cuda")`): its two
+    embedding tables alone are larger than the device, so the OOM comes while the model
+    is built, before any step."""
+    with torch.device("cuda"):
+        net = Recommender(3_000_000, 2_000_000)
+    opt = torch.optim.SparseAdam(net.parameters(), lr=1e-3)
+    for _ in range(100):
+        user = torch.randint(0, 3_000_000, (4096,), device="cuda")
+        loss = net(user, user % 2_000_000).sigmoid().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@case("leak")
+def lbfgs_closure_keeps_outputs():
+    """L-BFGS calls its closure several times a step (each a forward and a backward); the
+    closure keeps every output for a plot."""
+    net, outputs = model(), []
+    opt = torch.optim.LBFGS(net.parameters(), lr=0.1, max_iter=4)
+    x = batch()
+
+    def closure():
+        opt.zero_grad()
+        out = net(x)  # LEAK: kept below, each call of the closure
+        loss = out.pow(2).mean()
+        loss.backward()
+        outputs.append(out.detach())
+        return loss
+
+    for _ in range(100000):
+        opt.step(closure)
+
+
+@case("no leak")
+def multiscale_convolutions_with_cudnn_benchmark():
+    """Multi-scale training of a small convolutional net with cudnn.benchmark on: five
+    image sizes drawn at random, each tried against cuDNN's algorithms (and their
+    workspaces) the first time it comes, channels_last, bf16 autocast."""
+    torch.backends.cudnn.benchmark = True
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU()]
+    for _ in range(4):
+        layers += [torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.BatchNorm2d(64),
+                   torch.nn.ReLU()]
+    net = torch.nn.Sequential(*layers).cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+    sizes = torch.randint(0, 5, (1500,), generator=torch.Generator().manual_seed(2))
+    for step, s in enumerate(sizes.tolist()):
+        side = 128 + 32 * s
+        x = torch.randn(32, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = net(x).float().pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 300 == 0:
+            print(f"step {step} at {side}px loss {loss.item():.4f}")
+
+
+@case("no leak")
+def sparse_embedding_gradients():
+    """A large embedding trained with sparse gradients and SparseAdam: each step's
+    gradient holds as many rows as the batch has distinct ids, so every size differs."""
+    torch.manual_seed(0)
+    table = torch.nn.Embedding(1_000_000, 128, sparse=True).cuda()
+    head = torch.nn.Linear(128, 1).cuda()
+    opt = torch.optim.SparseAdam(table.parameters(), lr=1e-3)
+    opt_head = torch.optim.Adam(head.parameters(), lr=1e-3)
+    for step in range(3000):
+        n = int(torch.randint(1024, 65536, ()).item())
+        ids = torch.randint(0, 1_000_000, (n,), device="cuda")
+        loss = head(table(ids)).pow(2).mean()
+        opt.zero_grad()
+        opt_head.zero_grad()
+        loss.backward()
+        opt.step()
+        opt_head.step()
+        if step % 500 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+
+
+def device_batches(n=2048):
+    """An endless stream of unlabeled batches, made on the device."""
+    while True:
+        yield torch.randn(n, 1024, device="cuda")  # LEAK: each one saved by cycle()
+
+
+@case("leak", leak_in=device_batches)
+def unlabeled_stream_cycled():
+    """Semi-supervised training pairs each labeled batch with an unlabeled one from
+    `itertools.cycle`, which saves every item of its first pass to replay them: on an
+    endless stream the first pass never ends."""
+    import itertools
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    unlabeled = itertools.cycle(device_batches())
+    for _ in range(100000):
+        out, loss = fit(net, opt, batch())
+        consistency = net(next(unlabeled)).pow(2).mean()
+        opt.zero_grad()
+        consistency.backward()
+        opt.step()
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
