@@ -1111,11 +1111,12 @@ def embedding_tables_too_large_to_load():
 
 @case("leak")
 def lbfgs_closure_keeps_outputs():
-    """L-BFGS calls its closure several times a step (each a forward and a backward); the
-    closure keeps every output for a plot."""
-    net, outputs = model(), []
+    """L-BFGS on a small model with a large batch calls its closure several times a step
+    (each a forward and a backward); the closure keeps every output for a plot. L-BFGS's
+    own history (100 steps of two parameter-sized vectors, 2 MiB a step) fills up too."""
+    net, outputs = model(width=256), []
     opt = torch.optim.LBFGS(net.parameters(), lr=0.1, max_iter=4)
-    x = batch()
+    x = batch(8192, 256)
 
     def closure():
         opt.zero_grad()
@@ -1144,8 +1145,8 @@ def multiscale_convolutions_with_cudnn_benchmark():
     opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
     sizes = torch.randint(0, 5, (1500,), generator=torch.Generator().manual_seed(2))
     for step, s in enumerate(sizes.tolist()):
-        side = 128 + 32 * s
-        x = torch.randn(32, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
+        side = 96 + 32 * s
+        x = torch.randn(16, 3, side, side, device="cuda").to(memory_format=torch.channels_last)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = net(x).float().pow(2).mean()
         opt.zero_grad()
