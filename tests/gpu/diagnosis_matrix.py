@@ -129,6 +129,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     if reports:
         with open(os.path.join(reports, f"{case}-{mode}.json"), "w") as f:
             f.write(r.stdout or r.stderr)
+        with open(os.path.join(reports, f"{case}-{mode}.stderr"), "w") as f:
+            f.write(portable(stderr, workdir))
     report = json.loads(r.stdout) if r.returncode == 0 else {}
     verdict = report.get("verdict", "") if r.returncode == 0 else r.stderr.strip()
     site = f"{os.path.basename(script)}:{leak_line}"
@@ -165,7 +167,8 @@ def main():
                          "ends without gpumem; not judged)")
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--timeout", type=int, default=150)
-    ap.add_argument("--reports", default="", help="folder to keep each report's JSON in")
+    ap.add_argument("--reports", default="",
+                    help="folder to keep each report's JSON and each run's stderr in")
     ap.add_argument("--gpus", default="", help="devices to spread the runs over, e.g. 0,1")
     args = ap.parse_args()
     cases = listed(args.script)
