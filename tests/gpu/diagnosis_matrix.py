@@ -2,9 +2,10 @@
 allocator) and `gpumem run --profile-only`, each with a trace, then `gpumem report --json`
 on it. Prints a Markdown table: how the run ended, the report's verdict, whether it is
 the expected class and its first leak suspect is the `# LEAK` line, and what gpumem said
-on stderr while the run was alive: the early warning (which must name that line, where a
-leaking case gave one) and the verdict at the OOM (judged against the same class where
-the run died of one).
+on stderr while the run was alive: the early warnings (where a leaking case gave any, one
+must name that line, and any naming another site before it must have been withdrawn
+later) and the verdict at the OOM (judged against the same class where the run died of
+one).
 
 usage: diagnosis_matrix.py GPUMEM_CLI [--script FILE] [--cases a,b]
                            [--modes gpumem,profile] [--jsonl FILE] [--timeout SECONDS]
@@ -87,12 +88,22 @@ def names_site(named, site):
     return where == site or where.endswith("/" + site)
 
 
-def warned_right(expected, warning, site):
-    """Whether an early leak warning named the leaking line (None: no warning, or the
-    case is not a leak)."""
-    if expected != "leak" or not warning:
+WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at step \d+: (\S+)")
+
+
+def warned_right(expected, stderr, site):
+    """Whether the early leak warnings named the leaking line: the first that names
+    another site is right only if it was withdrawn later, as memory that filled up and
+    stopped (None: no warning, or the case is not a leak)."""
+    said = [(bool(m.group(1)), m.group(2)) for m in map(WARNING.match, stderr.splitlines()) if m]
+    if expected != "leak" or not any(not withdrawn for withdrawn, _ in said):
         return None
-    return any(names_site(word, site) for word in warning.split())
+    named = [where for withdrawn, where in said if not withdrawn]
+    first = next((i for i, where in enumerate(named) if names_site(where, site)), None)
+    if first is None:
+        return False
+    withdrawn = {where for was_withdrawn, where in said if was_withdrawn}
+    return all(where in withdrawn for where in named[:first])
 
 
 def launch(cli, script, mode, case, trace, timeout, gpu=None):
@@ -147,7 +158,7 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
             "ok_at_oom": said_right_at_oom(expected, ended, at_oom),
-            "warning": warning, "ok_warning": warned_right(expected, warning, site),
+            "warning": warning, "ok_warning": warned_right(expected, stderr, site),
             "warnings_said": sum(l.startswith("gpumem: leak warning at")
                                  for l in stderr.splitlines()),
             "at_oom": at_oom, "steps": report.get("steps", {}).get("detail", ""),

@@ -49,6 +49,15 @@ class WarnedRight(unittest.TestCase):
         self.assertTrue(m.warned_right("leak", said, SITE))
         self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
 
+    def test_an_earlier_warning_elsewhere_is_right_only_once_withdrawn(self):
+        other = "gpumem: leak warning at step 9: tests/gpu/diagnosis_cases.py:40 fn grew\n"
+        leak = "gpumem: leak warning at step 10: tests/gpu/diagnosis_cases.py:37 fn grew\n"
+        taken_back = ("gpumem: leak warning withdrawn at step 40: "
+                      "tests/gpu/diagnosis_cases.py:40 fn has held no more\n")
+        self.assertFalse(m.warned_right("leak", other + leak, SITE))
+        self.assertTrue(m.warned_right("leak", other + leak + taken_back, SITE))
+        self.assertFalse(m.warned_right("leak", other + taken_back, SITE))
+
     def test_warnings_where_nothing_leaks_are_counted(self):
         rows = [{"case": "gather", "expected": "no leak", "warning": "gpumem: leak warning"},
                 {"case": "quiet", "expected": "genuine peak", "warning": ""},
