@@ -29,8 +29,10 @@ steps, unless it keeps more at each of STALL_CALLS calls in a row (the memory al
 when each call begins: outputs gathered on the device until the pass ends), or there are
 more of them than steps before them (a generation phase after training; steps marked by
 any source count). A source that stands in stops when any other marks (a validation pass
-between epochs of graph replays stands in for that pass only). gpumem.step() is never
-stood in for: the program says where its steps are.
+between epochs of graph replays stands in for that pass only); stopped by such a pass,
+its training calls stand in again at once, as the source both stand in for has still not
+marked. gpumem.step() is never stood in for: the program says where its
+steps are.
 """
 import importlib
 
@@ -60,6 +62,10 @@ class LoopSource:
     def __init__(self):
         self.most_between = 0   # the most trained calls between two better marks (calls
         #                         while standing in not counted: each stall judged alike)
+        self.resumes = False    # stopped standing in by a pass that trains nothing (a
+        #                         validation pass standing in for itself): the better
+        #                         source is still stalled, so training calls stand in again
+        #                         at once
         self.start_stretch(steps_before=0)
 
     def start_stretch(self, steps_before):
@@ -70,12 +76,14 @@ class LoopSource:
         self.last_allocated = None  # memory allocated at the last idle call's start
         self.rises = 0              # idle calls in a row that began with more than the last
 
-    def marked_elsewhere(self, steps_before):
+    def marked_elsewhere(self, steps_before, by_idle_pass=False):
         """A source ranked above it marked, or any other while it stands in (a validation
         pass of model calls between epochs of graph replays stands in for that pass, not
-        for the replays after it)."""
+        for the replays after it). `by_idle_pass`: the mark was a call that trains nothing
+        standing in, so the source both stand in for has still not marked."""
         if not self.standing_in:
             self.most_between = max(self.most_between, self.calls - self.idle)
+        self.resumes = by_idle_pass and (self.standing_in or self.resumes)
         self.start_stretch(steps_before)
 
     def called(self, training, allocated):
@@ -92,7 +100,7 @@ class LoopSource:
         """Whether the better source has stopped marking: called more than STALL_CALLS
         times, and more than twice the most between two of its marks; an idle call also
         needs its pass to keep more at each call, or to outnumber the steps before it."""
-        if self.standing_in:
+        if self.standing_in or (training and self.resumes):
             return True
         limit = max(STALL_CALLS, 2 * self.most_between)
         if training:
@@ -137,13 +145,14 @@ class StepMarker:
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
 
-    def _mark(self, source):
+    def _mark(self, source, idle_pass=False):
+        """`idle_pass`: a call that trains nothing marks, standing in."""
         self.leading_rank = min(self.leading_rank, _RANK[source])
         for other, loop in self.loops.items():
             if other == source:
                 continue
             if _RANK[other] > _RANK[source] or loop.standing_in:
-                loop.marked_elsewhere(self.count + 1)
+                loop.marked_elsewhere(self.count + 1, idle_pass)
             else:  # a better source, silenced: its stall is still judged, against all steps
                 loop.steps_before = self.count + 1
         if self.source != source:
@@ -182,7 +191,7 @@ class StepMarker:
         loop.called(training, allocated)
         if loop.stalled(training):
             loop.standing_in = True
-            self._mark(source)
+            self._mark(source, idle_pass=not training)
 
     def on_explicit_step(self):
         first = not self.explicit
