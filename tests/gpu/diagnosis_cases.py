@@ -1201,5 +1201,117 @@ def unlabeled_stream_cycled():
         opt.step()
 
 
+
+# A sixth set, written and run before any change: a leak that begins after a warm-up,
+# gradient hooks added every step, an optimizer of the script's own that keeps its
+# updates, progressive resizing, and outputs held in reference cycles, with the cycle
+# collector off and on.
+@case("leak")
+def outputs_kept_after_warm_up():
+    """600 steps of warm-up keep nothing; from then on each step's output is kept for an
+    ensemble of late predictions."""
+    net, late = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        x = batch()
+        out = net(x)  # LEAK: kept below once the warm-up is over
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step >= 600:
+            late.append(out.detach())
+
+
+@case("leak")
+def gradient_hooks_registered_every_step():
+    """Gradient dropout written as a hook on each parameter, registered anew every step
+    and never removed: every hook keeps its mask, and all of them run at each backward."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        for p in net.parameters():
+            mask = torch.rand_like(p) > 0.1  # LEAK: kept by the hook below, every step
+            p.register_hook(lambda g, mask=mask: g * mask)
+        fit(net, opt, batch())
+
+
+class SGDKeepingUpdates(torch.optim.Optimizer):
+    """Plain SGD written as an optimizer of the script's own, which keeps every update
+    in its state to plot their norms later."""
+
+    def __init__(self, params, lr):
+        super().__init__(params, {"lr": lr})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                update = -group["lr"] * p.grad  # LEAK: kept in the state, every step
+                self.state[p].setdefault("updates", []).append(update)
+                p.add_(update)
+
+
+@case("leak", leak_in=SGDKeepingUpdates)
+def optimizer_of_its_own_keeps_updates():
+    net = model()
+    opt = SGDKeepingUpdates(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        fit(net, opt, batch())
+
+
+@case("no leak")
+def progressive_resizing_that_fits():
+    """The batch grows from 512 to 8,192 rows in five stages of 300 steps (progressive
+    resizing): each stage's steps need more, nothing is kept."""
+    net = model()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for stage, n in enumerate((512, 1024, 2048, 4096, 8192)):
+        for _ in range(300):
+            _, loss = fit(net, opt, batch(n))
+        print(f"stage {stage} at {n} rows: loss {loss.item():.4f}")
+
+
+class StepRecord:
+    """A step's record for a dashboard, linked both ways with the trainer's log entry:
+    a reference cycle, freed only by Python's cycle collector."""
+
+    def __init__(self, output):
+        self.output = output
+        self.entry = {"record": self}
+
+
+@case("leak")
+def outputs_in_reference_cycles_with_the_collector_off():
+    """gc.disable() for speed, as some training scripts do; each step's output sits in a
+    reference cycle, which nothing frees with the collector off."""
+    import gc
+    gc.disable()
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        out = net(batch())  # LEAK: held by a cycle below that is never collected
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        StepRecord(out.detach())
+
+
+@case("no leak")
+def outputs_in_reference_cycles_left_to_the_collector():
+    """The same records in reference cycles with the collector on: memory rises between
+    its collections and falls at each, and nothing stays."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(2000):
+        out, loss = fit(net, opt, batch(512))
+        StepRecord(out.detach())
+        if step % 400 == 0:
+            print(f"step {step} loss {loss.item():.4f}")
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
