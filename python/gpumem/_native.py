@@ -1,6 +1,7 @@
 """ctypes bindings of libgpumem.so (hooks/gpumem.h) and, where built, libgpumem_torch.so."""
 import ctypes
 import os
+from ctypes import POINTER, c_char_p, c_double, c_int, c_size_t, c_ssize_t, c_uint64, c_void_p
 
 _LIB_NAME = "libgpumem.so"
 _TORCH_LIB_NAME = "libgpumem_torch.so"
@@ -37,6 +38,49 @@ def find_library(name=_LIB_NAME):
 _lib = None
 _torch_lib = None
 
+_TEXT_OUT = ([c_int, c_char_p, c_size_t], c_size_t)  # (device, buf, len) -> len
+_ERROR_OUT = ([c_char_p, c_size_t], c_size_t)             # (buf, len) -> len
+# name: (argtypes, restype), hooks/gpumem.h's declarations; ... leaves that part as
+# ctypes's default (an int result, arguments unchecked).
+_SIGNATURES = {
+    "gpumem_alloc": ([c_ssize_t, c_int, c_void_p], c_void_p),
+    "gpumem_free": ([c_void_p, c_ssize_t, c_int, c_void_p], None),
+    "gpumem_record_stream": ([c_void_p, c_int, c_void_p], ...),
+    "gpumem_empty_cache": ([c_int], ...),
+    "gpumem_set_memory_fraction": ([c_double, c_int], ...),
+    "gpumem_set_capacity": ([c_uint64, c_int], ...),
+    "gpumem_stats": ([c_int, POINTER(GpumemStats)], ...),
+    "gpumem_reset_peaks": ([c_int], ...),
+    "gpumem_memory_summary": _TEXT_OUT,
+    "gpumem_snapshot_json": _TEXT_OUT,
+    "gpumem_last_oom": _TEXT_OUT,
+    "gpumem_config_error": _ERROR_OUT,
+    "gpumem_last_error": _ERROR_OUT,
+    "gpumem_step": (..., c_uint64),
+    "gpumem_tracing": (..., c_int),
+    "gpumem_profile_start": (..., c_int),
+    "gpumem_trace_events": ([], c_uint64),
+    "gpumem_trace_pause": ([c_int], None),
+    "gpumem_note_cuda_in_forked_child": ([c_char_p], None),
+    "gpumem_backend_name": ([c_int], c_char_p),
+}
+# hooks/gpumem_trace.h, absent from older builds.
+_OPTIONAL_SIGNATURES = {
+    "gpumem_trace_capacity": ([c_int, c_uint64, c_int], c_int),
+    "gpumem_trace_step_source": ([c_int], c_int),
+    "gpumem_trace_check": ([c_char_p, c_size_t], c_size_t),
+    "gpumem_trace_note": ([c_int, c_char_p], c_int),
+}
+
+
+def _declare(library, name, signature):
+    argtypes, restype = signature
+    fn = getattr(library, name)
+    if argtypes is not ...:
+        fn.argtypes = argtypes
+    if restype is not ...:
+        fn.restype = restype
+
 
 def lib():
     global _lib
@@ -46,47 +90,13 @@ def lib():
             raise OSError(
                 "gpumem: libgpumem.so not found; build it (cmake --build build --target "
                 "gpumem_shared) and set GPUMEM_LIB_DIR to the folder that holds it")
-        l = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-        l.gpumem_alloc.restype = ctypes.c_void_p
-        l.gpumem_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
-        l.gpumem_free.restype = None
-        l.gpumem_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int,
-                                  ctypes.c_void_p]
-        l.gpumem_record_stream.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]
-        l.gpumem_empty_cache.argtypes = [ctypes.c_int]
-        l.gpumem_set_memory_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
-        l.gpumem_set_capacity.argtypes = [ctypes.c_uint64, ctypes.c_int]
-        l.gpumem_stats.argtypes = [ctypes.c_int, ctypes.POINTER(GpumemStats)]
-        l.gpumem_reset_peaks.argtypes = [ctypes.c_int]
-        for fn in (l.gpumem_memory_summary, l.gpumem_snapshot_json, l.gpumem_last_oom):
-            fn.restype = ctypes.c_size_t
-            fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-        for fn in (l.gpumem_config_error, l.gpumem_last_error):
-            fn.restype = ctypes.c_size_t
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        l.gpumem_step.restype = ctypes.c_uint64
-        l.gpumem_tracing.restype = ctypes.c_int
-        l.gpumem_profile_start.restype = ctypes.c_int
-        l.gpumem_trace_events.restype = ctypes.c_uint64
-        l.gpumem_trace_events.argtypes = []
-        l.gpumem_trace_pause.restype = None
-        l.gpumem_trace_pause.argtypes = [ctypes.c_int]
-        l.gpumem_note_cuda_in_forked_child.restype = None
-        l.gpumem_note_cuda_in_forked_child.argtypes = [ctypes.c_char_p]
-        l.gpumem_backend_name.restype = ctypes.c_char_p
-        l.gpumem_backend_name.argtypes = [ctypes.c_int]
-        if hasattr(l, "gpumem_trace_capacity"):  # hooks/gpumem_trace.h
-            l.gpumem_trace_capacity.restype = ctypes.c_int
-            l.gpumem_trace_capacity.argtypes = [ctypes.c_int, ctypes.c_uint64, ctypes.c_int]
-            l.gpumem_trace_step_source.restype = ctypes.c_int
-            l.gpumem_trace_step_source.argtypes = [ctypes.c_int]
-        if hasattr(l, "gpumem_trace_check"):
-            l.gpumem_trace_check.restype = ctypes.c_size_t
-            l.gpumem_trace_check.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        if hasattr(l, "gpumem_trace_note"):
-            l.gpumem_trace_note.restype = ctypes.c_int
-            l.gpumem_trace_note.argtypes = [ctypes.c_int, ctypes.c_char_p]
-        _lib = l
+        loaded = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        for name, signature in _SIGNATURES.items():
+            _declare(loaded, name, signature)
+        for name, signature in _OPTIONAL_SIGNATURES.items():
+            if hasattr(loaded, name):
+                _declare(loaded, name, signature)
+        _lib = loaded
     return _lib
 
 
