@@ -361,8 +361,9 @@ void AddReplayCommand(CLI::App& app, int* status) {
       "replay",
       "Replay allocation traces through allocation policies on a simulated device and compare\n"
       "what each would reserve. The denominator of every ratio is the same: the peak of the\n"
-      "sizes the trace's own alloc events hold live at once. Traces: PyTorch memory snapshots\n"
-      "(torch.cuda.memory._snapshot() pickled; plain, .xz, .gz, .zst) or their .tsv(.gz) form.");
+      "sizes the trace's own alloc events hold live at once. Traces: gpumem traces, PyTorch\n"
+      "memory snapshots (torch.cuda.memory._snapshot() pickled; plain, .xz, .gz, .zst) or\n"
+      "their .tsv(.gz) form.");
   cmd->add_option("TRACE", args->traces, "trace files to replay")->required();
   cmd->add_option("--policy", args->policy,
                   "policy to replay with: gpumem (gpumem's allocator), pytorch (PyTorch's native\n"
@@ -399,7 +400,7 @@ void AddReplayCommand(CLI::App& app, int* status) {
   cmd->add_option("--addresses", args->addresses,
                   "write where the policy put each block to this file (TSV: event index,\n"
                   "the trace's address, the policy's address, size), for layout studies\n"
-                  "(tools/replay/obstacle_plan_bound.py); needs one trace and one --policy");
+                  "(bench/research/obstacle_plan_bound.py); needs one trace and one --policy");
   cmd->footer(
       "Exit status: 0 when every trace replayed (an OOM under --cap is a result, not an\n"
       "error); 2 on bad input (unreadable or corrupt trace, unknown action, an empty trace,\n"
