@@ -60,6 +60,25 @@ TEST(SyntheticOom, PeakIsAPeak) {
   EXPECT_FALSE(r.projected_oom_step.has_value());
 }
 
+TEST(SyntheticOom, DyingBeforeAnyStepSaysSoInsteadOfAskingForSteps) {
+  trace::Trace t = synthetic::PeakTrace();
+  std::erase_if(t.events, [](const trace::Event& e) { return e.action == trace::Action::kStep; });
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.steps.method, StepMethod::kNone);
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings.back().find("the run died of memory before any step ended"),
+            std::string::npos)
+      << r.warnings.back();
+
+  std::erase_if(t.events, [](const trace::Event& e) { return e.action == trace::Action::kOom; });
+  r = BuildReport(t, {});
+  ASSERT_FALSE(r.fatal_oom.has_value());
+  ASSERT_FALSE(r.warnings.empty());
+  EXPECT_NE(r.warnings.back().find("try --step-site FILE:LINE"), std::string::npos)
+      << r.warnings.back();
+}
+
 TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {
   trace::Trace t = synthetic::FragmentationTrace();
   nlohmann::json j = ReportToJson(BuildReport(t, {}));

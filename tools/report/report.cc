@@ -39,6 +39,20 @@ std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
   return std::nullopt;
 }
 
+// Where the run died of memory before any step boundary, --step-site rarely helps: the
+// OOM came while the model was built or in its first step.
+std::string NoStepsWarning(const Report& r) {
+  const std::string why =
+      "no step boundaries found (no step markers, no Optimizer.step annotations, no "
+      "repeating pattern that holds a backward): leak detection needs steps; ";
+  if (r.fatal_oom || r.fatal_failed_outside) {
+    return why + "the run died of memory before any step ended, so its OOM is judged on "
+                 "what was live at it (a run that did go through steps: --step-site "
+                 "FILE:LINE)";
+  }
+  return why + "try --step-site FILE:LINE";
+}
+
 void AddWarnings(Report& r) {
   r.warnings = r.trace->warnings;
   if (r.timeline.unmatched_frees > 0) {
@@ -47,11 +61,7 @@ void AddWarnings(Report& r) {
   if (r.timeline.reused_addresses > 0) {
     r.warnings.push_back(trace::ReusedAddressesWarning(r.timeline.reused_addresses));
   }
-  if (r.steps.method == StepMethod::kNone) {
-    r.warnings.push_back("no step boundaries found (no step markers, no Optimizer.step "
-                         "annotations, no repeating pattern that holds a backward): leak "
-                         "detection needs steps; try --step-site FILE:LINE");
-  }
+  if (r.steps.method == StepMethod::kNone) r.warnings.push_back(NoStepsWarning(r));
 }
 
 // A failed outside call that ended the run came after every OOM: the run died of it, not
