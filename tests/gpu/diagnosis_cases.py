@@ -1313,5 +1313,65 @@ def outputs_in_reference_cycles_left_to_the_collector():
             print(f"step {step} loss {loss.item():.4f}")
 
 
+
+# A seventh set, written when the session's device time was spent (not yet run): loops
+# that no optimizer step, backward pass or model call marks, as scientific and
+# functional code writes them.
+def kmeans(keep_history, iterations):
+    """Lloyd's k-means on the device in plain tensor operations: no module, no autograd."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    points = torch.randn(200_000, 64, device="cuda", generator=g)
+    centroids = points[:256].clone()
+    history = []
+    for it in range(iterations):
+        distances = torch.cdist(points, centroids)
+        nearest = distances.min(1)  # LEAK: its distances kept below, 800 KB a pass
+        sums = torch.zeros_like(centroids).index_add_(0, nearest.indices, points)
+        counts = torch.bincount(nearest.indices, minlength=len(centroids)).clamp_(min=1)
+        centroids = sums / counts.unsqueeze(1)
+        if keep_history:
+            history.append(nearest.values)
+        elif it % 500 == 0:
+            print(f"pass {it}: inertia {nearest.values.pow(2).sum().item():.1f}")
+    return centroids, history
+
+
+@case("leak", leak_in=kmeans)
+def kmeans_keeps_every_pass_distances():
+    """Each pass's distances to the nearest centroid kept to plot convergence."""
+    kmeans(keep_history=True, iterations=100000)
+
+
+@case("no leak")
+def kmeans_keeps_nothing():
+    kmeans(keep_history=False, iterations=3000)
+
+
+@case("leak")
+def functional_training_keeps_predictions():
+    """A model as a plain function of a dict of tensors, trained with torch.func.grad
+    and an update written out (no nn.Module, no backward call, no torch.optim); each
+    step's predictions kept."""
+    from torch.func import grad
+    torch.manual_seed(0)
+    params = {"w1": torch.randn(1024, 1024, device="cuda") * 0.03,
+              "w2": torch.randn(1024, 1024, device="cuda") * 0.03}
+
+    def forward(p, x):
+        return torch.relu(x @ p["w1"]) @ p["w2"]
+
+    def loss(p, x):
+        return forward(p, x).pow(2).mean()
+
+    predictions = []
+    for _ in range(100000):
+        x = batch()
+        grads = grad(loss)(params, x)
+        with torch.no_grad():
+            for name in params:
+                params[name] -= 1e-3 * grads[name]
+            predictions.append(forward(params, x))  # LEAK: 8 MiB a step, kept
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
