@@ -7,6 +7,7 @@
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
 #include "tools/report/terminal_report.h"
+#include "tools/trace/frame_table.h"
 
 namespace gpumem::report {
 namespace {
@@ -77,6 +78,44 @@ TEST(SyntheticOom, DyingBeforeAnyStepSaysSoInsteadOfAskingForSteps) {
   ASSERT_FALSE(r.warnings.empty());
   EXPECT_NE(r.warnings.back().find("try --step-site FILE:LINE"), std::string::npos)
       << r.warnings.back();
+}
+
+// k-means written in plain tensor operations: no step marks, no backward. Each pass
+// allocates its distances and frees them, and keeps 800 KB; the report finds the passes
+// (each frees most of what it allocates) and names the kept line as a leak.
+TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  auto site = [&](int line) { return frames.InternStack({frames.Intern({"kmeans.py", line, "kmeans"})}); };
+  const std::uint32_t points = site(5), distances = site(10), kept = site(11), sums = site(12);
+  std::uint64_t addr = 0x7f0000000000ull, time_us = 0;
+  auto event = [&](trace::Action action, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
+    trace::Event e;
+    e.action = action;
+    e.addr = at;
+    e.size = size;
+    e.stack_id = stack;
+    e.time_us = time_us += 10;
+    t.events.push_back(e);
+  };
+  auto alloc = [&](std::uint64_t size, std::uint32_t stack) {
+    event(trace::Action::kAlloc, addr += 256 * kMiB, size, stack);
+    return addr;
+  };
+  alloc(50 * kMiB, points);
+  for (int pass = 0; pass < 200; ++pass) {
+    const std::uint64_t d = alloc(200 * kMiB, distances);
+    alloc(800'000, kept);
+    const std::uint64_t s = alloc(64 << 10, sums);
+    event(trace::Action::kFreeCompleted, d, 200 * kMiB, distances);
+    event(trace::Action::kFreeCompleted, s, 64 << 10, sums);
+  }
+  const Report r = BuildReport(t, {});
+  EXPECT_EQ(r.steps.method, StepMethod::kInferred) << r.steps.detail;
+  EXPECT_EQ(r.steps.count, 200u);
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  EXPECT_EQ(r.leaks.suspects[0].name, "kmeans.py:11 kmeans");
+  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, 800'000.0, 512.0);  // a 512 B block's rounding
 }
 
 TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {
