@@ -6,8 +6,8 @@
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
+#include "tools/report/synthetic_builder.h"
 #include "tools/report/terminal_report.h"
-#include "tools/trace/frame_table.h"
 
 namespace gpumem::report {
 namespace {
@@ -84,22 +84,12 @@ TEST(SyntheticOom, DyingBeforeAnyStepSaysSoInsteadOfAskingForSteps) {
 // allocates its distances and frees them, and keeps 800 KB; the report finds the passes
 // (each frees most of what it allocates) and names the kept line as a leak.
 TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed) {
-  trace::Trace t;
-  trace::FrameTable frames(&t);
-  auto site = [&](int line) { return frames.InternStack({frames.Intern({"kmeans.py", line, "kmeans"})}); };
+  synthetic::Builder b;
+  auto site = [&](int line) { return b.Stack({{"kmeans.py", line, "kmeans"}}); };
   const std::uint32_t points = site(5), distances = site(10), kept = site(11), sums = site(12);
-  std::uint64_t addr = 0x7f0000000000ull, time_us = 0;
-  auto event = [&](trace::Action action, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
-    trace::Event e;
-    e.action = action;
-    e.addr = at;
-    e.size = size;
-    e.stack_id = stack;
-    e.time_us = time_us += 10;
-    t.events.push_back(e);
-  };
+  std::uint64_t addr = 0x7f0000000000ull;
   auto alloc = [&](std::uint64_t size, std::uint32_t stack) {
-    event(trace::Action::kAlloc, addr += 256 * kMiB, size, stack);
+    b.Alloc(addr += 256 * kMiB, size, stack);
     return addr;
   };
   alloc(50 * kMiB, points);
@@ -107,9 +97,10 @@ TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed)
     const std::uint64_t d = alloc(200 * kMiB, distances);
     alloc(800'000, kept);
     const std::uint64_t s = alloc(64 << 10, sums);
-    event(trace::Action::kFreeCompleted, d, 200 * kMiB, distances);
-    event(trace::Action::kFreeCompleted, s, 64 << 10, sums);
+    b.Free(d, 200 * kMiB, distances);
+    b.Free(s, 64 << 10, sums);
   }
+  const trace::Trace t = b.Take();
   const Report r = BuildReport(t, {});
   EXPECT_EQ(r.steps.method, StepMethod::kInferred) << r.steps.detail;
   EXPECT_EQ(r.steps.count, 200u);
