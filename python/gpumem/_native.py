@@ -39,7 +39,7 @@ _lib = None
 _torch_lib = None
 
 _TEXT_OUT = ([c_int, c_char_p, c_size_t], c_size_t)  # (device, buf, len) -> len
-_ERROR_OUT = ([c_char_p, c_size_t], c_size_t)             # (buf, len) -> len
+_ERROR_OUT = ([c_char_p, c_size_t], c_size_t)  # (buf, len) -> len
 # name: (argtypes, restype), hooks/gpumem.h's declarations; ... leaves that part as
 # ctypes's default (an int result, arguments unchecked).
 _SIGNATURES = {

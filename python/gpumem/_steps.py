@@ -31,8 +31,7 @@ more of them than steps before them (a generation phase after training; steps ma
 any source count). A source that stands in stops when any other marks (a validation pass
 between epochs of graph replays stands in for that pass only); stopped by such a pass,
 its training calls stand in again at once, as the source both stand in for has still not
-marked. gpumem.step() is never stood in for: the program says where its
-steps are.
+marked. gpumem.step() is never stood in for: the program says where its steps are.
 """
 import importlib
 

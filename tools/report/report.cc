@@ -44,7 +44,7 @@ std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
 std::string NoStepsWarning(const Report& r) {
   const std::string why =
       "no step boundaries found (no step markers, no Optimizer.step annotations, no "
-      "repeating pattern that holds a backward): leak detection needs steps; ";
+      "allocation pattern that repeats once a step): leak detection needs steps; ";
   if (r.fatal_oom || r.fatal_failed_outside) {
     return why + "the run died of memory before any step ended, so its OOM is judged on "
                  "what was live at it (a run that did go through steps: --step-site "
