@@ -90,8 +90,8 @@ def _keep_recorder_under_user_history(torch):
 
 def _watch_training(torch, profile_mode):
     """Both modes: step marks at optimizer steps (or backward passes, model calls or CUDA
-    graph replays, in loops with no optimizer), memory-fraction caps in the trace, and a library's CUDA
-    error that ends the program named as the out-of-memory it is."""
+    graph replays, in loops with no optimizer), memory-fraction caps in the trace, and a
+    library's CUDA error that ends the program named as the out-of-memory it is."""
     _steps.watch_optimizers(torch)
     _loop_marks.watch_backward(torch)
     _loop_marks.watch_model_calls(torch)

@@ -129,8 +129,8 @@ def _note_death_by_oom(exc):
     error's context, did not end the run."""
     oom = out_of_memory(exc) if library_error(exc) is None else None
     if oom is not None:
-        first = str(oom).strip().splitlines()[0][:200] if str(oom).strip() else ""
-        _note("%s: %s" % (DIED_OF_OOM_NOTE, first))
+        said = str(oom).strip()
+        _note("%s: %s" % (DIED_OF_OOM_NOTE, said.splitlines()[0][:200] if said else ""))
 
 
 def install(torch, profile_mode):

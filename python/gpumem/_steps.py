@@ -19,19 +19,20 @@ marked, so the iteration is not counted twice).
 The sources rank: gpumem.step(), then optimizer steps, then backward passes, then model
 calls, then graph replays. Once one has marked, those below it mark nothing while it keeps
 marking. A backward pass, a model call or a graph replay marks at its start, from the
-second on: it ends the iteration before. So in a loop with an optimizer, which steps at the end of the first iteration, they never
-mark. If the optimizer stops stepping while the loop goes on (every batch skipped), a source
-below it marks again once it has been called more than STALL_CALLS times, and more than
-twice as often as it ever was between two of the better source's marks (outside stalls),
-with no such mark: a leak in the stalled loop still shows step by step. Model calls that
-train nothing (eval mode, or no grad) are a validation pass between epochs, which adds no
-steps, unless it keeps more at each of STALL_CALLS calls in a row (the memory allocated
-when each call begins: outputs gathered on the device until the pass ends), or there are
-more of them than steps before them (a generation phase after training; steps marked by
-any source count). A source that stands in stops when any other marks (a validation pass
-between epochs of graph replays stands in for that pass only); stopped by such a pass,
-its training calls stand in again at once, as the source both stand in for has still not
-marked. gpumem.step() is never stood in for: the program says where its steps are.
+second on: it ends the iteration before. So in a loop with an optimizer, which steps at
+the end of the first iteration, they never mark. If the optimizer stops stepping while the
+loop goes on (every batch skipped), a source below it marks again once it has been called
+more than STALL_CALLS times, and more than twice as often as it ever was between two of
+the better source's marks (outside stalls), with no such mark: a leak in the stalled loop
+still shows step by step. Model calls that train nothing (eval mode, or no grad) are a
+validation pass between epochs, which adds no steps, unless it keeps more at each of
+STALL_CALLS calls in a row (the memory allocated when each call begins: outputs gathered
+on the device until the pass ends), or there are more of them than steps before them (a
+generation phase after training; steps marked by any source count). A source that stands
+in stops when any other marks (a validation pass between epochs of graph replays stands in
+for that pass only); stopped by such a pass, its training calls stand in again at once, as
+the source both stand in for has still not marked. gpumem.step() is never stood in for:
+the program says where its steps are.
 """
 import importlib
 
