@@ -69,6 +69,10 @@ void CudaMallocBackend::LogFailure(const absl::Status& status) const {
                std::string(status.message()).c_str());
 }
 
+void CudaMallocBackend::LogFailure(CUresult result, const char* call) const {
+  if (result != CUDA_ERROR_DEINITIALIZED) LogFailure(ToStatus(result, call));
+}
+
 absl::Status CudaMallocBackend::ChargeCapacity(std::size_t bytes, const char* what) {
   std::lock_guard<std::mutex> lock(mu_);
   if (counters_.physical_bytes + bytes > capacity_.load()) {
@@ -136,7 +140,7 @@ void CudaMallocBackend::FreeSegment(DevicePtr ptr, std::size_t bytes) {
     r = api_.cuMemFree(static_cast<CUdeviceptr>(ptr));
   }
   if (r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuMemFree"));
+    LogFailure(r, "cuMemFree");
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -162,14 +166,14 @@ EventHandle CudaMallocBackend::RecordEvent(StreamId stream) {
     CUresult r = api_.cuEventCreate(&event, CU_EVENT_DISABLE_TIMING);
     if (r != CUDA_SUCCESS) {
       // Without an event the only safe answer is to wait for the stream's work now.
-      LogFailure(ToStatus(r, "cuEventCreate"));
+      LogFailure(r, "cuEventCreate");
       api_.cuCtxSynchronize();
       return 0;
     }
   }
   CUresult r = api_.cuEventRecord(event, reinterpret_cast<CUstream>(stream));
   if (r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuEventRecord"));
+    LogFailure(r, "cuEventRecord");
     api_.cuCtxSynchronize();
     api_.cuEventDestroy(event);
     return 0;
@@ -188,9 +192,8 @@ absl::Status CudaMallocBackend::StreamWaitEvent(StreamId waiter, EventHandle eve
   CUresult r = api_.cuStreamWaitEvent(reinterpret_cast<CUstream>(waiter),
                                       reinterpret_cast<CUevent>(event), 0);
   if (r == CUDA_SUCCESS) return absl::OkStatus();
-  absl::Status s = ToStatus(r, "cuStreamWaitEvent");
-  LogFailure(s);
-  return s;
+  LogFailure(r, "cuStreamWaitEvent");
+  return ToStatus(r, "cuStreamWaitEvent");
 }
 
 bool CudaMallocBackend::EventCompleted(EventHandle event) {
@@ -199,9 +202,11 @@ bool CudaMallocBackend::EventCompleted(EventHandle event) {
   CUresult r = api_.cuEventQuery(reinterpret_cast<CUevent>(event));
   if (r == CUDA_SUCCESS) return true;
   if (r == CUDA_ERROR_NOT_READY) return false;
+  // Tensors freed while the interpreter exits, after the driver: no work runs any more.
+  if (r == CUDA_ERROR_DEINITIALIZED) return true;
   // Not known to be done: taking the memory back now could hand it to new work while
   // old work still writes it. The allocator takes it back after its next synchronize.
-  LogFailure(ToStatus(r, "cuEventQuery"));
+  LogFailure(r, "cuEventQuery");
   return false;
 }
 
@@ -219,7 +224,7 @@ void CudaMallocBackend::Synchronize() {
   }
   ScopedContext scope(api_, context_);
   if (CUresult r = api_.cuCtxSynchronize(); r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuCtxSynchronize"));
+    LogFailure(r, "cuCtxSynchronize");
   }
 }
 

@@ -83,6 +83,10 @@ class CudaMallocBackend : public Backend {
   void Uncharge(std::size_t bytes);
   // Logs a failure that a void call cannot return (it would otherwise be lost).
   void LogFailure(const absl::Status& status) const;
+  // The same for a failed driver call; quiet once the driver has shut down (the process
+  // is exiting, and every context went with the driver: there is nothing left to give
+  // back or wait for).
+  void LogFailure(CUresult result, const char* call) const;
 
   // Host time in driver calls: on the callers' threads, and on the allocator's own.
   struct CallTimes {

@@ -81,7 +81,7 @@ void CudaVmmBackend::ReleaseAddressRange(DevicePtr base, std::size_t bytes) {
     r = api_.cuMemAddressFree(static_cast<CUdeviceptr>(base), bytes);
   }
   if (r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuMemAddressFree"));
+    LogFailure(r, "cuMemAddressFree");
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -127,7 +127,7 @@ void CudaVmmBackend::ReleasePhysical(PhysicalHandle handle) {
     r = api_.cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
   }
   if (r != CUDA_SUCCESS) {
-    LogFailure(ToStatus(r, "cuMemRelease"));
+    LogFailure(r, "cuMemRelease");
     return;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -214,9 +214,8 @@ absl::Status CudaVmmBackend::Unmap(DevicePtr va, std::size_t bytes) {
     r = api_.cuMemUnmap(static_cast<CUdeviceptr>(va), bytes);
   }
   if (r != CUDA_SUCCESS) {
-    absl::Status failed = ToStatus(r, "cuMemUnmap");
-    LogFailure(failed);
-    return failed;
+    LogFailure(r, "cuMemUnmap");
+    return ToStatus(r, "cuMemUnmap");
   }
   std::lock_guard<std::mutex> lock(mu_);
   const CUdeviceptr start = static_cast<CUdeviceptr>(va);

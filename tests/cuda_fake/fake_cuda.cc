@@ -225,6 +225,7 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t bytes, size_t offset,
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t bytes) {
+  if (Env("FAKE_CUDA_SHUT_DOWN", "1")) return CUDA_ERROR_DEINITIALIZED;
   State& s = S();
   std::lock_guard lock(s.mu);
   auto it = s.mappings.find(ptr);
@@ -273,6 +274,7 @@ CUresult CUDAAPI cuEventRecord(CUevent event, CUstream) {
   return CUDA_SUCCESS;
 }
 CUresult CUDAAPI cuEventQuery(CUevent event) {
+  if (Env("FAKE_CUDA_SHUT_DOWN", "1")) return CUDA_ERROR_DEINITIALIZED;
   State& s = S();
   std::lock_guard lock(s.mu);
   if (!Env("FAKE_CUDA_EVENTS_PENDING", "1")) return CUDA_SUCCESS;
