@@ -111,8 +111,7 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
                       projection, "\n");
 }
 
-std::string LiveView::OnStep(std::uint64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+void LiveView::SampleLocked(std::uint64_t step) {
   // What each site kept all through the step: its batch and activations come and go, and
   // are not growth even when each step's are larger than the last.
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> live =
@@ -125,6 +124,38 @@ std::string LiveView::OnStep(std::uint64_t step) {
     devices_[DeviceOf(key)].step_peak = blocks_.TakeStepPeak(DeviceOf(key));
   }
   history_.Add(step, live, pinned);
+}
+
+void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (marked_.load(std::memory_order_relaxed)) return;
+  switch (passes_.Add(stack)) {
+    case PassFinder::Seen::kNothing:
+      return;
+    case PassFinder::Seen::kNewAnchor:
+      // A new rhythm: what was sampled in the old one is of another unit.
+      history_ = SiteHistory();
+      passes_seen_ = 0;
+      pass_start_ = site_names_[SiteOfLocked(stack)];
+      blocks_.StepLowsByKeyAndStartStep();
+      return;
+    case PassFinder::Seen::kPass:
+      SampleLocked(++passes_seen_);
+      return;
+  }
+}
+
+void LiveView::FirstMarkLocked() {
+  if (marked_.exchange(true) || !passes_.found()) return;
+  history_ = SiteHistory();
+  passes_seen_ = 0;
+  pass_start_.clear();
+}
+
+std::string LiveView::OnStep(std::uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FirstMarkLocked();
+  SampleLocked(step);
   std::string lines;
   for (const LeakWarning& w : warner_.Check(step, history_, devices_)) {
     absl::StrAppend(&lines, WarningLine(w, step));
@@ -135,6 +166,10 @@ std::string LiveView::OnStep(std::uint64_t step) {
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   std::lock_guard<std::mutex> lock(mu_);
   in->sites_recorded = true;
+  if (!marked_.load(std::memory_order_relaxed) && passes_seen_ > 0) {
+    in->figures.finished_steps = passes_seen_;
+    in->pass_start = pass_start_;
+  }
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks_.ByKey());
   const double min_growth = report::MinLeakGrowth(in->figures.allocated);
   std::vector<VerdictSite> growing, others;

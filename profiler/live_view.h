@@ -2,9 +2,12 @@
 // each allocation and free, and at each step mark the sites' live bytes go into a bounded
 // SiteHistory, the early leak warning is checked (LeakWarner), and an OOM is described
 // from both (OomVerdictInput). Sites are named as the report names them: the innermost
-// frame outside library code.
+// frame outside library code. Until a step is marked, passes found in the allocations
+// (PassFinder) stand in for steps, for the verdict at an OOM only: no early warning is
+// said of them, and the first step marked drops what they measured.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -14,6 +17,7 @@
 #include "profiler/leak_warning.h"
 #include "profiler/live_blocks.h"
 #include "profiler/oom_verdict.h"
+#include "profiler/pass_finder.h"
 #include "profiler/site_history.h"
 
 namespace gpumem {
@@ -27,6 +31,7 @@ class LiveView {
 
   void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
     blocks_.OnAlloc(device, addr, size, stack);
+    if (!marked_.load(std::memory_order_relaxed)) SeeUnmarkedAlloc(stack);
   }
   void OnFree(std::uint64_t addr) { blocks_.OnFree(addr); }
   void SetCap(std::int32_t device, std::uint64_t bytes);
@@ -45,6 +50,11 @@ class LiveView {
       const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack);
   std::uint32_t SiteOfLocked(std::uint32_t stack);
   std::string WarningLine(const LeakWarning& w, std::uint64_t step);
+  // Takes each site's least live bytes since the last sample into the history.
+  void SampleLocked(std::uint64_t step);
+  void SeeUnmarkedAlloc(std::uint32_t stack);
+  // The first step marked: passes found before it stop counting, and their samples go.
+  void FirstMarkLocked();
 
   LiveBlocks blocks_;
   std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
@@ -56,6 +66,10 @@ class LiveView {
   absl::flat_hash_map<std::string, std::uint32_t> site_ids_;
   std::vector<std::string> site_names_;
   absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices_;
+  std::atomic<bool> marked_{false};  // a step was marked: passes are not looked for
+  PassFinder passes_;
+  std::uint64_t passes_seen_ = 0;  // since the anchor was found
+  std::string pass_start_;         // the anchor's site
 };
 
 // Total live bytes of `device` at step ends (`history`'s pinned key): when they grow

@@ -17,14 +17,20 @@ const char* VerdictName(OomClass cls) {
 
 namespace {
 
+// What the figures count: steps, or the passes that stood in for them.
+const char* Unit(const OomVerdictInput& in) { return in.pass_start.empty() ? "step" : "pass"; }
+const char* Units(const OomVerdictInput& in) { return in.pass_start.empty() ? "steps" : "passes"; }
+
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   const std::string driver =
       in.driver_free ? absl::StrCat("; the driver had ", Bytes(*in.driver_free), " free") : "";
+  const char* unit = Unit(in);
   switch (cls) {
     case OomClass::kLeak:
-      return absl::StrCat("memory kept from step to step grew by ", Bytes(in.growth_per_step),
-                          " per step over the last ", in.growth_steps, " step ends; ",
+      return absl::StrCat("memory kept from ", unit, " to ", unit, " grew by ",
+                          Bytes(in.growth_per_step), " per ", unit, " over the last ",
+                          in.growth_steps, " ", unit, " ends; ",
                           Bytes(f.grown_bytes), " of the ", Bytes(f.allocated),
                           " allocated is that growth, and without it the request of ",
                           Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
@@ -39,9 +45,10 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   }
   const std::string growth =
       f.finished_steps < report::kMinStepsForLeak
-          ? absl::StrCat("only ", f.finished_steps, " step", f.finished_steps == 1 ? "" : "s",
+          ? absl::StrCat("only ", f.finished_steps, " ", f.finished_steps == 1 ? unit : Units(in),
                          " had finished, too few to call growth a leak")
-          : "memory kept from step to step did not grow enough to explain it";
+          : absl::StrCat("memory kept from ", unit, " to ", unit,
+                         " did not grow enough to explain it");
   return absl::StrCat("allocated ", Bytes(f.allocated), " plus the request of ", Bytes(f.request),
                       " is ", Bytes(f.allocated + f.request), " against the cap of ",
                       Bytes(f.capacity), "; cached free memory (", Bytes(f.free_cached),
@@ -56,10 +63,11 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
     return;
   }
   if (in.sites.empty()) return;
-  absl::StrAppend(out, "gpumem:   top live sites (live, growth per step):\n");
+  absl::StrAppend(out, "gpumem:   top live sites (live, growth per ", Unit(in), "):\n");
   for (const VerdictSite& s : in.sites) {
     const std::string growth =
-        s.bytes_per_step > 0 ? absl::StrCat("+", Bytes(s.bytes_per_step), "/step") : "steady";
+        s.bytes_per_step > 0 ? absl::StrCat("+", Bytes(s.bytes_per_step), "/", Unit(in))
+                             : "steady";
     absl::StrAppendFormat(out, "gpumem:     %-12s %-18s %s\n", Bytes(static_cast<double>(s.live)),
                           growth, s.name);
   }
@@ -107,6 +115,11 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   std::string out = absl::StrCat("gpumem: device ", in.device, ": out of memory: verdict: ",
                                  VerdictName(cls), "\n");
   absl::StrAppend(&out, "gpumem:   evidence: ", Evidence(in, cls), ".\n");
+  if (!in.pass_start.empty()) {
+    absl::StrAppend(&out, "gpumem:   passes: no step was marked (no optimizer step, backward "
+                          "pass or model call), so each pass of the loop stands in for one; a "
+                          "pass starts at each allocation from ", in.pass_start, "\n");
+  }
   AppendOutside(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls), "\n");

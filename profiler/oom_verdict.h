@@ -37,6 +37,9 @@ struct OomVerdictInput {
   std::vector<VerdictSite> sites;  // growing ones first, then the largest
   double growth_per_step = 0;     // the growing sites together (or the total's)
   std::size_t growth_steps = 0;   // step ends the growth was measured over
+  // Set where no step was marked and passes stood in for steps (PassFinder): the site
+  // whose allocation starts each pass. The figures' steps are then passes.
+  std::string pass_start;
   std::string trace_path;         // flushed with this OOM; empty without a trace
 };
 

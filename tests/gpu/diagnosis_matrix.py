@@ -151,8 +151,9 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
         right_class = verdict.startswith(expected) or expected in verdict.split(";")[0]
         if expected == "no leak":  # and the script itself ran to its end
             right_class = right_class and ended == "exit 0"
-        suspects = report.get("leak_suspects") or [{}]
-        right_site = expected != "leak" or names_site(suspects[0].get("site", ""), site)
+        top = (report.get("leak_suspects") or [{}])[0]
+        named = [top.get("site", ""), top.get("kept_through", "")]  # the line, or the call keeping it
+        right_site = expected != "leak" or any(names_site(n, site) for n in named)
     at_oom = portable(said(stderr, "verdict:"), workdir)
     warning = portable(said(stderr, "leak warning"), workdir)
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,

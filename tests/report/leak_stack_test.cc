@@ -54,6 +54,52 @@ TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
   EXPECT_EQ(s.name, "train.py:8 <module>");
   EXPECT_EQ(s.stack, kept);
   EXPECT_EQ(r.sites.example_stack(s.site), freed);  // what the fallback would have shown
+  EXPECT_EQ(s.kept_through, "");  // the kept and the freed blocks came by the same calls
+}
+
+// A model written as a plain function: the training pass calls it (through autograd's
+// grad, its outputs freed) and the loop calls it again for a list it keeps. Both allocate
+// at the function's line, so the site is that line; the suspect also names the loop's
+// call, the line to change.
+TEST(LeakStack, NamesTheCallThatKeptBlocksCameThroughWhereTheSiteAlsoFrees) {
+  trace::Trace t;
+  trace::FrameTable frames(&t);
+  const std::uint32_t matmul = frames.Intern({"site-packages/torch/_tensor.py", 40, "__matmul__"});
+  const std::uint32_t forward = frames.Intern({"train.py", 3, "forward"});
+  const std::uint32_t loss = frames.Intern({"train.py", 6, "loss"});
+  const std::uint32_t grad = frames.Intern({"site-packages/torch/_functorch/apis.py", 433, "wrapper"});
+  const std::uint32_t train = frames.Intern({"train.py", 12, "<module>"});
+  const std::uint32_t keep = frames.Intern({"train.py", 15, "<module>"});
+  const std::uint32_t freed = frames.InternStack({matmul, forward, loss, grad, train});
+  const std::uint32_t kept = frames.InternStack({matmul, forward, keep});
+  std::uint64_t addr = 1 << 20;
+  std::int64_t time = 0;
+  auto push = [&](trace::Action a, std::uint64_t at, std::uint32_t stack) {
+    trace::Event e;
+    e.action = a;
+    e.addr = at;
+    e.size = 8 << 20;
+    e.stack_id = stack;
+    e.time_us = ++time;
+    t.events.push_back(e);
+  };
+  for (int step = 0; step < 12; ++step) {
+    const std::uint64_t out = addr += 8 << 20;
+    push(trace::Action::kAlloc, out, freed);
+    push(trace::Action::kFreeRequested, out, freed);
+    push(trace::Action::kFreeCompleted, out, freed);
+    push(trace::Action::kAlloc, addr += 8 << 20, kept);
+    trace::Event marker;
+    marker.action = trace::Action::kStep;
+    marker.time_us = ++time;
+    t.events.push_back(marker);
+  }
+  Report r = BuildReport(t, ReportOptions{});
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  const LeakSuspect& s = r.leaks.suspects[0];
+  EXPECT_EQ(s.name, "train.py:3 forward");
+  EXPECT_EQ(s.kept_through, "train.py:15 <module>");
+  EXPECT_EQ(SuspectText(s), "train.py:3 forward, called from train.py:15 <module>");
 }
 
 // Each step's loss kept as a tensor: 4 bytes asked for, a 512-byte block taken. Over 3,000

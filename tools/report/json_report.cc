@@ -23,7 +23,7 @@ std::string LeakVerdict(const Report& r) {
   if (!r.leaks.suspects.empty()) {
     return absl::StrCat("leak: memory kept from step to step grows ",
                         Bytes(r.leaks.bytes_per_step), " per step, mostly at ",
-                        r.leaks.suspects.front().name);
+                        SuspectText(r.leaks.suspects.front()));
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
   return "no leak: memory kept from step to step does not grow";
@@ -61,6 +61,7 @@ nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s, std::siz
   nlohmann::json j;
   j["rank"] = rank;
   j["site"] = s.name;
+  if (!s.kept_through.empty()) j["kept_through"] = s.kept_through;
   j["bytes_per_step"] = s.bytes_per_step;
   j["fit_r2"] = s.r2;
   j["rising_share"] = s.rising_share;

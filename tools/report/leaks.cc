@@ -3,7 +3,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace gpumem::report {
+
+std::string SuspectText(const LeakSuspect& suspect) {
+  if (suspect.kept_through.empty()) return suspect.name;
+  return absl::StrCat(suspect.name, ", called from ", suspect.kept_through);
+}
 
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps) {
   LeakAnalysis out;
@@ -37,6 +44,7 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
     suspect.blocks_never_freed = totals.live_blocks_at_end;
     suspect.bytes_never_freed = totals.live_bytes_at_end;
     suspect.stack = totals.leaked_stack != 0 ? totals.leaked_stack : sites.example_stack(s);
+    suspect.kept_through = totals.kept_through;
     suspect.first_step = steps.StepOf(totals.first_event);
     out.suspects.push_back(std::move(suspect));
   }

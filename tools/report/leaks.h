@@ -27,6 +27,7 @@ struct LeakSuspect {
   std::uint64_t bytes_never_freed = 0;
   std::uint64_t live_at_last_sample = 0;
   std::uint32_t stack = 0;    // a full stack that allocated there
+  std::string kept_through;   // the call its kept blocks came through (SiteTotals)
 };
 
 struct LeakAnalysis {
@@ -35,6 +36,10 @@ struct LeakAnalysis {
   double bytes_per_step = 0;          // all suspects together
   std::string why_none;               // when no analysis was possible
 };
+
+// A suspect as the verdicts name it: its site, and the call its kept blocks came through
+// where that tells them from the site's other blocks.
+std::string SuspectText(const LeakSuspect& suspect);
 
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps);
 

@@ -34,6 +34,7 @@ void LiveState::Release(std::uint64_t key,
   device(d).allocated -= b.size;
   site_live_[b.site] -= b.size;
   site_low_[b.site] = std::min(site_low_[b.site], site_live_[b.site]);
+  site_freed_stack_[b.site] = b.stack;
   blocks_.erase(it);
 }
 

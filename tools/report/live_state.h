@@ -28,7 +28,8 @@ struct FreePieces {
 class LiveState {
  public:
   explicit LiveState(const SiteTable& sites)
-      : sites_(sites), site_live_(sites.size(), 0), site_low_(sites.size(), 0) {}
+      : sites_(sites), site_live_(sites.size(), 0), site_low_(sites.size(), 0),
+        site_freed_stack_(sites.size(), 0) {}
 
   // Applies one event. Frees of blocks never seen allocated (a trace that starts
   // mid-run) are counted and otherwise ignored.
@@ -47,6 +48,8 @@ class LiveState {
   // stretch (a step, for the leak analysis).
   const std::vector<std::uint64_t>& site_low() const { return site_low_; }
   void ResetLows() { site_low_ = site_live_; }
+  // Per site, the stack of the block it freed last (0 before its first free).
+  const std::vector<std::uint32_t>& site_freed_stack() const { return site_freed_stack_; }
 
   // Keys are (device << 56) | address.
   const absl::flat_hash_map<std::uint64_t, LiveBlock>& blocks() const { return blocks_; }
@@ -83,6 +86,7 @@ class LiveState {
   std::vector<PerDevice> devices_;
   std::vector<std::uint64_t> site_live_;
   std::vector<std::uint64_t> site_low_;
+  std::vector<std::uint32_t> site_freed_stack_;
   std::uint64_t allocated_ = 0;
   std::uint64_t reserved_ = 0;
   std::uint64_t unmatched_frees_ = 0;

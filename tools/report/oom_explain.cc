@@ -47,7 +47,7 @@ void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
   x->evidence = absl::StrCat(
       "memory kept from step to step grew by ", Bytes(leaks.bytes_per_step), " per step (",
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
-      leaks.suspects.front().name, "); at the OOM in step ", p.step + 1, ", ",
+      SuspectText(leaks.suspects.front()), "); at the OOM in step ", p.step + 1, ", ",
       Bytes(x->leaked_bytes), " of the ", Bytes(p.allocated),
       " allocated was that growth. Without it the request of ", Bytes(p.request),
       " would have fit in ", Bytes(x->capacity), ".");

@@ -57,7 +57,7 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
     s.other_processes = peak->processes->note.processes.others;
   }
   s.leak_bytes_per_step = report.leaks.bytes_per_step;
-  if (!report.leaks.suspects.empty()) s.leak_site = report.leaks.suspects.front().name;
+  if (!report.leaks.suspects.empty()) s.leak_site = SuspectText(report.leaks.suspects.front());
   s.projected_oom_step = report.projected_oom_step;
   s.ooms = report.ooms.size();
   if (!report.ooms.empty()) s.first_oom_step = report.ooms.front().at.step;

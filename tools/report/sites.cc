@@ -1,5 +1,6 @@
 #include "tools/report/sites.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -79,10 +80,27 @@ SiteTable::SiteTable(const trace::Trace& trace) {
   std::vector<absl::string_view> files;
   for (std::size_t i = 1; i < sites_.size(); ++i) files.push_back(trace.frames[sites_[i].frame].filename);
   common_dir_ = CommonDir(files);
-  for (std::size_t i = 1; i < sites_.size(); ++i) {
-    const trace::Frame& f = trace.frames[sites_[i].frame];
-    sites_[i].name = absl::StrCat(DisplayPath(f.filename, common_dir_), ":", f.line, " ", f.function);
+  for (std::size_t i = 1; i < sites_.size(); ++i) sites_[i].name = Label(trace.frames[sites_[i].frame]);
+}
+
+std::string SiteTable::Label(const trace::Frame& f) const {
+  return absl::StrCat(DisplayPath(f.filename, common_dir_), ":", f.line, " ", f.function);
+}
+
+std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t kept,
+                                       std::uint32_t other) {
+  const std::vector<std::uint32_t>& frames = trace.stacks[kept];
+  const std::vector<std::uint32_t>& others = trace.stacks[other];
+  bool past_site = false;
+  for (std::uint32_t f : frames) {
+    if (IsLibraryFrame(trace.frames[f])) continue;
+    if (!past_site) {  // the site's own frame, shared by both
+      past_site = true;
+      continue;
+    }
+    if (std::find(others.begin(), others.end(), f) == others.end()) return f;
   }
+  return std::nullopt;
 }
 
 }  // namespace gpumem::report

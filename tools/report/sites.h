@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class SiteTable {
   // "file:line function" with the file as DisplayPath shows it, or "<no Python frames>"
   // for site 0.
   const std::string& name(std::uint32_t site) const { return sites_[site].name; }
+  // Any frame named as sites are: "file:line function", the file as DisplayPath shows it.
+  std::string Label(const trace::Frame& frame) const;
   // The folder the sites' absolute paths are shown relative to ("" if none).
   const std::string& common_dir() const { return common_dir_; }
   // The frame id the site names (meaningless for site 0).
@@ -59,5 +62,12 @@ class SiteTable {
 };
 
 std::string FrameName(const trace::Frame& frame);
+
+// The innermost user frame of `kept`, outside its site's frame, that `other` (a stack of
+// the same site) lacks: the call through which a site's kept blocks came where its freed
+// ones came another way (a helper that allocates for the training pass and for a list the
+// loop keeps). nullopt when every such frame is in `other` too.
+std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t kept,
+                                       std::uint32_t other);
 
 }  // namespace gpumem::report

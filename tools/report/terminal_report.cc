@@ -125,7 +125,7 @@ void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
     const LeakSuspect& s = r.leaks.suspects[i];
     absl::StrAppend(out, absl::StrFormat("  %zu. %s\n     +%s/step  R²=%.3f  since step %zu  "
                                          "%llu blocks never freed\n",
-                                         i + 1, Paint(color, "1", s.name), Bytes(s.bytes_per_step),
+                                         i + 1, Paint(color, "1", SuspectText(s)), Bytes(s.bytes_per_step),
                                          s.r2, s.first_step + 1,
                                          static_cast<unsigned long long>(s.blocks_never_freed)));
     AppendSuspectStack(r, s, out);

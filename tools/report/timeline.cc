@@ -154,6 +154,16 @@ class TimelineBuilder {
         best_bytes[s] = bytes;
       }
     }
+    for (std::uint32_t s = 0; s < t_.sites.size(); ++s) NoteKeptThrough(s);
+  }
+
+  void NoteKeptThrough(std::uint32_t s) {
+    SiteTotals& site = t_.sites[s];
+    const std::uint32_t freed = state_.site_freed_stack()[s];
+    if (site.leaked_stack == 0 || freed == 0 || freed == site.leaked_stack) return;
+    if (std::optional<std::uint32_t> call = CallApart(trace_, site.leaked_stack, freed)) {
+      site.kept_through = sites_.Label(trace_.frames[*call]);
+    }
   }
 
   void Finish() {

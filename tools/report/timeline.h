@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <functional>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct SiteTotals {
   // shown with the stack of what leaked, not of the site's first allocation (a site can mix freed and kept blocks,
   // e.g. a forward op's outputs and, attributed to it, its backward's gradients).
   std::uint32_t leaked_stack = 0;
+  // The call (a frame, as sites are named) through which that stack came where the site's
+  // block freed last came another way; empty if none (CallApart).
+  std::string kept_through;
   std::uint64_t peak_live = 0;
 };
 

@@ -1,0 +1,114 @@
+// Loops that nothing marks, in the dying process: passes found in the allocations stand
+// in for steps at an OOM (PassFinder, LiveView), and go once a step is marked.
+#include <cstdint>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "profiler/live_view.h"
+#include "profiler/oom_verdict.h"
+#include "profiler/pass_finder.h"
+
+namespace gpumem {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr std::uint64_t kMiB = 1 << 20;
+enum Stack : std::uint32_t { kPoints = 1, kDistances, kKept, kSums };
+
+LiveView MakeView() {
+  return LiveView(/*warn_steps=*/8, [](std::uint32_t stack) {
+    return absl::StrCat("kmeans.py:", 10 + stack, " kmeans");
+  });
+}
+
+// Lloyd's k-means in plain tensor operations: each pass's distances and sums come and
+// go, and 800 KB of each pass's nearest distances are kept.
+void KMeansPasses(LiveView& view, int passes, std::uint64_t& addr) {
+  for (int pass = 0; pass < passes; ++pass) {
+    const std::uint64_t distances = addr += 256 * kMiB;
+    view.OnAlloc(0, distances, 200 * kMiB, kDistances);
+    view.OnAlloc(0, addr += 256 * kMiB, 800'000, kKept);
+    const std::uint64_t sums = addr += 256 * kMiB;
+    view.OnAlloc(0, sums, 64 << 10, kSums);
+    view.OnFree(distances);
+    view.OnFree(sums);
+  }
+}
+
+TEST(PassFinder, TheFirstStackAtASteadyIntervalStartsEachPass) {
+  PassFinder finder;
+  int passes = 0;
+  for (int pass = 0; pass < 20; ++pass) {
+    for (std::uint32_t stack : {5u, 6u, 7u}) passes += finder.Add(stack) == PassFinder::Seen::kPass;
+  }
+  ASSERT_TRUE(finder.found());
+  EXPECT_EQ(finder.anchor(), 5u);
+  EXPECT_EQ(passes, 20 - 1 - static_cast<int>(PassFinder::kSteadyGaps));
+}
+
+TEST(PassFinder, AStackThatAllocatesEveryTimeIsNoPass) {
+  PassFinder finder;
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(finder.Add(9), PassFinder::Seen::kNothing);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(finder.Add(0), PassFinder::Seen::kNothing);
+  EXPECT_FALSE(finder.found());
+}
+
+// An inner loop of three allocations, run four times in each pass of an outer loop that
+// allocates once more: the outer loop's stack, twice as far apart or more, takes over.
+TEST(PassFinder, AnOuterLoopTakesOverFromTheInnerOne) {
+  PassFinder finder;
+  for (int outer = 0; outer < 30; ++outer) {
+    finder.Add(20);
+    for (int inner = 0; inner < 4; ++inner) {
+      for (std::uint32_t stack : {21u, 22u, 23u}) finder.Add(stack);
+    }
+  }
+  ASSERT_TRUE(finder.found());
+  EXPECT_EQ(finder.anchor(), 20u);
+}
+
+TEST(LiveViewPasses, ALeakInALoopNothingMarksIsMeasuredPerPass) {
+  LiveView view = MakeView();
+  std::uint64_t addr = 0;
+  view.OnAlloc(0, addr += 256 * kMiB, 50 * kMiB, kPoints);
+  KMeansPasses(view, 200, addr);
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  EXPECT_EQ(in.pass_start, "kmeans.py:12 kmeans");
+  EXPECT_EQ(in.figures.finished_steps, 200u - 1 - PassFinder::kSteadyGaps);
+  ASSERT_FALSE(in.sites.empty());
+  EXPECT_EQ(in.sites[0].name, "kmeans.py:13 kmeans");
+  EXPECT_NEAR(in.sites[0].bytes_per_step, 800'000.0, 512.0);  // a 512 B block's rounding
+  // The next pass's distances do not fit, where they would without what was kept.
+  in.figures.allocated = view.Live(0);
+  in.figures.capacity = in.figures.allocated + 100 * kMiB;
+  in.figures.request = 200 * kMiB;
+  const std::string text = OomVerdictText(in, report::ClassifyOom(in.figures));
+  EXPECT_THAT(text, HasSubstr("verdict: leak"));
+  EXPECT_THAT(text, HasSubstr("per pass over the last"));
+  EXPECT_THAT(text, HasSubstr("a pass starts at each allocation from kmeans.py:12 kmeans"));
+  EXPECT_THAT(text, HasSubstr("/pass"));
+}
+
+// Passes found while the model loads or warms up are dropped at the first step marked:
+// the steps are the unit from then on.
+TEST(LiveViewPasses, TheFirstStepMarkedDropsThePasses) {
+  LiveView view = MakeView();
+  std::uint64_t addr = 0;
+  KMeansPasses(view, 100, addr);
+  EXPECT_EQ(view.OnStep(1), "");
+  KMeansPasses(view, 100, addr);  // found again: not counted, a step was marked
+  OomVerdictInput in;
+  in.figures.finished_steps = 1;
+  view.Describe(0, &in);
+  EXPECT_EQ(in.pass_start, "");
+  EXPECT_EQ(in.figures.finished_steps, 1u);
+  ASSERT_FALSE(in.sites.empty());
+  EXPECT_EQ(in.growth_per_step, 0.0);
+}
+
+}  // namespace
+}  // namespace gpumem
