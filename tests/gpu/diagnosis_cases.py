@@ -1314,9 +1314,8 @@ def outputs_in_reference_cycles_left_to_the_collector():
 
 
 
-# A seventh set, written when the session's device time was spent (not yet run): loops
-# that no optimizer step, backward pass or model call marks, as scientific and
-# functional code writes them.
+# A seventh set: loops that no optimizer step, backward pass or model call marks, as
+# scientific and functional code writes them.
 def kmeans(keep_history, iterations):
     """Lloyd's k-means on the device in plain tensor operations: no module, no autograd."""
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -1371,6 +1370,75 @@ def functional_training_keeps_predictions():
             for name in params:
                 params[name] -= 1e-3 * grads[name]
             predictions.append(forward(params, x))  # LEAK: 8 MiB a step, kept
+
+
+# An eighth set, more loops that nothing marks: simulations and solvers in plain tensor
+# operations.
+@case("leak")
+def nbody_keeps_its_trajectory():
+    """An n-body simulation stepped with plain tensor operations; every step's positions
+    kept on the device to plot the orbits afterwards."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pos = torch.randn(100_000, 3, device="cuda", generator=g)
+    vel = torch.zeros_like(pos)
+    centers = torch.randn(64, 3, device="cuda", generator=g)
+    trajectory = []
+    for t in range(200_000):
+        delta = centers.unsqueeze(0) - pos.unsqueeze(1)  # 100k x 64 x 3
+        dist3 = delta.pow(2).sum(-1).add_(1e-2).pow(1.5)
+        vel = vel + 1e-4 * (delta / dist3.unsqueeze(-1)).sum(1)
+        pos = pos + 1e-3 * vel
+        trajectory.append(pos.clone())  # LEAK: 1.2 MB a step, kept
+        if t % 1000 == 0:
+            print(f"t {t}: spread {pos.std().item():.3f}")
+
+
+@case("no leak")
+def power_iteration_keeps_nothing():
+    """The largest eigenvalue of a matrix by power iteration: each pass's vector replaces
+    the last."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a = torch.randn(8192, 8192, device="cuda", generator=g)
+    a = a @ a.T / 8192
+    v = torch.randn(8192, 1, device="cuda", generator=g)
+    for it in range(4000):
+        w = a @ v
+        v = w / w.norm()
+        if it % 500 == 0:
+            print(f"pass {it}: eigenvalue {(v.T @ a @ v).item():.4f}")
+
+
+@case("no leak")
+def jacobi_keeps_the_last_residuals():
+    """A Jacobi solver keeping the last 16 residual fields for a convergence plot (a
+    bounded deque: memory that fills up and stops)."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    u = torch.zeros(4096, 4096, device="cuda")
+    f = torch.randn(4096, 4096, device="cuda", generator=g)
+    recent = collections.deque(maxlen=16)
+    for it in range(3000):
+        inner = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:] - f[1:-1, 1:-1])
+        residual = inner - u[1:-1, 1:-1]
+        u = torch.nn.functional.pad(inner, (1, 1, 1, 1))
+        recent.append(residual)
+        if it % 500 == 0:
+            print(f"pass {it}: residual {residual.abs().max().item():.3e}")
+
+
+@case("genuine peak")
+def sinkhorn_on_too_many_points():
+    """Sinkhorn's optimal transport between two point clouds whose cost matrix alone is
+    larger than the device's cap: it runs out in its first pass."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(40_000, 16, device="cuda", generator=g)
+    y = torch.randn(40_000, 16, device="cuda", generator=g)
+    cost = torch.cdist(x, y)  # 6.4 GB of float32
+    k = torch.exp(-cost / 0.1)
+    a = torch.ones(40_000, device="cuda")
+    for it in range(100):
+        b = 1 / (k.T @ a)
+        a = 1 / (k @ b)
+    print((a.sum() * b.sum()).item())
 
 
 if __name__ == "__main__":
