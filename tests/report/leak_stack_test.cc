@@ -7,6 +7,30 @@
 namespace gpumem::report {
 namespace {
 
+// Appends events to a trace, each 1 us after the last.
+class Events {
+ public:
+  explicit Events(trace::Trace* t) : t_(t) {}
+  void Push(trace::Action a, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
+    trace::Event e;
+    e.action = a;
+    e.addr = at;
+    e.size = size;
+    e.stack_id = stack;
+    e.time_us = ++time_;
+    t_->events.push_back(e);
+  }
+  void Free(std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
+    Push(trace::Action::kFreeRequested, at, size, stack);
+    Push(trace::Action::kFreeCompleted, at, size, stack);
+  }
+  void Step() { Push(trace::Action::kStep, 0, 0, 0); }
+
+ private:
+  trace::Trace* t_;
+  std::int64_t time_ = 0;
+};
+
 // One site mixes blocks that are freed every step (first seen) with blocks that are kept
 // (a backward op's gradients, attributed to the forward line): the suspect's stack must be
 // the kept blocks'.
@@ -19,34 +43,18 @@ TEST(LeakStack, IsTheStackOfTheBlocksNeverFreed) {
   const std::uint32_t freed = frames.InternStack({lib, line});
   const std::uint32_t kept = frames.InternStack({node, lib, line});
   std::uint64_t addr = 1 << 20;
-  std::int64_t time = 0;
-  auto push = [&](trace::Action a, std::uint64_t at, std::uint32_t stack) {
-    trace::Event e;
-    e.action = a;
-    e.addr = at;
-    e.size = 4 << 20;
-    e.stack_id = stack;
-    e.time_us = ++time;
-    t.events.push_back(e);
-  };
+  Events events(&t);
   for (int step = 0; step < 12; ++step) {
     const std::uint64_t out = addr += 8 << 20;
-    push(trace::Action::kAlloc, out, freed);
-    push(trace::Action::kAlloc, addr += 8 << 20, kept);
-    push(trace::Action::kFreeRequested, out, freed);
-    push(trace::Action::kFreeCompleted, out, freed);
-    trace::Event marker;
-    marker.action = trace::Action::kStep;
-    marker.time_us = ++time;
-    t.events.push_back(marker);
+    events.Push(trace::Action::kAlloc, out, 4 << 20, freed);
+    events.Push(trace::Action::kAlloc, addr += 8 << 20, 4 << 20, kept);
+    events.Free(out, 4 << 20, freed);
+    events.Step();
   }
   // The process exits: everything is freed after the last step end, as in a real trace.
   const std::vector<trace::Event> before_exit = t.events;
   for (const trace::Event& e : before_exit) {
-    if (e.action == trace::Action::kAlloc && e.stack_id == kept) {
-      push(trace::Action::kFreeRequested, e.addr, kept);
-      push(trace::Action::kFreeCompleted, e.addr, kept);
-    }
+    if (e.action == trace::Action::kAlloc && e.stack_id == kept) events.Free(e.addr, 4 << 20, kept);
   }
   Report r = BuildReport(t, ReportOptions{});
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
@@ -73,26 +81,13 @@ TEST(LeakStack, NamesTheCallThatKeptBlocksCameThroughWhereTheSiteAlsoFrees) {
   const std::uint32_t freed = frames.InternStack({matmul, forward, loss, grad, train});
   const std::uint32_t kept = frames.InternStack({matmul, forward, keep});
   std::uint64_t addr = 1 << 20;
-  std::int64_t time = 0;
-  auto push = [&](trace::Action a, std::uint64_t at, std::uint32_t stack) {
-    trace::Event e;
-    e.action = a;
-    e.addr = at;
-    e.size = 8 << 20;
-    e.stack_id = stack;
-    e.time_us = ++time;
-    t.events.push_back(e);
-  };
+  Events events(&t);
   for (int step = 0; step < 12; ++step) {
     const std::uint64_t out = addr += 8 << 20;
-    push(trace::Action::kAlloc, out, freed);
-    push(trace::Action::kFreeRequested, out, freed);
-    push(trace::Action::kFreeCompleted, out, freed);
-    push(trace::Action::kAlloc, addr += 8 << 20, kept);
-    trace::Event marker;
-    marker.action = trace::Action::kStep;
-    marker.time_us = ++time;
-    t.events.push_back(marker);
+    events.Push(trace::Action::kAlloc, out, 8 << 20, freed);
+    events.Free(out, 8 << 20, freed);
+    events.Push(trace::Action::kAlloc, addr += 8 << 20, 8 << 20, kept);
+    events.Step();
   }
   Report r = BuildReport(t, ReportOptions{});
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
@@ -111,23 +106,14 @@ Report ScalarsKeptEachStep(bool kept) {
   const std::uint32_t batch = frames.InternStack({frames.Intern({"train.py", 5, "<module>"})});
   const std::uint32_t loss = frames.InternStack({frames.Intern({"train.py", 8, "<module>"})});
   std::uint64_t addr = 1 << 30;
-  std::int64_t time = 0;
-  auto push = [&](trace::Action a, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
-    trace::Event e;
-    e.action = a;
-    e.addr = at;
-    e.size = size;
-    e.stack_id = stack;
-    e.time_us = ++time;
-    t.events.push_back(e);
-  };
+  Events events(&t);
   for (int step = 0; step < 3000; ++step) {
-    push(trace::Action::kAlloc, 1 << 20, 64 << 20, batch);
+    events.Push(trace::Action::kAlloc, 1 << 20, 64 << 20, batch);
     const std::uint64_t scalar = addr += 512;
-    push(trace::Action::kAlloc, scalar, 4, loss);
-    push(trace::Action::kFreeCompleted, 1 << 20, 64 << 20, batch);
-    if (!kept) push(trace::Action::kFreeCompleted, scalar, 4, loss);
-    push(trace::Action::kStep, 0, 0, 0);
+    events.Push(trace::Action::kAlloc, scalar, 4, loss);
+    events.Push(trace::Action::kFreeCompleted, 1 << 20, 64 << 20, batch);
+    if (!kept) events.Push(trace::Action::kFreeCompleted, scalar, 4, loss);
+    events.Step();
   }
   return BuildReport(t, ReportOptions{});
 }
