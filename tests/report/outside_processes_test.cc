@@ -9,6 +9,7 @@
 #include "tools/report/json_report.h"
 #include "tools/report/outside_format.h"
 #include "tools/report/report.h"
+#include "tools/report/synthetic_builder.h"
 #include "tools/report/synthetic_outside.h"
 #include "tools/report/terminal_report.h"
 
@@ -143,6 +144,29 @@ TEST(OutsideProcesses, TheOomsReadNamesOtherProcessesInTheVerdict) {
   const std::string verdict = Verdict(r);
   EXPECT_NE(verdict.find("unknown 64.00 MiB, context and unseen 200.00 MiB, other processes "
                          "400.00 MiB of 80.00 GiB"),
+            std::string::npos)
+      << verdict;
+}
+
+// A model too large to load, dying before any step: no step end carried the driver's
+// figures and no library called the driver, so only NVML's read at the OOM says what the
+// process held beyond the allocator. The verdict says that much.
+TEST(OutsideProcesses, AnOomBeforeAnyStepWithOnlyNvmlsReadSaysWhatItSaw) {
+  synthetic::Builder b;
+  const std::uint64_t base = 0x7f0000000000ull;
+  b.Segment(base, 3 * A::kGiB);
+  b.Alloc(base, 3 * A::kGiB, b.Stack(12, "load"));
+  b.Oom(2 * A::kGiB, 100 * A::kGiB);
+  trace::Trace t = b.Take();
+  Note at_oom;
+  at_oom.self = 3 * A::kGiB + 500 * A::kMiB;
+  at_oom.at_oom = true;
+  AddNote(&t, at_oom);
+  const Report r = BuildReport(t, {});
+  EXPECT_FALSE(r.outside.known());
+  const std::string verdict = Verdict(r);
+  EXPECT_NE(verdict.find("; the allocator held 3.00 GiB, context and unseen 500.00 MiB, other "
+                         "processes 400.00 MiB"),
             std::string::npos)
       << verdict;
 }

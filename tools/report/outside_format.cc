@@ -148,8 +148,12 @@ std::string FormatOutside(const OutsideAllocator& o) {
 }
 
 std::string OutsideVerdictPart(const OutsideAllocator& o) {
-  if (!o.end || (!o.calls_recorded && !o.end->driver_used)) return "";
+  if (!o.end) return "";
   const OutsideMoment& m = *o.end;
+  // NVML's read at the moment alone (no driver figures, no calls recorded) still tells
+  // this process's context apart.
+  const std::uint64_t nvml_context = m.remainder() ? 0 : m.context_and_unseen().value_or(0);
+  if (!o.calls_recorded && !m.driver_used && nvml_context == 0) return "";
   std::vector<std::string> parts = {
       absl::StrCat("the allocator held ", Bytes(static_cast<double>(m.reserved)))};
   if (o.calls_recorded) {
@@ -160,6 +164,8 @@ std::string OutsideVerdictPart(const OutsideAllocator& o) {
   if (m.remainder() && *m.remainder() > others) {
     parts.push_back(absl::StrCat(o.calls_recorded ? "context and unseen " : "outside it ",
                                  Bytes(static_cast<double>(*m.remainder() - others))));
+  } else if (nvml_context > 0) {
+    parts.push_back(absl::StrCat("context and unseen ", Bytes(static_cast<double>(nvml_context))));
   }
   if (others != 0) {
     parts.push_back(absl::StrCat("other processes ", Bytes(static_cast<double>(others))));
