@@ -1,6 +1,7 @@
 #include "profiler/live_view.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -88,27 +89,28 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
 
 std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
   const std::int32_t device = DeviceOf(w.key);
+  const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
   if (w.withdrawn) {
-    return absl::StrCat("gpumem: leak warning withdrawn at step ", step, ": ",
+    return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
                         site_names_[static_cast<std::uint32_t>(w.key)],
-                        " has held no more for the last ", warner_.stopped_steps(),
-                        " step ends (live ", report::Bytes(static_cast<double>(w.live)),
+                        " has held no more for the last ", warner_.stopped_steps(), " ", unit,
+                        " ends (live ", report::Bytes(static_cast<double>(w.live)),
                         "): memory that fills up and stops, such as a cache, is not a leak\n");
   }
   const std::string projection =
       w.oom_step ? absl::StrCat("at this rate device ", device, " reaches its cap of ",
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
-                                " at step ", *w.oom_step)
-                 : std::string("no cap known to project the out-of-memory step");
+                                " at ", unit, " ", *w.oom_step)
+                 : absl::StrCat("no cap known to project the out-of-memory ", unit);
   const std::string how =
       w.in_steps_over > 0
-          ? absl::StrCat(" grew in steps over the last ", w.in_steps_over, " step ends, +")
-          : absl::StrCat(" grew at each of the last ", warn_steps_, " step ends, +");
-  return absl::StrCat("gpumem: leak warning at step ", step, ": ",
+          ? absl::StrCat(" grew in ", unit, "s over the last ", w.in_steps_over, " ", unit,
+                         " ends, +")
+          : absl::StrCat(" grew at each of the last ", warn_steps_, " ", unit, " ends, +");
+  return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
                       site_names_[static_cast<std::uint32_t>(w.key)], how,
-                      report::Bytes(w.bytes_per_step),
-                      "/step (live ", report::Bytes(static_cast<double>(w.live)), "); ",
-                      projection, "\n");
+                      report::Bytes(w.bytes_per_step), "/", unit, " (live ",
+                      report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }
 
 void LiveView::SampleLocked(std::uint64_t step) {
@@ -135,12 +137,14 @@ void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
     case PassFinder::Seen::kNewAnchor:
       // A new rhythm: what was sampled in the old one is of another unit.
       history_ = SiteHistory();
+      warner_ = LeakWarner(warn_steps_);
       passes_seen_ = 0;
       pass_start_ = site_names_[SiteOfLocked(stack)];
       blocks_.StepLowsByKeyAndStartStep();
       return;
     case PassFinder::Seen::kPass:
       SampleLocked(++passes_seen_);
+      WarnLocked(passes_seen_);
       return;
   }
 }
@@ -148,8 +152,17 @@ void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
 void LiveView::FirstMarkLocked() {
   if (marked_.exchange(true) || !passes_.found()) return;
   history_ = SiteHistory();
+  warner_ = LeakWarner(warn_steps_);
   passes_seen_ = 0;
   pass_start_.clear();
+}
+
+void LiveView::WarnLocked(std::uint64_t pass) {
+  std::string lines;
+  for (const LeakWarning& w : warner_.Check(pass, history_, devices_)) {
+    absl::StrAppend(&lines, WarningLine(w, pass));
+  }
+  if (!lines.empty()) std::fputs(lines.c_str(), stderr);
 }
 
 std::string LiveView::OnStep(std::uint64_t step) {

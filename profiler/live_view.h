@@ -3,8 +3,8 @@
 // SiteHistory, the early leak warning is checked (LeakWarner), and an OOM is described
 // from both (OomVerdictInput). Sites are named as the report names them: the innermost
 // frame outside library code. Until a step is marked, passes found in the allocations
-// (PassFinder) stand in for steps, for the verdict at an OOM only: no early warning is
-// said of them, and the first step marked drops what they measured.
+// (PassFinder) stand in for steps, the warnings and the verdict counting per pass; the
+// first step marked drops what they measured.
 #pragma once
 
 #include <atomic>
@@ -53,6 +53,8 @@ class LiveView {
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
   void SeeUnmarkedAlloc(std::uint32_t stack);
+  // Says the early warnings due at a pass's end on stderr (a step's go to the recorder).
+  void WarnLocked(std::uint64_t pass);
   // The first step marked: passes found before it stop counting, and their samples go.
   void FirstMarkLocked();
 

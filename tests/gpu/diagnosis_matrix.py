@@ -88,7 +88,7 @@ def names_site(named, site):
     return where == site or where.endswith("/" + site)
 
 
-WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at step \d+: (\S+)")
+WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at (?:step|pass) \d+: (\S+)")
 
 
 def warned_right(expected, stderr, site):
