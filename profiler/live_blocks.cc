@@ -34,6 +34,7 @@ void LiveBlocks::Forget(const Block& block) {
   Bytes& bytes = shard.by_key[block.key];
   bytes.live -= block.size;
   bytes.low = std::min(bytes.low, bytes.live);
+  bytes.freed = true;
 }
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
@@ -73,6 +74,17 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {
     std::lock_guard<std::mutex> lock(shard.mu);
     for (const auto& [key, bytes] : shard.by_key) {
       if (bytes.live != 0) out[key] = bytes.live;
+    }
+  }
+  return out;
+}
+
+absl::flat_hash_set<std::uint64_t> LiveBlocks::FreedKeys() const {
+  absl::flat_hash_set<std::uint64_t> out;
+  for (const KeyShard& shard : key_shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [key, bytes] : shard.by_key) {
+      if (bytes.freed) out.insert(key);
     }
   }
   return out;

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 namespace gpumem {
 
@@ -32,6 +33,8 @@ class LiveBlocks {
   // all through it, as a leak is; every key with live bytes, even where that is 0), and a
   // new step begins.
   absl::flat_hash_map<std::uint64_t, std::uint64_t> StepLowsByKeyAndStartStep();
+  // The keys that have freed a block since the trace began.
+  absl::flat_hash_set<std::uint64_t> FreedKeys() const;
   std::uint64_t Live(std::int32_t device) const;
   // The most live at once on `device` since the last call; starts again from live now.
   std::uint64_t TakeStepPeak(std::int32_t device);
@@ -44,6 +47,7 @@ class LiveBlocks {
   struct Bytes {
     std::uint64_t live = 0;
     std::uint64_t low = 0;  // the least live since the last step mark
+    bool freed = false;     // a block of the key was freed
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;
   // bytes sharded by key, so that a key's least live in a step is over all its blocks

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/verdict_rules.h"
@@ -51,8 +53,11 @@ std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t ke
 
 }  // namespace
 
-LiveView::LiveView(std::size_t warn_steps, SiteNamer namer)
-    : namer_(std::move(namer)), warner_(warn_steps), warn_steps_(warn_steps) {}
+LiveView::LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer)
+    : namer_(std::move(namer)),
+      call_namer_(std::move(call_namer)),
+      warner_(warn_steps),
+      warn_steps_(warn_steps) {}
 
 void LiveView::SetCap(std::int32_t device, std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -176,6 +181,29 @@ std::string LiveView::OnStep(std::uint64_t step) {
   return lines;
 }
 
+std::string LiveView::KeptThroughLocked(
+    std::uint64_t site_key, const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
+    const absl::flat_hash_set<std::uint64_t>& freed) {
+  if (!call_namer_) return "";
+  const auto of_site = [&](std::uint64_t key) {
+    return DeviceOf(key) == DeviceOf(site_key) &&
+           SiteOfLocked(static_cast<std::uint32_t>(key)) == static_cast<std::uint32_t>(site_key);
+  };
+  std::uint64_t kept = 0, most = 0;
+  for (const auto& [key, bytes] : by_stack) {
+    if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
+  }
+  // A kept stack that also frees tells nothing apart; else any other of the site's that
+  // freed (the smallest key, so that the answer does not depend on the hash order).
+  if (most == 0 || freed.contains(kept)) return "";
+  std::optional<std::uint64_t> other;
+  for (std::uint64_t key : freed) {
+    if (of_site(key) && (!other || key < *other)) other = key;
+  }
+  if (!other) return "";
+  return call_namer_(static_cast<std::uint32_t>(kept), static_cast<std::uint32_t>(*other));
+}
+
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   std::lock_guard<std::mutex> lock(mu_);
   in->sites_recorded = true;
@@ -183,7 +211,9 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
     in->figures.finished_steps = passes_seen_;
     in->pass_start = pass_start_;
   }
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks_.ByKey());
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(by_stack);
+  const absl::flat_hash_set<std::uint64_t> freed = blocks_.FreedKeys();
   const double min_growth = report::MinLeakGrowth(in->figures.allocated);
   std::vector<VerdictSite> growing, others;
   for (const auto& [key, bytes] : now) {
@@ -194,6 +224,9 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       in->growth_per_step += g->growth.bytes_per_step;
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
       if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
+      if (const std::string call = KeptThroughLocked(key, by_stack, freed); !call.empty()) {
+        absl::StrAppend(&site.name, ", called from ", call);
+      }
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));

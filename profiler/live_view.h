@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "profiler/leak_warning.h"
 #include "profiler/live_blocks.h"
 #include "profiler/oom_verdict.h"
@@ -26,8 +27,12 @@ class LiveView {
  public:
   // The site of a stack id ("file:line function").
   using SiteNamer = std::function<std::string(std::uint32_t stack)>;
-  // `warn_steps`: GPUMEM_LEAK_WARN_STEPS (0: no warning).
-  LiveView(std::size_t warn_steps, SiteNamer namer);
+  // The call (a frame, named as sites are) through which the first stack came where the
+  // second, of the same site, came another way; empty if none (report::CallApart).
+  using CallNamer = std::function<std::string(std::uint32_t kept, std::uint32_t other)>;
+  // `warn_steps`: GPUMEM_LEAK_WARN_STEPS (0: no warning). Without `call_namer` a growing
+  // site is named by its site alone.
+  LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer = nullptr);
 
   void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
     blocks_.OnAlloc(device, addr, size, stack);
@@ -49,6 +54,11 @@ class LiveView {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> BySiteLocked(
       const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack);
   std::uint32_t SiteOfLocked(std::uint32_t stack);
+  // For a growing site (`site_key`): the call its kept blocks came through, where the
+  // stack holding most of its bytes never freed and another of its stacks did.
+  std::string KeptThroughLocked(std::uint64_t site_key,
+                                const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
+                                const absl::flat_hash_set<std::uint64_t>& freed);
   std::string WarningLine(const LeakWarning& w, std::uint64_t step);
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
@@ -61,6 +71,7 @@ class LiveView {
   LiveBlocks blocks_;
   std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
   SiteNamer namer_;
+  CallNamer call_namer_;
   SiteHistory history_;
   LeakWarner warner_;
   const std::size_t warn_steps_;

@@ -77,6 +77,10 @@ absl::StatusOr<std::unique_ptr<Recorder>> Recorder::Open(RecorderOptions options
 }
 
 namespace {
+std::string FrameLabel(const StackTable::NamedFrame& f) {
+  return absl::StrCat(f.filename, ":", f.line, " ", f.function);
+}
+
 // A stack's site as the report names it: its innermost frame outside library code.
 std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
   if (frames.empty()) return "<unknown stack>";
@@ -87,7 +91,18 @@ std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
       break;
     }
   }
-  return absl::StrCat(chosen->filename, ":", chosen->line, " ", chosen->function);
+  return FrameLabel(*chosen);
+}
+
+std::string CallApartName(const std::vector<StackTable::NamedFrame>& kept,
+                          const std::vector<StackTable::NamedFrame>& other) {
+  const std::optional<std::size_t> at = report::CallApart(
+      kept, other,
+      [](const StackTable::NamedFrame& f) { return report::IsLibraryFile(f.filename); },
+      [](const StackTable::NamedFrame& a, const StackTable::NamedFrame& b) {
+        return a.line == b.line && a.filename == b.filename && a.function == b.function;
+      });
+  return at ? FrameLabel(kept[*at]) : "";
 }
 }  // namespace
 
@@ -99,6 +114,10 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
                                      options_.leak_warn_steps,
                                      [this](std::uint32_t stack) {
                                        return SiteName(ring_->stacks().Frames(stack));
+                                     },
+                                     [this](std::uint32_t kept, std::uint32_t other) {
+                                       return CallApartName(ring_->stacks().Frames(kept),
+                                                            ring_->stacks().Frames(other));
                                      })
                                : nullptr),
       ring_(std::move(ring)) {

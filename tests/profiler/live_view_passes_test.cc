@@ -107,6 +107,32 @@ TEST(LiveViewPasses, ALoopThatKeepsNothingIsNotWarnedOf) {
   EXPECT_EQ(KMeansPasses(view, 200, addr, /*keep=*/false), "");
 }
 
+// A model written as a function, trained with torch.func.grad and called again for a list
+// the loop keeps: both calls allocate at its line (one site, two stacks). The verdict names
+// the call the kept outputs came through.
+TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
+  enum : std::uint32_t { kBatch = 1, kForwardInGrad, kForwardKept };
+  LiveView view(
+      8, [](std::uint32_t stack) { return stack == kBatch ? "f.py:9 batch" : "f.py:3 forward"; },
+      [](std::uint32_t kept, std::uint32_t other) {
+        return kept == kForwardKept && other == kForwardInGrad ? "f.py:15 <module>" : "";
+      });
+  std::uint64_t addr = 0;
+  for (int step = 0; step < 100; ++step) {
+    const std::uint64_t x = addr += 64 * kMiB, out = addr += 64 * kMiB;
+    view.OnAlloc(0, x, 8 * kMiB, kBatch);
+    view.OnAlloc(0, out, 8 * kMiB, kForwardInGrad);
+    view.OnFree(out);
+    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kForwardKept);
+    view.OnFree(x);
+  }
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  ASSERT_FALSE(in.sites.empty());
+  EXPECT_EQ(in.sites[0].name, "f.py:3 forward, called from f.py:15 <module>");
+  EXPECT_GT(in.sites[0].bytes_per_step, 0.0);
+}
+
 // Passes found while the model loads or warms up are dropped at the first step marked:
 // the steps are the unit from then on.
 TEST(LiveViewPasses, TheFirstStepMarkedDropsThePasses) {

@@ -1,6 +1,5 @@
 #include "tools/report/sites.h"
 
-#include <algorithm>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
@@ -90,17 +89,12 @@ std::string SiteTable::Label(const trace::Frame& f) const {
 std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t kept,
                                        std::uint32_t other) {
   const std::vector<std::uint32_t>& frames = trace.stacks[kept];
-  const std::vector<std::uint32_t>& others = trace.stacks[other];
-  bool past_site = false;
-  for (std::uint32_t f : frames) {
-    if (IsLibraryFrame(trace.frames[f])) continue;
-    if (!past_site) {  // the site's own frame, shared by both
-      past_site = true;
-      continue;
-    }
-    if (std::find(others.begin(), others.end(), f) == others.end()) return f;
-  }
-  return std::nullopt;
+  const std::optional<std::size_t> at = CallApart(
+      frames, trace.stacks[other],
+      [&](std::uint32_t f) { return IsLibraryFrame(trace.frames[f]); },
+      [](std::uint32_t a, std::uint32_t b) { return a == b; });
+  if (!at) return std::nullopt;
+  return frames[*at];
 }
 
 }  // namespace gpumem::report

@@ -99,6 +99,27 @@ OomClass ClassifyOom(const OomFigures& f);
 // native libraries): a site is the innermost frame outside them.
 bool IsLibraryFile(absl::string_view file);
 
+// Of two stacks of one site (frames innermost first), the index in `kept` of its innermost
+// user frame outside the site's own (its first) that `other` lacks: the call through which
+// a site's kept blocks came where its freed ones came another way. nullopt when none.
+template <typename Frame, typename IsLibrary, typename Same>
+std::optional<std::size_t> CallApart(const std::vector<Frame>& kept,
+                                     const std::vector<Frame>& other, IsLibrary is_library,
+                                     Same same) {
+  bool past_site = false;
+  for (std::size_t i = 0; i < kept.size(); ++i) {
+    if (is_library(kept[i])) continue;
+    if (!past_site) {
+      past_site = true;
+      continue;
+    }
+    bool shared = false;
+    for (const Frame& o : other) shared = shared || same(kept[i], o);
+    if (!shared) return i;
+  }
+  return std::nullopt;
+}
+
 // The device memory a block of `requested` bytes takes: both allocators (gpumem's, and
 // PyTorch's with its 512-byte minimum block) hand out blocks in multiples of kBlockAlign,
 // so a site that keeps one scalar a step keeps 512 bytes a step, 128 times what was asked
