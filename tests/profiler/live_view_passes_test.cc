@@ -2,6 +2,8 @@
 // in for steps at an OOM (PassFinder, LiveView), and go once a step is marked.
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -148,6 +150,34 @@ TEST(LiveViewPasses, TheFirstStepMarkedDropsThePasses) {
   EXPECT_EQ(in.figures.finished_steps, 1u);
   ASSERT_FALSE(in.sites.empty());
   EXPECT_EQ(in.growth_per_step, 0.0);
+}
+
+// Threads allocating at once before any mark (the allocator's and PyTorch's callbacks come
+// from whichever thread allocates), and one marking a step meanwhile: passes are looked
+// for under the view's lock, and whatever was found before the mark goes at it (run under
+// TSan too).
+TEST(LiveViewPasses, ThreadsAllocatingWhileAStepIsMarked) {
+  LiveView view = MakeView();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&view, t] {
+      std::uint64_t addr = static_cast<std::uint64_t>(t + 1) << 44;
+      for (int pass = 0; pass < 500; ++pass) {
+        const std::uint64_t a = addr += kMiB, b = addr += kMiB;
+        view.OnAlloc(0, a, 4096, kDistances);
+        view.OnAlloc(0, b, 4096, kSums);
+        view.OnFree(a);
+        view.OnFree(b);
+      }
+    });
+  }
+  threads.emplace_back([&view] { view.OnStep(1); });
+  for (std::thread& t : threads) t.join();
+  OomVerdictInput in;
+  in.figures.finished_steps = 1;
+  view.Describe(0, &in);
+  EXPECT_EQ(in.pass_start, "");
+  EXPECT_EQ(in.figures.finished_steps, 1u);
 }
 
 }  // namespace
