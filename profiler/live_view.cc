@@ -141,9 +141,7 @@ void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
       return;
     case PassFinder::Seen::kNewAnchor:
       // A new rhythm: what was sampled in the old one is of another unit.
-      history_ = SiteHistory();
-      warner_ = LeakWarner(warn_steps_);
-      passes_seen_ = 0;
+      ForgetPassesLocked();
       pass_start_ = site_names_[SiteOfLocked(stack)];
       blocks_.StepLowsByKeyAndStartStep();
       return;
@@ -155,7 +153,10 @@ void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
 }
 
 void LiveView::FirstMarkLocked() {
-  if (marked_.exchange(true) || !passes_.found()) return;
+  if (!marked_.exchange(true) && passes_.found()) ForgetPassesLocked();
+}
+
+void LiveView::ForgetPassesLocked() {
   history_ = SiteHistory();
   warner_ = LeakWarner(warn_steps_);
   passes_seen_ = 0;

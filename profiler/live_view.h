@@ -67,6 +67,8 @@ class LiveView {
   void WarnLocked(std::uint64_t pass);
   // The first step marked: passes found before it stop counting, and their samples go.
   void FirstMarkLocked();
+  // Drops what passes measured (samples, warnings, count) before a new unit begins.
+  void ForgetPassesLocked();
 
   LiveBlocks blocks_;
   std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
