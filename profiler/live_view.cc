@@ -147,7 +147,10 @@ void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
       return;
     case PassFinder::Seen::kPass:
       SampleLocked(++passes_seen_);
-      WarnLocked(passes_seen_);
+      // A pass's warnings have no caller to hand them to (a step's go to the recorder).
+      if (const std::string lines = WarningsLocked(passes_seen_); !lines.empty()) {
+        std::fputs(lines.c_str(), stderr);
+      }
       return;
   }
 }
@@ -163,23 +166,19 @@ void LiveView::ForgetPassesLocked() {
   pass_start_.clear();
 }
 
-void LiveView::WarnLocked(std::uint64_t pass) {
+std::string LiveView::WarningsLocked(std::uint64_t step) {
   std::string lines;
-  for (const LeakWarning& w : warner_.Check(pass, history_, devices_)) {
-    absl::StrAppend(&lines, WarningLine(w, pass));
+  for (const LeakWarning& w : warner_.Check(step, history_, devices_)) {
+    absl::StrAppend(&lines, WarningLine(w, step));
   }
-  if (!lines.empty()) std::fputs(lines.c_str(), stderr);
+  return lines;
 }
 
 std::string LiveView::OnStep(std::uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   FirstMarkLocked();
   SampleLocked(step);
-  std::string lines;
-  for (const LeakWarning& w : warner_.Check(step, history_, devices_)) {
-    absl::StrAppend(&lines, WarningLine(w, step));
-  }
-  return lines;
+  return WarningsLocked(step);
 }
 
 std::string LiveView::KeptThroughLocked(

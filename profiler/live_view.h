@@ -63,8 +63,8 @@ class LiveView {
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
   void SeeUnmarkedAlloc(std::uint32_t stack);
-  // Says the early warnings due at a pass's end on stderr (a step's go to the recorder).
-  void WarnLocked(std::uint64_t pass);
+  // The early warnings due at the end of step (or pass) `step`, one line each.
+  std::string WarningsLocked(std::uint64_t step);
   // The first step marked: passes found before it stop counting, and their samples go.
   void FirstMarkLocked();
   // Drops what passes measured (samples, warnings, count) before a new unit begins.
