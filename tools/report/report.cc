@@ -25,13 +25,10 @@ std::vector<std::optional<KnownCapacity>> OomCapacities(const Report& r,
   return out;
 }
 
-// Only worth the time when the OOM that ended the run looks like fragmentation.
-std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r,
-                                                const std::vector<std::optional<KnownCapacity>>& caps,
-                                                std::optional<std::int64_t> died_of_oom_at) {
-  std::vector<OomExplanation> first =
-      ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, died_of_oom_at);
-  for (const OomExplanation& x : first) {
+// Only worth the time when the OOM that ended the run (explained without it) looks like
+// fragmentation.
+std::optional<ReplayOutcome> ReplayIfFragmented(const Report& r) {
+  for (const OomExplanation& x : r.ooms) {
     if (x.fatal && x.cls == OomClass::kFragmentation) {
       return ReplayThroughGpumem(*r.trace, x.capacity, x.at.index);
     }
@@ -102,9 +99,12 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   }
   const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
   const std::optional<std::int64_t> died_of_oom_at = DiedOfOomAt(trace);
-  std::optional<ReplayOutcome> replay;
-  if (options.replay_fragmentation) replay = ReplayIfFragmented(r, caps, died_of_oom_at);
-  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay, died_of_oom_at);
+  r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, died_of_oom_at);
+  if (options.replay_fragmentation) {
+    if (std::optional<ReplayOutcome> replay = ReplayIfFragmented(r)) {
+      r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, replay, died_of_oom_at);
+    }
+  }
   for (std::size_t i = 0; i < r.ooms.size(); ++i) {
     if (r.ooms[i].fatal) r.fatal_oom = i;
     r.recovered_ooms += r.ooms[i].recovered;
