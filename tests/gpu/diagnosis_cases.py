@@ -1442,32 +1442,7 @@ def sinkhorn_on_too_many_points():
 
 
 # A ninth set, written when the session's device time was spent (not yet run): memory
-# kept through an exception's frames, CUDA graph pools, module buffers and a cache.
-@case("leak")
-def failed_steps_kept_with_their_exceptions():
-    """Batches with an outlier are skipped by raising, and each exception is kept for a
-    report at the end: its traceback holds the failed step's frame, and with it the
-    step's output and the graph saved for its backward."""
-    net = model()
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    failures = []
-
-    def step(x):
-        out = net(x)  # LEAK: kept by the frame of each exception kept
-        loss = out.pow(2).mean()
-        if x.abs().max() > 5.3:  # about one batch in five
-            raise ValueError("outlier in batch")
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    for _ in range(100000):
-        try:
-            step(batch())
-        except ValueError as e:
-            failures.append(e)
-
-
+# kept through CUDA graph pools, module buffers and a cache.
 @case("leak")
 def graphs_recaptured_each_epoch_and_kept():
     """The training step captured in a CUDA graph anew each epoch (its learning rate
