@@ -92,7 +92,8 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
   return out;
 }
 
-std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
+std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
+                                  const std::string& kept_through) {
   const std::int32_t device = DeviceOf(w.key);
   const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
   if (w.withdrawn) {
@@ -112,8 +113,10 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step) {
           ? absl::StrCat(" grew in ", unit, "s over the last ", w.in_steps_over, " ", unit,
                          " ends, +")
           : absl::StrCat(" grew at each of the last ", warn_steps_, " ", unit, " ends, +");
+  const std::string called_from =
+      kept_through.empty() ? "" : absl::StrCat(", called from ", kept_through, ",");
   return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
-                      site_names_[static_cast<std::uint32_t>(w.key)], how,
+                      site_names_[static_cast<std::uint32_t>(w.key)], called_from, how,
                       report::Bytes(w.bytes_per_step), "/", unit, " (live ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }
@@ -167,9 +170,16 @@ void LiveView::ForgetPassesLocked() {
 }
 
 std::string LiveView::WarningsLocked(std::uint64_t step) {
+  const std::vector<LeakWarning> due = warner_.Check(step, history_, devices_);
+  if (due.empty()) return "";
+  // Which call kept a growing site's blocks is read from the live blocks once, and only
+  // when a warning is due: warnings are rare, the blocks many.
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();
+  const absl::flat_hash_set<std::uint64_t> freed = blocks_.FreedKeys();
   std::string lines;
-  for (const LeakWarning& w : warner_.Check(step, history_, devices_)) {
-    absl::StrAppend(&lines, WarningLine(w, step));
+  for (const LeakWarning& w : due) {
+    const std::string call = w.withdrawn ? "" : KeptThroughLocked(w.key, by_stack, freed);
+    absl::StrAppend(&lines, WarningLine(w, step, call));
   }
   return lines;
 }

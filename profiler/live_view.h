@@ -59,7 +59,9 @@ class LiveView {
   std::string KeptThroughLocked(std::uint64_t site_key,
                                 const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
                                 const absl::flat_hash_set<std::uint64_t>& freed);
-  std::string WarningLine(const LeakWarning& w, std::uint64_t step);
+  // `kept_through`: the call a growing site's kept blocks came through, or empty.
+  std::string WarningLine(const LeakWarning& w, std::uint64_t step,
+                          const std::string& kept_through);
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
   void SeeUnmarkedAlloc(std::uint32_t stack);

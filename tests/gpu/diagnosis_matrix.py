@@ -88,22 +88,25 @@ def names_site(named, site):
     return where == site or where.endswith("/" + site)
 
 
-WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at (?:step|pass) \d+: (\S+)")
+WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at (?:step|pass) \d+: (\S+)"
+                     r"(?: [^,]*, called from (\S+))?")
 
 
 def warned_right(expected, stderr, site):
     """Whether the early leak warnings named the leaking line: the first that names
     another site is right only if it was withdrawn later, as memory that filled up and
     stopped (None: no warning, or the case is not a leak)."""
-    said = [(bool(m.group(1)), m.group(2)) for m in map(WARNING.match, stderr.splitlines()) if m]
-    if expected != "leak" or not any(not withdrawn for withdrawn, _ in said):
+    said = [(bool(m.group(1)), m.group(2), m.group(3) or "")
+            for m in map(WARNING.match, stderr.splitlines()) if m]
+    if expected != "leak" or not any(not withdrawn for withdrawn, _, _ in said):
         return None
-    named = [where for withdrawn, where in said if not withdrawn]
-    first = next((i for i, where in enumerate(named) if names_site(where, site)), None)
+    named = [(where, call) for withdrawn, where, call in said if not withdrawn]
+    first = next((i for i, (where, call) in enumerate(named)
+                  if names_site(where, site) or names_site(call, site)), None)
     if first is None:
         return False
-    withdrawn = {where for was_withdrawn, where in said if was_withdrawn}
-    return all(where in withdrawn for where in named[:first])
+    withdrawn = {where for was_withdrawn, where, _ in said if was_withdrawn}
+    return all(where in withdrawn for where, _ in named[:first])
 
 
 def launch(cli, script, mode, case, trace, timeout, gpu=None):

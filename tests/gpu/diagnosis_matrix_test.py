@@ -53,6 +53,12 @@ class WarnedRight(unittest.TestCase):
         said = "gpumem: leak warning at pass 9: tests/gpu/diagnosis_cases.py:37 kmeans grew"
         self.assertTrue(m.warned_right("leak", said, SITE))
 
+    def test_a_warning_may_name_the_call_that_kept_the_blocks(self):
+        said = ("gpumem: leak warning at pass 68: tests/gpu/diagnosis_cases.py:12 "
+                "run.<locals>.forward, called from tests/gpu/diagnosis_cases.py:37 run, grew")
+        self.assertTrue(m.warned_right("leak", said, SITE))
+        self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
+
     def test_an_earlier_warning_elsewhere_is_right_only_once_withdrawn(self):
         other = "gpumem: leak warning at step 9: tests/gpu/diagnosis_cases.py:40 fn grew\n"
         leak = "gpumem: leak warning at step 10: tests/gpu/diagnosis_cases.py:37 fn grew\n"

@@ -111,7 +111,7 @@ TEST(LiveViewPasses, ALoopThatKeepsNothingIsNotWarnedOf) {
 
 // A model written as a function, trained with torch.func.grad and called again for a list
 // the loop keeps: both calls allocate at its line (one site, two stacks). The verdict names
-// the call the kept outputs came through.
+// the call the kept outputs came through, and so does the early warning.
 TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
   enum : std::uint32_t { kBatch = 1, kForwardInGrad, kForwardKept };
   LiveView view(
@@ -120,6 +120,7 @@ TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
         return kept == kForwardKept && other == kForwardInGrad ? "f.py:15 <module>" : "";
       });
   std::uint64_t addr = 0;
+  ::testing::internal::CaptureStderr();
   for (int step = 0; step < 100; ++step) {
     const std::uint64_t x = addr += 64 * kMiB, out = addr += 64 * kMiB;
     view.OnAlloc(0, x, 8 * kMiB, kBatch);
@@ -128,6 +129,8 @@ TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
     view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kForwardKept);
     view.OnFree(x);
   }
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr(": f.py:3 forward, called from f.py:15 <module>, grew at each of"));
   OomVerdictInput in;
   view.Describe(0, &in);
   ASSERT_FALSE(in.sites.empty());
