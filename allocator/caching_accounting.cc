@@ -57,7 +57,8 @@ AllocatorStats CachingAllocator::stats() const {
   s.active_blocks = s.alloc_count - s.free_count;
   s.reserved_bytes = pages_.reserved_bytes();
   s.peak_reserved_bytes = std::max(s.peak_reserved_bytes, s.reserved_bytes);
-  s.largest_free_bytes = LargestFree();
+  s.largest_free_bytes = LargestFree(kDefaultPool);
+  s.private_pools_free_bytes = OtherPoolsFree(kDefaultPool);
   return s;
 }
 

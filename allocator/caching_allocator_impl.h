@@ -213,7 +213,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
                                            PoolId pool) {
     LockNotingContention();
     std::lock_guard lock(mu_, std::adopt_lock);
-    if (bytes > kMaxRequest) return Oom(bytes, stream);
+    if (bytes > kMaxRequest) return Oom(bytes, stream, pool);
     if (!guard_.empty() && !Capturing()) CollectPending();
     if (fences_ != 0) CollectFencesSometimes();
     ReleaseDonePools();
@@ -229,7 +229,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       live.size_class = k;
       ptr = h->small.Allocate(k, &live.slab);
       if (ptr == 0) {
-        if (!AddSlabFor(*h, k)) return Oom(bytes, stream);
+        if (!AddSlabFor(*h, k)) return Oom(bytes, stream, pool);
         ptr = h->small.Allocate(k, &live.slab);
       }
     } else {
@@ -238,7 +238,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       // a miss asks again there, on the way to growth.
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
       if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
-      if (b == nullptr) return Oom(bytes, stream);
+      if (b == nullptr) return Oom(bytes, stream, pool);
       // A borrowed block's stream waited for its fences already (OrderAfterUsers).
       if (!live.borrowed && !h->fences.empty()) WaitForFences(*h, b->addr, b->size);
       live.block = b;
@@ -525,14 +525,18 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void CollectIdleOf(HeapFilter which);
   void GiveBackIdle();
   bool HoldsIdle() const;
-  std::uint64_t LargestFree() const;
+  // The largest request into `pool` that its heaps could serve now without new memory.
+  std::uint64_t LargestFree(PoolId pool) const;
+  // Free bytes in the heaps of private pools other than `pool`: memory no request into
+  // `pool` can use while their graphs or MemPools live.
+  std::uint64_t OtherPoolsFree(PoolId pool) const;
   void OrderAfterUsers(StreamHeap& lender, const Block& b, StreamId borrower);
   void StartUnmapper();
   void RetireLent();
   std::size_t EmptySlabBytes() const;
   void ReleaseEmptySlabs();
   void ReleaseEmptySlabs(StreamHeap& h);
-  absl::Status Oom(std::size_t bytes, StreamId stream);
+  absl::Status Oom(std::size_t bytes, StreamId stream, PoolId pool);
 
   // --- The layout (caching_layout.cc).
 

@@ -416,10 +416,11 @@ bool CachingAllocator::HoldsIdle() const {
   return false;
 }
 
-std::uint64_t CachingAllocator::LargestFree() const {
+std::uint64_t CachingAllocator::LargestFree(PoolId pool) const {
   std::uint64_t largest = 0;
   std::uint64_t idle = pages_.cached_pages();
   for (const auto& [key, h] : heaps_) {
+    if (h->pool != pool) continue;  // a pool's pages are never given to another
     largest = std::max<std::uint64_t>(largest, h->large.largest_free());
     idle += h->large.IdlePages();
   }
@@ -428,13 +429,22 @@ std::uint64_t CachingAllocator::LargestFree() const {
   return largest;
 }
 
-absl::Status CachingAllocator::Oom(std::size_t bytes, StreamId stream) {
+std::uint64_t CachingAllocator::OtherPoolsFree(PoolId pool) const {
+  std::uint64_t bytes = 0;
+  for (const auto& [key, h] : heaps_) {
+    if (h->pool != pool && h->pool != kDefaultPool) bytes += h->large.free_bytes();
+  }
+  return bytes;
+}
+
+absl::Status CachingAllocator::Oom(std::size_t bytes, StreamId stream, PoolId pool) {
   FlushCaches();  // cached blocks are free memory in the report
   ++stats_.oom_count;
   last_oom_.requested_bytes = bytes;
   last_oom_.allocated_bytes = ExactLive().bytes;
   last_oom_.reserved_bytes = pages_.reserved_bytes();
-  last_oom_.largest_free_bytes = LargestFree();
+  last_oom_.largest_free_bytes = LargestFree(pool);
+  last_oom_.other_pools_free_bytes = OtherPoolsFree(pool);
   last_oom_.capacity_bytes = backend_.capacity();
   last_oom_.headroom_bytes = refused_for_headroom_ ? options_.headroom_bytes : 0;
   refused_for_headroom_ = false;

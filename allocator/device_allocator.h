@@ -28,6 +28,8 @@ struct AllocatorStats {
   std::uint64_t trim_count = 0;            // times cached memory was released under pressure
   std::uint64_t largest_free_bytes = 0;    // the largest request that could be served now
                                            // without new device memory
+  std::uint64_t private_pools_free_bytes = 0;  // free in private pools (CUDA graphs,
+                                               // MemPools): theirs alone
   std::uint64_t thread_cached_bytes = 0;   // free blocks held in per-thread caches (gpumem)
   // 1 - allocated/reserved: the share of held memory that live blocks do not use.
   double fragmentation() const {
@@ -46,8 +48,12 @@ struct OomReport {
   std::uint64_t capacity_bytes = 0;
   // The reserve kept free for other libraries when that is what refused the request.
   std::uint64_t headroom_bytes = 0;
+  // Free in other private pools (CUDA graphs, torch.cuda.MemPool still alive): reserved,
+  // unallocated, and no use to the failed request.
+  std::uint64_t other_pools_free_bytes = 0;
   std::string ToString() const;
   std::string HeadroomNote() const;  // "" unless the headroom refused the request
+  std::string PoolsNote() const;     // "" unless other private pools hold free memory
 };
 
 // A private pool (CUDA graphs, torch.cuda.MemPool); 0 is the default pool.

@@ -489,6 +489,7 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"trim_count", st.trim_count},
         {"largest_free_bytes", st.largest_free_bytes},
         // Not in gpumem_stats_t, whose size callers compile in: here and in the summary.
+        {"private_pools_free_bytes", s.allocator->stats().private_pools_free_bytes},
         {"thread_cached_bytes", thread_cached},
         {"cross_stream_lends", s.allocator->stats().cross_stream_lends},
         {"cross_stream_borrows", s.allocator->stats().cross_stream_borrows},
@@ -523,6 +524,11 @@ size_t gpumem_last_oom(int device, char* buf, size_t len) {
     if (s->allocator->stats().oom_count > 0) text = s->allocator->last_oom().ToString();
   }
   return h::CopyOut(text, buf, len);
+}
+
+uint64_t gpumem_private_pools_free(int device) {
+  DeviceState* s = h::StartedDevice(device);
+  return s == nullptr ? 0 : s->allocator->stats().private_pools_free_bytes;
 }
 
 int gpumem_explain_oom(int device, const gpumem_oom_figures_t* figures) {

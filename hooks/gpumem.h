@@ -113,6 +113,10 @@ GPUMEM_API size_t gpumem_memory_summary(int device, char* buf, size_t len);
 GPUMEM_API size_t gpumem_snapshot_json(int device, char* buf, size_t len);
 /* The report of the device's last failed allocation; empty if none. */
 GPUMEM_API size_t gpumem_last_oom(int device, char* buf, size_t len);
+/* Bytes reserved and free inside private pools (CUDA graphs, torch.cuda.MemPool still
+ * alive), which only allocations into those pools can use; 0 if the device has not
+ * started. */
+GPUMEM_API uint64_t gpumem_private_pools_free(int device);
 /* An out-of-memory in PyTorch's own allocator (profile-only mode: its OOM observer calls
  * this before the exception is raised). Any figure may be 0 for unknown: gpumem fills what
  * it knows (live bytes and the cap from the trace; under gpumem's allocator, its own). */

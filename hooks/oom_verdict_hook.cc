@@ -17,6 +17,14 @@
 namespace gpumem::hooks {
 namespace {
 
+// Reserved memory no live block uses and that the failed request could have used: what
+// private pools hold is theirs alone, so it is no sign of fragmentation.
+std::uint64_t UsableCached(std::uint64_t reserved, std::uint64_t allocated,
+                           std::uint64_t private_pools_free) {
+  const std::uint64_t unused = reserved - std::min(reserved, allocated);
+  return unused - std::min(unused, private_pools_free);
+}
+
 std::mutex g_mu;
 SiteHistory g_totals;  // device totals at step ends, under kPinnedLow keys
 std::uint64_t g_steps = 0;
@@ -116,8 +124,9 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::str
   in.figures.allocated = report.allocated_bytes;
   in.figures.capacity = report.capacity_bytes;
   in.figures.largest_free = report.largest_free_bytes;
-  in.figures.free_cached =
-      report.reserved_bytes - std::min(report.reserved_bytes, report.allocated_bytes);
+  in.private_pools_free = report.other_pools_free_bytes;
+  in.figures.free_cached = UsableCached(report.reserved_bytes, report.allocated_bytes,
+                                        in.private_pools_free);
   in.reserved = report.reserved_bytes;
   AddDriverFigures(in);
   Describe(in);
@@ -141,10 +150,11 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
     if (reserved == 0) reserved = a.reserved_bytes;
     if (in.figures.capacity == 0) in.figures.capacity = s->capacity;
     if (!in.figures.largest_free) in.figures.largest_free = a.largest_free_bytes;
+    in.private_pools_free = a.private_pools_free_bytes;
   }
   AddDriverFigures(in);  // before Describe, which flushes the trace
   Describe(in);  // fills allocated and the cap from the trace where still unknown
-  in.figures.free_cached = reserved > in.figures.allocated ? reserved - in.figures.allocated : 0;
+  in.figures.free_cached = UsableCached(reserved, in.figures.allocated, in.private_pools_free);
   if (reserved != 0) in.reserved = reserved;
   if (in.figures.capacity == 0) in.figures.capacity = reserved + f.driver_free_bytes;
   const report::OomClass cls = report::ClassifyOom(in.figures);

@@ -93,6 +93,21 @@ void AppendOutside(const OomVerdictInput& in, std::string* out) {
                   "(torch.cuda.set_device(local_rank) before any CUDA call), or another job\n");
 }
 
+// Memory that graphs kept alive hold for their replays: reserved, free, and not the
+// request's to use.
+void AppendPrivatePools(const OomVerdictInput& in, std::string* out) {
+  if (in.private_pools_free == 0) return;
+  const report::OomFigures& f = in.figures;
+  const bool would_fit = f.allocated + f.request <= f.capacity;
+  absl::StrAppend(out, "gpumem:   pools: ", Bytes(static_cast<double>(in.private_pools_free)),
+                  " of the reserved memory is free inside private pools (CUDA graphs or "
+                  "torch.cuda.MemPool still alive), kept for their own replays",
+                  would_fit ? "; without it the request would have fit" : "",
+                  ". A graph kept alive keeps its pool: drop the graphs no longer replayed, "
+                  "or capture them into one shared pool (torch.cuda.graph(g, "
+                  "pool=first_graph.pool()))\n");
+}
+
 // Pages larger than the 2 MiB granule (the default on large cards) hold a little more than
 // the blocks need; where the request fit under the cap, finer pages may have found it room.
 // Not for a leak: its fix is elsewhere.
@@ -121,6 +136,7 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
                           "pass starts at each allocation from ", in.pass_start, "\n");
   }
   AppendOutside(in, &out);
+  AppendPrivatePools(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls), "\n");
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {

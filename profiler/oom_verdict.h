@@ -30,6 +30,9 @@ struct OomVerdictInput {
   // what the allocator held against what the rest of the process held outside it.
   std::optional<std::uint64_t> driver_total;
   std::optional<std::uint64_t> reserved;
+  // Of it, free inside private pools (CUDA graphs, torch.cuda.MemPool) other than the
+  // request's: no use to it, and not fragmentation.
+  std::uint64_t private_pools_free = 0;
   // NVML's figures of the device's processes: what other processes hold is not this
   // process's to give back.
   std::optional<DeviceProcesses> processes;

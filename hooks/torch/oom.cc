@@ -17,8 +17,18 @@ namespace {
 
 std::string Size(std::uint64_t bytes) { return c10::CachingAllocator::format_size(bytes); }
 
-std::string OomMessage(size_t size, int device, const gpumem_stats_t& st, size_t device_free,
-                       size_t device_total) {
+// What the reserved but unallocated memory is when graphs or MemPools hold some of it.
+std::string PrivatePoolsNote(std::uint64_t pools_free) {
+  if (pools_free == 0) return "";
+  return "; " + Size(pools_free) +
+         " of the reserved memory is free inside private pools (CUDA graphs or "
+         "torch.cuda.MemPool still alive), which only their own captures can use: a graph "
+         "kept alive keeps its pool, so drop the graphs no longer replayed, or capture them "
+         "into one shared pool (torch.cuda.graph(g, pool=first_graph.pool()))";
+}
+
+std::string OomMessage(size_t size, int device, const gpumem_stats_t& st,
+                       std::uint64_t pools_free, size_t device_free, size_t device_total) {
   const std::uint64_t in_use = device_total - device_free;
   const std::uint64_t idle = st.reserved_bytes > st.allocated_bytes
                                  ? st.reserved_bytes - st.allocated_bytes
@@ -31,10 +41,12 @@ std::string OomMessage(size_t size, int device, const gpumem_stats_t& st, size_t
                   " is allocated by PyTorch, and " + Size(idle) +
                   " is reserved by PyTorch but unallocated. gpumem: cap " +
                   Size(st.capacity_bytes) + ", largest free piece " +
-                  Size(st.largest_free_bytes) +
+                  Size(st.largest_free_bytes) + PrivatePoolsNote(pools_free) +
                   "; cached memory was released and idle pages defragmented before this "
-                  "error, so the live tensors alone do not fit (a leak or a genuine peak: "
-                  "`gpumem report` on this run's trace tells which).";
+                  "error, so the live tensors" +
+                  std::string(pools_free == 0 ? "" : " and the pools") +
+                  " alone do not fit (a leak or a genuine peak: `gpumem report` on this run's "
+                  "trace tells which).";
   return m;
 }
 
@@ -68,7 +80,8 @@ void GpumemAllocator::RaiseOom(size_t size, c10::DeviceIndex device, cudaStream_
                                    st.reserved_bytes,
                                    c10::Device(c10::DeviceType::CUDA, device));
   TORCH_CHECK_WITH(OutOfMemoryError, false,
-                   OomMessage(size, device, st, device_free, device_total));
+                   OomMessage(size, device, st, gpumem_private_pools_free(device),
+                              device_free, device_total));
 }
 
 }  // namespace gpumem::torch

@@ -129,6 +129,28 @@ TEST_P(PoolTest, APoolGrowsWithNewPagesRatherThanStitchingTheDefaultPools) {
   alloc->Free(p);
 }
 
+// A graph kept alive keeps its pool's free memory: a request outside the pool that does
+// not fit is told so, and not that the pool's free block could have served it.
+TEST_P(PoolTest, AnOomNamesTheFreeMemoryOtherPoolsHold) {
+  SimBackend sim({.capacity = 32 * kMiB});
+  auto alloc = MakeCachingAllocator(sim, Options());
+  alloc->Free(*alloc->AllocateInPool(20 * kMiB, kS1, kPool));
+  EXPECT_EQ(alloc->stats().private_pools_free_bytes, 20 * kMiB);
+  EXPECT_FALSE(alloc->Allocate(16 * kMiB, kS1).ok());
+  const OomReport oom = alloc->last_oom();
+  EXPECT_EQ(oom.other_pools_free_bytes, 20 * kMiB);
+  EXPECT_LT(oom.largest_free_bytes, 16 * kMiB);
+  EXPECT_NE(oom.ToString().find("20.00 MiB of the reserved memory is free inside private pools"),
+            std::string::npos)
+      << oom.ToString();
+  // Into the pool itself, its free block serves.
+  DevicePtr in_pool = *alloc->AllocateInPool(16 * kMiB, kS1, kPool);
+  EXPECT_EQ(alloc->stats().private_pools_free_bytes, 4 * kMiB);
+  alloc->Free(in_pool);
+  alloc->ReleasePool(kPool);
+  EXPECT_EQ(alloc->stats().private_pools_free_bytes, 0u);
+}
+
 // A checkpointed pool state is restored by putting each block back where it was, small
 // ones included, even after the pool coalesced them with their free neighbours.
 TEST_P(PoolTest, BlocksGoBackWhereTheyWereAfterThePoolCoalescedThem) {

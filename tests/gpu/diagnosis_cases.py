@@ -798,10 +798,11 @@ def teacher_outputs_cached_for_one_epoch_of_batches():
 # A third set written after the rules, run before any change to them: CUDA graphs, a
 # side stream, a Dataset, a thread pool, a peak in evaluation, the cache emptied every
 # step and a leak at random steps.
-def graphed_training_step(net, opt, x, y):
+def graphed_training_step(net, opt, x, y, side=None):
     """The whole training step captured in one CUDA graph, as PyTorch's CUDA graphs
-    notes show it: a few warm-up steps on a side stream, then capture."""
-    side = torch.cuda.Stream()
+    notes show it: a few warm-up steps on a side stream, then capture. A new side stream
+    each call would keep a cuBLAS workspace for each (PyTorch frees them never)."""
+    side = side or torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(3):
@@ -1447,15 +1448,17 @@ def sinkhorn_on_too_many_points():
 def graphs_recaptured_each_epoch_and_kept():
     """The training step captured in a CUDA graph anew each epoch (its learning rate
     baked in), and every epoch's graph kept in a dict by epoch: each holds its own
-    memory pool and static tensors."""
+    memory pool and static tensors. One side stream for all the warm-ups: the first run
+    made one per epoch, whose cuBLAS workspaces (65 MiB each) outgrew the graphs' pools."""
     net = model()
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     x, y = batch(), batch()
+    side = torch.cuda.Stream()
     graphs = {}
     for epoch in range(10000):
         for group in opt.param_groups:
             group["lr"] = 1e-3 * 0.99 ** epoch
-        graphs[epoch] = graphed_training_step(net, opt, x, y)  # LEAK: a graph an epoch
+        graphs[epoch] = graphed_training_step(net, opt, x, y, side)  # LEAK: a graph an epoch
         graph, out, loss = graphs[epoch]
         for _ in range(20):
             x.copy_(torch.randn_like(x))

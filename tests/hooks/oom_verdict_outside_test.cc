@@ -57,6 +57,22 @@ TEST(OomVerdictOutside, OtherProcessesApart) {
             std::string::npos);
 }
 
+// Graphs kept alive hold their pools' free memory: said, with the fix, where there is any.
+TEST(OomVerdictOutside, MemoryPrivatePoolsHoldIsSaid) {
+  OomVerdictInput in = Peak();
+  in.figures.allocated = 60 * kGiB;
+  in.private_pools_free = 18 * kGiB;
+  const std::string text = OomVerdictText(in, report::OomClass::kPeak);
+  EXPECT_NE(text.find("gpumem:   pools: 18.00 GiB of the reserved memory is free inside private "
+                      "pools (CUDA graphs or torch.cuda.MemPool still alive), kept for their own "
+                      "replays; without it the request would have fit."),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("pool=first_graph.pool()"), std::string::npos) << text;
+  in.private_pools_free = 0;
+  EXPECT_EQ(OomVerdictText(in, report::OomClass::kPeak).find("pools:"), std::string::npos);
+}
+
 TEST(OomVerdictOutside, SilentWithoutTheDriversFigures) {
   OomVerdictInput in = Peak();
   in.reserved = 70 * kGiB;

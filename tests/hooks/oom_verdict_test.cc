@@ -113,6 +113,27 @@ TEST(OomVerdictTest, AllocatorTooBigRequestIsGenuinePeak) {
   EXPECT_EQ(err.find("GPUMEM_TRACE=<file>"), std::string::npos) << err;  // sites are recorded
 }
 
+// Graphs kept alive, each holding its pool's free memory: not fragmentation (no request
+// outside the pools could use it), and said as what it is.
+TEST(OomVerdictTest, AllocatorOomBesidePrivatePoolsNamesThem) {
+  ASSERT_EQ(gpumem_set_capacity(96 * kMiB, 0), 0);
+  gpumem_step();
+  constexpr std::uint64_t kFirstPool = 101;
+  for (std::uint64_t pool = kFirstPool; pool < kFirstPool + 4; ++pool) {
+    gpumem_free(gpumem_alloc_in_pool(20 * kMiB, 0, nullptr, pool), 0, 0, nullptr);
+  }
+  EXPECT_EQ(gpumem_private_pools_free(0), 80 * kMiB);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_alloc(24 * kMiB, 0, nullptr), nullptr);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  for (std::uint64_t pool = kFirstPool; pool < kFirstPool + 4; ++pool) gpumem_release_pool(0, pool);
+  EXPECT_EQ(err.find("verdict: fragmentation"), std::string::npos) << err;
+  EXPECT_NE(err.find("pools: 80.00 MiB of the reserved memory is free inside private pools"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(gpumem_private_pools_free(0), 0u);
+}
+
 // cuDNN's workspace tries fail dozens of times in one step and the step goes on: one full
 // verdict, then the count at the 1st, 2nd, 4th and 8th repeat only.
 TEST(OomVerdictTest, CaughtOomsOfOneStepAreCountedNotRepeated) {
