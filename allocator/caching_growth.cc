@@ -180,15 +180,15 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
 }
 
 // The best fit for `bytes` among the free blocks of the other streams' heaps of `h`'s pool
-// (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits. `borrower` is
-// the block's record: at its free the block goes back to the lender's heap behind a
-// fence (RetireBorrowed).
+// and kind (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits.
+// `borrower` is the block's record: at its free the block goes back to the lender's heap
+// behind a fence (RetireBorrowed).
 Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   if (borrower == nullptr || !options_.borrow || h.pool != kDefaultPool) return nullptr;
   StreamHeap* lender = nullptr;
   std::size_t fit = std::numeric_limits<std::size_t>::max();
   for (auto& [key, other] : heaps_) {
-    if (other.get() == &h || other->pool != h.pool) continue;
+    if (other.get() == &h || other->pool != h.pool || other->kind != h.kind) continue;
     const std::size_t size = other->large.FitSize(bytes);
     if (size != 0 && size < fit) {
       fit = size;

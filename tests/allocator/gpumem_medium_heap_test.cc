@@ -1,0 +1,93 @@
+// The medium heap (CachingAllocatorOptions::medium_limit): blocks above the slabs' sizes
+// and up to the limit, and the slabs, come from a heap of their own per stream.
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "allocator/caching_allocator.h"
+#include "allocator/sim_backend.h"
+
+namespace gpumem {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+constexpr std::size_t kPage = 2 * kMiB;
+constexpr StreamId kS1 = 1;
+constexpr StreamId kS2 = 2;
+
+CachingAllocatorOptions WithMediumHeap(bool on) {
+  return {.medium_limit = on ? kMiB : 0};
+}
+
+bool InPagesOf(DevicePtr p, DevicePtr block, std::size_t bytes) {
+  const DevicePtr first = block / kPage * kPage;
+  const DevicePtr end = (block + bytes + kPage - 1) / kPage * kPage;
+  return p >= first && p < end;
+}
+
+// A 3 MiB block leaves half of its second page free: without a medium heap a 512 KiB
+// block and a slab go there; with it, elsewhere.
+TEST(MediumHeapTest, MediumBlocksAndSlabsComeFromAHeapOfTheirOwn) {
+  for (bool medium : {false, true}) {
+    SimBackend sim;
+    auto alloc = MakeCachingAllocator(sim, WithMediumHeap(medium));
+    const DevicePtr large = *alloc->Allocate(3 * kMiB, kS1);
+    const DevicePtr mid = *alloc->Allocate(512 << 10, kS1);
+    const DevicePtr small = *alloc->Allocate(4096, kS1);
+    EXPECT_EQ(InPagesOf(mid, large, 3 * kMiB), !medium) << "medium heap " << medium;
+    EXPECT_EQ(InPagesOf(small, large, 3 * kMiB), !medium) << "medium heap " << medium;
+    // Above the limit: the large heap's.
+    EXPECT_TRUE(InPagesOf(*alloc->Allocate(kMiB + 512, kS1), large, 3 * kMiB));
+  }
+}
+
+// Each pass allocates a matrix while the last one is still live, frees the last one and
+// keeps a medium block (a k-means loop's nearest distances). In the large heap each kept
+// block lands in a matrix's partly used page, and pins it once the matrix goes; in a
+// heap of their own they share pages with one another.
+TEST(MediumHeapTest, KeptMediumBlocksPinNoPagesOfLargeOnes) {
+  constexpr int kPasses = 100;
+  constexpr std::size_t kMatrix = 5 * kMiB + kMiB / 2;
+  constexpr std::size_t kKept = 800 * 1000;
+  std::uint64_t reserved[2] = {};
+  for (bool medium : {false, true}) {
+    SimBackend sim;
+    auto alloc = MakeCachingAllocator(sim, WithMediumHeap(medium));
+    DevicePtr matrix = 0;
+    for (int i = 0; i < kPasses; ++i) {
+      const DevicePtr next = *alloc->Allocate(kMatrix, kS1);
+      if (matrix != 0) alloc->Free(matrix);
+      matrix = next;
+      ASSERT_TRUE(alloc->Allocate(kKept, kS1).ok());
+    }
+    reserved[medium] = alloc->stats().peak_reserved_bytes;
+  }
+  const std::uint64_t needed = 2 * kMatrix + kPasses * kKept;
+  std::printf("peak reserved / needed: without a medium heap %.3f, with %.3f\n",
+              static_cast<double>(reserved[0]) / needed,
+              static_cast<double>(reserved[1]) / needed);
+  EXPECT_LE(reserved[1], needed + 3 * kPage);
+  EXPECT_GT(reserved[0], needed + 3 * kPage);
+}
+
+// S1 frees a medium block (the rest of its page used) and a large one. S2 borrows S1's free medium block for a medium
+// request, but never a piece of S1's large one: that would put it back beside large
+// blocks.
+TEST(MediumHeapTest, StreamsBorrowOnlyFromHeapsOfTheSameKind) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim, WithMediumHeap(true));
+  const DevicePtr mid = *alloc->Allocate(kMiB, kS1);
+  ASSERT_TRUE(alloc->Allocate(kMiB, kS1).ok());  // the rest of its page
+  const DevicePtr large = *alloc->Allocate(8 * kMiB, kS1);
+  alloc->Free(mid);
+  alloc->Free(large);
+  EXPECT_EQ(*alloc->Allocate(kMiB, kS2), mid);
+  EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
+  const DevicePtr other = *alloc->Allocate(kMiB, kS2);
+  EXPECT_FALSE(other >= large && other < large + 8 * kMiB);
+  EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
+}
+
+}  // namespace
+}  // namespace gpumem
