@@ -113,6 +113,8 @@ StreamHeap* CachingAllocator::FindHeap(const HeapKey& key) {
   if (h == nullptr) {
     h = std::make_unique<StreamHeap>(pages_, options_.range_va_bytes, key);
     h->large.set_unmapper(unmapper_.get());
+    // A pool's heaps go only once none of its blocks is out (DestroyPoolHeaps).
+    h->large.set_meter(&handed_out_[static_cast<std::size_t>(key.kind)]);
   }
   last_heap_[static_cast<std::size_t>(key.kind)] = h.get();
   return h.get();

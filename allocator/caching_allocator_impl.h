@@ -42,6 +42,7 @@
 #include "allocator/small_pool.h"
 #include "allocator/stream_guard.h"
 #include "allocator/thread_cache.h"
+#include "allocator/usage_meter.h"
 
 namespace gpumem {
 
@@ -544,7 +545,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   LargePool::LendHook FenceWaiter(StreamHeap& h);
   std::size_t TakeOtherStreamPages(StreamHeap& from, StreamHeap& to, std::size_t want,
                                    bool* lent);
-  bool NewPagesFit(std::size_t pages, std::size_t bytes) const;
+  bool NewPagesFit(const StreamHeap& h, std::size_t pages, std::size_t bytes) const;
+  std::uint64_t BudgetPeak(const StreamHeap& h, std::size_t bytes) const;
   void ReleaseAllCached();
   void ReleaseCachedOf(HeapFilter which);
   void CollectIdleOf(HeapFilter which);
@@ -577,6 +579,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   StreamGuard guard_;
   // Outlives the heaps, whose pools hand it their lent pages' old addresses.
   std::unique_ptr<BackgroundUnmapper> unmapper_;
+  // What the heaps of each kind hand out (declared before heaps_, which count on them).
+  std::array<UsageMeter, kHeapKinds> handed_out_;
   // By (pool, stream, kind): a pool's blocks come only from its own heaps.
   absl::flat_hash_map<HeapKey, std::unique_ptr<StreamHeap>> heaps_;
   std::array<StreamHeap*, kHeapKinds> last_heap_{};  // the heap last found, per kind

@@ -283,7 +283,7 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
   // No stitching during a capture: it would unmap (or lend, recording and waiting for
   // events).
   if (options_.stitch && !Capturing() && need > pages_.cached_pages() &&
-      !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
+      !(budget && NewPagesFit(h, need - pages_.cached_pages(), bytes))) {
     const std::size_t taken =
         TakeIdlePagesFor(h, need - pages_.cached_pages(), plan.extent, &lent);
     reused += taken;
@@ -353,12 +353,11 @@ void CachingAllocator::OrderAfter(StreamId waiter, EventHandle event) {
   pages_.Quiesce();
 }
 
-// Whether `pages` new pages keep reserved within the budget for growth without
-// stitching (CachingAllocatorOptions::new_page_headroom), counting the request of
-// `bytes` being served in the peak.
-bool CachingAllocator::NewPagesFit(std::size_t pages, std::size_t bytes) const {
-  const double peak = static_cast<double>(
-      std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes));
+// Whether `pages` new pages for `h` keep reserved within the budget for growth without
+// stitching (CachingAllocatorOptions::new_page_headroom).
+bool CachingAllocator::NewPagesFit(const StreamHeap& h, std::size_t pages,
+                                   std::size_t bytes) const {
+  const double peak = static_cast<double>(BudgetPeak(h, bytes));
   const double after =
       static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
   const double learned = peak * (1.0 + options_.new_page_headroom) +
@@ -367,6 +366,24 @@ bool CachingAllocator::NewPagesFit(std::size_t pages, std::size_t bytes) const {
       learned,
       peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)));
   return after <= budget && after <= static_cast<double>(backend_.capacity());
+}
+
+// The peak the growth budget is measured against, counting the request of `bytes` for
+// `h`: the peak of live bytes; with a medium heap, at least the sum of each kind's peak
+// of bytes handed out, each rounded up to whole pages. Kept apart, the kinds' heaps each
+// hold their own peak, which come at different moments (a leaky loop's medium blocks
+// early in a step, its large ones later): one kind's free pages serve the other only
+// by moving every step, which is what the budget is for. A heap grows by whole pages.
+std::uint64_t CachingAllocator::BudgetPeak(const StreamHeap& h, std::size_t bytes) const {
+  const std::uint64_t live = std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes);
+  if (options_.medium_limit == 0) return live;
+  std::uint64_t kinds = 0;
+  for (std::size_t k = 0; k < kHeapKinds; ++k) {
+    const UsageMeter& m = handed_out_[k];
+    const std::uint64_t now = m.bytes + (k == static_cast<std::size_t>(h.kind) ? bytes : 0);
+    kinds += RoundUp(std::max(m.peak, now), pages_.page_bytes());
+  }
+  return std::max(live, kinds);
 }
 
 // Every idle page unmapped and released, empty slabs and free segments returned; the
