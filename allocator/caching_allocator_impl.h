@@ -260,8 +260,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
       if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
       if (b == nullptr) return Oom(bytes, stream);
-      // A borrowed block's stream waited for its fences already (OrderAfterUsers).
-      if (!live.borrowed && !h->fences.empty()) WaitForFences(*h, b->addr, b->size);
+      // A borrowed block's stream waited for its fences already (OrderAfterUsers). The
+      // block's heap may be another of this stream's (LargeHeapPiece).
+      if (!live.borrowed && !live.heap->fences.empty()) {
+        WaitForFences(*live.heap, b->addr, b->size);
+      }
       live.block = b;
       live.bin = b->size;
       ptr = b->addr;
@@ -524,6 +527,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // `borrower`: the record of the block to be handed out, which may then come from
   // another stream's heap (Borrow); null: `h`'s own blocks only (slabs).
   Block* AllocateLarge(StreamHeap& h, std::size_t bytes, LiveBlock* borrower = nullptr);
+  Block* LargeHeapPiece(StreamHeap& h, std::size_t bytes, LiveBlock* live);
   bool CannotFit(std::size_t bytes);
   Block* AllocateCapturing(StreamHeap& h, std::size_t bytes);
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);

@@ -26,20 +26,57 @@ bool InPagesOf(DevicePtr p, DevicePtr block, std::size_t bytes) {
   return p >= first && p < end;
 }
 
-// A 3 MiB block leaves half of its second page free: without a medium heap a 512 KiB
-// block and a slab go there; with it, elsewhere.
+// An 8 MiB block, freed, leaves four free pages: without a medium heap a 512 KiB block
+// and a slab are cut from them; with it, they come from elsewhere.
 TEST(MediumHeapTest, MediumBlocksAndSlabsComeFromAHeapOfTheirOwn) {
   for (bool medium : {false, true}) {
     SimBackend sim;
     auto alloc = MakeCachingAllocator(sim, WithMediumHeap(medium));
-    const DevicePtr large = *alloc->Allocate(3 * kMiB, kS1);
+    const DevicePtr large = *alloc->Allocate(8 * kMiB, kS1);
+    alloc->Free(large);
     const DevicePtr mid = *alloc->Allocate(512 << 10, kS1);
     const DevicePtr small = *alloc->Allocate(4096, kS1);
-    EXPECT_EQ(InPagesOf(mid, large, 3 * kMiB), !medium) << "medium heap " << medium;
-    EXPECT_EQ(InPagesOf(small, large, 3 * kMiB), !medium) << "medium heap " << medium;
+    EXPECT_EQ(InPagesOf(mid, large, 8 * kMiB), !medium) << "medium heap " << medium;
+    EXPECT_EQ(InPagesOf(small, large, 8 * kMiB), !medium) << "medium heap " << medium;
     // Above the limit: the large heap's.
-    EXPECT_TRUE(InPagesOf(*alloc->Allocate(kMiB + 512, kS1), large, 3 * kMiB));
+    EXPECT_TRUE(InPagesOf(*alloc->Allocate(kMiB + 512, kS1), large, 8 * kMiB));
   }
+}
+
+// A 3 MiB block leaves half of its second page free, a piece smaller than a page: a
+// medium block that its own heap cannot fit fills it, and goes back to the large heap at
+// its free. A slab does not (its slots are the medium heap's).
+TEST(MediumHeapTest, MediumBlocksFillPiecesOfTheLargeHeapSmallerThanAPage) {
+  SimBackend sim;
+  auto alloc = MakeCachingAllocator(sim, WithMediumHeap(true));
+  const DevicePtr large = *alloc->Allocate(3 * kMiB, kS1);
+  const std::uint64_t reserved = alloc->stats().reserved_bytes;
+  const DevicePtr mid = *alloc->Allocate(512 << 10, kS1);
+  EXPECT_TRUE(InPagesOf(mid, large, 3 * kMiB));
+  const DevicePtr small = *alloc->Allocate(4096, kS1);
+  EXPECT_FALSE(InPagesOf(small, large, 3 * kMiB));
+  alloc->Free(mid);
+  alloc->Free(large);
+  // The large heap's two pages are one free block again: both idle.
+  const std::uint64_t slabs = alloc->stats().reserved_bytes - reserved;
+  alloc->EmptyCache();
+  EXPECT_EQ(alloc->stats().reserved_bytes, slabs);
+}
+
+// A piece of S1's large heap that S2 borrowed and freed is fenced by an event on S2,
+// not yet complete: a medium block that takes the piece makes S1 wait for it first.
+TEST(MediumHeapTest, APieceOfTheLargeHeapWaitsForItsFences) {
+  SimBackend sim({.events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim, WithMediumHeap(true));
+  const DevicePtr large = *alloc->Allocate(5 * kMiB / 2, kS1);
+  alloc->Free(*alloc->Allocate(5 * kMiB / 4, kS1));  // a 1.5 MiB piece in the second page
+  const DevicePtr borrowed = *alloc->Allocate(5 * kMiB / 4, kS2);
+  ASSERT_EQ(alloc->stats().cross_stream_borrows, 1u);
+  alloc->Free(borrowed);
+  const std::uint64_t waits = sim.counters().stream_waits;
+  const DevicePtr mid = *alloc->Allocate(512 << 10, kS1);
+  EXPECT_TRUE(InPagesOf(mid, large, 5 * kMiB / 2));
+  EXPECT_EQ(sim.counters().stream_waits, waits + 1);
 }
 
 // Each pass allocates a matrix while the last one is still live, frees the last one and
