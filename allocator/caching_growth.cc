@@ -322,19 +322,27 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
 }
 
 // Up to `want` idle pages of `h`'s pool (never in `keep`) into the page cache for a growth
-// of `h`, this stream's own first; `lent` is set if any of them was lent. Own pages are
-// lent: the new block's work follows theirs in stream order, so nothing waits.
+// of `h`: its own first, then its stream's other heap's, then other streams'; `lent` is
+// set if any of them was lent. This stream's pages are lent: the new block's work follows
+// theirs in stream order, so nothing waits.
 std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
                                                const Block* keep, bool* lent) {
   // Lent pages are unmapped from their old addresses once an event recorded on their
   // stream has completed: that stream first waits for the borrowers' work on them, and
   // on nothing else (FSDP2's compute stream would wait for prefetches it does not need).
   std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true, FenceWaiter(h));
+  for (auto& [key, other] : heaps_) {
+    if (taken == want) break;
+    if (other.get() != &h && other->pool == h.pool && other->stream == h.stream) {
+      taken += other->large.TakeIdlePages(want - taken, nullptr, /*lend=*/true,
+                                          FenceWaiter(*other));
+    }
+  }
   *lent = taken > 0;
   // Another pool's pages are never taken, nor are this pool's given to another.
   for (auto& [key, other] : heaps_) {
     if (taken == want) break;
-    if (other.get() != &h && other->pool == h.pool) {
+    if (other->pool == h.pool && other->stream != h.stream) {
       taken += TakeOtherStreamPages(*other, h, want - taken, lent);
     }
   }

@@ -126,6 +126,21 @@ TEST(MediumHeapTest, StreamsBorrowOnlyFromHeapsOfTheSameKind) {
   EXPECT_EQ(alloc->stats().cross_stream_borrows, 1u);
 }
 
+// On an 8 MiB device whose medium heap holds two idle pages, an 8 MiB block needs them:
+// they are lent as the large heap's own would be, in stream order, with no stream wait.
+TEST(MediumHeapTest, TheStreamsOtherHeapLendsItsIdlePagesWithoutAWait) {
+  SimBackend sim({.capacity = 8 * kMiB, .events = SimBackendOptions::Events::kManual});
+  auto alloc = MakeCachingAllocator(sim, WithMediumHeap(true));
+  std::vector<DevicePtr> mids;
+  for (int i = 0; i < 4; ++i) mids.push_back(*alloc->Allocate(kMiB, kS1));
+  for (DevicePtr p : mids) alloc->Free(p);
+  ASSERT_TRUE(alloc->Allocate(8 * kMiB, kS1).ok());
+  EXPECT_EQ(alloc->stats().stitch_count, 1u);
+  EXPECT_EQ(alloc->stats().cross_stream_lends, 0u);
+  EXPECT_EQ(sim.counters().stream_waits, 0u);
+  EXPECT_EQ(sim.counters().synchronizes, 0u);
+}
+
 // A steady loop whose medium blocks and large block peak at different moments: four
 // 1 MiB blocks, freed, then a 20 MiB block, freed. Apart, the two heaps need 24 MiB,
 // beyond a budget of 1.75 % over the 20 MiB peak: measured against that peak, each step
