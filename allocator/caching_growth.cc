@@ -400,7 +400,7 @@ bool CachingAllocator::NewPagesFit(const StreamHeap& h, std::size_t pages,
 // of bytes handed out, each rounded up to whole pages. Kept apart, the kinds' heaps each
 // hold their own peak, which come at different moments (a leaky loop's medium blocks
 // early in a step, its large ones later): one kind's free pages serve the other only
-// by moving every step, which is what the budget is for. A heap grows by whole pages.
+// by moving every step, which the budget exists to avoid. A heap grows by whole pages.
 std::uint64_t CachingAllocator::BudgetPeak(const StreamHeap& h, std::size_t bytes) const {
   const std::uint64_t live = std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes);
   if (options_.medium_limit == 0) return live;
