@@ -36,6 +36,8 @@ CachingAllocator::CachingAllocator(Backend& backend, CachingAllocatorOptions opt
       limits_{options.thread_cache_bin_entries, options.thread_cache_bytes},
       caching_(cache_on_ && options.thread_cache_single_thread) {
   options_.small_limit = std::min(options_.small_limit, kSmallLimit);
+  // A medium heap only for blocks above the slabs' sizes.
+  if (options_.medium_limit <= options_.small_limit) options_.medium_limit = 0;
   if (options_.range_va_bytes == 0) {
     options_.range_va_bytes = static_cast<std::size_t>(std::min<std::uint64_t>(
         RoundUp(backend.capacity(), pages_.page_bytes()), kMaxRangeVa));
@@ -106,14 +108,16 @@ bool CachingAllocator::RecordStream(DevicePtr ptr, StreamId stream) {
   return true;
 }
 
-StreamHeap* CachingAllocator::FindHeap(StreamId stream, PoolId pool) {
-  std::unique_ptr<StreamHeap>& h = heaps_[{pool, stream}];
+StreamHeap* CachingAllocator::FindHeap(const HeapKey& key) {
+  std::unique_ptr<StreamHeap>& h = heaps_[key];
   if (h == nullptr) {
-    h = std::make_unique<StreamHeap>(pages_, options_.range_va_bytes, stream, pool);
+    h = std::make_unique<StreamHeap>(pages_, options_.range_va_bytes, key);
     h->large.set_unmapper(unmapper_.get());
+    // A pool's heaps go only once none of its blocks is out (DestroyPoolHeaps).
+    h->large.set_meter(&handed_out_[static_cast<std::size_t>(key.kind)]);
   }
-  last_heap_ = h.get();
-  return last_heap_;
+  last_heap_[static_cast<std::size_t>(key.kind)] = h.get();
+  return h.get();
 }
 
 bool CachingAllocator::AddSlabFor(StreamHeap& h, int k) {

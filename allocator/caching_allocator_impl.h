@@ -42,16 +42,37 @@
 #include "allocator/small_pool.h"
 #include "allocator/stream_guard.h"
 #include "allocator/thread_cache.h"
+#include "allocator/usage_meter.h"
 
 namespace gpumem {
 
+// What a heap holds (CachingAllocatorOptions::medium_limit): the medium heap, blocks up to
+// the medium limit and the slabs; the large heap, larger blocks (everything without a
+// medium heap, and every block of a private pool). Kept apart, blocks that outlive the
+// large ones around them do not pin the pages those leave behind.
+enum class HeapKind : std::uint8_t { kLarge, kMedium };
+inline constexpr std::size_t kHeapKinds = 2;
+
+struct HeapKey {
+  PoolId pool;
+  StreamId stream;
+  HeapKind kind;
+
+  template <typename H>
+  friend H AbslHashValue(H h, const HeapKey& k) {
+    return H::combine(std::move(h), k.pool, k.stream, k.kind);
+  }
+  friend bool operator==(const HeapKey&, const HeapKey&) = default;
+};
+
 struct StreamHeap {
-  StreamHeap(PageHeap& pages, std::size_t range_va, StreamId s, PoolId p)
-      : large(pages, range_va, s), stream(s), pool(p) {}
+  StreamHeap(PageHeap& pages, std::size_t range_va, const HeapKey& key)
+      : large(pages, range_va, key.stream), stream(key.stream), pool(key.pool), kind(key.kind) {}
   LargePool large;  // declared first: slabs live in its blocks, so it goes last
   SmallPool small;
   StreamId stream;
   PoolId pool;
+  HeapKind kind;
   // Blocks this heap lent (CachingAllocator::Borrow), freed by their borrowers: back in
   // the heap at once, each fenced by an event recorded on its borrower's stream at the
   // free. Before that memory is used again this heap's stream waits for the event on the
@@ -218,7 +239,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     if (fences_ != 0) CollectFencesSometimes();
     ReleaseDonePools();
     if (pool != kDefaultPool) PoolInUse(pool);
-    StreamHeap* h = Heap(stream, pool);
+    StreamHeap* h = Heap(stream, pool, KindFor(bytes, pool));
     LiveBlock live{.heap = h, .stream = stream, .requested = bytes};
     DevicePtr ptr;
     // A pool's blocks all come from its large pool: AllocateAt can then restore any of
@@ -239,8 +260,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       Block* b = c == nullptr ? h->large.BestFit(RoundUp(bytes, kBlockAlign)) : nullptr;
       if (b == nullptr) b = AllocateLargeBlock(*h, bytes, c, &live);
       if (b == nullptr) return Oom(bytes, stream, pool);
-      // A borrowed block's stream waited for its fences already (OrderAfterUsers).
-      if (!live.borrowed && !h->fences.empty()) WaitForFences(*h, b->addr, b->size);
+      // A borrowed block's stream waited for its fences already (OrderAfterUsers). The
+      // block's heap may be another of this stream's (LargeHeapPiece).
+      if (!live.borrowed && !live.heap->fences.empty()) {
+        WaitForFences(*live.heap, b->addr, b->size);
+      }
       live.block = b;
       live.bin = b->size;
       ptr = b->addr;
@@ -309,11 +333,16 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     if (live.heap->pool != kDefaultPool) PoolBlockReleased(live.heap->pool);
   }
 
-  StreamHeap* Heap(StreamId stream, PoolId pool) {
-    if (last_heap_ != nullptr && last_heap_->stream == stream && last_heap_->pool == pool) {
-      return last_heap_;
-    }
-    return FindHeap(stream, pool);
+  // A private pool's blocks all come from its large heap: AllocateAt restores them there.
+  HeapKind KindFor(std::size_t bytes, PoolId pool) const {
+    return bytes <= options_.medium_limit && pool == kDefaultPool ? HeapKind::kMedium
+                                                                 : HeapKind::kLarge;
+  }
+
+  StreamHeap* Heap(StreamId stream, PoolId pool, HeapKind kind) {
+    StreamHeap* last = last_heap_[static_cast<std::size_t>(kind)];
+    if (last != nullptr && last->stream == stream && last->pool == pool) return last;
+    return FindHeap({pool, stream, kind});
   }
 
   // Returns the memory of released pools whose last block is gone (mu_ held). Not during
@@ -338,8 +367,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
 
   // --- Heaps, slabs and large blocks of the locked path (caching_allocator.cc).
 
-  // The heap of (pool, stream), made on first use.
-  StreamHeap* FindHeap(StreamId stream, PoolId pool);
+  // The heap of `key`, made on first use.
+  StreamHeap* FindHeap(const HeapKey& key);
   // A new slab of class `k` in `h`; false when no memory can be had for it.
   bool AddSlabFor(StreamHeap& h, int k);
   void AddSlab(StreamHeap& h, int k, Block* b);
@@ -498,6 +527,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   // `borrower`: the record of the block to be handed out, which may then come from
   // another stream's heap (Borrow); null: `h`'s own blocks only (slabs).
   Block* AllocateLarge(StreamHeap& h, std::size_t bytes, LiveBlock* borrower = nullptr);
+  Block* LargeHeapPiece(StreamHeap& h, std::size_t bytes, LiveBlock* live);
   bool CannotFit(std::size_t bytes);
   Block* AllocateCapturing(StreamHeap& h, std::size_t bytes);
   Block* AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower);
@@ -519,7 +549,8 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   LargePool::LendHook FenceWaiter(StreamHeap& h);
   std::size_t TakeOtherStreamPages(StreamHeap& from, StreamHeap& to, std::size_t want,
                                    bool* lent);
-  bool NewPagesFit(std::size_t pages, std::size_t bytes) const;
+  bool NewPagesFit(const StreamHeap& h, std::size_t pages, std::size_t bytes) const;
+  std::uint64_t BudgetPeak(const StreamHeap& h, std::size_t bytes) const;
   void ReleaseAllCached();
   void ReleaseCachedOf(HeapFilter which);
   void CollectIdleOf(HeapFilter which);
@@ -556,9 +587,11 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   StreamGuard guard_;
   // Outlives the heaps, whose pools hand it their lent pages' old addresses.
   std::unique_ptr<BackgroundUnmapper> unmapper_;
-  // By (pool, stream): a pool's blocks come only from its own heaps.
-  absl::flat_hash_map<std::pair<PoolId, StreamId>, std::unique_ptr<StreamHeap>> heaps_;
-  StreamHeap* last_heap_ = nullptr;
+  // What the heaps of each kind hand out (declared before heaps_, which count on them).
+  std::array<UsageMeter, kHeapKinds> handed_out_;
+  // By (pool, stream, kind): a pool's blocks come only from its own heaps.
+  absl::flat_hash_map<HeapKey, std::unique_ptr<StreamHeap>> heaps_;
+  std::array<StreamHeap*, kHeapKinds> last_heap_{};  // the heap last found, per kind
   // Live blocks not recorded in a thread cache (cache off, pending, or their thread gone).
   LiveMap live_;
   absl::flat_hash_map<DevicePtr, std::vector<StreamId>> used_on_;  // RecordStream

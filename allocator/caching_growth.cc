@@ -99,12 +99,31 @@ void CachingAllocator::ReleaseEmptySlabs(StreamHeap& h) {
 
 Block* CachingAllocator::AllocateLarge(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   if (Block* b = h.large.BestFit(bytes)) return b;
+  if (borrower != nullptr && h.kind == HeapKind::kMedium) {
+    if (Block* b = LargeHeapPiece(h, bytes, borrower)) return b;
+  }
   GrowingScope growing(this);
   Block* b = CannotFit(bytes)    ? nullptr
              : Capturing()       ? AllocateCapturing(h, bytes)
                                  : AllocateSlow(h, bytes, borrower);
   SampleReserved();
   return b;
+}
+
+// A medium block (`live` its record) from a free piece of its stream's large heap smaller
+// than a page, if one fits. Such a piece holds no whole page that the block could pin
+// (the medium heap exists because medium blocks cut from the large heap's larger free
+// blocks kept those pages once the large blocks around them went), and it would
+// otherwise wait for its neighbours' frees or a growth into the hole beside it: on
+// resnet50, the large heap's pieces beside stitched-out pages.
+Block* CachingAllocator::LargeHeapPiece(StreamHeap& h, std::size_t bytes, LiveBlock* live) {
+  auto it = heaps_.find(HeapKey{h.pool, h.stream, HeapKind::kLarge});
+  if (it == heaps_.end()) return nullptr;
+  LargePool& pool = it->second->large;
+  const std::size_t fit = pool.FitSize(bytes);
+  if (fit == 0 || fit >= pages_.page_bytes()) return nullptr;
+  live->heap = it->second.get();
+  return pool.BestFit(bytes);
 }
 
 // Whether `bytes` more cannot fit even with every idle byte reclaimed: live and
@@ -180,15 +199,15 @@ Block* CachingAllocator::AttemptGrowth(StreamHeap& h, std::size_t bytes, int att
 }
 
 // The best fit for `bytes` among the free blocks of the other streams' heaps of `h`'s pool
-// (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits. `borrower` is
-// the block's record: at its free the block goes back to the lender's heap behind a
-// fence (RetireBorrowed).
+// and kind (CachingAllocatorOptions::borrow), for `h`'s stream; null if none fits.
+// `borrower` is the block's record: at its free the block goes back to the lender's heap
+// behind a fence (RetireBorrowed).
 Block* CachingAllocator::Borrow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   if (borrower == nullptr || !options_.borrow || h.pool != kDefaultPool) return nullptr;
   StreamHeap* lender = nullptr;
   std::size_t fit = std::numeric_limits<std::size_t>::max();
   for (auto& [key, other] : heaps_) {
-    if (other.get() == &h || other->pool != h.pool) continue;
+    if (other.get() == &h || other->pool != h.pool || other->kind != h.kind) continue;
     const std::size_t size = other->large.FitSize(bytes);
     if (size != 0 && size < fit) {
       fit = size;
@@ -283,7 +302,7 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
   // No stitching during a capture: it would unmap (or lend, recording and waiting for
   // events).
   if (options_.stitch && !Capturing() && need > pages_.cached_pages() &&
-      !(budget && NewPagesFit(need - pages_.cached_pages(), bytes))) {
+      !(budget && NewPagesFit(h, need - pages_.cached_pages(), bytes))) {
     const std::size_t taken =
         TakeIdlePagesFor(h, need - pages_.cached_pages(), plan.extent, &lent);
     reused += taken;
@@ -303,19 +322,27 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
 }
 
 // Up to `want` idle pages of `h`'s pool (never in `keep`) into the page cache for a growth
-// of `h`, this stream's own first; `lent` is set if any of them was lent. Own pages are
-// lent: the new block's work follows theirs in stream order, so nothing waits.
+// of `h`: its own first, then its stream's other heap's, then other streams'; `lent` is
+// set if any of them was lent. This stream's pages are lent: the new block's work follows
+// theirs in stream order, so nothing waits.
 std::size_t CachingAllocator::TakeIdlePagesFor(StreamHeap& h, std::size_t want,
                                                const Block* keep, bool* lent) {
   // Lent pages are unmapped from their old addresses once an event recorded on their
   // stream has completed: that stream first waits for the borrowers' work on them, and
   // on nothing else (FSDP2's compute stream would wait for prefetches it does not need).
   std::size_t taken = h.large.TakeIdlePages(want, keep, /*lend=*/true, FenceWaiter(h));
+  for (auto& [key, other] : heaps_) {
+    if (taken == want) break;
+    if (other.get() != &h && other->pool == h.pool && other->stream == h.stream) {
+      taken += other->large.TakeIdlePages(want - taken, nullptr, /*lend=*/true,
+                                          FenceWaiter(*other));
+    }
+  }
   *lent = taken > 0;
   // Another pool's pages are never taken, nor are this pool's given to another.
   for (auto& [key, other] : heaps_) {
     if (taken == want) break;
-    if (other.get() != &h && other->pool == h.pool) {
+    if (other->pool == h.pool && other->stream != h.stream) {
       taken += TakeOtherStreamPages(*other, h, want - taken, lent);
     }
   }
@@ -353,12 +380,11 @@ void CachingAllocator::OrderAfter(StreamId waiter, EventHandle event) {
   pages_.Quiesce();
 }
 
-// Whether `pages` new pages keep reserved within the budget for growth without
-// stitching (CachingAllocatorOptions::new_page_headroom), counting the request of
-// `bytes` being served in the peak.
-bool CachingAllocator::NewPagesFit(std::size_t pages, std::size_t bytes) const {
-  const double peak = static_cast<double>(
-      std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes));
+// Whether `pages` new pages for `h` keep reserved within the budget for growth without
+// stitching (CachingAllocatorOptions::new_page_headroom).
+bool CachingAllocator::NewPagesFit(const StreamHeap& h, std::size_t pages,
+                                   std::size_t bytes) const {
+  const double peak = static_cast<double>(BudgetPeak(h, bytes));
   const double after =
       static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
   const double learned = peak * (1.0 + options_.new_page_headroom) +
@@ -367,6 +393,24 @@ bool CachingAllocator::NewPagesFit(std::size_t pages, std::size_t bytes) const {
       learned,
       peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)));
   return after <= budget && after <= static_cast<double>(backend_.capacity());
+}
+
+// The peak the growth budget is measured against, counting the request of `bytes` for
+// `h`: the peak of live bytes; with a medium heap, at least the sum of each kind's peak
+// of bytes handed out, each rounded up to whole pages. Kept apart, the kinds' heaps each
+// hold their own peak, which come at different moments (a leaky loop's medium blocks
+// early in a step, its large ones later): one kind's free pages serve the other only
+// by moving every step, which the budget exists to avoid. A heap grows by whole pages.
+std::uint64_t CachingAllocator::BudgetPeak(const StreamHeap& h, std::size_t bytes) const {
+  const std::uint64_t live = std::max<std::uint64_t>(bytes_.max(), ExactLive().bytes + bytes);
+  if (options_.medium_limit == 0) return live;
+  std::uint64_t kinds = 0;
+  for (std::size_t k = 0; k < kHeapKinds; ++k) {
+    const UsageMeter& m = handed_out_[k];
+    const std::uint64_t now = m.bytes + (k == static_cast<std::size_t>(h.kind) ? bytes : 0);
+    kinds += RoundUp(std::max(m.peak, now), pages_.page_bytes());
+  }
+  return std::max(live, kinds);
 }
 
 // Every idle page unmapped and released, empty slabs and free segments returned; the

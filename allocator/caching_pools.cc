@@ -19,13 +19,13 @@ absl::StatusOr<DevicePtr> CachingAllocator::AllocateInPool(std::size_t bytes, St
   return AllocateLocked(bytes, stream, nullptr, pool);
 }
 
-// Pool blocks are all carved from the large pool (see AllocateLocked), so any of them
-// can be put back where it was.
+// Pool blocks are all carved from the large pool of the pool's large heap (see KindFor,
+// AllocateLocked), so any of them can be put back where it was.
 absl::StatusOr<DevicePtr> CachingAllocator::AllocateAt(DevicePtr addr, std::size_t bytes,
                                                        StreamId stream, PoolId pool) {
   std::unique_lock lock(mu_);
   if (pool == kDefaultPool) return absl::InvalidArgumentError("AllocateAt: not a pool");
-  auto it = heaps_.find(std::make_pair(pool, stream));
+  auto it = heaps_.find(HeapKey{pool, stream, HeapKind::kLarge});
   Block* b = it == heaps_.end() ? nullptr
                                 : it->second->large.CarveAt(addr, RoundUp(bytes, kBlockAlign));
   if (b == nullptr) {
@@ -114,7 +114,7 @@ void CachingAllocator::ReleaseDonePoolsNow() {
 }
 
 void CachingAllocator::DestroyPoolHeaps(PoolId pool) {
-  last_heap_ = nullptr;
+  last_heap_ = {};
   absl::erase_if(heaps_, [&](const auto& entry) {
     const StreamHeap& h = *entry.second;
     if (h.pool != pool) return false;

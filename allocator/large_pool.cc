@@ -33,6 +33,7 @@ LargePool::~LargePool() {
 }
 
 Block* LargePool::Carve(Block* b, std::size_t bytes) {
+  CountHandedOut(bytes);
   if (b->size > bytes) {
     // Put the block against the end whose page is partly used (or away from the hole the
     // rest could grow into): the rest then keeps whole pages, which can be remapped, and
@@ -101,6 +102,7 @@ Block* LargePool::BestFit(std::size_t bytes) {
   Block* b = index().BestFit(bytes);
   if (b == nullptr) return nullptr;
   free_bytes_ -= bytes;
+  CountHandedOut(bytes);
   if (b->size > bytes) return Split(b, bytes);
   index_.Erase(b);
   b->free = false;
@@ -117,6 +119,7 @@ Block* LargePool::CarveAt(DevicePtr addr, std::size_t bytes) {
   }
   if (b == nullptr || !b->free || addr + bytes > b->end()) return nullptr;
   EraseFree(b);
+  CountHandedOut(bytes);
   if (b->addr < addr) {  // b keeps the free front; a new node starts at addr
     Block* rest = NewNode();
     rest->addr = addr;
@@ -162,6 +165,7 @@ Block* LargePool::Coalesce(Block* b) {
 }
 
 void LargePool::Free(Block* block, bool stream_used) {
+  CountTakenBack(block->size);
   if (stream_used) block->used_at = ++free_seq_;
   if (block == split_.used && UndoSplit()) return;
   Merge(block);

@@ -31,6 +31,7 @@
 #include "allocator/background_unmapper.h"
 #include "allocator/free_index.h"
 #include "allocator/page_heap.h"
+#include "allocator/usage_meter.h"
 
 namespace gpumem {
 
@@ -116,6 +117,9 @@ class LargePool {
 
   std::size_t largest_free() const;
   std::size_t free_bytes() const { return free_bytes_; }
+  // Counts the bytes this pool hands out, and takes back, on `meter` too (null: nowhere).
+  // A pool destroyed with blocks out leaves them counted: give it none then.
+  void set_meter(UsageMeter* meter) { meter_ = meter; }
   std::size_t range_count() const { return ranges_.size(); }
 
   // Calls f(range, blocks) for every range, its blocks in address order.
@@ -174,6 +178,12 @@ class LargePool {
   void EraseFree(Block* b) {
     index().Erase(b);
     free_bytes_ -= b->size;
+  }
+  void CountHandedOut(std::size_t bytes) {
+    if (meter_ != nullptr) meter_->Add(bytes);
+  }
+  void CountTakenBack(std::size_t bytes) {
+    if (meter_ != nullptr) meter_->Sub(bytes);
   }
   // Whether a block carved from free block `b` goes against its end (see Carve): its
   // first page is its own and its last is not, or both are and there is a hole before it
@@ -263,6 +273,7 @@ class LargePool {
   mutable FreeIndex index_;
   mutable PendingSplit split_;
   std::size_t free_bytes_ = 0;
+  UsageMeter* meter_ = nullptr;
   std::uint32_t free_seq_ = 0;
   std::deque<Block> nodes_;       // stable storage; range == nullptr marks a spare node
   Block* spare_ = nullptr;

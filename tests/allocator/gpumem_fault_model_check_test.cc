@@ -43,6 +43,11 @@ struct Config {
   std::uint64_t capacity;
   const char* level;  // "Some" or "Many" faults
   FaultRates rates;
+  // Whether faults reliably end in OOMs here. Not with some faults on a large segment
+  // device: a request fails only when its segment is refused in all three rounds of the
+  // slow path (5 % cubed), a few times in 1,000 sequences and in some seed ranges never.
+  // There the faults must make the slow path retry instead.
+  bool ooms_expected = true;
 };
 
 constexpr FaultRates kSome{.create = 0.05, .map = 0.05, .unmap = 0.05, .event_query = 0.2,
@@ -74,6 +79,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
   int steps = 0;
   int ooms = 0;
   int faulted_ooms = 0;
+  std::int64_t retries = 0;
   std::uint64_t stitches = 0;
   std::uint64_t lends = 0;
   for (int seq = 0; seq < kSequences; ++seq) {
@@ -82,6 +88,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
     RunSteps(m, kFaultySteps, seq, "with faults");
     if (HasFatalFailure()) return;
     const int faulty_ooms = m.ooms();
+    retries += m.retries();
     m.faults().set_rates({});
     RunSteps(m, kCleanSteps, seq, "after faults");
     if (HasFatalFailure()) return;
@@ -114,7 +121,7 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
   std::printf("%s: %d sequences (seeds %d-%d), %d steps, faults injected: %llu "
               "(create %llu, map %llu, unmap %llu, event query %llu, reserve %llu, "
               "segment %llu, stream wait %llu), OOMs %d (%d during a fault), %llu stitches "
-              "(%llu lent across streams)\n",
+              "(%llu lent across streams), %lld retried\n",
               Name(c).c_str(), kSequences, kFirstSeed, kFirstSeed + kSequences - 1, steps,
               static_cast<unsigned long long>(total.total()),
               static_cast<unsigned long long>(total.create),
@@ -124,7 +131,8 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
               static_cast<unsigned long long>(total.reserve),
               static_cast<unsigned long long>(total.segment),
               static_cast<unsigned long long>(total.stream_wait), ooms, faulted_ooms,
-              static_cast<unsigned long long>(stitches), static_cast<unsigned long long>(lends));
+              static_cast<unsigned long long>(stitches), static_cast<unsigned long long>(lends),
+              static_cast<long long>(retries));
   // The faults must have reached every path they are for.
   if (c.vmm) {
     EXPECT_GT(stitches, 0u) << "idle pages were never remapped";
@@ -136,14 +144,17 @@ TEST_P(GpumemFaultModelCheckTest, EveryFaultIsAnOomAndNothingLeaks) {
     EXPECT_GT(total.segment, 0u);
   }
   EXPECT_GT(total.event_query, 0u);
-  EXPECT_GT(faulted_ooms, 0);
+  EXPECT_GT(retries, 0);
+  if (c.ooms_expected) {
+    EXPECT_GT(faulted_ooms, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Backends, GpumemFaultModelCheckTest,
     ::testing::Values(Config{true, kLargeCap, "Some", kSome}, Config{true, kSmallCap, "Some", kSome},
                       Config{true, kLargeCap, "Many", kMany}, Config{true, kSmallCap, "Many", kMany},
-                      Config{false, kLargeCap, "Some", kSome},
+                      Config{false, kLargeCap, "Some", kSome, /*ooms_expected=*/false},
                       Config{false, kSmallCap, "Many", kMany}),
     [](const ::testing::TestParamInfo<Config>& p) { return Name(p.param); });
 

@@ -48,6 +48,33 @@ TEST(LargePoolTest, SplitsAndCoalesces) {
   EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
 }
 
+// Two pools on one meter: what they hand out, carved (512 B rounded by the caller), by
+// best fit, growth or at an address, and its peak across both.
+TEST(LargePoolTest, MeterCountsWhatPoolsHandOutAndItsPeak) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool a(heap, 64 * kPage);
+  LargePool b(heap, 64 * kPage);
+  UsageMeter meter;
+  a.set_meter(&meter);
+  b.set_meter(&meter);
+  Block* grown = *a.Grow(a.PlanGrowth(3 * kMiB), 3 * kMiB);
+  Block* fit = a.BestFit(kMiB / 2);
+  Block* other = *b.Grow(b.PlanGrowth(kPage), kPage);
+  EXPECT_EQ(meter.bytes, 3 * kMiB + kMiB / 2 + kPage);
+  const DevicePtr base = grown->addr;
+  a.Free(grown);
+  b.Free(other);
+  EXPECT_EQ(meter.bytes, kMiB / 2);
+  Block* at = a.CarveAt(base, kMiB);
+  ASSERT_NE(at, nullptr);
+  EXPECT_EQ(meter.bytes, kMiB / 2 + kMiB);
+  a.Free(fit);
+  a.Free(at);
+  EXPECT_EQ(meter.bytes, 0u);
+  EXPECT_EQ(meter.peak, 3 * kMiB + kMiB / 2 + kPage);
+}
+
 TEST(LargePoolTest, BestFitPicksTheSmallestFreeBlockThatFits) {
   SimBackend sim;
   PageHeap heap(sim, 0, nullptr);

@@ -321,6 +321,10 @@ class ModelCheck {
   std::uint64_t cross_stream_lends() const { return alloc_->stats().cross_stream_lends; }
   std::uint64_t cross_stream_borrows() const { return alloc_->stats().cross_stream_borrows; }
   std::uint64_t stitches() const { return alloc_->stats().stitch_count; }
+  // Requests whose slow path went past its first round (or stitched).
+  std::int64_t retries() const {
+    return alloc_->detailed_stats().num_alloc_retries;
+  }
   bool cached_seen() const { return cached_seen_; }
   FaultInjectingBackend& faults() { return faults_; }
   int steps() const { return steps_; }
