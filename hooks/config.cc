@@ -49,6 +49,11 @@ const ConfigVariable kConfigVariables[] = {
      "1 (default): a large request its stream's own cache cannot fit takes another "
      "stream's free block where it is, the stream waiting on the device for the other's "
      "work (FSDP2's communication streams then remap nothing); 0: each stream grows its own"},
+    {"GPUMEM_MEDIUM_HEAP", "0, 1",
+     "1 (default): blocks above 64 KiB and up to 1 MiB (PyTorch's small-pool limit) come "
+     "from a heap of their own per stream, so that such blocks kept while large ones come "
+     "and go do not pin the large ones' pages; 0: one heap a stream for all but the "
+     "smallest blocks"},
     {"GPUMEM_BACKGROUND_UNMAP", "0, 1",
      "1 (default): the old addresses of pages that stitching moved are unmapped on a "
      "thread of gpumem's own once the device is done with them; 0: on the allocating "
@@ -160,6 +165,7 @@ absl::Status ParseFlags(const EnvLookup& env, Config* config) {
       {"GPUMEM_LOG_OOM", &config->log_oom},
       {"GPUMEM_STITCH", &config->stitch},
       {"GPUMEM_BORROW", &config->borrow},
+      {"GPUMEM_MEDIUM_HEAP", &config->medium_heap},
       {"GPUMEM_BACKGROUND_UNMAP", &config->background_unmap},
       {"GPUMEM_THREAD_CACHE", &config->thread_cache},
       {"GPUMEM_VERBOSE", &config->verbose},

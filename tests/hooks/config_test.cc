@@ -32,7 +32,8 @@ TEST(ConfigTest, ReadsEveryVariable) {
              {"GPUMEM_MEMORY_FRACTION", "0.25"}, {"GPUMEM_TRACE", "traces/x.gpumem"},
              {"GPUMEM_LOG_OOM", "0"}, {"GPUMEM_VERBOSE", "1"}, {"GPUMEM", "1"},
              {"GPUMEM_STITCH", "0"}, {"GPUMEM_BORROW", "0"}, {"GPUMEM_THREAD_CACHE", "0"},
-             {"GPUMEM_PAGE_SIZE", "8M"}, {"GPUMEM_BACKGROUND_UNMAP", "0"}});
+             {"GPUMEM_PAGE_SIZE", "8M"}, {"GPUMEM_BACKGROUND_UNMAP", "0"},
+             {"GPUMEM_MEDIUM_HEAP", "0"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backend, BackendKind::kCudaMalloc);
   EXPECT_EQ(*c->capacity, std::uint64_t{3} << 29);  // 1.5 * 2^30
@@ -45,6 +46,8 @@ TEST(ConfigTest, ReadsEveryVariable) {
   EXPECT_EQ(c->page_bytes, std::uint64_t{8} << 20);
   EXPECT_EQ(Parse({})->page_bytes, 0u);
   EXPECT_TRUE(Parse({})->borrow);
+  EXPECT_FALSE(c->medium_heap);
+  EXPECT_TRUE(Parse({})->medium_heap);
   EXPECT_FALSE(c->background_unmap);
   EXPECT_TRUE(Parse({})->background_unmap);
   EXPECT_FALSE(c->thread_cache);
@@ -98,6 +101,7 @@ TEST(ConfigTest, BadValuesNameTheVariableAndTheAcceptedValues) {
       {"GPUMEM_VERBOSE", "2", "0 or 1"},
       {"GPUMEM_STITCH", "no", "0 or 1"},
       {"GPUMEM_BORROW", "off", "0 or 1"},
+      {"GPUMEM_MEDIUM_HEAP", "yes", "0 or 1"},
       {"GPUMEM_BACKGROUND_UNMAP", "yes", "0 or 1"},
       {"GPUMEM_PAGE_SIZE", "1M", "auto or a size from 2M to 1G"},
       {"GPUMEM_PAGE_SIZE", "4 pages", "from 2M to 1G"},
@@ -162,7 +166,7 @@ TEST(ConfigTest, EveryVariableIsListedOnce) {
   for (const char* name : {"GPUMEM", "GPUMEM_MODE", "GPUMEM_BACKEND", "GPUMEM_CAPACITY",
                            "GPUMEM_MEMORY_FRACTION", "GPUMEM_TRACE", "GPUMEM_LOG_OOM",
                            "GPUMEM_VERBOSE", "GPUMEM_STITCH", "GPUMEM_BORROW", "GPUMEM_PAGE_SIZE",
-                           "GPUMEM_THREAD_CACHE", "GPUMEM_BACKGROUND_UNMAP",
+                           "GPUMEM_THREAD_CACHE", "GPUMEM_BACKGROUND_UNMAP", "GPUMEM_MEDIUM_HEAP",
                            "GPUMEM_TRACE_MAX"}) {
     EXPECT_EQ(seen[name], 1) << name;
   }
