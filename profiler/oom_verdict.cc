@@ -12,6 +12,7 @@ using report::ProcessesText;
 using report::OomClass;
 
 const char* VerdictName(OomClass cls) {
+  if (cls == OomClass::kHeldApart) return "free memory held apart";
   return cls == OomClass::kPeak ? "genuine peak" : report::OomClassName(cls);
 }
 
@@ -40,6 +41,11 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
           ") but the largest free piece was ",
           f.largest_free ? Bytes(*f.largest_free) : std::string("smaller than the request"),
           "; allocated ", Bytes(f.allocated), " of the cap of ", Bytes(f.capacity), driver);
+    case OomClass::kHeldApart:
+      return absl::StrCat(Bytes(f.free_cached), " was cached free, in pieces as large as ",
+                          Bytes(*f.largest_free), " (the request: ", Bytes(f.request),
+                          "), and allocated ", Bytes(f.allocated), " is under the cap of ",
+                          Bytes(f.capacity), ", yet the request was refused", driver);
     case OomClass::kPeak:
       break;
   }

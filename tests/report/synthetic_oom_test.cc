@@ -61,6 +61,35 @@ TEST(SyntheticOom, PeakIsAPeak) {
   EXPECT_FALSE(r.projected_oom_step.has_value());
 }
 
+// A CUDA graph captured each epoch and kept: each keeps its pool's 128 MiB segment after
+// its blocks are freed. A 64 MiB request fails with 768 MiB free in 128 MiB pieces and
+// allocated far under the cap: the free memory was not the request's to use.
+TEST(SyntheticOom, FreeMemoryInPiecesLargeEnoughWasHeldApart) {
+  synthetic::Builder b;
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t captured = b.Stack(40, "capture");
+  constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  b.Segment(kBase, 128 * kMiB);
+  b.Alloc(kBase, 128 * kMiB, params);
+  for (std::uint64_t epoch = 1; epoch <= 6; ++epoch) {
+    const std::uint64_t pool = kBase + epoch * 256 * kMiB;  // apart: no piece spans two
+    b.Segment(pool, 128 * kMiB);
+    b.Alloc(pool, 128 * kMiB, captured);
+    b.Free(pool, 128 * kMiB, captured);
+    b.Step();
+  }
+  b.Oom(64 * kMiB, 128 * kMiB);
+  trace::Trace t = b.Take();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  const OomExplanation& x = r.ooms[0];
+  EXPECT_EQ(x.cls, OomClass::kHeldApart) << x.evidence;
+  EXPECT_EQ(x.free_cached, 768 * kMiB);
+  EXPECT_EQ(x.at.largest_free_piece, 128 * kMiB);
+  EXPECT_NE(x.fix.find("pool=first_graph.pool()"), std::string::npos) << x.fix;
+  EXPECT_NE(ReportToJson(r).dump().find("free memory held apart"), std::string::npos);
+}
+
 TEST(SyntheticOom, DyingBeforeAnyStepSaysSoInsteadOfAskingForSteps) {
   trace::Trace t = synthetic::PeakTrace();
   std::erase_if(t.events, [](const trace::Event& e) { return e.action == trace::Action::kStep; });

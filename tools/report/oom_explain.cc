@@ -93,6 +93,17 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
   x->fix = OomFix(OomClass::kPeak);
 }
 
+void ExplainHeldApart(OomExplanation* x) {
+  const OomPoint& p = x->at;
+  x->cls = OomClass::kHeldApart;
+  x->evidence = absl::StrCat(
+      "the allocator held ", Bytes(x->free_cached), " free in its segments (reserved ",
+      Bytes(p.reserved), ", allocated ", Bytes(p.allocated), "), with pieces as large as ",
+      Bytes(p.largest_free_piece), " for a request of ", Bytes(p.request), ", under a capacity of ",
+      Bytes(x->capacity), ", yet the request was refused: that memory was not its to use.");
+  x->fix = OomFix(OomClass::kHeldApart);
+}
+
 }  // namespace
 
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
@@ -133,6 +144,8 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
       ExplainLeak(leaks, &x);
     } else if (cls == OomClass::kFragmentation) {
       ExplainFragmentation(replay, &x);
+    } else if (cls == OomClass::kHeldApart) {
+      ExplainHeldApart(&x);
     } else {
       ExplainPeak(leaks, &x);
     }

@@ -33,6 +33,14 @@ constexpr char kPeakFix[] =
     "mixed precision (bf16/fp16 autocast), or shard optimizer state and parameters "
     "across devices (FSDP / ZeRO).";
 
+constexpr char kHeldApartFix[] =
+    "Free memory was there in pieces large enough, but held apart from this request: "
+    "the free blocks of private pools (CUDA graphs, torch.cuda.MemPool) whose owners are "
+    "still alive, or, under PyTorch's allocator, blocks cached for another stream. A "
+    "graph kept alive keeps its whole pool: drop the graphs no longer replayed (and the "
+    "outputs that refer to them), or capture them into one shared pool "
+    "(torch.cuda.graph(g, pool=first_graph.pool())).";
+
 // A site grows steadily: a good straight-line fit, rising at most step ends, and by an
 // amount that matters (MinLeakGrowth).
 constexpr double kMinR2 = 0.8;
@@ -72,6 +80,7 @@ const char* OomClassName(OomClass c) {
     case OomClass::kLeak: return "leak";
     case OomClass::kFragmentation: return "fragmentation";
     case OomClass::kPeak: return "peak";
+    case OomClass::kHeldApart: return "held apart";
   }
   return "peak";
 }
@@ -81,6 +90,7 @@ const char* OomFix(OomClass c) {
     case OomClass::kLeak: return kLeakFix;
     case OomClass::kFragmentation: return kFragmentationFix;
     case OomClass::kPeak: return kPeakFix;
+    case OomClass::kHeldApart: return kHeldApartFix;
   }
   return kPeakFix;
 }
@@ -186,6 +196,10 @@ OomClass ClassifyOom(const OomFigures& f) {
   // means it was in pieces too small.
   if (f.free_cached >= f.request && f.largest_free.value_or(0) < f.request) {
     return OomClass::kFragmentation;
+  }
+  // A piece that would have served it, under the cap: the allocator could not use it.
+  if (f.free_cached >= f.request && f.largest_free && f.allocated + f.request <= f.capacity) {
+    return OomClass::kHeldApart;
   }
   return OomClass::kPeak;
 }

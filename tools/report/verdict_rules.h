@@ -18,8 +18,11 @@
 
 namespace gpumem::report {
 
-enum class OomClass { kLeak, kFragmentation, kPeak };
-const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak"
+// kHeldApart: free memory in pieces large enough, but not this request's to use (the
+// private pools of CUDA graphs or MemPools still alive; under PyTorch's allocator also
+// blocks cached for another stream).
+enum class OomClass { kLeak, kFragmentation, kPeak, kHeldApart };
+const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak", "held apart"
 const char* OomFix(OomClass c);
 
 // Below this many finished steps there is no growth to measure: an OOM is a peak or
