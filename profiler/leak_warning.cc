@@ -83,6 +83,10 @@ std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
   const std::optional<report::Growth> g =
       report::RecentSteadyGrowth(s.steps, s.live, report::MinLeakGrowth(device.step_peak), &fill);
   if (!g || g->bytes_per_step <= 0 || PausedPastItsRhythm(s, g->from)) return std::nullopt;
+  if (const auto w = withdrawn_at_.find(key);
+      w != withdrawn_at_.end() && s.steps[g->from] < static_cast<double>(w->second)) {
+    return std::nullopt;
+  }
   LeakWarning w;
   w.key = key;
   w.bytes_per_step = g->bytes_per_step;
@@ -117,7 +121,7 @@ bool LeakWarner::Stopped(const SiteHistory::Series& s, std::size_t samples) {
 }
 
 std::optional<LeakWarning> LeakWarner::Withdraw(
-    std::uint64_t key, const SiteHistory::Series& s,
+    std::uint64_t key, std::uint64_t step, const SiteHistory::Series& s,
     const std::optional<SiteHistory::Series>& coarse) {
   const auto said = said_.find(key);
   if (said == said_.end() || !Stopped(s, stopped_steps_)) return std::nullopt;
@@ -133,6 +137,7 @@ std::optional<LeakWarning> LeakWarner::Withdraw(
   withdrawn.withdrawn = true;
   withdrawn.live = s.live.back();
   said_.erase(said);
+  withdrawn_at_[key] = step;
   return withdrawn;
 }
 
@@ -153,7 +158,7 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
     // A series halved below what a fit needs says nothing yet: judged at a later sample.
     if (!w && said_in_steps && !Judgeable(*coarse)) return std::nullopt;
   }
-  if (!w) return Withdraw(key, series, coarse);
+  if (!w) return Withdraw(key, step, series, coarse);
   if (said == said_.end()) {
     said_[key] = Said{*w, step, step};
     return w;

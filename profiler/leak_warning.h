@@ -15,7 +15,8 @@
 // withdrawn, once (one warned of in steps: once its coarse series too has held no more
 // for kCoarseStoppedSamples samples and three times its longest pause between rises,
 // since such growth is flat between its steps);
-// should it grow again it is warned of again. A rise that only refills
+// should it grow again it is warned of again, from growth since the withdrawal alone (a
+// cache that fills ever more slowly is not warned of anew for what it grew before). A rise that only refills
 // what the site held before and gave back (report::FillLevel: a validation pass that
 // gathers its outputs each epoch, then reduces them) is not warned of.
 #pragma once
@@ -75,6 +76,7 @@ class LeakWarner {
   // something once an epoch and is flat between.
   static bool PausedPastItsRhythm(const SiteHistory::Series& coarse, std::size_t from);
   // The growth of a coarse series, fitted as the report fits it.
+  // Growth that began before the site's warning was withdrawn does not count.
   std::optional<LeakWarning> RisingInSteps(std::uint64_t key, const SiteHistory::Series& s,
                                            const report::FillLevel& fill, std::uint64_t step,
                                            const DeviceFigures& device) const;
@@ -95,12 +97,15 @@ class LeakWarner {
   static constexpr std::size_t kCoarseStoppedSamples = 4;
   // The withdrawal of the warning said of `key`, if it was warned of and has stopped.
   // `coarse`: the site's coarse series, where this step end sampled it.
-  std::optional<LeakWarning> Withdraw(std::uint64_t key, const SiteHistory::Series& s,
+  std::optional<LeakWarning> Withdraw(std::uint64_t key, std::uint64_t step,
+                                      const SiteHistory::Series& s,
                                       const std::optional<SiteHistory::Series>& coarse);
 
   std::size_t steps_;
   std::size_t stopped_steps_;
   absl::flat_hash_map<std::uint64_t, Said> said_;
+  // The step end at which each site's last warning was withdrawn.
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> withdrawn_at_;
 };
 
 }  // namespace gpumem

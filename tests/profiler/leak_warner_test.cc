@@ -121,6 +121,39 @@ TEST(LeakWarner, CacheThatFilledIsNotWarnedOfAgainInSteps) {
   }
 }
 
+// A table cached for each sequence length seen (an unbounded lru_cache), a batch of one of
+// 64 lengths a step: new lengths come ever more rarely, the cache filling ever more slowly
+// towards 520 MiB. Once a warning of it was withdrawn, what it grew before does
+// not warn again: a later warning in steps rests on growth since the withdrawal alone.
+TEST(LeakWarner, ACacheThatFillsEverMoreSlowlyIsNotWarnedOfAgainForItsOldGrowth) {
+  const absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices = {
+      {3, {4ull << 30, 1ull << 30}}};
+  int withdrawn_runs = 0;
+  for (std::uint32_t seed = 1; seed <= 60; ++seed) {  // a fifth of them pause and go on
+    SiteHistory history;
+    LeakWarner warner(5);
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<std::uint64_t> length(1, 64);
+    std::vector<bool> seen(65, false);
+    std::uint64_t live = 0, withdrawn_at = 0;
+    for (std::uint64_t step = 1; step <= 1500; ++step) {
+      const std::uint64_t n = length(rng);
+      if (!seen[n]) live += n * 256 * 1024;  // 64 n rows of 1024 floats
+      seen[n] = true;
+      history.Add(step, {{kSite, live}}, {});
+      for (const LeakWarning& w : warner.Check(step, history, devices)) {
+        if (w.withdrawn) {
+          withdrawn_at = step;
+        } else if (withdrawn_at != 0 && w.in_steps_over > 0) {
+          EXPECT_GE(step - w.in_steps_over, withdrawn_at) << "seed " << seed << ", step " << step;
+        }
+      }
+    }
+    withdrawn_runs += withdrawn_at != 0;
+  }
+  EXPECT_EQ(withdrawn_runs, 60);
+}
+
 // Each step keeps its 4-byte loss: a 512-byte block on the device. Warned of once the site
 // has kept the 1 MiB a leak must have grown by (2,048 steps), not before; counting the
 // bytes asked for, it would take 262,144 steps.
