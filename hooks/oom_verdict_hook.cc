@@ -102,7 +102,7 @@ void Print(const OomVerdictInput& in, report::OomClass cls, const std::string& h
       if (PowerOfTwo(++said.repeats)) {
         text = "gpumem: device " + std::to_string(in.device) + ": " +
                std::to_string(said.repeats + 1) +
-               " out-of-memory errors in this step so far, same verdict: " + VerdictName(cls) +
+               " out-of-memory errors in this step so far, same verdict: " + report::OomVerdictName(cls) +
                " (a program that catches them, as cuDNN's workspace tries do, goes on)\n";
       }
     } else {

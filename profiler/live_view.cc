@@ -113,10 +113,10 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
           ? absl::StrCat(" grew in ", unit, "s over the last ", w.in_steps_over, " ", unit,
                          " ends, +")
           : absl::StrCat(" grew at each of the last ", warn_steps_, " ", unit, " ends, +");
-  const std::string called_from =
-      kept_through.empty() ? "" : absl::StrCat(", called from ", kept_through, ",");
   return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
-                      site_names_[static_cast<std::uint32_t>(w.key)], called_from, how,
+                      report::SiteWithCall(site_names_[static_cast<std::uint32_t>(w.key)],
+                                           kept_through),
+                      kept_through.empty() ? "" : ",", how,
                       report::Bytes(w.bytes_per_step), "/", unit, " (live ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }
@@ -234,9 +234,7 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       in->growth_per_step += g->growth.bytes_per_step;
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
       if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
-      if (const std::string call = KeptThroughLocked(key, by_stack, freed); !call.empty()) {
-        absl::StrAppend(&site.name, ", called from ", call);
-      }
+      site.name = report::SiteWithCall(site.name, KeptThroughLocked(key, by_stack, freed));
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));

@@ -11,11 +11,6 @@ using report::Bytes;
 using report::ProcessesText;
 using report::OomClass;
 
-const char* VerdictName(OomClass cls) {
-  if (cls == OomClass::kHeldApart) return "free memory held apart";
-  return cls == OomClass::kPeak ? "genuine peak" : report::OomClassName(cls);
-}
-
 namespace {
 
 // What the figures count: steps, or the passes that stood in for them.
@@ -134,7 +129,7 @@ void AppendPageNote(const OomVerdictInput& in, OomClass cls, std::string* out) {
 
 std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   std::string out = absl::StrCat("gpumem: device ", in.device, ": out of memory: verdict: ",
-                                 VerdictName(cls), "\n");
+                                 report::OomVerdictName(cls), "\n");
   absl::StrAppend(&out, "gpumem:   evidence: ", Evidence(in, cls), ".\n");
   if (!in.pass_start.empty()) {
     absl::StrAppend(&out, "gpumem:   passes: no step was marked (no optimizer step, backward "

@@ -49,7 +49,4 @@ struct OomVerdictInput {
 // Several lines, each starting "gpumem: ", ending in '\n'.
 std::string OomVerdictText(const OomVerdictInput& in, report::OomClass cls);
 
-// "genuine peak" for kPeak, else report::OomClassName.
-const char* VerdictName(report::OomClass cls);
-
 }  // namespace gpumem

@@ -16,8 +16,7 @@ nlohmann::json OrNull(const std::optional<T>& v) {
 }
 
 std::string ClassText(OomClass c) {
-  if (c == OomClass::kHeldApart) return "free memory held apart";
-  return c == OomClass::kPeak ? "a genuine peak" : OomClassName(c);
+  return c == OomClass::kPeak ? "a genuine peak" : OomVerdictName(c);
 }
 
 std::string LeakVerdict(const Report& r) {

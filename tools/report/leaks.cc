@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-
 namespace gpumem::report {
 
 std::string SuspectText(const LeakSuspect& suspect) {
-  if (suspect.kept_through.empty()) return suspect.name;
-  return absl::StrCat(suspect.name, ", called from ", suspect.kept_through);
+  return SiteWithCall(suspect.name, suspect.kept_through);
 }
 
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps) {

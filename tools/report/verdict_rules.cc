@@ -85,6 +85,19 @@ const char* OomClassName(OomClass c) {
   return "peak";
 }
 
+const char* OomVerdictName(OomClass c) {
+  switch (c) {
+    case OomClass::kPeak: return "genuine peak";
+    case OomClass::kHeldApart: return "free memory held apart";
+    default: return OomClassName(c);
+  }
+}
+
+std::string SiteWithCall(absl::string_view site, absl::string_view call) {
+  if (call.empty()) return std::string(site);
+  return absl::StrCat(site, ", called from ", call);
+}
+
 const char* OomFix(OomClass c) {
   switch (c) {
     case OomClass::kLeak: return kLeakFix;

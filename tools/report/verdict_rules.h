@@ -23,6 +23,13 @@ namespace gpumem::report {
 // blocks cached for another stream).
 enum class OomClass { kLeak, kFragmentation, kPeak, kHeldApart };
 const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak", "held apart"
+// The class as a verdict says it: "leak", "fragmentation", "genuine peak", "free memory
+// held apart".
+const char* OomVerdictName(OomClass c);
+// A growing site named with the call its kept blocks came through (CallApart), where one
+// tells them from the site's freed blocks: "SITE, called from CALL"; the site alone if
+// `call` is empty.
+std::string SiteWithCall(absl::string_view site, absl::string_view call);
 const char* OomFix(OomClass c);
 
 // Below this many finished steps there is no growth to measure: an OOM is a peak or
