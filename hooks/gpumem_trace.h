@@ -36,6 +36,13 @@ GPUMEM_TRACE_API size_t gpumem_trace_check(char* buf, size_t len);
  * or -1 for a NULL or empty text. */
 GPUMEM_TRACE_API int gpumem_trace_note(int device, const char* text);
 
+/* A CUDA graph's private memory pool (PyTorch's MempoolId_t, `pool_a`.`pool_b`) on
+ * `device`: 1 = a capture into it begins, 2 = that capture ends, 3 = released (the last
+ * graph that used it is gone). Readers count the memory its captures needed as held by
+ * the code that made it until it is released. Returns 0, or -1 for a bad argument. */
+GPUMEM_TRACE_API int gpumem_trace_graph_pool(int device, int change, uint64_t pool_a,
+                                             uint64_t pool_b);
+
 #ifdef __cplusplus
 }
 #endif

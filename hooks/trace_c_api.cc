@@ -7,6 +7,7 @@
 #include <string>
 
 #include "hooks/trace_hook.h"
+#include "profiler/graph_pool_note.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_format.h"
 #include "profiler/trace_path.h"
@@ -55,6 +56,18 @@ int gpumem_trace_note(int device, const char* text) {
   if (gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder()) {
     recorder->Annotate(device, text, true);
     recorder->Flush();  // the process is about to end
+  }
+  return 0;
+}
+
+int gpumem_trace_graph_pool(int device, int change, uint64_t pool_a, uint64_t pool_b) {
+  using gpumem::format::GraphPoolChange;
+  if (device < 0 || change < static_cast<int>(GraphPoolChange::kCaptureBegins) ||
+      change > static_cast<int>(GraphPoolChange::kReleased)) {
+    return -1;
+  }
+  if (gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder()) {
+    recorder->GraphPool(device, {{pool_a, pool_b}, static_cast<GraphPoolChange>(change)});
   }
   return 0;
 }

@@ -39,17 +39,24 @@ void LiveBlocks::Forget(const Block& block) {
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
                          std::uint32_t stack) {
-  const Block block{Key(device, stack), report::DeviceBytes(size)};
+  Block block{Key(device, stack), report::DeviceBytes(size)};
+  if (InRange(device)) {
+    if (const std::uint32_t pool = capturing_[device].load(std::memory_order_relaxed); pool != 0) {
+      block = IntoPool(block, pool);
+    }
+  }
   Shard& shard = ShardOf(addr);
   {
     std::lock_guard<std::mutex> lock(shard.mu);
     auto [it, inserted] = shard.blocks.try_emplace(addr, block);
     if (!inserted) {  // a free we never saw: the old block is gone
+      if (it->second.pool != 0) PoolBlockChanged(it->second, false);
       Forget(it->second);
       SubLive(static_cast<std::int32_t>(it->second.key >> 32), it->second.size);
       it->second = block;
     }
     Add(block);
+    if (block.pool != 0) PoolBlockChanged(block, true);
   }
   AddLive(device, block.size);
 }
@@ -63,9 +70,81 @@ void LiveBlocks::OnFree(std::uint64_t addr) {
     if (it == shard.blocks.end()) return;
     block = it->second;
     shard.blocks.erase(it);
+    // The pool's idle memory grows by the block first: its key holds the same bytes.
+    if (block.pool != 0) PoolBlockChanged(block, false);
     Forget(block);
   }
   SubLive(static_cast<std::int32_t>(block.key >> 32), block.size);
+}
+
+void LiveBlocks::AdjustKey(std::uint64_t key, std::uint64_t add, std::uint64_t take) {
+  KeyShard& shard = KeyShardOf(key);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  Bytes& bytes = shard.by_key[key];
+  bytes.live = bytes.live + add - take;
+  bytes.low = std::min(bytes.low, bytes.live);
+}
+
+LiveBlocks::Block LiveBlocks::IntoPool(Block block, std::uint32_t pool) {
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  GraphPool& p = pools_[pool - 1];
+  if (p.key == 0) p.key = block.key;
+  return Block{p.key, block.size, pool};
+}
+
+void LiveBlocks::PoolBlockChanged(const Block& block, bool added) {
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  GraphPool& p = pools_[block.pool - 1];
+  p.live = added ? p.live + block.size : p.live - std::min(p.live, block.size);
+  p.held = std::max(p.held, p.live);
+  SetIdleLocked(p);
+}
+
+void LiveBlocks::SetIdleLocked(GraphPool& p) {
+  const std::uint64_t idle = p.released ? 0 : p.held - p.live;
+  if (idle != p.idle) {
+    AdjustKey(p.key, idle > p.idle ? idle - p.idle : 0, idle < p.idle ? p.idle - idle : 0);
+  }
+  p.idle = idle;
+}
+
+void LiveBlocks::OnGraphPool(std::int32_t device, const format::GraphPoolNote& note) {
+  using format::GraphPoolChange;
+  if (!InRange(device)) return;
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  const std::uint32_t index = pool_numbers_.Number(device, note);
+  if (pools_.size() <= index) pools_.resize(index + 1);
+  const std::uint32_t number = index + 1;
+  GraphPool& p = pools_[index];
+  std::atomic<std::uint32_t>& capturing = capturing_[device];
+  switch (note.change) {
+    case GraphPoolChange::kCaptureBegins:
+      if (p.released) {  // opened again: it holds what its blocks need from now on
+        p.released = false;
+        p.held = p.live;
+      }
+      capturing.store(number, std::memory_order_relaxed);
+      return;
+    case GraphPoolChange::kCaptureEnds:
+    case GraphPoolChange::kReleased:
+      if (capturing.load(std::memory_order_relaxed) == number) {
+        capturing.store(0, std::memory_order_relaxed);
+      }
+      if (note.change == GraphPoolChange::kReleased) {
+        p.released = true;
+        if (p.key != 0) SetIdleLocked(p);
+      }
+      return;
+  }
+}
+
+absl::flat_hash_set<std::uint64_t> LiveBlocks::PoolKeys() const {
+  std::lock_guard<std::mutex> lock(pools_mu_);
+  absl::flat_hash_set<std::uint64_t> out;
+  for (const GraphPool& p : pools_) {
+    if (p.key != 0) out.insert(p.key);
+  }
+  return out;
 }
 
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {

@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "profiler/graph_pool_note.h"
 
 namespace gpumem {
 
@@ -26,6 +28,13 @@ class LiveBlocks {
   void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack);
   // Frees of blocks never seen (allocated before the trace or while paused) are ignored.
   void OnFree(std::uint64_t addr);
+  // A CUDA graph pool's capture or release on `device`: the blocks a capture allocates
+  // count under the key of its pool's first block, and so does the rest of the memory its
+  // captures needed, free or not, until the pool is released (a kept graph keeps it).
+  // Device totals (Live) count blocks alone.
+  void OnGraphPool(std::int32_t device, const format::GraphPoolNote& note);
+  // The keys that hold graph pools.
+  absl::flat_hash_set<std::uint64_t> PoolKeys() const;
 
   // Live bytes by Key() (keys with none left out).
   absl::flat_hash_map<std::uint64_t, std::uint64_t> ByKey() const;
@@ -43,6 +52,14 @@ class LiveBlocks {
   struct Block {
     std::uint64_t key;
     std::uint64_t size;
+    std::uint32_t pool = 0;  // 1 + the graph pool it was captured into, 0 for none
+  };
+  struct GraphPool {
+    std::uint64_t key = 0;   // its first block's, 0 until it has one
+    bool released = false;
+    std::uint64_t live = 0;  // its blocks' bytes
+    std::uint64_t held = 0;  // the most they took at once since it last opened
+    std::uint64_t idle = 0;  // held - live while not released, counted under its key
   };
   struct Bytes {
     std::uint64_t live = 0;
@@ -74,6 +91,13 @@ class LiveBlocks {
     return key_shards_[(key * 0x9E3779B97F4A7C15ull) >> 59];
   }
   void AddLive(std::int32_t device, std::uint64_t size);
+  // A block allocated while `pool` captures: counted under the pool's key.
+  Block IntoPool(Block block, std::uint32_t pool);
+  // A pool block came or went: its pool's idle memory follows (under pools_mu_).
+  void PoolBlockChanged(const Block& block, bool added);
+  void SetIdleLocked(GraphPool& pool);
+  // Adds to (or takes from) a key's live bytes outside any block.
+  void AdjustKey(std::uint64_t key, std::uint64_t add, std::uint64_t take);
   void SubLive(std::int32_t device, std::uint64_t size);
 
   std::array<Shard, kShards> shards_;
@@ -82,6 +106,12 @@ class LiveBlocks {
   // LiveView's lock).
   std::size_t last_step_keys_ = 0;
   std::array<DeviceLive, kMaxDevices> devices_;
+  // Graph pools: rare (a capture, its blocks' allocs and frees, a release). Taken after an
+  // address shard's lock and before a key shard's.
+  mutable std::mutex pools_mu_;
+  format::GraphPoolNumbers pool_numbers_;
+  std::vector<GraphPool> pools_;
+  std::array<std::atomic<std::uint32_t>, kMaxDevices> capturing_{};  // 1 + pool, 0 for none
 };
 
 }  // namespace gpumem

@@ -203,9 +203,11 @@ std::string LiveView::KeptThroughLocked(
   for (const auto& [key, bytes] : by_stack) {
     if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
   }
+  if (most == 0) return "";
+  if (blocks_.PoolKeys().contains(kept)) return call_namer_(static_cast<std::uint32_t>(kept), 0);
   // A kept stack that also frees tells nothing apart; else any other of the site's that
   // freed (the smallest key, so that the answer does not depend on the hash order).
-  if (most == 0 || freed.contains(kept)) return "";
+  if (freed.contains(kept)) return "";
   std::optional<std::uint64_t> other;
   for (std::uint64_t key : freed) {
     if (of_site(key) && (!other || key < *other)) other = key;
@@ -224,11 +226,16 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(by_stack);
   const absl::flat_hash_set<std::uint64_t> freed = blocks_.FreedKeys();
+  absl::flat_hash_set<std::uint64_t> pool_sites;
+  for (std::uint64_t key : blocks_.PoolKeys()) {
+    pool_sites.insert(LiveBlocks::Key(DeviceOf(key), SiteOfLocked(static_cast<std::uint32_t>(key))));
+  }
   const double min_growth = report::MinLeakGrowth(in->figures.allocated);
   std::vector<VerdictSite> growing, others;
   for (const auto& [key, bytes] : now) {
     if (DeviceOf(key) != device || (key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;
-    VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0};
+    VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0,
+                     pool_sites.contains(key)};
     if (const std::optional<FoundGrowth> g = GrowthOf(history_, key, min_growth)) {
       site.bytes_per_step = g->growth.bytes_per_step;
       in->growth_per_step += g->growth.bytes_per_step;

@@ -39,6 +39,9 @@ class LiveView {
     if (!marked_.load(std::memory_order_relaxed)) SeeUnmarkedAlloc(stack);
   }
   void OnFree(std::uint64_t addr) { blocks_.OnFree(addr); }
+  void OnGraphPool(std::int32_t device, const format::GraphPoolNote& note) {
+    blocks_.OnGraphPool(device, note);
+  }
   void SetCap(std::int32_t device, std::uint64_t bytes);
 
   // Step `step` ended: samples the sites; returns the warning lines due (or "").
@@ -55,7 +58,8 @@ class LiveView {
       const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack);
   std::uint32_t SiteOfLocked(std::uint32_t stack);
   // For a growing site (`site_key`): the call its kept blocks came through, where the
-  // stack holding most of its bytes never freed and another of its stacks did.
+  // stack holding most of its bytes never freed and another of its stacks did; for a
+  // graph pool's, where its capture was called from (whatever keeps the graph is there).
   std::string KeptThroughLocked(std::uint64_t site_key,
                                 const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
                                 const absl::flat_hash_set<std::uint64_t>& freed);

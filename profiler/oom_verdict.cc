@@ -17,6 +17,12 @@ namespace {
 const char* Unit(const OomVerdictInput& in) { return in.pass_start.empty() ? "step" : "pass"; }
 const char* Units(const OomVerdictInput& in) { return in.pass_start.empty() ? "steps" : "passes"; }
 
+// The fastest-growing site captures CUDA graphs kept alive: their pools are its growth.
+bool GrowsInGraphPools(const OomVerdictInput& in) {
+  return !in.sites.empty() && in.sites.front().bytes_per_step > 0 &&
+         in.sites.front().holds_graph_pools;
+}
+
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   const std::string driver =
@@ -26,9 +32,11 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
     case OomClass::kLeak:
       return absl::StrCat("memory kept from ", unit, " to ", unit, " grew by ",
                           Bytes(in.growth_per_step), " per ", unit, " over the last ",
-                          in.growth_steps, " ", unit, " ends; ",
-                          Bytes(f.grown_bytes), " of the ", Bytes(f.allocated),
-                          " allocated is that growth, and without it the request of ",
+                          in.growth_steps, " ", unit, " ends; ", Bytes(f.grown_bytes),
+                          GrowsInGraphPools(in) ? " held by blocks and CUDA graph pools"
+                                                : absl::StrCat(" of the ", Bytes(f.allocated),
+                                                               " allocated"),
+                          " is that growth, and without it the request of ",
                           Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
     case OomClass::kFragmentation:
       return absl::StrCat(
@@ -139,7 +147,10 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendOutside(in, &out);
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
-  absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls), "\n");
+  absl::StrAppend(&out, "gpumem:   fix: ",
+                  cls == OomClass::kLeak && GrowsInGraphPools(in) ? report::kGraphPoolLeakFix
+                                                                  : report::OomFix(cls),
+                  "\n");
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {
     absl::StrAppend(&out, "gpumem:   note: gpumem's allocator remaps idle pages and retries "
                           "before it fails, so fragmentation should not end a run under it "

@@ -18,6 +18,7 @@ struct VerdictSite {
   std::string name;           // "file:line function"
   std::uint64_t live = 0;
   double bytes_per_step = 0;  // its steady growth; 0 when it does not grow steadily
+  bool holds_graph_pools = false;  // its live bytes include CUDA graph pools' memory
 };
 
 struct OomVerdictInput {

@@ -447,4 +447,9 @@ void Recorder::Annotate(std::int32_t device, const std::string& name, bool start
   writer().Annotate(device, name, start);
 }
 
+void Recorder::GraphPool(std::int32_t device, const format::GraphPoolNote& note) {
+  Annotate(device, format::GraphPoolNoteText(note), true);
+  if (live_ != nullptr) live_->OnGraphPool(device, note);
+}
+
 }  // namespace gpumem

@@ -14,6 +14,7 @@
 #include "absl/strings/string_view.h"
 #include "allocator/observer.h"
 #include "profiler/driver_memory.h"
+#include "profiler/graph_pool_note.h"
 #include "profiler/autograd_sites.h"
 #include "profiler/live_view.h"
 #include "profiler/trace_ring.h"
@@ -138,6 +139,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   std::uint64_t steps() const { return step_.load(std::memory_order_relaxed); }
 
   void Annotate(std::int32_t device, const std::string& name, bool start = true);
+  // A CUDA graph pool's capture or release (profiler/graph_pool_note.h): its note, and the
+  // live view counts the pool's memory with the code that made it.
+  void GraphPool(std::int32_t device, const format::GraphPoolNote& note);
   void Flush() { writer().Flush(); }
   // Ends the trace; with measure_cost, prints CostSummary() to stderr first.
   absl::Status Close();

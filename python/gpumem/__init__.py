@@ -16,7 +16,8 @@ or GPUMEM_MODE=profile. Read the trace with ``gpumem report``.
 import json
 import warnings
 
-from . import _capacity, _device, _exit_oom, _graph_marks, _loop_marks, _native, _steps
+from . import (_capacity, _device, _exit_oom, _graph_marks, _graph_pools, _loop_marks, _native,
+               _steps)
 from ._version import __version__  # noqa: F401
 
 __all__ = ["install", "installed", "profile", "profiling", "stats", "memory_summary", "snapshot", "step",
@@ -96,6 +97,7 @@ def _watch_training(torch, profile_mode):
     _loop_marks.watch_backward(torch)
     _loop_marks.watch_model_calls(torch)
     _graph_marks.watch_graph_replays(torch)
+    _graph_pools.watch_graph_pools(torch)
     _capacity.watch_memory_fraction(torch)
     _exit_oom.install(torch, profile_mode)
 

@@ -1442,7 +1442,7 @@ def sinkhorn_on_too_many_points():
     print((a.sum() * b.sum()).item())
 
 
-# A ninth set, written when the session's device time was spent (not yet run): memory
+# A ninth set, written when a session's device time was spent (run in the next): memory
 # kept through CUDA graph pools, module buffers and a cache.
 @case("leak")
 def graphs_recaptured_each_epoch_and_kept():
@@ -1464,6 +1464,51 @@ def graphs_recaptured_each_epoch_and_kept():
             x.copy_(torch.randn_like(x))
             graph.replay()
         print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+
+# A tenth set, written with the graph pools' notes: graphs replaced in time, and graphs
+# that share one pool, are no leak.
+@case("no leak")
+def graphs_recaptured_each_epoch_and_replaced():
+    """The step captured anew each epoch with that epoch's learning rate, the graph
+    before it dropped: each released pool's memory comes back."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    x, y = batch(), batch()
+    side = torch.cuda.Stream()
+    for epoch in range(150):
+        for group in opt.param_groups:
+            group["lr"] = 1e-3 * 0.99 ** epoch
+        graph, out, loss = graphed_training_step(net, opt, x, y, side)
+        for _ in range(20):
+            x.copy_(torch.randn_like(x))
+            graph.replay()
+        print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+
+@case("no leak")
+def inference_graphs_per_batch_size_share_a_pool():
+    """Serving: one inference graph per batch-size bucket, captured when a bucket is
+    first seen, all in one shared pool, replayed for 3,000 requests of random size."""
+    net = model().eval()
+    pool, graphs = torch.cuda.graph_pool_handle(), {}
+    sizes = torch.randint(1, 4097, (3000,), generator=torch.Generator().manual_seed(2))
+    total = 0.0
+    with torch.no_grad():
+        for n in sizes.tolist():
+            bucket = 1 << max(6, (n - 1).bit_length())
+            if bucket not in graphs:
+                static_in = torch.zeros(bucket, 1024, device="cuda")
+                net(static_in)  # warm-up outside the capture
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    static_out = net(static_in)
+                graphs[bucket] = graph, static_in, static_out
+            graph, static_in, static_out = graphs[bucket]
+            static_in[:n].copy_(torch.randn(n, 1024, device="cuda"))
+            graph.replay()
+            total += static_out[:n].sum().item()
+    print(f"served {len(sizes)} requests, {len(graphs)} graphs, sum {total:.1f}")
 
 
 class MaskRecordingNet(torch.nn.Module):

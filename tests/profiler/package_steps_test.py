@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, sys.argv.pop(1) if len(sys.argv) > 1 else "python")
 sys.modules["torch"] = None  # `import torch` fails: the package must not need it to import
 import gpumem  # noqa: E402
-from gpumem import _capacity, _graph_marks, _loop_marks, _steps  # noqa: E402
+from gpumem import _capacity, _graph_marks, _graph_pools, _loop_marks, _steps  # noqa: E402
 del sys.modules["torch"]
 
 
@@ -633,6 +633,92 @@ class Capacity(unittest.TestCase):
         lib = FakeLib()
         _capacity.record_device_totals(torch, lib)
         self.assertEqual(lib.caps, [(0, 80 << 30, 1), (1, 80 << 30, 1)])
+
+
+class GraphPoolNotes(unittest.TestCase):
+    """A pool's captures begin and end, and it is released with the last graph that used it
+    (reset or collected): graphs kept in a dict, recaptured, sharing a pool. As PyTorch
+    does, a graph names its pool only once its capture has ended."""
+
+    def setUp(self):
+        self.notes = []
+        counter = iter(range(1, 1000))
+
+        class CUDAGraph:
+            def capture_begin(self, pool=None, capture_error_mode="global"):
+                self.id, self.ended = pool or (0, next(counter)), False
+
+            def capture_end(self):
+                self.ended = True
+
+            def reset(self):
+                pass
+
+            def pool(self):
+                if not self.ended:
+                    raise RuntimeError("Called CUDAGraph::pool() without a preceding "
+                                       "successful capture.")
+                return self.id
+
+        self.graph_class = CUDAGraph
+        cuda = types.SimpleNamespace(graphs=types.SimpleNamespace(CUDAGraph=CUDAGraph),
+                                     current_device=lambda: 1)
+        self.torch = types.SimpleNamespace(cuda=cuda)
+        note = lambda device, change, pool: self.notes.append((device, change, pool))
+        self.assertTrue(_graph_pools.watch_graph_pools(self.torch, note))
+        self.assertFalse(_graph_pools.watch_graph_pools(self.torch, note))
+
+    def capture(self, *pool):
+        g = self.graph_class()
+        g.capture_begin(*pool)
+        g.capture_end()
+        return g
+
+    def test_kept_graphs_keep_their_pools_and_collected_ones_release_them(self):
+        kept = {epoch: self.capture() for epoch in range(2)}
+        self.capture()  # dropped at once
+        gc.collect()
+        B, E, R = _graph_pools.CAPTURE_BEGINS, _graph_pools.CAPTURE_ENDS, _graph_pools.RELEASED
+        new = _graph_pools.NEW_POOL
+        self.assertEqual(self.notes, [(1, B, new), (1, E, (0, 1)), (1, B, new), (1, E, (0, 2)),
+                                      (1, B, new), (1, E, (0, 3)), (1, R, (0, 3))])
+        self.assertEqual(len(kept), 2)
+
+    def test_a_shared_pool_is_named_at_its_begin_and_released_with_its_last_graph(self):
+        fwd = self.capture()
+        bwd = self.capture(fwd.pool())
+        self.assertEqual(self.notes[2], (1, _graph_pools.CAPTURE_BEGINS, (0, 1)))
+        del fwd
+        gc.collect()
+        self.assertNotIn(_graph_pools.RELEASED, [c for _, c, _ in self.notes])
+        bwd.reset()
+        self.assertEqual(self.notes[-1], (1, _graph_pools.RELEASED, (0, 1)))
+        del bwd
+        gc.collect()
+        self.assertEqual([c for _, c, _ in self.notes].count(_graph_pools.RELEASED), 1)
+
+    def test_a_graph_captured_again_leaves_its_old_pool(self):
+        g = self.capture()
+        g.capture_begin()
+        self.assertEqual(self.notes[-2:], [(1, _graph_pools.RELEASED, (0, 1)),
+                                           (1, _graph_pools.CAPTURE_BEGINS, _graph_pools.NEW_POOL)])
+
+    def test_a_failed_capture_ends_unnamed_and_keeps_nothing(self):
+        g = self.graph_class()
+        g.capture_begin()
+        g.ended = None  # pool() refuses: the capture failed
+        g.pool = lambda: (_ for _ in ()).throw(RuntimeError("capture failed"))
+        g.capture_end()
+        del g
+        gc.collect()
+        self.assertEqual([n[2] for n in self.notes], [_graph_pools.NEW_POOL] * 2)
+
+    def test_a_note_that_fails_does_not_break_the_capture(self):
+        def failing(*_):
+            raise OSError("no trace")
+        pools = _graph_pools.GraphPools(failing)
+        pools.capture_begins(object(), 0)
+        pools.dropped(12345)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
   EXPECT_TRUE(IsLibraryFrame({"<frozen runpy>", 88, "_run_code"}));
   EXPECT_TRUE(IsLibraryFrame({"/src/c10/cuda/CUDACachingAllocator.cpp", 1200, "malloc"}));
   EXPECT_FALSE(IsLibraryFrame({"capture.py", 78, "leaky_mlp"}));
+  // gpumem's package from a checkout, whose wrapper a graph capture runs through.
+  EXPECT_TRUE(IsLibraryFrame({"/src/gpumem/python/gpumem/_graph_pools.py", 118, "capture_begin"}));
   EXPECT_FALSE(IsLibraryFrame({"project/model/attention.py", 12, "forward"}));
 }
 

@@ -42,6 +42,7 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
     suspect.bytes_never_freed = totals.live_bytes_at_end;
     suspect.stack = totals.leaked_stack != 0 ? totals.leaked_stack : sites.example_stack(s);
     suspect.kept_through = totals.kept_through;
+    suspect.holds_graph_pools = totals.holds_graph_pools;
     suspect.first_step = steps.StepOf(totals.first_event);
     out.suspects.push_back(std::move(suspect));
   }

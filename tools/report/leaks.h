@@ -28,6 +28,7 @@ struct LeakSuspect {
   std::uint64_t live_at_last_sample = 0;
   std::uint32_t stack = 0;    // a full stack that allocated there
   std::string kept_through;   // the call its kept blocks came through (SiteTotals)
+  bool holds_graph_pools = false;  // what it keeps includes CUDA graph pools' memory
 };
 
 struct LeakAnalysis {

@@ -29,13 +29,59 @@ const RangeSet& LiveState::ranges(int d) const {
 void LiveState::Release(std::uint64_t key,
                         absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it, int d) {
   (void)key;
-  const LiveBlock& b = it->second;
+  const LiveBlock b = it->second;
+  blocks_.erase(it);
   allocated_ -= b.size;
   device(d).allocated -= b.size;
-  site_live_[b.site] -= b.size;
-  site_low_[b.site] = std::min(site_low_[b.site], site_live_[b.site]);
+  // A pool's idle memory grows by the block first: its site holds the same bytes.
+  if (b.pool != 0) PoolBlockChanged(b.pool - 1, b.size, false);
+  TakeFromSite(b.site, b.size);
   site_freed_stack_[b.site] = b.stack;
-  blocks_.erase(it);
+}
+
+void LiveState::AddToSite(std::uint32_t site, std::uint64_t bytes) { site_live_[site] += bytes; }
+
+void LiveState::TakeFromSite(std::uint32_t site, std::uint64_t bytes) {
+  site_live_[site] -= bytes;
+  site_low_[site] = std::min(site_low_[site], site_live_[site]);
+}
+
+void LiveState::PoolBlockChanged(std::uint32_t pool, std::uint64_t size, bool added) {
+  GraphPool& p = pools_[pool];
+  p.live = added ? p.live + size : p.live - size;
+  p.held = std::max(p.held, p.live);
+  SetPoolIdle(p);
+}
+
+void LiveState::SetPoolIdle(GraphPool& p) {
+  const std::uint64_t idle = p.released ? 0 : p.held - p.live;
+  if (idle > p.idle) AddToSite(p.site, idle - p.idle);
+  if (idle < p.idle) TakeFromSite(p.site, p.idle - idle);
+  p.idle = idle;
+}
+
+void LiveState::ApplyPoolMark(const GraphPoolMark& mark) {
+  using format::GraphPoolChange;
+  if (pools_.size() <= mark.pool) pools_.resize(mark.pool + 1);
+  GraphPool& p = pools_[mark.pool];
+  std::uint32_t& capturing = device(mark.device).capturing;
+  switch (mark.change) {
+    case GraphPoolChange::kCaptureBegins:
+      if (p.released) {  // opened again: it holds what its blocks need from now on
+        p.released = false;
+        p.held = p.live;
+      }
+      capturing = mark.pool + 1;
+      return;
+    case GraphPoolChange::kCaptureEnds:
+      if (capturing == mark.pool + 1) capturing = 0;
+      return;
+    case GraphPoolChange::kReleased:
+      if (capturing == mark.pool + 1) capturing = 0;
+      p.released = true;
+      if (p.named) SetPoolIdle(p);
+      return;
+  }
 }
 
 void LiveState::Apply(const trace::Event& e) {
@@ -61,8 +107,17 @@ void LiveState::Apply(const trace::Event& e) {
 }
 
 void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
-  const std::uint32_t site = sites_.site_of_stack(e.stack_id);
-  const LiveBlock block{DeviceBytes(e.size), site, e.stack_id};
+  LiveBlock block{DeviceBytes(e.size), sites_.site_of_stack(e.stack_id), e.stack_id, 0};
+  if (const std::uint32_t pool = device(e.device).capturing; pool != 0) {
+    GraphPool& p = pools_[pool - 1];
+    if (!p.named) {
+      p.named = true;
+      p.site = block.site;
+      p.stack = block.stack;
+      pool_sites_.try_emplace(p.site, p.stack);
+    }
+    block = LiveBlock{block.size, p.site, p.stack, pool};
+  }
   auto [it, inserted] = blocks_.try_emplace(key, block);
   if (!inserted) {  // an address reused without a free we saw: drop the old block
     ++reused_addresses_;
@@ -72,7 +127,8 @@ void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   pending_free_.erase(key);
   allocated_ += block.size;
   device(e.device).allocated += block.size;
-  site_live_[site] += block.size;
+  AddToSite(block.site, block.size);
+  if (block.pool != 0) PoolBlockChanged(block.pool - 1, block.size, true);
 }
 
 void LiveState::OnFreeRequested(std::uint64_t key, int device) {

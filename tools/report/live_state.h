@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "tools/report/graph_pools.h"
 #include "tools/report/ranges.h"
 #include "tools/report/sites.h"
 #include "tools/trace/trace.h"
@@ -18,6 +19,7 @@ struct LiveBlock {
   std::uint64_t size = 0;  // what it takes on the device (DeviceBytes)
   std::uint32_t site = 0;
   std::uint32_t stack = 0;
+  std::uint32_t pool = 0;  // 1 + the CUDA graph pool it was captured into, 0 for none
 };
 
 struct FreePieces {
@@ -34,6 +36,15 @@ class LiveState {
   // Applies one event. Frees of blocks never seen allocated (a trace that starts
   // mid-run) are counted and otherwise ignored.
   void Apply(const trace::Event& e);
+  // A CUDA graph pool's capture or release, before the event it precedes. A pool's blocks
+  // count with the site of its first block, and so does the rest of the memory its
+  // captures needed until it is released: a kept graph keeps it, free or not. The figures
+  // of allocated bytes count blocks alone.
+  void ApplyPoolMark(const GraphPoolMark& mark);
+  // The sites that hold graph pools, each with the stack of a pool's first block.
+  const absl::flat_hash_map<std::uint32_t, std::uint32_t>& pool_sites() const {
+    return pool_sites_;
+  }
 
   std::uint64_t allocated() const { return allocated_; }
   std::uint64_t reserved() const { return reserved_; }
@@ -68,6 +79,16 @@ class LiveState {
     std::uint64_t allocated = 0;
     std::uint64_t reserved = 0;
     RangeSet ranges;
+    std::uint32_t capturing = 0;  // 1 + the pool a capture fills now, 0 for none
+  };
+  struct GraphPool {
+    bool named = false;     // its first block gave it a site
+    bool released = false;
+    std::uint32_t site = 0;
+    std::uint32_t stack = 0;
+    std::uint64_t live = 0;  // its blocks' bytes
+    std::uint64_t held = 0;  // the most its blocks took at once since it last opened
+    std::uint64_t idle = 0;  // held - live while it is not released, counted to its site
   };
   PerDevice& device(int d);
   void Release(std::uint64_t key, absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it,
@@ -79,11 +100,18 @@ class LiveState {
   bool OnFree(std::uint64_t key, int device);
   void OnSegmentAdded(const trace::Event& e);
   void OnSegmentRemoved(const trace::Event& e);
+  // A pool block of `size` came (+) or went (-): the pool's idle memory follows.
+  void PoolBlockChanged(std::uint32_t pool, std::uint64_t size, bool added);
+  void SetPoolIdle(GraphPool& pool);
+  void AddToSite(std::uint32_t site, std::uint64_t bytes);
+  void TakeFromSite(std::uint32_t site, std::uint64_t bytes);
 
   const SiteTable& sites_;
   absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
   absl::flat_hash_set<std::uint64_t> pending_free_;  // free_requested, awaiting free_completed
   std::vector<PerDevice> devices_;
+  std::vector<GraphPool> pools_;
+  absl::flat_hash_map<std::uint32_t, std::uint32_t> pool_sites_;
   std::vector<std::uint64_t> site_live_;
   std::vector<std::uint64_t> site_low_;
   std::vector<std::uint32_t> site_freed_stack_;

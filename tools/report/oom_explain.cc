@@ -44,14 +44,18 @@ std::uint64_t LeakedBytes(const OomPoint& p, const Timeline& timeline, const Lea
 void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kLeak;
+  // A graph pool's free memory counts with its site: more than was allocated can grow.
+  const bool pools = leaks.suspects.front().holds_graph_pools;
   x->evidence = absl::StrCat(
       "memory kept from step to step grew by ", Bytes(leaks.bytes_per_step), " per step (",
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
       SuspectText(leaks.suspects.front()), "); at the OOM in step ", p.step + 1, ", ",
-      Bytes(x->leaked_bytes), " of the ", Bytes(p.allocated),
-      " allocated was that growth. Without it the request of ", Bytes(p.request),
-      " would have fit in ", Bytes(x->capacity), ".");
-  x->fix = OomFix(OomClass::kLeak);
+      Bytes(x->leaked_bytes),
+      pools ? " held by blocks and CUDA graph pools" : absl::StrCat(" of the ", Bytes(p.allocated),
+                                                                    " allocated"),
+      " was that growth. Without it the request of ", Bytes(p.request), " would have fit in ",
+      Bytes(x->capacity), ".");
+  x->fix = pools ? kGraphPoolLeakFix : OomFix(OomClass::kLeak);
 }
 
 void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplanation* x) {

@@ -78,6 +78,10 @@ class Builder {
     Add(Action::kStep, 0, 0);
     trace_.events.back().step_source = source;
   }
+  // A note (annotation) between the last event and the next.
+  void Note(const std::string& text, std::int32_t device = 0) {
+    trace_.annotations.push_back({text, true, time_us_ += 5, device});
+  }
   void Capacity(std::uint64_t bytes, trace::CapacitySource source, std::int32_t device = 0) {
     trace_.capacity_changes.push_back({time_us_ += 10, device, bytes, source});
   }

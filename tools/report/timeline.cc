@@ -23,7 +23,8 @@ class TimelineBuilder {
  public:
   TimelineBuilder(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
                   std::size_t points)
-      : trace_(trace), sites_(sites), steps_(steps), state_(sites) {
+      : trace_(trace), sites_(sites), steps_(steps), state_(sites),
+        pool_marks_(FindGraphPoolMarks(trace)) {
     const std::size_t n = trace.events.size();
     t_.events = n;
     t_.sites.resize(sites.size());
@@ -40,10 +41,12 @@ class TimelineBuilder {
     t_.last_time_us = trace_.events.back().time_us;
     for (std::size_t i = 0; i < n; ++i) {
       while (next_end_ < steps_.ends.size() && steps_.ends[next_end_] == i) EndStep();
+      ApplyPoolMarks(i);
       Apply(i);
       if (progress && (i & 0xfffff) == 0) progress(static_cast<double>(i) / n);
     }
     // Steps ending after the last event (a marker as the final record) still count.
+    ApplyPoolMarks(n);
     while (next_end_ < steps_.ends.size()) EndStep();
     Finish();
     if (progress) progress(1.0);
@@ -58,6 +61,13 @@ class TimelineBuilder {
     if (e.action == Action::kAlloc) NoteAlloc(i, e);
     t_.peak_reserved = std::max(t_.peak_reserved, state_.reserved());
     AddToSeries(i, e);
+  }
+
+  void ApplyPoolMarks(std::size_t before_event) {
+    for (; next_mark_ < pool_marks_.size() && pool_marks_[next_mark_].before_event <= before_event;
+         ++next_mark_) {
+      state_.ApplyPoolMark(pool_marks_[next_mark_]);
+    }
   }
 
   void EndStep() {
@@ -160,10 +170,16 @@ class TimelineBuilder {
   void NoteKeptThrough(std::uint32_t s) {
     SiteTotals& site = t_.sites[s];
     const std::uint32_t freed = state_.site_freed_stack()[s];
-    if (site.leaked_stack == 0 || freed == 0 || freed == site.leaked_stack) return;
-    if (std::optional<std::uint32_t> call = CallApart(trace_, site.leaked_stack, freed)) {
-      site.kept_through = sites_.Label(trace_.frames[*call]);
+    std::optional<std::uint32_t> call;
+    if (site.leaked_stack != 0 && freed != 0 && freed != site.leaked_stack) {
+      call = CallApart(trace_, site.leaked_stack, freed);
     }
+    // A graph pool is kept by whatever keeps its graph: where the capture was called from.
+    if (auto pool = state_.pool_sites().find(s); pool != state_.pool_sites().end()) {
+      site.holds_graph_pools = true;
+      if (!call) call = CallApart(trace_, pool->second, 0);
+    }
+    if (call) site.kept_through = sites_.Label(trace_.frames[*call]);
   }
 
   void Finish() {
@@ -186,6 +202,8 @@ class TimelineBuilder {
   Timeline t_;
   std::size_t bucket_ = 1;
   std::size_t sample_stride_ = 1;
+  std::vector<GraphPoolMark> pool_marks_;
+  std::size_t next_mark_ = 0;
   std::size_t next_end_ = 0;  // index into steps.ends
   std::size_t step_ = 0;
   std::size_t settled_ = 0;   // OOMs whose after-state is known

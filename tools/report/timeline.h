@@ -56,6 +56,7 @@ struct SiteTotals {
   // block freed last came another way; empty if none (CallApart).
   std::string kept_through;
   std::uint64_t peak_live = 0;
+  bool holds_graph_pools = false;  // its blocks were captured into CUDA graph pools
 };
 
 struct Timeline {

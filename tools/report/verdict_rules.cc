@@ -98,6 +98,13 @@ std::string SiteWithCall(absl::string_view site, absl::string_view call) {
   return absl::StrCat(site, ", called from ", call);
 }
 
+const char* const kGraphPoolLeakFix =
+    "The growing site captures CUDA graphs that stay alive (kept in a dict, a list or an "
+    "object that lives on): each keeps its whole memory pool, free or not, for as long as "
+    "it lives. Drop the graphs no longer replayed (and the outputs that refer to them), "
+    "keep one graph per input shape, or capture them into one shared pool "
+    "(torch.cuda.graph(g, pool=first_graph.pool())).";
+
 const char* OomFix(OomClass c) {
   switch (c) {
     case OomClass::kLeak: return kLeakFix;
@@ -242,6 +249,8 @@ bool IsLibraryFile(absl::string_view file) {
   for (absl::string_view mark : kLibraryMarks) {
     if (absl::StrContains(file, mark)) return true;
   }
+  // gpumem's own Python package run from a checkout: its wrappers around graph captures.
+  if (absl::StrContains(file, "gpumem/_")) return true;
   // Code with no file is the interpreter's or generated (<frozen ...>, torch.fx's
   // <eval_with_key>.N), except what a user typed: IPython's cells and a script on stdin.
   if (absl::StartsWith(file, "<")) {

@@ -31,6 +31,8 @@ const char* OomVerdictName(OomClass c);
 // `call` is empty.
 std::string SiteWithCall(absl::string_view site, absl::string_view call);
 const char* OomFix(OomClass c);
+// A leak whose growing site captures CUDA graphs that stay alive: each keeps its pool.
+extern const char* const kGraphPoolLeakFix;
 
 // Below this many finished steps there is no growth to measure: an OOM is a peak or
 // fragmentation, never a leak.
