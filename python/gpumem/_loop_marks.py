@@ -151,12 +151,34 @@ class ModelCallHook:
         return getattr, ({}, "get")
 
 
+def _is_model_call_hook(hook):
+    """gpumem's hook, or what a copy of it became (`{}.get`)."""
+    if isinstance(hook, ModelCallHook):
+        return True
+    owner = getattr(hook, "__self__", None)
+    return type(owner) is dict and not owner and getattr(hook, "__name__", "") == "get"
+
+
 def _without_model_call_hooks(module):
-    """Takes gpumem's hooks off `module` and everything under it."""
+    """Takes gpumem's hooks (and copies of them) off `module` and everything under it."""
     for m in module.modules():
         for key, hook in list(m._forward_pre_hooks.items()):
-            if isinstance(hook, ModelCallHook):
+            if _is_model_call_hook(hook):
                 del m._forward_pre_hooks[key]
+
+
+def _unhooking(original, modules_of):
+    """`original`, taking gpumem's hooks off the modules `modules_of(args, kwargs)` names
+    before it runs."""
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        for module in modules_of(args, kwargs):
+            if hasattr(module, "modules"):
+                _without_model_call_hooks(module)
+        return original(*args, **kwargs)
+
+    wrapper._gpumem_unhooks = True
+    return wrapper
 
 
 def watch_script(torch):
@@ -167,15 +189,28 @@ def watch_script(torch):
     create = getattr(recursive, "create_script_module", None)
     if create is None or getattr(create, "_gpumem_unhooks", False):
         return False
+    recursive.create_script_module = _unhooking(create, lambda args, kwargs: args[:1])
+    return True
 
-    @functools.wraps(create)
-    def create_script_module(nn_module, *args, **kwargs):
-        if hasattr(nn_module, "modules"):
-            _without_model_call_hooks(nn_module)
-        return create(nn_module, *args, **kwargs)
 
-    create_script_module._gpumem_unhooks = True
-    recursive.create_script_module = create_script_module
+def watch_graphed_callables(torch):
+    """make_graphed_callables refuses modules with hooks (a model called once before it is
+    graphed, or a copy of one, holds gpumem's): they lose it first. Returns whether it
+    installed."""
+    graphs = _steps.torch_submodule(torch, "cuda.graphs")
+    original = getattr(graphs, "make_graphed_callables", None)
+    if original is None or getattr(original, "_gpumem_unhooks", False):
+        return False
+
+    def callables(args, kwargs):
+        given = args[0] if args else kwargs.get("callables")
+        return given if isinstance(given, (tuple, list)) else (given,)
+
+    wrapper = _unhooking(original, callables)
+    graphs.make_graphed_callables = wrapper
+    cuda = getattr(torch, "cuda", None)
+    if getattr(cuda, "make_graphed_callables", None) is original:
+        cuda.make_graphed_callables = wrapper
     return True
 
 
@@ -202,4 +237,5 @@ def watch_model_calls(torch, marker=None):
                allocated).start()
     hooks._gpumem_model_calls = True
     watch_script(torch)
+    watch_graphed_callables(torch)
     return True

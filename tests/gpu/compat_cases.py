@@ -4,6 +4,7 @@ with no gpumem code. Run as `python compat_cases.py CASE`, natively or under `gp
 and exits 0 whether the feature worked or not (an uncaught error is a failed row too:
 tests/gpu/compat_matrix.py reads the exit status and stderr).
 """
+import copy
 import json
 import os
 import sys
@@ -212,6 +213,20 @@ def make_graphed_callables():
         opt.step()
         losses.append(loss.item())
     return losses[-1] < losses[0], dict(losses=losses)
+
+
+@case
+def make_graphed_callables_after_eager_calls():
+    """A model checked eagerly before it is graphed, and a copy of it graphed too:
+    make_graphed_callables refuses modules with hooks, and gpumem's model-call hook is on
+    the first model called (and, inert, on its copies)."""
+    model = tiny_model()
+    x = torch.randn(64, 256, device="cuda", requires_grad=True)
+    before = model(x).pow(2).mean().item()
+    twin = copy.deepcopy(model)
+    graphed, graphed_twin = torch.cuda.make_graphed_callables((model, twin), ((x,), (x,)))
+    same = torch.allclose(graphed(x), graphed_twin(x))
+    return same and abs(graphed(x).pow(2).mean().item() - before) < 1e-4, dict(before=before)
 
 
 @case

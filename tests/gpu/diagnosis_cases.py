@@ -1511,6 +1511,119 @@ def inference_graphs_per_batch_size_share_a_pool():
     print(f"served {len(sizes)} requests, {len(graphs)} graphs, sum {total:.1f}")
 
 
+# An eleventh set, written after the graph pools' notes and run before any change for
+# them: graphs made by make_graphed_callables, a model compiled with CUDA graphs, and a
+# reinforcement-learning replay buffer kept two ways.
+def train_graphed(graphed, x, steps=20):
+    """A few steps of a module graphed by make_graphed_callables."""
+    opt = torch.optim.SGD(graphed.parameters(), lr=1e-3)
+    for _ in range(steps):
+        x.copy_(torch.randn_like(x))
+        loss = graphed(x).pow(2).mean()
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+    return loss
+
+
+@case("leak")
+def graphed_snapshots_kept_for_an_ensemble():
+    """Snapshot ensembling: each epoch trains a copy of the model graphed by
+    make_graphed_callables (a forward and a backward graph sharing one pool), and keeps
+    every epoch's graphed copy to average their predictions at the end."""
+    base, x, snapshots = model(), batch(), []
+    for epoch in range(10000):
+        graphed = torch.cuda.make_graphed_callables(copy.deepcopy(base), (x,))  # LEAK: kept
+        loss = train_graphed(graphed, x)
+        snapshots.append(graphed)
+        base.load_state_dict(graphed.state_dict())
+        print(f"epoch {epoch}: loss {loss.item():.4f}, {len(snapshots)} snapshots")
+
+
+@case("no leak")
+def graphed_copy_replaced_each_epoch():
+    """Each epoch graphs a fresh copy of the model (its learning rate schedule baked
+    in), trains it and carries its weights over; the copy before is dropped."""
+    base, x = model(), batch()
+    for epoch in range(120):
+        graphed = torch.cuda.make_graphed_callables(copy.deepcopy(base), (x,))
+        loss = train_graphed(graphed, x)
+        base.load_state_dict(graphed.state_dict())
+        print(f"epoch {epoch}: loss {loss.item():.4f}")
+
+
+@case("no leak")
+def compiled_with_cuda_graphs_over_three_batch_sizes():
+    """torch.compile(mode="reduce-overhead"): CUDA graphs recorded for each batch size
+    seen (three, taken at random), in the compiler's pool; 600 steps."""
+    net = torch.compile(model(), mode="reduce-overhead")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    sizes, pick = [512, 1024, 2048], torch.Generator().manual_seed(3)
+    for step in range(600):
+        n = sizes[int(torch.randint(3, (1,), generator=pick))]
+        loss = net(batch(n)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 100 == 0:
+            print(f"step {step}: loss {loss.item():.4f}")
+
+
+def q_learning_step(q, target, opt, obs, action, reward, next_obs):
+    with torch.no_grad():
+        y = reward + 0.99 * target(next_obs).max(dim=1).values
+    loss = (q(obs).gather(1, action[:, None]).squeeze(1) - y).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return loss
+
+
+@case("leak")
+def replay_buffer_of_transitions_kept_on_the_device():
+    """DQN: each step's transition (observations, action, reward, next observations)
+    appended to a Python list on the device and sampled from; nothing ever leaves it."""
+    q = model()
+    target, buffer = copy.deepcopy(q), []
+    opt = torch.optim.Adam(q.parameters(), lr=1e-4)
+    obs = torch.randn(256, 1024, device="cuda")
+    for step in range(100000):
+        with torch.no_grad():
+            action = q(obs).argmax(dim=1)
+        next_obs = torch.randn(256, 1024, device="cuda")  # LEAK: kept in the buffer below
+        reward = torch.randn(256, device="cuda")
+        buffer.append((obs, action, reward, next_obs))
+        obs = next_obs
+        sample = buffer[int(torch.randint(len(buffer), (1,)))]
+        q_learning_step(q, target, opt, *sample)
+        if step % 200 == 0:
+            target.load_state_dict(q.state_dict())
+
+
+@case("no leak")
+def replay_buffer_preallocated_as_a_ring():
+    """DQN with its replay buffer allocated once on the device, 800 transitions,
+    written round by index and sampled from: 3,000 steps, so it wraps."""
+    q, capacity = model(), 800
+    target = copy.deepcopy(q)
+    opt = torch.optim.Adam(q.parameters(), lr=1e-4)
+    observations = torch.empty(capacity + 1, 256, 1024, device="cuda")
+    actions = torch.zeros(capacity, 256, dtype=torch.long, device="cuda")
+    rewards = torch.zeros(capacity, 256, device="cuda")
+    observations[0].normal_()
+    for step in range(3000):
+        slot = step % capacity
+        with torch.no_grad():
+            actions[slot] = q(observations[slot]).argmax(dim=1)
+        observations[slot + 1].normal_()
+        rewards[slot].normal_()
+        i = int(torch.randint(min(step + 1, capacity), (1,)))
+        q_learning_step(q, target, opt, observations[i], actions[i], rewards[i],
+                        observations[i + 1])
+        if step % 200 == 0:
+            target.load_state_dict(q.state_dict())
+
+
 class MaskRecordingNet(torch.nn.Module):
     """Dropout whose masks are registered as buffers, one per step, so that a run can
     be replayed exactly: the module's state grows every step."""

@@ -552,6 +552,29 @@ class ModelCallHookCopies(unittest.TestCase):
         self.assertEqual(scripted, [[{}, {}]])  # off before it compiles
         self.assertEqual(self.model.own_pre, {})
 
+    def test_graphing_takes_the_hook_and_its_copies_off(self):
+        """make_graphed_callables asserts that the modules it is given have no hooks."""
+        seen = []
+
+        def make_graphed_callables(callables, sample_args):
+            for c in (callables if isinstance(callables, tuple) else (callables,)):
+                seen.append(dict(getattr(c, "own_pre", {})))
+            return callables
+
+        graphs = types.SimpleNamespace(make_graphed_callables=make_graphed_callables)
+        torch = types.SimpleNamespace(cuda=types.SimpleNamespace(
+            graphs=graphs, make_graphed_callables=make_graphed_callables))
+        self.assertTrue(_loop_marks.watch_graphed_callables(torch))
+        self.assertFalse(_loop_marks.watch_graphed_callables(torch))
+        self.assertIs(torch.cuda.make_graphed_callables, graphs.make_graphed_callables)
+        copied = FakeModule("cuda")
+        copied.own_pre.update({7: copy.deepcopy(self.hook)})
+        user_hook = lambda module, args: None
+        copied.own_pre[8] = user_hook
+        torch.cuda.make_graphed_callables((self.model, copied, len), ())
+        self.assertEqual(seen, [{}, {8: user_hook}, {}])  # a function passes as it is
+        self.assertEqual(self.model.own_pre, {})
+
 
 class BackwardHooks(unittest.TestCase):
     def setUp(self):
