@@ -1540,13 +1540,16 @@ def graphed_snapshots_kept_for_an_ensemble():
         print(f"epoch {epoch}: loss {loss.item():.4f}, {len(snapshots)} snapshots")
 
 
-@case("no leak")
+@case("leak")
 def graphed_copy_replaced_each_epoch():
-    """Each epoch graphs a fresh copy of the model (its learning rate schedule baked
-    in), trains it and carries its weights over; the copy before is dropped."""
+    """Each epoch graphs a fresh copy of the model, trains it and carries its weights
+    over; the copy before is dropped. Written as no leak, and it is one: a module graphed
+    by make_graphed_callables refers to itself (its new forward calls the old one), so a
+    dropped copy, its graphs and their pools wait for the cycle collector's full pass,
+    which the run never reaches before its memory is gone."""
     base, x = model(), batch()
     for epoch in range(120):
-        graphed = torch.cuda.make_graphed_callables(copy.deepcopy(base), (x,))
+        graphed = torch.cuda.make_graphed_callables(copy.deepcopy(base), (x,))  # LEAK: cycle
         loss = train_graphed(graphed, x)
         base.load_state_dict(graphed.state_dict())
         print(f"epoch {epoch}: loss {loss.item():.4f}")

@@ -103,7 +103,9 @@ const char* const kGraphPoolLeakFix =
     "object that lives on): each keeps its whole memory pool, free or not, for as long as "
     "it lives. Drop the graphs no longer replayed (and the outputs that refer to them), "
     "keep one graph per input shape, or capture them into one shared pool "
-    "(torch.cuda.graph(g, pool=first_graph.pool())).";
+    "(torch.cuda.graph(g, pool=first_graph.pool())). A module graphed by "
+    "make_graphed_callables refers to itself: one dropped is freed only by the cycle "
+    "collector, so graph it once, or call gc.collect() after dropping it.";
 
 const char* OomFix(OomClass c) {
   switch (c) {
