@@ -593,8 +593,11 @@ void gpumem_set_native_unwinder(gpumem_unwinder_t unwinder) {
 
 uint32_t gpumem_capture_stack(void) {
   gpumem::Recorder* recorder = h::TraceRecorder();
+  if (recorder == nullptr) return 0;
+  // Called before PyTorch takes its allocator's lock: the passes found so far are said now.
+  recorder->PrintPassWarnings();
+  if (recorder->paused()) return 0;
   // Skip this entry point: the stack starts at its caller.
-  if (recorder == nullptr || recorder->paused()) return 0;
   return recorder->CaptureStack(0, 1, /*may_take_gil=*/true);
 }
 

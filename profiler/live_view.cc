@@ -122,10 +122,14 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
 }
 
 void LiveView::SampleLocked(std::uint64_t step) {
+  SampleFromLocked(step, blocks_.StepLowsByKeyAndStartStep());
+}
+
+void LiveView::SampleFromLocked(
+    std::uint64_t step, const absl::flat_hash_map<std::uint64_t, std::uint64_t>& lows_by_stack) {
   // What each site kept all through the step: its batch and activations come and go, and
   // are not growth even when each step's are larger than the last.
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> live =
-      BySiteLocked(blocks_.StepLowsByKeyAndStartStep());
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> live = BySiteLocked(lows_by_stack);
   std::vector<std::uint64_t> pinned;
   for (const auto& [key, bytes] : live) {
     if ((key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) pinned.push_back(key);
@@ -136,36 +140,70 @@ void LiveView::SampleLocked(std::uint64_t step) {
   history_.Add(step, live, pinned);
 }
 
+// A pass's lows are taken here, at its end; the rest waits for TakePassWarnings.
 void LiveView::SeeUnmarkedAlloc(std::uint32_t stack) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(passes_mu_);
   if (marked_.load(std::memory_order_relaxed)) return;
   switch (passes_.Add(stack)) {
     case PassFinder::Seen::kNothing:
       return;
     case PassFinder::Seen::kNewAnchor:
-      // A new rhythm: what was sampled in the old one is of another unit.
-      ForgetPassesLocked();
-      pass_start_ = site_names_[SiteOfLocked(stack)];
+      // A new rhythm: what was found in the old one is of another unit.
+      passes_seen_ = 0;
+      found_.clear();
+      found_.push_back(FoundPass{0, stack, {}});
       blocks_.StepLowsByKeyAndStartStep();
-      return;
+      break;
     case PassFinder::Seen::kPass:
-      SampleLocked(++passes_seen_);
-      // A pass's warnings have no caller to hand them to (a step's go to the recorder).
-      if (const std::string lines = WarningsLocked(passes_seen_); !lines.empty()) {
-        std::fputs(lines.c_str(), stderr);
-      }
-      return;
+      found_.push_back(FoundPass{++passes_seen_, 0, blocks_.StepLowsByKeyAndStartStep()});
+      break;
   }
+  has_found_.store(true, std::memory_order_release);
+}
+
+std::string LiveView::TakePassWarnings() {
+  if (!has_found_.load(std::memory_order_acquire)) return "";
+  std::lock_guard<std::mutex> lock(mu_);
+  return ApplyPassesLocked();
+}
+
+std::string LiveView::ApplyPassesLocked() {
+  std::vector<FoundPass> found;
+  {
+    std::lock_guard<std::mutex> lock(passes_mu_);
+    found.swap(found_);
+    has_found_.store(false, std::memory_order_relaxed);
+  }
+  std::string lines;
+  for (const FoundPass& f : found) {
+    if (f.pass == 0) {
+      ForgetPassSamplesLocked();
+      pass_start_ = site_names_[SiteOfLocked(f.anchor)];
+      continue;
+    }
+    SampleFromLocked(f.pass, f.lows);
+    lines += WarningsLocked(f.pass);
+  }
+  return lines;
 }
 
 void LiveView::FirstMarkLocked() {
-  if (!marked_.exchange(true) && passes_.found()) ForgetPassesLocked();
+  if (marked_.exchange(true)) return;
+  bool found = false;
+  {
+    // Past this, no allocating thread is inside SeeUnmarkedAlloc: the step's lows are ours.
+    std::lock_guard<std::mutex> lock(passes_mu_);
+    found = passes_.found();
+    found_.clear();
+    passes_seen_ = 0;
+    has_found_.store(false, std::memory_order_relaxed);
+  }
+  if (found) ForgetPassSamplesLocked();
 }
 
-void LiveView::ForgetPassesLocked() {
+void LiveView::ForgetPassSamplesLocked() {
   history_ = SiteHistory();
   warner_ = LeakWarner(warn_steps_);
-  passes_seen_ = 0;
   pass_start_.clear();
 }
 
@@ -219,8 +257,14 @@ std::string LiveView::KeptThroughLocked(
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   std::lock_guard<std::mutex> lock(mu_);
   in->sites_recorded = true;
-  if (!marked_.load(std::memory_order_relaxed) && passes_seen_ > 0) {
-    in->figures.finished_steps = passes_seen_;
+  ApplyPassesLocked();  // their warnings are old news beside the verdict
+  std::uint64_t passes = 0;
+  {
+    std::lock_guard<std::mutex> passes_lock(passes_mu_);
+    passes = passes_seen_;
+  }
+  if (!marked_.load(std::memory_order_relaxed) && passes > 0) {
+    in->figures.finished_steps = passes;
     in->pass_start = pass_start_;
   }
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();

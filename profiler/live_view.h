@@ -46,6 +46,12 @@ class LiveView {
 
   // Step `step` ended: samples the sites; returns the warning lines due (or "").
   std::string OnStep(std::uint64_t step);
+  // The passes found since the last call (in loops nothing marks), sampled now, and the
+  // warning lines they make due (or ""). Passes are found on the allocating thread, under
+  // the allocator's lock, where only the pass finder and each pass's lows are taken:
+  // naming sites may symbolize and a warning goes to stderr, so the recorder calls this
+  // where no allocator lock is held (before the next allocation takes it).
+  std::string TakePassWarnings();
   // Fills the sites, the growth and the step figures of an OOM on `device`.
   void Describe(std::int32_t device, OomVerdictInput* in);
   std::uint64_t Live(std::int32_t device) const { return blocks_.Live(device); }
@@ -68,13 +74,17 @@ class LiveView {
                           const std::string& kept_through);
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
+  void SampleFromLocked(std::uint64_t step,
+                        const absl::flat_hash_map<std::uint64_t, std::uint64_t>& lows_by_stack);
   void SeeUnmarkedAlloc(std::uint32_t stack);
+  // Samples the passes found and returns their warning lines.
+  std::string ApplyPassesLocked();
   // The early warnings due at the end of step (or pass) `step`, one line each.
   std::string WarningsLocked(std::uint64_t step);
   // The first step marked: passes found before it stop counting, and their samples go.
   void FirstMarkLocked();
-  // Drops what passes measured (samples, warnings, count) before a new unit begins.
-  void ForgetPassesLocked();
+  // Drops what passes measured (samples, warnings) before a new unit begins.
+  void ForgetPassSamplesLocked();
 
   LiveBlocks blocks_;
   std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
@@ -88,9 +98,20 @@ class LiveView {
   std::vector<std::string> site_names_;
   absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices_;
   std::atomic<bool> marked_{false};  // a step was marked: passes are not looked for
+  std::string pass_start_;           // the anchor's site
+
+  // What the allocating threads find: taken after mu_ where both are, alone under the
+  // allocator's lock.
+  struct FoundPass {
+    std::uint64_t pass = 0;     // 0: a new anchor (`anchor`), whose passes start again
+    std::uint32_t anchor = 0;
+    absl::flat_hash_map<std::uint64_t, std::uint64_t> lows;  // by LiveBlocks key
+  };
+  std::mutex passes_mu_;
   PassFinder passes_;
   std::uint64_t passes_seen_ = 0;  // since the anchor was found
-  std::string pass_start_;         // the anchor's site
+  std::vector<FoundPass> found_;   // not yet sampled
+  std::atomic<bool> has_found_{false};
 };
 
 // Total live bytes of `device` at step ends (`history`'s pinned key): when they grow

@@ -271,7 +271,16 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   if (type == format::RecordType::kFree) live_->OnFree(addr);
 }
 
+void Recorder::PrintPassWarnings() {
+  if (live_ == nullptr) return;
+  if (const std::string lines = live_->TakePassWarnings(); !lines.empty()) {
+    std::fputs(lines.c_str(), stderr);
+  }
+}
+
 Recorder::CallScope::CallScope(Recorder* recorder) {
+  // Before the allocator's lock: what the allocations before this one found is said now.
+  if (recorder != nullptr) recorder->PrintPassWarnings();
   if (recorder == nullptr || recorder->paused() || t_call_stack.recorder != nullptr) {
     return;  // no trace, paused, or an outer scope took the stack already
   }

@@ -116,6 +116,10 @@ class alignas(64) Recorder final : public AllocatorObserver {
     bool active_ = false;
   };
 
+  // The early warnings of passes found since the last call (loops nothing marks), to
+  // stderr. Called where no allocator lock is held: before an allocation takes it.
+  void PrintPassWarnings();
+
   // Records an event whose stack the caller captured earlier (CaptureStack): profile-only
   // mode, where PyTorch's allocator reports its events under its own lock.
   void RecordWithStack(format::RecordType type, std::int32_t device, std::uint64_t addr,
