@@ -77,74 +77,36 @@ void LiveBlocks::OnFree(std::uint64_t addr) {
   SubLive(static_cast<std::int32_t>(block.key >> 32), block.size);
 }
 
-void LiveBlocks::AdjustKey(std::uint64_t key, std::uint64_t add, std::uint64_t take) {
-  KeyShard& shard = KeyShardOf(key);
+void LiveBlocks::AdjustKey(const format::GraphPoolLedger::Delta& delta) {
+  if (delta.add == 0 && delta.take == 0) return;
+  KeyShard& shard = KeyShardOf(delta.owner);
   std::lock_guard<std::mutex> lock(shard.mu);
-  Bytes& bytes = shard.by_key[key];
-  bytes.live = bytes.live + add - take;
+  Bytes& bytes = shard.by_key[delta.owner];
+  bytes.live = bytes.live + delta.add - delta.take;
   bytes.low = std::min(bytes.low, bytes.live);
 }
 
 LiveBlocks::Block LiveBlocks::IntoPool(Block block, std::uint32_t pool) {
   std::lock_guard<std::mutex> lock(pools_mu_);
-  GraphPool& p = pools_[pool - 1];
-  if (p.key == 0) p.key = block.key;
-  return Block{p.key, block.size, pool};
+  return Block{pools_.Join(pool, block.key).owner, block.size, pool};
 }
 
 void LiveBlocks::PoolBlockChanged(const Block& block, bool added) {
   std::lock_guard<std::mutex> lock(pools_mu_);
-  GraphPool& p = pools_[block.pool - 1];
-  p.live = added ? p.live + block.size : p.live - std::min(p.live, block.size);
-  p.held = std::max(p.held, p.live);
-  SetIdleLocked(p);
-}
-
-void LiveBlocks::SetIdleLocked(GraphPool& p) {
-  const std::uint64_t idle = p.released ? 0 : p.held - p.live;
-  if (idle != p.idle) {
-    AdjustKey(p.key, idle > p.idle ? idle - p.idle : 0, idle < p.idle ? p.idle - idle : 0);
-  }
-  p.idle = idle;
+  AdjustKey(pools_.BlockChanged(block.pool, block.size, added));
 }
 
 void LiveBlocks::OnGraphPool(std::int32_t device, const format::GraphPoolNote& note) {
-  using format::GraphPoolChange;
   if (!InRange(device)) return;
   std::lock_guard<std::mutex> lock(pools_mu_);
-  const std::uint32_t index = pool_numbers_.Number(device, note);
-  if (pools_.size() <= index) pools_.resize(index + 1);
-  const std::uint32_t number = index + 1;
-  GraphPool& p = pools_[index];
-  std::atomic<std::uint32_t>& capturing = capturing_[device];
-  switch (note.change) {
-    case GraphPoolChange::kCaptureBegins:
-      if (p.released) {  // opened again: it holds what its blocks need from now on
-        p.released = false;
-        p.held = p.live;
-      }
-      capturing.store(number, std::memory_order_relaxed);
-      return;
-    case GraphPoolChange::kCaptureEnds:
-    case GraphPoolChange::kReleased:
-      if (capturing.load(std::memory_order_relaxed) == number) {
-        capturing.store(0, std::memory_order_relaxed);
-      }
-      if (note.change == GraphPoolChange::kReleased) {
-        p.released = true;
-        if (p.key != 0) SetIdleLocked(p);
-      }
-      return;
-  }
+  AdjustKey(pools_.OnNote(device, note));
+  capturing_[device].store(pools_.Capturing(device), std::memory_order_relaxed);
 }
 
 absl::flat_hash_set<std::uint64_t> LiveBlocks::PoolKeys() const {
   std::lock_guard<std::mutex> lock(pools_mu_);
-  absl::flat_hash_set<std::uint64_t> out;
-  for (const GraphPool& p : pools_) {
-    if (p.key != 0) out.insert(p.key);
-  }
-  return out;
+  const std::vector<std::uint64_t> owners = pools_.Owners();
+  return absl::flat_hash_set<std::uint64_t>(owners.begin(), owners.end());
 }
 
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::ByKey() const {

@@ -12,7 +12,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "profiler/graph_pool_note.h"
+#include "profiler/graph_pool_ledger.h"
 
 namespace gpumem {
 
@@ -54,13 +54,7 @@ class LiveBlocks {
     std::uint64_t size;
     std::uint32_t pool = 0;  // 1 + the graph pool it was captured into, 0 for none
   };
-  struct GraphPool {
-    std::uint64_t key = 0;   // its first block's, 0 until it has one
-    bool released = false;
-    std::uint64_t live = 0;  // its blocks' bytes
-    std::uint64_t held = 0;  // the most they took at once since it last opened
-    std::uint64_t idle = 0;  // held - live while not released, counted under its key
-  };
+
   struct Bytes {
     std::uint64_t live = 0;
     std::uint64_t low = 0;  // the least live since the last step mark
@@ -93,11 +87,10 @@ class LiveBlocks {
   void AddLive(std::int32_t device, std::uint64_t size);
   // A block allocated while `pool` captures: counted under the pool's key.
   Block IntoPool(Block block, std::uint32_t pool);
-  // A pool block came or went: its pool's idle memory follows (under pools_mu_).
+  // A pool block came or went: its pool's idle memory follows.
   void PoolBlockChanged(const Block& block, bool added);
-  void SetIdleLocked(GraphPool& pool);
-  // Adds to (or takes from) a key's live bytes outside any block.
-  void AdjustKey(std::uint64_t key, std::uint64_t add, std::uint64_t take);
+  // Moves a pool's idle memory to or from its key, outside any block.
+  void AdjustKey(const format::GraphPoolLedger::Delta& delta);
   void SubLive(std::int32_t device, std::uint64_t size);
 
   std::array<Shard, kShards> shards_;
@@ -109,9 +102,9 @@ class LiveBlocks {
   // Graph pools: rare (a capture, its blocks' allocs and frees, a release). Taken after an
   // address shard's lock and before a key shard's.
   mutable std::mutex pools_mu_;
-  format::GraphPoolNumbers pool_numbers_;
-  std::vector<GraphPool> pools_;
-  std::array<std::atomic<std::uint32_t>, kMaxDevices> capturing_{};  // 1 + pool, 0 for none
+  format::GraphPoolLedger pools_;  // owners are keys
+  // The ledger's Capturing(device), read at every allocation without its lock.
+  std::array<std::atomic<std::uint32_t>, kMaxDevices> capturing_{};
 };
 
 }  // namespace gpumem

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "profiler/graph_pool_ledger.h"
 #include "profiler/graph_pool_note.h"
 #include "tools/report/graph_pools.h"
 #include "tools/report/report.h"
@@ -55,13 +56,12 @@ TEST(GraphPools, MarksLandAroundTheEventsOfTheirCapture) {
   const trace::Trace t = GraphsCapturedEachEpoch(false, 2);
   const std::vector<GraphPoolMark> marks = FindGraphPoolMarks(t);
   ASSERT_EQ(marks.size(), 5u);
-  EXPECT_EQ(marks[0].change, GraphPoolChange::kCaptureBegins);
+  EXPECT_EQ(marks[0].note.change, GraphPoolChange::kCaptureBegins);
   EXPECT_EQ(t.events[marks[0].before_event].action, trace::Action::kSegmentAlloc);
-  EXPECT_EQ(marks[1].change, GraphPoolChange::kCaptureEnds);
+  EXPECT_EQ(marks[1].note.change, GraphPoolChange::kCaptureEnds);
   EXPECT_EQ(t.events[marks[1].before_event - 1].action, trace::Action::kFreeCompleted);
-  EXPECT_EQ(marks[4].change, GraphPoolChange::kReleased);
-  EXPECT_EQ(marks[4].pool, marks[0].pool);
-  EXPECT_NE(marks[2].pool, marks[0].pool);
+  EXPECT_EQ(marks[4].note.change, GraphPoolChange::kReleased);
+  EXPECT_EQ(marks[4].note.pool, marks[1].note.pool);
 }
 
 TEST(GraphPools, AGraphKeptEveryEpochIsALeakNamedWhereItWasCapturedAndKept) {
@@ -130,6 +130,31 @@ TEST(GraphPoolNote, NewPoolsAreNumberedAtTheirBeginAndJoinedByTheIdTheirEndNames
   EXPECT_EQ(numbers.Number(0, {first, GraphPoolChange::kReleased}), 0u);
   EXPECT_EQ(numbers.Number(1, {second, GraphPoolChange::kReleased}), 1u);
   EXPECT_EQ(numbers.Number(0, {second, GraphPoolChange::kReleased}), 2u);  // another device's
+}
+
+// The memory a pool holds: the most its blocks took at once, until it is released; opened
+// again, from what its blocks hold then.
+TEST(GraphPoolLedger, APoolHoldsItsPeakUntilReleasedAndAfterReopeningStartsFromItsBlocks) {
+  format::GraphPoolLedger ledger;
+  const format::GraphPoolId id{4, 0};
+  EXPECT_EQ(ledger.OnNote(0, {format::kNewGraphPool, GraphPoolChange::kCaptureBegins}).add, 0u);
+  const std::uint32_t pool = ledger.Capturing(0);
+  ASSERT_NE(pool, 0u);
+  EXPECT_TRUE(ledger.Join(pool, 77).first);
+  EXPECT_EQ(ledger.Join(pool, 78).owner, 77u);  // its first block's owner
+  ledger.BlockChanged(pool, 100, true);
+  ledger.BlockChanged(pool, 20, true);
+  const auto freed = ledger.BlockChanged(pool, 100, false);  // the bytes stay the pool's
+  EXPECT_EQ(freed.owner, 77u);
+  EXPECT_EQ(freed.add, 100u);
+  ledger.OnNote(0, {id, GraphPoolChange::kCaptureEnds});
+  EXPECT_EQ(ledger.Capturing(0), 0u);
+  EXPECT_EQ(ledger.OnNote(0, {id, GraphPoolChange::kReleased}).take, 100u);
+  ledger.OnNote(0, {id, GraphPoolChange::kCaptureBegins});  // a shared pool, named
+  EXPECT_EQ(ledger.Capturing(0), pool);
+  ledger.BlockChanged(pool, 10, true);
+  EXPECT_EQ(ledger.BlockChanged(pool, 10, false).add, 10u);  // held 30 again, not 120
+  EXPECT_EQ(ledger.Owners(), std::vector<std::uint64_t>{77});
 }
 
 TEST(GraphPoolNote, TextReadsBack) {

@@ -8,7 +8,6 @@ namespace gpumem::report {
 std::vector<GraphPoolMark> FindGraphPoolMarks(const trace::Trace& trace) {
   using format::GraphPoolChange;
   std::vector<GraphPoolMark> marks;
-  format::GraphPoolNumbers numbers;
   const auto& events = trace.events;
   for (const trace::Annotation& a : trace.annotations) {
     const std::optional<format::GraphPoolNote> note = format::ParseGraphPoolNote(a.name);
@@ -18,8 +17,7 @@ std::vector<GraphPoolMark> FindGraphPoolMarks(const trace::Trace& trace) {
     const auto at = note->change == GraphPoolChange::kCaptureBegins
                         ? std::lower_bound(events.begin(), events.end(), a.time_us, by_time)
                         : std::upper_bound(events.begin(), events.end(), a.time_us, at_or_before);
-    marks.push_back({static_cast<std::size_t>(at - events.begin()), a.device, note->change,
-                     numbers.Number(a.device, *note)});
+    marks.push_back({static_cast<std::size_t>(at - events.begin()), a.device, *note});
   }
   std::stable_sort(marks.begin(), marks.end(), [](const GraphPoolMark& x, const GraphPoolMark& y) {
     return x.before_event < y.before_event;

@@ -15,8 +15,7 @@ namespace gpumem::report {
 struct GraphPoolMark {
   std::size_t before_event = 0;  // applies before trace.events[before_event] (or at the end)
   std::int32_t device = 0;
-  format::GraphPoolChange change = format::GraphPoolChange::kCaptureBegins;
-  std::uint32_t pool = 0;  // numbered densely: one per (device, pool id)
+  format::GraphPoolNote note;
 };
 
 // In event order. A capture begins before the events of its microsecond and ends, or its

@@ -34,7 +34,7 @@ void LiveState::Release(std::uint64_t key,
   allocated_ -= b.size;
   device(d).allocated -= b.size;
   // A pool's idle memory grows by the block first: its site holds the same bytes.
-  if (b.pool != 0) PoolBlockChanged(b.pool - 1, b.size, false);
+  if (b.pool != 0) ApplyPoolDelta(pools_.BlockChanged(b.pool, b.size, false));
   TakeFromSite(b.site, b.size);
   site_freed_stack_[b.site] = b.stack;
 }
@@ -46,42 +46,14 @@ void LiveState::TakeFromSite(std::uint32_t site, std::uint64_t bytes) {
   site_low_[site] = std::min(site_low_[site], site_live_[site]);
 }
 
-void LiveState::PoolBlockChanged(std::uint32_t pool, std::uint64_t size, bool added) {
-  GraphPool& p = pools_[pool];
-  p.live = added ? p.live + size : p.live - size;
-  p.held = std::max(p.held, p.live);
-  SetPoolIdle(p);
-}
-
-void LiveState::SetPoolIdle(GraphPool& p) {
-  const std::uint64_t idle = p.released ? 0 : p.held - p.live;
-  if (idle > p.idle) AddToSite(p.site, idle - p.idle);
-  if (idle < p.idle) TakeFromSite(p.site, p.idle - idle);
-  p.idle = idle;
+void LiveState::ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta) {
+  const auto site = static_cast<std::uint32_t>(delta.owner);
+  if (delta.add != 0) AddToSite(site, delta.add);
+  if (delta.take != 0) TakeFromSite(site, delta.take);
 }
 
 void LiveState::ApplyPoolMark(const GraphPoolMark& mark) {
-  using format::GraphPoolChange;
-  if (pools_.size() <= mark.pool) pools_.resize(mark.pool + 1);
-  GraphPool& p = pools_[mark.pool];
-  std::uint32_t& capturing = device(mark.device).capturing;
-  switch (mark.change) {
-    case GraphPoolChange::kCaptureBegins:
-      if (p.released) {  // opened again: it holds what its blocks need from now on
-        p.released = false;
-        p.held = p.live;
-      }
-      capturing = mark.pool + 1;
-      return;
-    case GraphPoolChange::kCaptureEnds:
-      if (capturing == mark.pool + 1) capturing = 0;
-      return;
-    case GraphPoolChange::kReleased:
-      if (capturing == mark.pool + 1) capturing = 0;
-      p.released = true;
-      if (p.named) SetPoolIdle(p);
-      return;
-  }
+  ApplyPoolDelta(pools_.OnNote(mark.device, mark.note));
 }
 
 void LiveState::Apply(const trace::Event& e) {
@@ -108,15 +80,11 @@ void LiveState::Apply(const trace::Event& e) {
 
 void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   LiveBlock block{DeviceBytes(e.size), sites_.site_of_stack(e.stack_id), e.stack_id, 0};
-  if (const std::uint32_t pool = device(e.device).capturing; pool != 0) {
-    GraphPool& p = pools_[pool - 1];
-    if (!p.named) {
-      p.named = true;
-      p.site = block.site;
-      p.stack = block.stack;
-      pool_sites_.try_emplace(p.site, p.stack);
-    }
-    block = LiveBlock{block.size, p.site, p.stack, pool};
+  if (const std::uint32_t pool = pools_.Capturing(e.device); pool != 0) {
+    const format::GraphPoolLedger::Owner owner = pools_.Join(pool, block.site);
+    if (owner.first) pool_sites_.try_emplace(block.site, block.stack);
+    const auto site = static_cast<std::uint32_t>(owner.owner);
+    block = LiveBlock{block.size, site, pool_sites_.at(site), pool};
   }
   auto [it, inserted] = blocks_.try_emplace(key, block);
   if (!inserted) {  // an address reused without a free we saw: drop the old block
@@ -128,7 +96,7 @@ void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   allocated_ += block.size;
   device(e.device).allocated += block.size;
   AddToSite(block.site, block.size);
-  if (block.pool != 0) PoolBlockChanged(block.pool - 1, block.size, true);
+  if (block.pool != 0) ApplyPoolDelta(pools_.BlockChanged(block.pool, block.size, true));
 }
 
 void LiveState::OnFreeRequested(std::uint64_t key, int device) {

@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "profiler/graph_pool_ledger.h"
 #include "tools/report/graph_pools.h"
 #include "tools/report/ranges.h"
 #include "tools/report/sites.h"
@@ -79,16 +80,6 @@ class LiveState {
     std::uint64_t allocated = 0;
     std::uint64_t reserved = 0;
     RangeSet ranges;
-    std::uint32_t capturing = 0;  // 1 + the pool a capture fills now, 0 for none
-  };
-  struct GraphPool {
-    bool named = false;     // its first block gave it a site
-    bool released = false;
-    std::uint32_t site = 0;
-    std::uint32_t stack = 0;
-    std::uint64_t live = 0;  // its blocks' bytes
-    std::uint64_t held = 0;  // the most its blocks took at once since it last opened
-    std::uint64_t idle = 0;  // held - live while it is not released, counted to its site
   };
   PerDevice& device(int d);
   void Release(std::uint64_t key, absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it,
@@ -100,9 +91,8 @@ class LiveState {
   bool OnFree(std::uint64_t key, int device);
   void OnSegmentAdded(const trace::Event& e);
   void OnSegmentRemoved(const trace::Event& e);
-  // A pool block of `size` came (+) or went (-): the pool's idle memory follows.
-  void PoolBlockChanged(std::uint32_t pool, std::uint64_t size, bool added);
-  void SetPoolIdle(GraphPool& pool);
+  // A graph pool's idle memory moved to or from its site.
+  void ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta);
   void AddToSite(std::uint32_t site, std::uint64_t bytes);
   void TakeFromSite(std::uint32_t site, std::uint64_t bytes);
 
@@ -110,7 +100,7 @@ class LiveState {
   absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
   absl::flat_hash_set<std::uint64_t> pending_free_;  // free_requested, awaiting free_completed
   std::vector<PerDevice> devices_;
-  std::vector<GraphPool> pools_;
+  format::GraphPoolLedger pools_;  // owners are sites
   absl::flat_hash_map<std::uint32_t, std::uint32_t> pool_sites_;
   std::vector<std::uint64_t> site_live_;
   std::vector<std::uint64_t> site_low_;
