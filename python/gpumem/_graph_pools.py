@@ -117,8 +117,11 @@ def watch_graph_pools(torch, note=None):
     def capture_begin(self, *args, **kwargs):
         result = begin(self, *args, **kwargs)
         shared = args[0] if args else kwargs.get("pool")
-        pools.capture_begins(self, torch.cuda.current_device(),
-                             _as_pool(shared) if shared is not None else None)
+        try:
+            device = torch.cuda.current_device()
+        except Exception:  # the capture has begun: nothing of gpumem's may undo it
+            return result
+        pools.capture_begins(self, device, _as_pool(shared) if shared is not None else None)
         return result
 
     @functools.wraps(end)
