@@ -102,7 +102,8 @@ std::string CallApartName(const std::vector<StackTable::NamedFrame>& kept,
       [](const StackTable::NamedFrame& a, const StackTable::NamedFrame& b) {
         return a.line == b.line && a.filename == b.filename && a.function == b.function;
       });
-  return at ? FrameLabel(kept[*at]) : "";
+  if (!at || (other.empty() && report::CallerTellsNothing(kept[*at].function))) return "";
+  return FrameLabel(kept[*at]);
 }
 }  // namespace
 

@@ -2,6 +2,7 @@
 // all the memory its capture needed, and the report names the capture, called from where
 // the graph was kept; graphs dropped in time are no leak.
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "profiler/graph_pool_ledger.h"
@@ -28,10 +29,15 @@ std::string Note(std::uint64_t pool, GraphPoolChange change) {
 // activations freed inside the capture and a 1 MiB output the graph keeps, then replays
 // it five times (five steps). `keep`: every epoch's graph stays alive (kept in a dict);
 // else the previous epoch's is released once the new one is captured.
-trace::Trace GraphsCapturedEachEpoch(bool keep, int epochs) {
+// `capture`: the user frames of the capture (innermost first), under the script's
+// top level.
+trace::Trace GraphsCapturedEachEpoch(
+    bool keep, int epochs,
+    const std::vector<trace::Frame>& capture = {{"train.py", 40, "graphed_step"},
+                                                {"train.py", 61, "train"}}) {
   synthetic::Builder b;
   const std::uint32_t params = b.Stack(10, "build_model");
-  const std::uint32_t captured = b.Stack({{"train.py", 40, "graphed_step"}, {"train.py", 61, "train"}});
+  const std::uint32_t captured = b.Stack(capture);
   b.Segment(kBase, 128 * kMiB);
   b.Alloc(kBase, 128 * kMiB, params);
   for (int epoch = 1; epoch <= epochs; ++epoch) {
@@ -96,6 +102,17 @@ TEST(GraphPools, TheOomAfterGraphsKeptEveryEpochIsALeak) {
   EXPECT_NE(text.find("train.py:40 graphed_step, called from train.py:61 train"),
             std::string::npos)
       << text;
+}
+
+// Captured in the loop's own function, called from the script's top level: the call tells
+// nothing, so the capture is named alone.
+TEST(GraphPools, ACaptureCalledFromTheTopLevelIsNamedAlone) {
+  const trace::Trace t = GraphsCapturedEachEpoch(true, 30, {{"train.py", 40, "train"}});
+  const Report r = BuildReport(t, {});
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:40 train");
+  EXPECT_EQ(r.leaks.suspects[0].kept_through, "");
+  EXPECT_TRUE(r.leaks.suspects[0].holds_graph_pools);
 }
 
 TEST(GraphPools, GraphsDroppedOnceReplacedAreNoLeak) {

@@ -94,6 +94,7 @@ std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t 
       [&](std::uint32_t f) { return IsLibraryFrame(trace.frames[f]); },
       [](std::uint32_t a, std::uint32_t b) { return a == b; });
   if (!at) return std::nullopt;
+  if (other == 0 && CallerTellsNothing(trace.frames[frames[*at]].function)) return std::nullopt;
   return frames[*at];
 }
 

@@ -66,7 +66,9 @@ std::string FrameName(const trace::Frame& frame);
 // The innermost user frame of `kept`, outside its site's frame, that `other` (a stack of
 // the same site) lacks: the call through which a site's kept blocks came where its freed
 // ones came another way (a helper that allocates for the training pass and for a list the
-// loop keeps). nullopt when every such frame is in `other` too.
+// loop keeps). nullopt when every such frame is in `other` too. With `other` 0 (no
+// stack), the call of the site's function, unless a module's top level
+// (CallerTellsNothing).
 std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t kept,
                                        std::uint32_t other);
 

@@ -132,6 +132,11 @@ std::optional<std::size_t> CallApart(const std::vector<Frame>& kept,
   return std::nullopt;
 }
 
+// Whether a frame of `function`, as the call of a site's function with nothing to tell it
+// apart (a graph pool's capture, which whatever keeps the graph called), tells nothing: a
+// module's top level.
+inline bool CallerTellsNothing(absl::string_view function) { return function == "<module>"; }
+
 // The device memory a block of `requested` bytes takes: both allocators (gpumem's, and
 // PyTorch's with its 512-byte minimum block) hand out blocks in multiples of kBlockAlign,
 // so a site that keeps one scalar a step keeps 512 bytes a step, 128 times what was asked
