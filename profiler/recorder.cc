@@ -138,6 +138,7 @@ void Recorder::Write(const RawRecord& r) {
 }
 
 absl::Status Recorder::Close() {
+  PrintPassWarnings();  // the last passes' warnings wait for an allocation that never came
   if (options_.measure_cost) std::fprintf(stderr, "gpumem: %s\n", CostSummary().c_str());
   return ring_->Close();
 }

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
+#include <tuple>
+
 #include "tests/profiler/trace_test_util.h"
 #include "tools/trace/gpumem_reader.h"
 
@@ -172,6 +175,38 @@ TEST(RecorderTest, NativeFramesWhereAskedUnlessStacksAreNone) {
     EXPECT_EQ(t->stacks.at(t->events[1].stack_id).size(), 1u) << "the API frame alone";
     std::remove(options.path.c_str());
   }
+}
+
+// A loop nothing marks (k-means in tensor operations), reported the profile-only way,
+// under PyTorch's allocator lock: no warning is written from within those calls. The
+// passes' warnings wait for a call before the lock, or, where none comes, the close.
+TEST(RecorderTest, PassWarningsAreWrittenOutsideTheAllocationsAndAtTheLatestAtClose) {
+  RecorderOptions options;
+  options.path = TempPath("passes.gpumem");
+  options.stacks = StackMode::kNone;
+  options.leak_warn_steps = 8;
+  auto recorder = Recorder::Open(options);
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  enum : std::uint32_t { kDistances = 1, kKept, kSums };
+  constexpr std::uint64_t kMiB = 1 << 20;
+  std::uint64_t addr = 0;
+  ::testing::internal::CaptureStderr();
+  for (int pass = 0; pass < 40; ++pass) {
+    const std::uint64_t distances = addr += 256 * kMiB, sums = addr += 256 * kMiB;
+    for (const auto& [at, size, stack] :
+         {std::tuple{distances, 200 * kMiB, kDistances}, {addr += 256 * kMiB, 800'000, kKept},
+          {sums, std::uint64_t{64} << 10, kSums}}) {
+      (*recorder)->RecordWithStack(format::RecordType::kAlloc, 0, at, size, 0, stack);
+    }
+    (*recorder)->RecordWithStack(format::RecordType::kFree, 0, distances, 0, 0, 0);
+    (*recorder)->RecordWithStack(format::RecordType::kFree, 0, sums, 0, 0, 0);
+  }
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::testing::internal::CaptureStderr();
+  ASSERT_TRUE((*recorder)->Close().ok());
+  EXPECT_NE(::testing::internal::GetCapturedStderr().find("gpumem: leak warning at pass"),
+            std::string::npos);
+  std::remove(options.path.c_str());
 }
 
 TEST(RecorderTest, MeasuresItsOwnCostOnlyWhenAsked) {
