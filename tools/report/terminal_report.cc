@@ -128,6 +128,10 @@ void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
                                          i + 1, Paint(color, "1", SuspectText(s)), Bytes(s.bytes_per_step),
                                          s.r2, s.first_step + 1,
                                          static_cast<unsigned long long>(s.blocks_never_freed)));
+    if (s.holds_graph_pools) {
+      absl::StrAppend(out, "     with the memory of the CUDA graph pools captured here, free or not: "
+                           "a graph kept alive keeps its pool\n");
+    }
     AppendSuspectStack(r, s, out);
   }
   if (r.leaks.suspects.size() > kTopSuspects) {
