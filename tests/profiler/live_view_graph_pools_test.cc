@@ -3,6 +3,8 @@
 // kept, for all the memory its pool holds; graphs released in time are not.
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -75,6 +77,36 @@ TEST(LiveViewGraphPools, AGraphKeptEveryEpochIsWarnedOfAtItsCaptureCalledFromWhe
   const std::string verdict = OomVerdictText(in, report::OomClass::kLeak);
   EXPECT_THAT(verdict, HasSubstr("held by blocks and CUDA graph pools"));
   EXPECT_THAT(verdict, HasSubstr(std::string("fix: ") + report::kGraphPoolLeakFix));
+}
+
+// Threads allocating and freeing while captures begin and end and pools are released (the
+// notes come from Python, on any thread): the locks of blocks, pools and keys are taken in
+// one order, and the figures add up once everything is freed (run under TSan too).
+TEST(LiveViewGraphPools, ThreadsAllocatingWhileCapturesComeAndGo) {
+  LiveView view = MakeView();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&view, t] {
+      std::uint64_t addr = static_cast<std::uint64_t>(t + 1) << 44;
+      for (int i = 0; i < 2000; ++i) {
+        const std::uint64_t a = addr += kMiB;
+        view.OnAlloc(0, a, 4096, kCaptured);
+        view.OnFree(a);
+      }
+    });
+  }
+  threads.emplace_back([&view] {
+    for (std::uint64_t pool = 1; pool <= 200; ++pool) {
+      view.OnGraphPool(0, {format::kNewGraphPool, GraphPoolChange::kCaptureBegins});
+      view.OnGraphPool(0, {{pool, 0}, GraphPoolChange::kCaptureEnds});
+      view.OnGraphPool(0, {{pool, 0}, GraphPoolChange::kReleased});
+    }
+  });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(view.Live(0), 0u);
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  for (const VerdictSite& site : in.sites) EXPECT_EQ(site.live, 0u) << site.name;
 }
 
 TEST(LiveViewGraphPools, GraphsReleasedOnceReplacedAreNotWarnedOf) {
