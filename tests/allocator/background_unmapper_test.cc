@@ -9,13 +9,15 @@
 #include "allocator/fault_injecting_backend.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/eventually.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
+using namespace test_units;
+
 using testing::Eventually;
 
-constexpr std::size_t kPage = std::size_t{2} << 20;
 constexpr StreamId kStream = 1;
 
 // A run of `pages` pages at the start of a fresh range, mapped from page `first` on, and

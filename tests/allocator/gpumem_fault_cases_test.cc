@@ -5,12 +5,13 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/fault_injecting_backend.h"
 #include "allocator/sim_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr StreamId kS1 = 1;
+using namespace test_units;
+
 constexpr PoolId kPool = 7;
 
 // The pool's pages stay mapped and counted, its range kept; a later empty_cache, once

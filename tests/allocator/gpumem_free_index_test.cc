@@ -8,11 +8,12 @@
 #include <utility>
 
 #include "allocator/large_pool.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
+using namespace test_units;
 
 TEST(FreeIndexTest, ListsAreOrderedBySize) {
   // A larger size never maps to an earlier list, so "first non-empty list at or after"

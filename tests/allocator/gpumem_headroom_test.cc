@@ -5,12 +5,12 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/gpumem_checked_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr StreamId kS1 = 1;
+using namespace test_units;
 
 SimBackendOptions OneGiB() {
   SimBackendOptions o;

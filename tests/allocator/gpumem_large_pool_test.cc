@@ -4,12 +4,12 @@
 
 #include "allocator/page_heap.h"
 #include "allocator/sim_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kPage = 2 * kMiB;
+using namespace test_units;
 
 // Every mapped byte is in exactly one block and blocks never overlap.
 void ExpectConsistent(const LargePool& pool, const SimBackend& sim) {

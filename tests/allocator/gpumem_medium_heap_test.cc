@@ -7,14 +7,12 @@
 
 #include "allocator/caching_allocator.h"
 #include "allocator/sim_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kPage = 2 * kMiB;
-constexpr StreamId kS1 = 1;
-constexpr StreamId kS2 = 2;
+using namespace test_units;
 
 CachingAllocatorOptions WithMediumHeap(bool on) {
   return {.medium_limit = on ? kMiB : 0};

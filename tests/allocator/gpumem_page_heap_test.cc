@@ -6,11 +6,12 @@
 #include "allocator/page_size.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/gpumem_checked_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kPage = std::size_t{2} << 20;
+using namespace test_units;
 
 // A device's default page: 1/8192 of it as a power of two, from one granule to 8 MiB.
 TEST(DefaultPageBytesTest, AShareOfTheDeviceBetweenTheGranuleAndEightMiB) {

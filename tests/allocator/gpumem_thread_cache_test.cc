@@ -14,14 +14,12 @@
 #include "allocator/caching_allocator.h"
 #include "allocator/sim_backend.h"
 #include "allocator/size_classes.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kKiB = 1024;
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr StreamId kS1 = 1;
-constexpr StreamId kS2 = 2;
+using namespace test_units;
 
 // Caches from the first call: most tests here drive one thread.
 CachingAllocatorOptions Cached() {

@@ -10,14 +10,13 @@
 #include "allocator/sim_backend.h"
 #include "allocator/size_classes.h"
 #include "tests/allocator/gpumem_checked_backend.h"
+#include "tests/allocator/test_units.h"
 
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = std::size_t{1} << 20;
-constexpr std::size_t kPage = 2 * kMiB;
-constexpr StreamId kS1 = 1;
-constexpr StreamId kS2 = 2;
+using namespace test_units;
+
 constexpr PoolId kPool = 7;
 
 CachingAllocatorOptions WithCaches(bool on) {

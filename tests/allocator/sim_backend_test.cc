@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/allocator/test_units.h"
+
 namespace gpumem {
 namespace {
 
-constexpr std::size_t kMiB = 1 << 20;
+using namespace test_units;
 
 TEST(SimBackendTest, CountsPhysicalBytesAndEnforcesCapacity) {
   SimBackend sim({.capacity = 6 * kMiB});
