@@ -210,13 +210,11 @@ void LiveView::ForgetPassSamplesLocked() {
 std::string LiveView::WarningsLocked(std::uint64_t step) {
   const std::vector<LeakWarning> due = warner_.Check(step, history_, devices_);
   if (due.empty()) return "";
-  // Which call kept a growing site's blocks is read from the live blocks once, and only
-  // when a warning is due: warnings are rare, the blocks many.
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();
-  const absl::flat_hash_set<std::uint64_t> freed = blocks_.FreedKeys();
+  // Which call kept a growing site's blocks is read only when a warning is due.
+  const BlocksNow blocks = ReadBlocks();
   std::string lines;
   for (const LeakWarning& w : due) {
-    const std::string call = w.withdrawn ? "" : KeptThroughLocked(w.key, by_stack, freed);
+    const std::string call = w.withdrawn ? "" : KeptThroughLocked(w.key, blocks);
     absl::StrAppend(&lines, WarningLine(w, step, call));
   }
   return lines;
@@ -229,25 +227,27 @@ std::string LiveView::OnStep(std::uint64_t step) {
   return WarningsLocked(step);
 }
 
-std::string LiveView::KeptThroughLocked(
-    std::uint64_t site_key, const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
-    const absl::flat_hash_set<std::uint64_t>& freed) {
+LiveView::BlocksNow LiveView::ReadBlocks() const {
+  return BlocksNow{blocks_.ByKey(), blocks_.FreedKeys(), blocks_.PoolKeys()};
+}
+
+std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks) {
   if (!call_namer_) return "";
   const auto of_site = [&](std::uint64_t key) {
     return DeviceOf(key) == DeviceOf(site_key) &&
            SiteOfLocked(static_cast<std::uint32_t>(key)) == static_cast<std::uint32_t>(site_key);
   };
   std::uint64_t kept = 0, most = 0;
-  for (const auto& [key, bytes] : by_stack) {
+  for (const auto& [key, bytes] : blocks.by_stack) {
     if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
   }
   if (most == 0) return "";
-  if (blocks_.PoolKeys().contains(kept)) return call_namer_(static_cast<std::uint32_t>(kept), 0);
+  if (blocks.pool_keys.contains(kept)) return call_namer_(static_cast<std::uint32_t>(kept), 0);
   // A kept stack that also frees tells nothing apart; else any other of the site's that
   // freed (the smallest key, so that the answer does not depend on the hash order).
-  if (freed.contains(kept)) return "";
+  if (blocks.freed.contains(kept)) return "";
   std::optional<std::uint64_t> other;
-  for (std::uint64_t key : freed) {
+  for (std::uint64_t key : blocks.freed) {
     if (of_site(key) && (!other || key < *other)) other = key;
   }
   if (!other) return "";
@@ -267,11 +267,10 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
     in->figures.finished_steps = passes;
     in->pass_start = pass_start_;
   }
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack = blocks_.ByKey();
-  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(by_stack);
-  const absl::flat_hash_set<std::uint64_t> freed = blocks_.FreedKeys();
+  const BlocksNow blocks = ReadBlocks();
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks.by_stack);
   absl::flat_hash_set<std::uint64_t> pool_sites;
-  for (std::uint64_t key : blocks_.PoolKeys()) {
+  for (std::uint64_t key : blocks.pool_keys) {
     pool_sites.insert(LiveBlocks::Key(DeviceOf(key), SiteOfLocked(static_cast<std::uint32_t>(key))));
   }
   const double min_growth = report::MinLeakGrowth(in->figures.allocated);
@@ -285,7 +284,7 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       in->growth_per_step += g->growth.bytes_per_step;
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
       if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
-      site.name = report::SiteWithCall(site.name, KeptThroughLocked(key, by_stack, freed));
+      site.name = report::SiteWithCall(site.name, KeptThroughLocked(key, blocks));
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));

@@ -63,12 +63,18 @@ class LiveView {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> BySiteLocked(
       const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack);
   std::uint32_t SiteOfLocked(std::uint32_t stack);
+  // What the live blocks hold now, by LiveBlocks key: read once for all the sites a
+  // warning or a verdict names (warnings are rare, the blocks many).
+  struct BlocksNow {
+    absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack;  // live bytes
+    absl::flat_hash_set<std::uint64_t> freed;      // keys that have freed a block
+    absl::flat_hash_set<std::uint64_t> pool_keys;  // keys that hold graph pools
+  };
+  BlocksNow ReadBlocks() const;
   // For a growing site (`site_key`): the call its kept blocks came through, where the
   // stack holding most of its bytes never freed and another of its stacks did; for a
   // graph pool's, where its capture was called from (whatever keeps the graph is there).
-  std::string KeptThroughLocked(std::uint64_t site_key,
-                                const absl::flat_hash_map<std::uint64_t, std::uint64_t>& by_stack,
-                                const absl::flat_hash_set<std::uint64_t>& freed);
+  std::string KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks);
   // `kept_through`: the call a growing site's kept blocks came through, or empty.
   std::string WarningLine(const LeakWarning& w, std::uint64_t step,
                           const std::string& kept_through);

@@ -33,9 +33,7 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
       return absl::StrCat("memory kept from ", unit, " to ", unit, " grew by ",
                           Bytes(in.growth_per_step), " per ", unit, " over the last ",
                           in.growth_steps, " ", unit, " ends; ", Bytes(f.grown_bytes),
-                          GrowsInGraphPools(in) ? " held by blocks and CUDA graph pools"
-                                                : absl::StrCat(" of the ", Bytes(f.allocated),
-                                                               " allocated"),
+                          report::GrowthHeldIn(GrowsInGraphPools(in), f.allocated),
                           " is that growth, and without it the request of ",
                           Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
     case OomClass::kFragmentation:
@@ -147,10 +145,7 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendOutside(in, &out);
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
-  absl::StrAppend(&out, "gpumem:   fix: ",
-                  cls == OomClass::kLeak && GrowsInGraphPools(in) ? report::kGraphPoolLeakFix
-                                                                  : report::OomFix(cls),
-                  "\n");
+  absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls, GrowsInGraphPools(in)), "\n");
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {
     absl::StrAppend(&out, "gpumem:   note: gpumem's allocator remaps idle pages and retries "
                           "before it fails, so fragmentation should not end a run under it "

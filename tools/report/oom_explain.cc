@@ -50,12 +50,10 @@ void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
       "memory kept from step to step grew by ", Bytes(leaks.bytes_per_step), " per step (",
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
       SuspectText(leaks.suspects.front()), "); at the OOM in step ", p.step + 1, ", ",
-      Bytes(x->leaked_bytes),
-      pools ? " held by blocks and CUDA graph pools" : absl::StrCat(" of the ", Bytes(p.allocated),
-                                                                    " allocated"),
+      Bytes(x->leaked_bytes), GrowthHeldIn(pools, p.allocated),
       " was that growth. Without it the request of ", Bytes(p.request), " would have fit in ",
       Bytes(x->capacity), ".");
-  x->fix = pools ? kGraphPoolLeakFix : OomFix(OomClass::kLeak);
+  x->fix = OomFix(OomClass::kLeak, pools);
 }
 
 void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplanation* x) {

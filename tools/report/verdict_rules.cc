@@ -107,7 +107,13 @@ const char* const kGraphPoolLeakFix =
     "make_graphed_callables refers to itself: one dropped is freed only by the cycle "
     "collector, so graph it once, or call gc.collect() after dropping it.";
 
-const char* OomFix(OomClass c) {
+std::string GrowthHeldIn(bool growth_in_graph_pools, std::uint64_t allocated) {
+  if (growth_in_graph_pools) return " held by blocks and CUDA graph pools";
+  return absl::StrCat(" of the ", Bytes(static_cast<double>(allocated)), " allocated");
+}
+
+const char* OomFix(OomClass c, bool growth_in_graph_pools) {
+  if (c == OomClass::kLeak && growth_in_graph_pools) return kGraphPoolLeakFix;
   switch (c) {
     case OomClass::kLeak: return kLeakFix;
     case OomClass::kFragmentation: return kFragmentationFix;

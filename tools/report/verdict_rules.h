@@ -30,9 +30,15 @@ const char* OomVerdictName(OomClass c);
 // tells them from the site's freed blocks: "SITE, called from CALL"; the site alone if
 // `call` is empty.
 std::string SiteWithCall(absl::string_view site, absl::string_view call);
-const char* OomFix(OomClass c);
+// The fix for an OOM of class `c`; for a leak whose growth CUDA graph pools hold, the
+// graphs' (kGraphPoolLeakFix).
+const char* OomFix(OomClass c, bool growth_in_graph_pools = false);
 // A leak whose growing site captures CUDA graphs that stay alive: each keeps its pool.
 extern const char* const kGraphPoolLeakFix;
+// What a leak's growth is part of: " of the X allocated", or, where CUDA graph pools hold
+// it (their free memory counts with their site, so more than was allocated can grow),
+// " held by blocks and CUDA graph pools".
+std::string GrowthHeldIn(bool growth_in_graph_pools, std::uint64_t allocated);
 
 // Below this many finished steps there is no growth to measure: an OOM is a peak or
 // fragmentation, never a leak.
