@@ -32,12 +32,13 @@ std::uint32_t GraphPoolLedger::Capturing(std::int32_t device) const {
   return it == capturing_.end() ? 0 : it->second;
 }
 
-GraphPoolLedger::Owner GraphPoolLedger::Join(std::uint32_t pool, std::uint64_t owner) {
+std::uint64_t GraphPoolLedger::Join(std::uint32_t pool, std::uint64_t owner) {
   Pool& p = pools_[pool - 1];
-  if (p.named) return {p.owner, false};
-  p.named = true;
-  p.owner = owner;
-  return {owner, true};
+  if (!p.named) {
+    p.named = true;
+    p.owner = owner;
+  }
+  return p.owner;
 }
 
 GraphPoolLedger::Delta GraphPoolLedger::BlockChanged(std::uint32_t pool, std::uint64_t bytes,

@@ -1,7 +1,7 @@
 // How much memory each CUDA graph pool holds, from its notes (graph_pool_note.h) and its
 // blocks: shared by the report (LiveState) and the live view (LiveBlocks), so that both
-// count alike. A pool's blocks count with one owner, that of its first block (a site, or
-// a stack), and so does its idle memory, the most its blocks held at once since it opened
+// count alike. A pool's blocks count with one owner, that of its first block (its stack,
+// or the live view's device and stack key), and so does its idle memory, the most its blocks held at once since it opened
 // less what they hold now, until the pool is released: a kept graph keeps it, free or not.
 #pragma once
 
@@ -22,19 +22,14 @@ class GraphPoolLedger {
     std::uint64_t add = 0;
     std::uint64_t take = 0;
   };
-  // Where a block allocated into a pool counts.
-  struct Owner {
-    std::uint64_t owner = 0;
-    bool first = false;  // the pool's first block: it named the owner
-  };
-
   // A note on `device`: a capture begins or ends, or a pool is released (whose idle memory
   // leaves its owner: the delta, where there is one).
   Delta OnNote(std::int32_t device, const GraphPoolNote& note);
   // 1 + the pool a capture on `device` fills now, 0 for none.
   std::uint32_t Capturing(std::int32_t device) const;
-  // The owner of a block allocated into pool `pool` (1-based) whose own would be `owner`.
-  Owner Join(std::uint32_t pool, std::uint64_t owner);
+  // The owner of a block allocated into pool `pool` (1-based) whose own would be `owner`:
+  // the pool's first block's.
+  std::uint64_t Join(std::uint32_t pool, std::uint64_t owner);
   // A block of the pool came or went (after Join): the change of its idle memory.
   Delta BlockChanged(std::uint32_t pool, std::uint64_t bytes, bool added);
   // The owners of the pools that have blocks.

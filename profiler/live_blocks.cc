@@ -88,7 +88,7 @@ void LiveBlocks::AdjustKey(const format::GraphPoolLedger::Delta& delta) {
 
 LiveBlocks::Block LiveBlocks::IntoPool(Block block, std::uint32_t pool) {
   std::lock_guard<std::mutex> lock(pools_mu_);
-  return Block{pools_.Join(pool, block.key).owner, block.size, pool};
+  return Block{pools_.Join(pool, block.key), block.size, pool};
 }
 
 void LiveBlocks::PoolBlockChanged(const Block& block, bool added) {

@@ -159,8 +159,8 @@ TEST(GraphPoolLedger, APoolHoldsItsPeakUntilReleasedAndAfterReopeningStartsFromI
   EXPECT_EQ(ledger.OnNote(0, {format::kNewGraphPool, GraphPoolChange::kCaptureBegins}).add, 0u);
   const std::uint32_t pool = ledger.Capturing(0);
   ASSERT_NE(pool, 0u);
-  EXPECT_TRUE(ledger.Join(pool, 77).first);
-  EXPECT_EQ(ledger.Join(pool, 78).owner, 77u);  // its first block's owner
+  EXPECT_EQ(ledger.Join(pool, 77), 77u);
+  EXPECT_EQ(ledger.Join(pool, 78), 77u);  // its first block's owner
   ledger.BlockChanged(pool, 100, true);
   ledger.BlockChanged(pool, 20, true);
   const auto freed = ledger.BlockChanged(pool, 100, false);  // the bytes stay the pool's

@@ -47,7 +47,7 @@ void LiveState::TakeFromSite(std::uint32_t site, std::uint64_t bytes) {
 }
 
 void LiveState::ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta) {
-  const auto site = static_cast<std::uint32_t>(delta.owner);
+  const std::uint32_t site = sites_.site_of_stack(static_cast<std::uint32_t>(delta.owner));
   if (delta.add != 0) AddToSite(site, delta.add);
   if (delta.take != 0) TakeFromSite(site, delta.take);
 }
@@ -81,10 +81,8 @@ void LiveState::Apply(const trace::Event& e) {
 void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   LiveBlock block{DeviceBytes(e.size), sites_.site_of_stack(e.stack_id), e.stack_id, 0};
   if (const std::uint32_t pool = pools_.Capturing(e.device); pool != 0) {
-    const format::GraphPoolLedger::Owner owner = pools_.Join(pool, block.site);
-    if (owner.first) pool_sites_.try_emplace(block.site, block.stack);
-    const auto site = static_cast<std::uint32_t>(owner.owner);
-    block = LiveBlock{block.size, site, pool_sites_.at(site), pool};
+    const auto stack = static_cast<std::uint32_t>(pools_.Join(pool, block.stack));
+    block = LiveBlock{block.size, sites_.site_of_stack(stack), stack, pool};
   }
   auto [it, inserted] = blocks_.try_emplace(key, block);
   if (!inserted) {  // an address reused without a free we saw: drop the old block

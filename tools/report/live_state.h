@@ -42,10 +42,8 @@ class LiveState {
   // captures needed until it is released: a kept graph keeps it, free or not. The figures
   // of allocated bytes count blocks alone.
   void ApplyPoolMark(const GraphPoolMark& mark);
-  // The sites that hold graph pools, each with the stack of a pool's first block.
-  const absl::flat_hash_map<std::uint32_t, std::uint32_t>& pool_sites() const {
-    return pool_sites_;
-  }
+  // The stacks of the graph pools' first blocks, whose sites hold the pools.
+  std::vector<std::uint64_t> PoolStacks() const { return pools_.Owners(); }
 
   std::uint64_t allocated() const { return allocated_; }
   std::uint64_t reserved() const { return reserved_; }
@@ -100,8 +98,7 @@ class LiveState {
   absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;
   absl::flat_hash_set<std::uint64_t> pending_free_;  // free_requested, awaiting free_completed
   std::vector<PerDevice> devices_;
-  format::GraphPoolLedger pools_;  // owners are sites
-  absl::flat_hash_map<std::uint32_t, std::uint32_t> pool_sites_;
+  format::GraphPoolLedger pools_;  // owners are stacks
   std::vector<std::uint64_t> site_live_;
   std::vector<std::uint64_t> site_low_;
   std::vector<std::uint32_t> site_freed_stack_;

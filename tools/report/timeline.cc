@@ -164,10 +164,17 @@ class TimelineBuilder {
         best_bytes[s] = bytes;
       }
     }
-    for (std::uint32_t s = 0; s < t_.sites.size(); ++s) NoteKeptThrough(s);
+    absl::flat_hash_map<std::uint32_t, std::uint32_t> pool_stack_of_site;
+    for (const std::uint64_t stack : state_.PoolStacks()) {
+      const auto id = static_cast<std::uint32_t>(stack);
+      pool_stack_of_site.try_emplace(sites_.site_of_stack(id), id);
+    }
+    for (std::uint32_t s = 0; s < t_.sites.size(); ++s) NoteKeptThrough(s, pool_stack_of_site);
   }
 
-  void NoteKeptThrough(std::uint32_t s) {
+  // `pool_stack_of_site`: the sites that hold graph pools, each with a pool's first stack.
+  void NoteKeptThrough(std::uint32_t s,
+                       const absl::flat_hash_map<std::uint32_t, std::uint32_t>& pool_stack_of_site) {
     SiteTotals& site = t_.sites[s];
     const std::uint32_t freed = state_.site_freed_stack()[s];
     std::optional<std::uint32_t> call;
@@ -175,7 +182,7 @@ class TimelineBuilder {
       call = CallApart(trace_, site.leaked_stack, freed);
     }
     // A graph pool is kept by whatever keeps its graph: where the capture was called from.
-    if (auto pool = state_.pool_sites().find(s); pool != state_.pool_sites().end()) {
+    if (auto pool = pool_stack_of_site.find(s); pool != pool_stack_of_site.end()) {
       site.holds_graph_pools = true;
       if (!call) call = CallApart(trace_, pool->second, 0);
     }
