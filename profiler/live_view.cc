@@ -242,16 +242,21 @@ std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow&
     if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
   }
   if (most == 0) return "";
-  if (blocks.pool_keys.contains(kept)) return call_namer_(static_cast<std::uint32_t>(kept), 0);
-  // A kept stack that also frees tells nothing apart; else any other of the site's that
-  // freed (the smallest key, so that the answer does not depend on the hash order).
-  if (blocks.freed.contains(kept)) return "";
+  // Where nothing tells the kept blocks apart (no other stack of the site freed, or the
+  // kept one frees too), the caller of the site's function: a helper's output is kept
+  // there when it is kept at all. Else the call apart from any other of the site's
+  // stacks that freed (the smallest key, so that the answer does not depend on the hash
+  // order). A graph pool is kept by whatever keeps its graph: where the capture was called.
+  const auto caller = [&] { return call_namer_(static_cast<std::uint32_t>(kept), 0); };
+  if (blocks.pool_keys.contains(kept) || blocks.freed.contains(kept)) return caller();
   std::optional<std::uint64_t> other;
   for (std::uint64_t key : blocks.freed) {
     if (of_site(key) && (!other || key < *other)) other = key;
   }
-  if (!other) return "";
-  return call_namer_(static_cast<std::uint32_t>(kept), static_cast<std::uint32_t>(*other));
+  if (!other) return caller();
+  const std::string apart =
+      call_namer_(static_cast<std::uint32_t>(kept), static_cast<std::uint32_t>(*other));
+  return apart.empty() ? caller() : apart;
 }
 
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {

@@ -1674,5 +1674,153 @@ def position_tables_cached_by_length():
             print(f"step {step}: {position_table.cache_info().currsize} tables")
 
 
+# Twelfth set: memoization keyed by tensors, closures, serving caches, tasks taking turns.
+class TokenEncoder(torch.nn.Module):
+    """A frozen embedding and MLP: token ids in, one 1024-wide feature row per token."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.body = torch.nn.Embedding(32000, 1024).cuda(), model()
+
+    def forward(self, tokens):
+        return self.body(self.embed(tokens))
+
+
+def train_head_on_memoized_features(maxsize, steps):
+    encoder, head = TokenEncoder().eval(), model()
+    opt = torch.optim.SGD(head.parameters(), lr=1e-3)
+
+    @functools.lru_cache(maxsize=maxsize)
+    def features(tokens):
+        with torch.no_grad():
+            return encoder(tokens)  # LEAK: each batch's features stay in the cache
+
+    for step in range(steps):
+        tokens = torch.randint(32000, (2048,), device="cuda")
+        fit(head, opt, features(tokens))
+        if step % 500 == 0:
+            print(f"step {step}: {features.cache_info().currsize} cached")
+
+
+@case("leak", leak_in=train_head_on_memoized_features)
+def features_memoized_by_tensor_with_lru_cache():
+    """A frozen encoder's features memoized with an unbounded functools.lru_cache keyed by
+    the token tensor: tensors hash by identity, so every batch is a new key and its
+    features stay cached."""
+    train_head_on_memoized_features(maxsize=None, steps=100000)
+
+
+@case("no leak")
+def features_memoized_in_a_bounded_lru_cache():
+    """The same memoization with maxsize=64: 64 feature maps (512 MiB) fill the cache in
+    the first 64 steps, then each new one evicts the oldest."""
+    train_head_on_memoized_features(maxsize=64, steps=1500)
+
+
+@case("no leak")
+def metrics_deferred_in_late_bound_closures():
+    """Accuracy deferred to the end of each epoch as lambdas over the step's output: a
+    closure reads the loop's variable when called, not its value when made, so every
+    lambda sees the last output and earlier outputs are freed (the metric is wrong; the
+    memory is fine)."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(6):
+        deferred = []
+        for _ in range(250):
+            out, _ = fit(net, opt, batch())
+            deferred.append(lambda: (out.argmax(1) == 0).float().mean())
+        print(f"epoch {epoch}: {sum(f() for f in deferred).item() / len(deferred):.3f}")
+
+
+@case("leak")
+def metrics_deferred_in_closures_bound_by_default():
+    """The same deferred accuracy written `lambda out=out: ...` to fix the metric: each
+    lambda now holds its step's output, and the list is never cleared."""
+    net, deferred = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        out, _ = fit(net, opt, batch())  # LEAK: each output held by its lambda below
+        deferred.append(lambda out=out: (out.argmax(1) == 0).float().mean())
+        if step % 250 == 249:
+            print(f"step {step}: {sum(f() for f in deferred).item() / len(deferred):.3f}")
+
+
+@case("leak")
+def prefix_cache_of_every_prompt():
+    """A serving loop caching each prompt's hidden states for follow-up requests, keyed
+    by the prompt's id; every request is a new prompt and nothing is evicted."""
+    encoder, decoder = model(), model()
+    cache = {}
+    with torch.no_grad():
+        for request in range(100000):
+            hidden = encoder(batch(256))  # LEAK: kept in the cache below, never evicted
+            cache[f"prompt-{request}"] = hidden
+            reply = decoder(hidden).argmax(1)
+            if request % 500 == 0:
+                print(f"request {request}: reply {reply[0].item()}, {len(cache)} cached")
+
+
+@case("leak")
+def multitask_keeps_outputs_of_one_task():
+    """Two task heads trained in turns, step by step; the segmentation task's outputs
+    are kept for a visualisation at the end: memory grows every other step."""
+    nets = [model(), model()]
+    opts = [torch.optim.SGD(n.parameters(), lr=1e-3) for n in nets]
+    shown = []
+    for step in range(100000):
+        task = step % 2
+        out, _ = fit(nets[task], opts[task], batch())  # LEAK: task 1's outputs kept below
+        if task == 1:
+            shown.append(out.detach())
+
+
+@case("no leak")
+def mixup_with_the_previous_batch():
+    """Mixup against the batch before: one batch is carried from step to step and
+    replaced, so what is kept stays the same size."""
+    net, previous = model(), None
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(1500):
+        x = batch()
+        mixed = x if previous is None else 0.7 * x + 0.3 * previous
+        fit(net, opt, mixed)
+        previous = x
+        if step % 300 == 0:
+            print(f"step {step}")
+
+
+@case("no leak")
+def lstm_on_sequences_of_random_length():
+    """A two-layer cuDNN LSTM on batches of 64 sequences of a random length (16-512):
+    its activations and workspace change size every step, and nothing is kept."""
+    torch.manual_seed(0)
+    lstm, head = torch.nn.LSTM(256, 512, num_layers=2).cuda(), torch.nn.Linear(512, 8).cuda()
+    opt = torch.optim.Adam(list(lstm.parameters()) + list(head.parameters()), lr=1e-3)
+    lengths = torch.randint(16, 513, (1500,), generator=torch.Generator().manual_seed(4))
+    for step, n in enumerate(lengths.tolist()):
+        out, _ = lstm(torch.randn(n, 64, 256, device="cuda"))
+        loss = head(out[-1]).logsumexp(1).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 300 == 0:
+            print(f"step {step}: length {n}, loss {loss.item():.4f}")
+
+
+@case("no leak")
+def soft_labels_stored_per_batch_index():
+    """Self-training: each batch's soft labels stored on the device by its index in the
+    epoch (200 batches, 2 MiB each) and replaced the next epoch; the store fills during
+    the first epoch and then stays the same size."""
+    net, store = model(), {}
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(8):
+        for i in range(200):
+            out, _ = fit(net, opt, batch(512))
+            store[i] = out.detach().softmax(1)
+        print(f"epoch {epoch}: {len(store)} stored")
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)

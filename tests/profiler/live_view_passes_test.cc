@@ -172,6 +172,29 @@ TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
   EXPECT_GT(in.sites[0].bytes_per_step, 0.0);
 }
 
+// A training step written as a helper that returns its output, every call from one line
+// of the loop, which keeps each output: nothing tells the kept blocks apart, so the
+// warning and the verdict name the helper's caller.
+TEST(LiveViewPasses, AHelpersKeptOutputIsNamedWithItsCaller) {
+  enum : std::uint32_t { kStep = 1 };
+  LiveView view(
+      8, [](std::uint32_t) { return "f.py:42 train_step"; },
+      [](std::uint32_t kept, std::uint32_t other) {
+        return kept == kStep && other == 0 ? "f.py:60 train" : "";
+      });
+  std::uint64_t addr = 0;
+  std::string said;
+  for (int step = 1; step <= 100; ++step) {
+    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kStep);
+    said += view.OnStep(step);
+  }
+  EXPECT_THAT(said, HasSubstr(": f.py:42 train_step, called from f.py:60 train, grew at each of"));
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  ASSERT_FALSE(in.sites.empty());
+  EXPECT_EQ(in.sites[0].name, "f.py:42 train_step, called from f.py:60 train");
+}
+
 // Passes found while the model loads or warms up are dropped at the first step marked:
 // the steps are the unit from then on.
 TEST(LiveViewPasses, TheFirstStepMarkedDropsThePasses) {

@@ -186,6 +186,9 @@ class TimelineBuilder {
       site.holds_graph_pools = true;
       if (!call) call = CallApart(trace_, pool->second, 0);
     }
+    // Nothing told apart: the caller of the site's function, which is where a helper's
+    // output (a training step's, a memoized encoder's) is kept when it is kept there.
+    if (!call && site.leaked_stack != 0) call = CallApart(trace_, site.leaked_stack, 0);
     if (call) site.kept_through = sites_.Label(trace_.frames[*call]);
   }
 
