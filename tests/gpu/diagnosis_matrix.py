@@ -61,7 +61,7 @@ def portable(line, workdir):
 def said(stderr, *words):
     for line in stderr.splitlines():
         if line.startswith("gpumem") and all(w in line.lower() for w in words):
-            return line[:160]
+            return line
     return ""
 
 
@@ -157,8 +157,9 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
         top = (report.get("leak_suspects") or [{}])[0]
         named = [top.get("site", ""), top.get("kept_through", "")]  # the line, or the call keeping it
         right_site = expected != "leak" or any(names_site(n, site) for n in named)
-    at_oom = portable(said(stderr, "verdict:"), workdir)
-    warning = portable(said(stderr, "leak warning"), workdir)
+    # Paths made portable before the cut, which could split one.
+    at_oom = portable(said(stderr, "verdict:"), workdir)[:160]
+    warning = portable(said(stderr, "leak warning"), workdir)[:160]
     return {"case": case, "mode": mode, "expected": expected, "ended": ended,
             "verdict": verdict, "ok": bool(right_class and right_site),
             "ok_at_oom": said_right_at_oom(expected, ended, at_oom),
