@@ -24,8 +24,13 @@ void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
 
 void LiveBlocks::Add(const Block& block) {
   KeyShard& shard = KeyShardOf(block.key);
+  const std::uint32_t now = steps_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(shard.mu);
-  shard.by_key[block.key].live += block.size;
+  Bytes& bytes = shard.by_key[block.key];
+  bytes.live += block.size;
+  if (!bytes.allocated) bytes.steps.first = now;
+  bytes.allocated = true;
+  bytes.steps.last = now;
 }
 
 void LiveBlocks::Forget(const Block& block) {
@@ -131,6 +136,17 @@ absl::flat_hash_set<std::uint64_t> LiveBlocks::FreedKeys() const {
   return out;
 }
 
+absl::flat_hash_map<std::uint64_t, LiveBlocks::AllocSteps> LiveBlocks::AllocStepsByKey() const {
+  absl::flat_hash_map<std::uint64_t, AllocSteps> out;
+  for (const KeyShard& shard : key_shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [key, bytes] : shard.by_key) {
+      if (bytes.allocated) out[key] = bytes.steps;
+    }
+  }
+  return out;
+}
+
 absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndStartStep() {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> out;
   out.reserve(last_step_keys_);  // about as many as the step before: no rehash as it fills
@@ -142,6 +158,7 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndSt
     }
   }
   last_step_keys_ = out.size();
+  steps_.fetch_add(1, std::memory_order_relaxed);
   return out;
 }
 

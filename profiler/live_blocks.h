@@ -44,6 +44,13 @@ class LiveBlocks {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> StepLowsByKeyAndStartStep();
   // The keys that have freed a block since the trace began.
   absl::flat_hash_set<std::uint64_t> FreedKeys() const;
+  // When each key allocated first and last, in steps: StepLowsByKeyAndStartStep calls
+  // before the allocation (a clock that orders allocations a step or more apart).
+  struct AllocSteps {
+    std::uint32_t first = 0;
+    std::uint32_t last = 0;
+  };
+  absl::flat_hash_map<std::uint64_t, AllocSteps> AllocStepsByKey() const;
   std::uint64_t Live(std::int32_t device) const;
   // The most live at once on `device` since the last call; starts again from live now.
   std::uint64_t TakeStepPeak(std::int32_t device);
@@ -59,6 +66,8 @@ class LiveBlocks {
     std::uint64_t live = 0;
     std::uint64_t low = 0;  // the least live since the last step mark
     bool freed = false;     // a block of the key was freed
+    bool allocated = false;  // `steps` holds when
+    AllocSteps steps;
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;
   // bytes sharded by key, so that a key's least live in a step is over all its blocks
@@ -98,6 +107,7 @@ class LiveBlocks {
   // Keys StepLowsByKeyAndStartStep returned last time (the step marks are serialized by
   // LiveView's lock).
   std::size_t last_step_keys_ = 0;
+  std::atomic<std::uint32_t> steps_{0};  // StepLowsByKeyAndStartStep calls so far
   std::array<DeviceLive, kMaxDevices> devices_;
   // Graph pools: rare (a capture, its blocks' allocs and frees, a release). Taken after an
   // address shard's lock and before a key shard's.

@@ -53,9 +53,11 @@ std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t ke
 
 }  // namespace
 
-LiveView::LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer)
+LiveView::LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer,
+                   ReturnTeller returned)
     : namer_(std::move(namer)),
       call_namer_(std::move(call_namer)),
+      returned_(std::move(returned)),
       warner_(warn_steps),
       warn_steps_(warn_steps) {}
 
@@ -228,7 +230,8 @@ std::string LiveView::OnStep(std::uint64_t step) {
 }
 
 LiveView::BlocksNow LiveView::ReadBlocks() const {
-  return BlocksNow{blocks_.ByKey(), blocks_.FreedKeys(), blocks_.PoolKeys()};
+  return BlocksNow{blocks_.ByKey(), blocks_.FreedKeys(), blocks_.PoolKeys(),
+                   blocks_.AllocStepsByKey()};
 }
 
 std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks) {
@@ -242,21 +245,37 @@ std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow&
     if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
   }
   if (most == 0) return "";
-  // Where nothing tells the kept blocks apart (no other stack of the site freed, or the
-  // kept one frees too), the caller of the site's function: a helper's output is kept
-  // there when it is kept at all. Else the call apart from any other of the site's
-  // stacks that freed (the smallest key, so that the answer does not depend on the hash
-  // order). A graph pool is kept by whatever keeps its graph: where the capture was called.
+  // The call apart from any other of the site's stacks that freed (the smallest key, so
+  // that the answer does not depend on the hash order). A graph pool is kept by whatever
+  // keeps its graph: where the capture was called. Where nothing tells the kept blocks
+  // apart (no other stack of the site freed, or the kept one frees too), the caller of the
+  // site's function if its call returned while they stayed (a helper's output).
   const auto caller = [&] { return call_namer_(static_cast<std::uint32_t>(kept), 0); };
-  if (blocks.pool_keys.contains(kept) || blocks.freed.contains(kept)) return caller();
+  if (blocks.pool_keys.contains(kept)) return caller();
+  const auto caller_if_returned = [&] {
+    return ReturnedLocked(kept, blocks) ? caller() : std::string();
+  };
+  if (blocks.freed.contains(kept)) return caller_if_returned();
   std::optional<std::uint64_t> other;
   for (std::uint64_t key : blocks.freed) {
     if (of_site(key) && (!other || key < *other)) other = key;
   }
-  if (!other) return caller();
+  if (!other) return caller_if_returned();
   const std::string apart =
       call_namer_(static_cast<std::uint32_t>(kept), static_cast<std::uint32_t>(*other));
-  return apart.empty() ? caller() : apart;
+  return apart.empty() ? caller_if_returned() : apart;
+}
+
+bool LiveView::ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks) {
+  const auto since = blocks.alloc_steps.find(kept);
+  if (!returned_ || since == blocks.alloc_steps.end()) return false;
+  std::vector<std::uint32_t> later;
+  for (const auto& [key, steps] : blocks.alloc_steps) {
+    if (key != kept && DeviceOf(key) == DeviceOf(kept) && steps.last > since->second.first) {
+      later.push_back(static_cast<std::uint32_t>(key));
+    }
+  }
+  return returned_(static_cast<std::uint32_t>(kept), later);
 }
 
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {

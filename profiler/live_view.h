@@ -12,6 +12,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -30,9 +31,15 @@ class LiveView {
   // The call (a frame, named as sites are) through which the first stack came where the
   // second, of the same site, came another way; empty if none (report::CallApart).
   using CallNamer = std::function<std::string(std::uint32_t kept, std::uint32_t other)>;
+  // Whether any of `later` (stacks that allocated after `kept`'s first block) shows that
+  // the call `kept` came down to its site returned (report::CallReturns).
+  using ReturnTeller =
+      std::function<bool(std::uint32_t kept, const std::vector<std::uint32_t>& later)>;
   // `warn_steps`: GPUMEM_LEAK_WARN_STEPS (0: no warning). Without `call_namer` a growing
-  // site is named by its site alone.
-  LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer = nullptr);
+  // site is named by its site alone; without `returned`, with a call only where another
+  // of its stacks tells the kept blocks apart.
+  LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer = nullptr,
+           ReturnTeller returned = nullptr);
 
   void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
     blocks_.OnAlloc(device, addr, size, stack);
@@ -69,12 +76,17 @@ class LiveView {
     absl::flat_hash_map<std::uint64_t, std::uint64_t> by_stack;  // live bytes
     absl::flat_hash_set<std::uint64_t> freed;      // keys that have freed a block
     absl::flat_hash_set<std::uint64_t> pool_keys;  // keys that hold graph pools
+    absl::flat_hash_map<std::uint64_t, LiveBlocks::AllocSteps> alloc_steps;
   };
   BlocksNow ReadBlocks() const;
   // For a growing site (`site_key`): the call its kept blocks came through, where the
   // stack holding most of its bytes never freed and another of its stacks did; for a
-  // graph pool's, where its capture was called from (whatever keeps the graph is there).
+  // graph pool's, where its capture was called from (whatever keeps the graph is there);
+  // else the call into the site's function, where that call returned while they stayed.
   std::string KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks);
+  // Whether the call the kept stack (a LiveBlocks key) came down returned since its
+  // first block (ReturnTeller).
+  bool ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks);
   // `kept_through`: the call a growing site's kept blocks came through, or empty.
   std::string WarningLine(const LeakWarning& w, std::uint64_t step,
                           const std::string& kept_through);
@@ -96,6 +108,7 @@ class LiveView {
   std::mutex mu_;  // everything below: step marks and OOMs may come from several threads
   SiteNamer namer_;
   CallNamer call_namer_;
+  ReturnTeller returned_;
   SiteHistory history_;
   LeakWarner warner_;
   const std::size_t warn_steps_;

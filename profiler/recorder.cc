@@ -8,12 +8,14 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
+#include "tools/report/call_returns.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -94,6 +96,34 @@ std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
   return FrameLabel(*chosen);
 }
 
+// Interns a stack's user frames (outermost first) for report::CallReturns.
+class UserPaths {
+ public:
+  std::vector<report::UserFrame> Of(const std::vector<StackTable::NamedFrame>& frames) {
+    std::vector<report::UserFrame> path;
+    for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
+      if (report::IsLibraryFile(f->filename)) continue;
+      const std::string function = absl::StrCat(f->filename, "\n", f->function);
+      path.push_back({Id(absl::StrCat(function, "\n", f->line)), Id(function)});
+    }
+    return path;
+  }
+
+ private:
+  std::uint32_t Id(std::string key) {
+    return ids_.try_emplace(std::move(key), static_cast<std::uint32_t>(ids_.size())).first->second;
+  }
+  absl::flat_hash_map<std::string, std::uint32_t> ids_;
+};
+
+bool SiteCallReturned(const StackTable& stacks, std::uint32_t kept,
+                      const std::vector<std::uint32_t>& later) {
+  UserPaths paths;
+  report::CallReturns returns;
+  for (std::uint32_t stack : later) returns.Add(paths.Of(stacks.Frames(stack)), 1);
+  return returns.Returned(paths.Of(stacks.Frames(kept)), 0);
+}
+
 std::string CallApartName(const std::vector<StackTable::NamedFrame>& kept,
                           const std::vector<StackTable::NamedFrame>& other) {
   const std::optional<std::size_t> at = report::CallApart(
@@ -119,6 +149,10 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
                                      [this](std::uint32_t kept, std::uint32_t other) {
                                        return CallApartName(ring_->stacks().Frames(kept),
                                                             ring_->stacks().Frames(other));
+                                     },
+                                     [this](std::uint32_t kept,
+                                            const std::vector<std::uint32_t>& later) {
+                                       return SiteCallReturned(ring_->stacks(), kept, later);
                                      })
                                : nullptr),
       ring_(std::move(ring)) {

@@ -1,5 +1,6 @@
 // Loops that nothing marks, in the dying process: passes found in the allocations stand
 // in for steps at an OOM (PassFinder, LiveView), and go once a step is marked.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -173,26 +174,55 @@ TEST(LiveViewPasses, AGrowingSiteNamesTheCallItsKeptBlocksCameThrough) {
 }
 
 // A training step written as a helper that returns its output, every call from one line
-// of the loop, which keeps each output: nothing tells the kept blocks apart, so the
-// warning and the verdict name the helper's caller.
+// of the loop, which keeps each output: nothing tells the kept blocks apart, but the loop
+// takes the next batch while they stay (the call returned), so the warning and the
+// verdict name the helper's caller. The stacks asked about are those that allocated after
+// the kept blocks' first: the batch, not the model built before the loop.
 TEST(LiveViewPasses, AHelpersKeptOutputIsNamedWithItsCaller) {
-  enum : std::uint32_t { kStep = 1 };
+  enum : std::uint32_t { kParams = 1, kBatch, kStep };
+  std::vector<std::uint32_t> asked;
   LiveView view(
-      8, [](std::uint32_t) { return "f.py:42 train_step"; },
+      8, [](std::uint32_t stack) { return stack == kStep ? "f.py:42 train_step" : "f.py:9 other"; },
       [](std::uint32_t kept, std::uint32_t other) {
         return kept == kStep && other == 0 ? "f.py:60 train" : "";
+      },
+      [&asked](std::uint32_t kept, const std::vector<std::uint32_t>& later) {
+        asked = later;
+        return kept == kStep && std::find(later.begin(), later.end(), kBatch) != later.end();
       });
   std::uint64_t addr = 0;
   std::string said;
-  for (int step = 1; step <= 100; ++step) {
+  view.OnAlloc(0, addr += 64 * kMiB, 32 * kMiB, kParams);
+  said += view.OnStep(1);
+  for (int step = 2; step <= 100; ++step) {
+    const std::uint64_t x = addr += 64 * kMiB;
+    view.OnAlloc(0, x, 4 * kMiB, kBatch);
     view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kStep);
+    view.OnFree(x);
     said += view.OnStep(step);
   }
   EXPECT_THAT(said, HasSubstr(": f.py:42 train_step, called from f.py:60 train, grew at each of"));
+  EXPECT_EQ(asked, std::vector<std::uint32_t>{kBatch});
   OomVerdictInput in;
   view.Describe(0, &in);
   ASSERT_FALSE(in.sites.empty());
   EXPECT_EQ(in.sites[0].name, "f.py:42 train_step, called from f.py:60 train");
+}
+
+// The same, where no later stack shows the call returned (the loop's own function): the
+// site is named alone.
+TEST(LiveViewPasses, ASiteWhoseCallNeverReturnedIsNamedAlone) {
+  LiveView view(
+      8, [](std::uint32_t) { return "f.py:50 train"; },
+      [](std::uint32_t, std::uint32_t) { return std::string("f.py:85 main"); },
+      [](std::uint32_t, const std::vector<std::uint32_t>&) { return false; });
+  std::uint64_t addr = 0;
+  std::string said;
+  for (int step = 1; step <= 100; ++step) {
+    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, 1);
+    said += view.OnStep(step);
+  }
+  EXPECT_THAT(said, HasSubstr(": f.py:50 train grew at each of"));
 }
 
 // Passes found while the model loads or warms up are dropped at the first step marked:

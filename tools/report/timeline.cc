@@ -1,8 +1,12 @@
 #include "tools/report/timeline.h"
 
 #include <algorithm>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "tools/report/call_returns.h"
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
@@ -30,6 +34,8 @@ class TimelineBuilder {
     t_.sites.resize(sites.size());
     t_.site_samples.resize(sites.size());
     t_.step_peak_allocated.assign(std::max<std::size_t>(steps.count, 1) + 1, 0);
+    first_alloc_.assign(trace.stacks.size(), kNoAlloc);
+    last_alloc_.assign(trace.stacks.size(), kNoAlloc);
     bucket_ = std::max<std::size_t>(1, (n + points - 1) / std::max<std::size_t>(points, 1));
     sample_stride_ = std::max<std::size_t>(1, (steps.ends.size() + kMaxSamples - 1) / kMaxSamples);
   }
@@ -125,6 +131,10 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
+    if (e.stack_id < first_alloc_.size()) {
+      if (first_alloc_[e.stack_id] == kNoAlloc) first_alloc_[e.stack_id] = i;
+      last_alloc_[e.stack_id] = i;
+    }
     const std::uint32_t id = sites_.site_of_stack(e.stack_id);
     SiteTotals& site = t_.sites[id];
     if (site.allocs++ == 0) site.first_event = i;
@@ -186,10 +196,39 @@ class TimelineBuilder {
       site.holds_graph_pools = true;
       if (!call) call = CallApart(trace_, pool->second, 0);
     }
-    // Nothing told apart: the caller of the site's function, which is where a helper's
-    // output (a training step's, a memoized encoder's) is kept when it is kept there.
-    if (!call && site.leaked_stack != 0) call = CallApart(trace_, site.leaked_stack, 0);
+    // Nothing told apart: the caller of the site's function, where its call returned
+    // while the blocks stayed (a training step's output, a memoized encoder's).
+    if (!call && site.leaked_stack != 0 && Returned(site.leaked_stack)) {
+      call = CallApart(trace_, site.leaked_stack, 0);
+    }
     if (call) site.kept_through = sites_.Label(trace_.frames[*call]);
+  }
+
+  // Whether the call that `stack` came down to its site returned while its blocks stayed:
+  // a stack allocated since its first block shows it (CallReturns).
+  bool Returned(std::uint32_t stack) {
+    if (stack >= first_alloc_.size() || first_alloc_[stack] == kNoAlloc) return false;
+    if (!call_returns_) {
+      call_returns_.emplace();
+      for (std::uint32_t s = 0; s < last_alloc_.size(); ++s) {
+        if (last_alloc_[s] != kNoAlloc) call_returns_->Add(UserPath(s), last_alloc_[s]);
+      }
+    }
+    return call_returns_->Returned(UserPath(stack), first_alloc_[stack]);
+  }
+
+  // A stack's user frames, outermost first.
+  std::vector<UserFrame> UserPath(std::uint32_t stack) {
+    std::vector<UserFrame> path;
+    const std::vector<std::uint32_t>& frames = trace_.stacks[stack];
+    for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
+      const trace::Frame& f = trace_.frames[*it];
+      if (IsLibraryFrame(f)) continue;
+      auto [fn, added] = functions_.try_emplace(std::pair(f.filename, f.function),
+                                                static_cast<std::uint32_t>(functions_.size()));
+      path.push_back(UserFrame{*it, fn->second});
+    }
+    return path;
   }
 
   void Finish() {
@@ -219,6 +258,12 @@ class TimelineBuilder {
   std::size_t settled_ = 0;   // OOMs whose after-state is known
   bool noted_leaked_ = false;
   SeriesPoint point_;
+  // Each stack's first and last allocation (event index), for Returned.
+  static constexpr std::uint64_t kNoAlloc = ~std::uint64_t{0};
+  std::vector<std::uint64_t> first_alloc_;
+  std::vector<std::uint64_t> last_alloc_;
+  std::optional<CallReturns> call_returns_;  // built at the first question
+  absl::flat_hash_map<std::pair<std::string, std::string>, std::uint32_t> functions_;
 };
 
 }  // namespace
