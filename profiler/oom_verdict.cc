@@ -108,7 +108,8 @@ void AppendPrivatePools(const OomVerdictInput& in, std::string* out) {
   const bool would_fit = f.allocated + f.request <= f.capacity;
   absl::StrAppend(out, "gpumem:   pools: ", Bytes(static_cast<double>(in.private_pools_free)),
                   " of the reserved memory is free inside private pools (CUDA graphs or "
-                  "torch.cuda.MemPool still alive), kept for their own replays",
+                  "torch.cuda.MemPool still alive), which only allocations into those pools "
+                  "can use",
                   would_fit ? "; without it the request would have fit" : "",
                   ". A graph kept alive keeps its pool: drop the graphs no longer replayed, "
                   "or capture them into one shared pool (torch.cuda.graph(g, "

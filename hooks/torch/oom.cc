@@ -22,9 +22,9 @@ std::string PrivatePoolsNote(std::uint64_t pools_free) {
   if (pools_free == 0) return "";
   return "; " + Size(pools_free) +
          " of the reserved memory is free inside private pools (CUDA graphs or "
-         "torch.cuda.MemPool still alive), which only their own captures can use: a graph "
-         "kept alive keeps its pool, so drop the graphs no longer replayed, or capture them "
-         "into one shared pool (torch.cuda.graph(g, pool=first_graph.pool()))";
+         "torch.cuda.MemPool still alive), which only allocations into those pools can use: "
+         "a graph kept alive keeps its pool, so drop the graphs no longer replayed, or "
+         "capture them into one shared pool (torch.cuda.graph(g, pool=first_graph.pool()))";
 }
 
 std::string OomMessage(size_t size, int device, const gpumem_stats_t& st,
