@@ -246,16 +246,17 @@ std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow&
   }
   if (most == 0) return "";
   // The call apart from any other of the site's stacks that freed (the smallest key, so
-  // that the answer does not depend on the hash order). A graph pool is kept by whatever
-  // keeps its graph: where the capture was called. Where nothing tells the kept blocks
-  // apart (no other stack of the site freed, or the kept one frees too), the caller of the
-  // site's function if its call returned while they stayed (a helper's output).
-  const auto caller = [&] { return call_namer_(static_cast<std::uint32_t>(kept), 0); };
-  if (blocks.pool_keys.contains(kept)) return caller();
+  // that the answer does not depend on the hash order). Where nothing tells the kept
+  // blocks apart (no other stack of the site freed, or the kept one frees too), and for a
+  // graph pool (kept by whatever keeps its graph), the caller of the site's function if
+  // its call returned while they stayed (a helper's output, a capture's graph).
   const auto caller_if_returned = [&] {
-    return ReturnedLocked(kept, blocks) ? caller() : std::string();
+    return ReturnedLocked(kept, blocks) ? call_namer_(static_cast<std::uint32_t>(kept), 0)
+                                        : std::string();
   };
-  if (blocks.freed.contains(kept)) return caller_if_returned();
+  if (blocks.pool_keys.contains(kept) || blocks.freed.contains(kept)) {
+    return caller_if_returned();
+  }
   std::optional<std::uint64_t> other;
   for (std::uint64_t key : blocks.freed) {
     if (of_site(key) && (!other || key < *other)) other = key;

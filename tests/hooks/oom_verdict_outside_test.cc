@@ -64,8 +64,9 @@ TEST(OomVerdictOutside, MemoryPrivatePoolsHoldIsSaid) {
   in.private_pools_free = 18 * kGiB;
   const std::string text = OomVerdictText(in, report::OomClass::kPeak);
   EXPECT_NE(text.find("gpumem:   pools: 18.00 GiB of the reserved memory is free inside private "
-                      "pools (CUDA graphs or torch.cuda.MemPool still alive), kept for their own "
-                      "replays; without it the request would have fit."),
+                      "pools (CUDA graphs or torch.cuda.MemPool still alive), which only "
+                      "allocations into those pools can use; without it the request would have "
+                      "fit."),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("pool=first_graph.pool()"), std::string::npos) << text;

@@ -1,6 +1,7 @@
 // CUDA graph pools in the dying process: with the Python package's notes around each
 // capture, a graph kept every epoch is warned of at its capture, called from where it is
 // kept, for all the memory its pool holds; graphs released in time are not.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <thread>
@@ -20,14 +21,18 @@ using format::GraphPoolChange;
 using ::testing::HasSubstr;
 
 constexpr std::uint64_t kMiB = 1 << 20;
-enum Stack : std::uint32_t { kParams = 1, kCaptured, kLoss };
+enum Stack : std::uint32_t { kParams = 1, kCaptured, kLoss, kBatch };
 
+// The capture's call returned once the loop took the next epoch's batch.
 LiveView MakeView() {
   return LiveView(
       /*warn_steps=*/8,
       [](std::uint32_t stack) { return absl::StrCat("train.py:", 40 + stack, " graphed_step"); },
       [](std::uint32_t kept, std::uint32_t other) -> std::string {
         return kept == kCaptured && other == 0 ? "train.py:61 train" : "";
+      },
+      [](std::uint32_t kept, const std::vector<std::uint32_t>& later) {
+        return kept == kCaptured && std::find(later.begin(), later.end(), kBatch) != later.end();
       });
 }
 
@@ -41,6 +46,8 @@ std::string GraphsCapturedEachEpoch(LiveView& view, int epochs, bool keep) {
   for (int epoch = 1; epoch <= epochs; ++epoch) {
     const std::uint64_t pool = (2ull << 30) + static_cast<std::uint64_t>(epoch) * 256 * kMiB;
     const format::GraphPoolId id{static_cast<std::uint64_t>(epoch), 0};
+    view.OnAlloc(0, 3ull << 30, kMiB, kBatch);
+    view.OnFree(3ull << 30);
     view.OnGraphPool(0, {format::kNewGraphPool, GraphPoolChange::kCaptureBegins});
     view.OnAlloc(0, pool, 127 * kMiB, kCaptured);
     view.OnAlloc(0, pool + 127 * kMiB, kMiB, kCaptured);

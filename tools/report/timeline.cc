@@ -191,10 +191,11 @@ class TimelineBuilder {
     if (site.leaked_stack != 0 && freed != 0 && freed != site.leaked_stack) {
       call = CallApart(trace_, site.leaked_stack, freed);
     }
-    // A graph pool is kept by whatever keeps its graph: where the capture was called from.
+    // A graph pool is kept by whatever keeps its graph: where the capture was called
+    // from, if that call returned (else the capturing function keeps it).
     if (auto pool = pool_stack_of_site.find(s); pool != pool_stack_of_site.end()) {
       site.holds_graph_pools = true;
-      if (!call) call = CallApart(trace_, pool->second, 0);
+      if (!call && Returned(pool->second)) call = CallApart(trace_, pool->second, 0);
     }
     // Nothing told apart: the caller of the site's function, where its call returned
     // while the blocks stayed (a training step's output, a memoized encoder's).
