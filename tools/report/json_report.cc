@@ -191,6 +191,16 @@ nlohmann::json ReportToJson(const Report& r) {
   out["ooms"] = std::move(ooms);
   out["fatal_oom"] = OrNull(r.fatal_oom);
   out["recovered_ooms"] = r.recovered_ooms;
+  if (r.cache_pressure) {
+    const CachePressure& p = *r.cache_pressure;
+    out["cache_pressure"] = {{"peak_reserved", p.peak_reserved},
+                             {"peak_allocated", p.peak_allocated},
+                             {"ratio", p.ratio()},
+                             {"capacity", p.capacity},
+                             {"text", CachePressureText(p)}};
+  } else {
+    out["cache_pressure"] = nullptr;
+  }
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
   json failed = json::array();
   for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));

@@ -111,6 +111,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   }
   TakeFailedOutside(&r);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), Death(r));
+  r.cache_pressure = FindCachePressure(r.timeline, r.capacity, Death(r).has_value());
   AddWarnings(r);
   return r;
 }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/report/cache_pressure.h"
 #include "tools/report/failed_outside.h"
 #include "tools/report/leaks.h"
 #include "tools/report/oom_explain.h"
@@ -45,6 +46,8 @@ struct Report {
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based
   OutsideAllocator outside;  // device memory outside the allocator, at the peak and the end
+  // A run that lived with its cache pressed against the cap by pieces (fragmentation).
+  std::optional<CachePressure> cache_pressure;
   std::vector<std::string> warnings;
 
   explicit Report(const trace::Trace& t) : trace(&t), sites(t) {}

@@ -152,6 +152,9 @@ std::string FormatTerminal(const Report& r, bool color) {
   AppendHeader(r, color, &out);
   const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty() || !r.failed_outside.empty();
   absl::StrAppend(&out, Paint(color, bad ? "1;31" : "1;32", absl::StrCat("Verdict: ", Verdict(r))), "\n");
+  if (r.cache_pressure) {
+    absl::StrAppend(&out, "\nCache pressure: ", CachePressureText(*r.cache_pressure), "\n");
+  }
   AppendLeakSuspects(r, color, &out);
   AppendOoms(r, color, &out);
   absl::StrAppend(&out, "\n", FormatOutside(r.outside));
