@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -13,6 +14,8 @@ namespace gpumem {
 namespace {
 
 constexpr std::size_t kVerdictSites = 5;
+// Stacks asked whether a site's call returned (LiveView::ReturnedLocked).
+constexpr std::size_t kReturnStacks = 2000;
 
 std::uint64_t TotalKey(std::int32_t device) {
   return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
@@ -270,13 +273,23 @@ std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow&
 bool LiveView::ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks) {
   const auto since = blocks.alloc_steps.find(kept);
   if (!returned_ || since == blocks.alloc_steps.end()) return false;
-  std::vector<std::uint32_t> later;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> later;  // (last step, stack)
   for (const auto& [key, steps] : blocks.alloc_steps) {
     if (key != kept && DeviceOf(key) == DeviceOf(kept) && steps.last > since->second.first) {
-      later.push_back(static_cast<std::uint32_t>(key));
+      later.emplace_back(steps.last, static_cast<std::uint32_t>(key));
     }
   }
-  return returned_(static_cast<std::uint32_t>(kept), later);
+  // The stacks that tell are those of every step (the loop's next batch): the most recent
+  // suffice, and naming native frames costs a lookup each, so at most kReturnStacks.
+  if (later.size() > kReturnStacks) {
+    std::nth_element(later.begin(), later.begin() + kReturnStacks, later.end(),
+                     std::greater<>());
+    later.resize(kReturnStacks);
+  }
+  std::vector<std::uint32_t> stacks;
+  stacks.reserve(later.size());
+  for (const auto& [last, stack] : later) stacks.push_back(stack);
+  return returned_(static_cast<std::uint32_t>(kept), stacks);
 }
 
 void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
