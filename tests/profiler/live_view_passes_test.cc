@@ -209,6 +209,38 @@ TEST(LiveViewPasses, AHelpersKeptOutputIsNamedWithItsCaller) {
   EXPECT_EQ(in.sites[0].name, "f.py:42 train_step, called from f.py:60 train");
 }
 
+// Of many stacks allocated since, the most recent are asked (2,000 at most): naming a
+// native frame costs a lookup, and the stacks that tell come every step.
+TEST(LiveViewPasses, TheMostRecentStacksAreAskedWhetherACallReturned) {
+  constexpr std::uint32_t kStep = 1, kFirstOther = 100, kOthers = 2100;
+  std::vector<std::uint32_t> asked;
+  LiveView view(
+      8, [](std::uint32_t stack) { return absl::StrCat("f.py:", stack, " f"); },
+      [](std::uint32_t, std::uint32_t) { return std::string("f.py:60 train"); },
+      [&asked](std::uint32_t, const std::vector<std::uint32_t>& later) {
+        asked = later;
+        return true;
+      });
+  std::uint64_t addr = 0;
+  for (std::uint32_t step = 1; step <= 40; ++step) {
+    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kStep);
+    // Other stacks, each once, in order: the last ones are the most recent.
+    for (std::uint32_t i = (step - 1) * kOthers / 40; i < step * kOthers / 40; ++i) {
+      const std::uint64_t at = addr += 64 * kMiB;
+      view.OnAlloc(0, at, 1 << 10, kFirstOther + i);
+      view.OnFree(at);
+    }
+    view.OnStep(step);
+  }
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  ASSERT_EQ(asked.size(), 2000u);
+  EXPECT_NE(std::find(asked.begin(), asked.end(), kFirstOther + kOthers - 1), asked.end());
+  // Those of the first step are no later than the site's first block; of the next step's,
+  // the first few are the oldest past the 2,000.
+  EXPECT_EQ(std::find(asked.begin(), asked.end(), kFirstOther + kOthers / 40), asked.end());
+}
+
 // The same, where no later stack shows the call returned (the loop's own function): the
 // site is named alone.
 TEST(LiveViewPasses, ASiteWhoseCallNeverReturnedIsNamedAlone) {
