@@ -167,6 +167,7 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
             "warnings_said": sum(l.startswith("gpumem: leak warning at")
                                  for l in stderr.splitlines()),
             "at_oom": at_oom, "steps": report.get("steps", {}).get("detail", ""),
+            "cache_pressure": (report.get("cache_pressure") or {}).get("ratio"),
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
 
 
