@@ -26,10 +26,12 @@ void LiveBlocks::Add(const Block& block) {
   KeyShard& shard = KeyShardOf(block.key);
   const std::uint32_t now = steps_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(shard.mu);
-  Bytes& bytes = shard.by_key[block.key];
+  // A key's entry begins at its first block: the others (frees, a pool's idle memory) come
+  // after one.
+  auto [it, first] = shard.by_key.try_emplace(block.key);
+  Bytes& bytes = it->second;
   bytes.live += block.size;
-  if (!bytes.allocated) bytes.steps.first = now;
-  bytes.allocated = true;
+  if (first) bytes.steps.first = now;
   bytes.steps.last = now;
 }
 
@@ -140,9 +142,7 @@ absl::flat_hash_map<std::uint64_t, LiveBlocks::AllocSteps> LiveBlocks::AllocStep
   absl::flat_hash_map<std::uint64_t, AllocSteps> out;
   for (const KeyShard& shard : key_shards_) {
     std::lock_guard<std::mutex> lock(shard.mu);
-    for (const auto& [key, bytes] : shard.by_key) {
-      if (bytes.allocated) out[key] = bytes.steps;
-    }
+    for (const auto& [key, bytes] : shard.by_key) out[key] = bytes.steps;
   }
   return out;
 }

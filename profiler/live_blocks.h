@@ -66,7 +66,6 @@ class LiveBlocks {
     std::uint64_t live = 0;
     std::uint64_t low = 0;  // the least live since the last step mark
     bool freed = false;     // a block of the key was freed
-    bool allocated = false;  // a block of the key was allocated, at `steps`
     AllocSteps steps;
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;

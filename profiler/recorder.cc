@@ -8,7 +8,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -96,32 +95,22 @@ std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
   return FrameLabel(*chosen);
 }
 
-// Interns a stack's user frames (outermost first) for report::CallReturns.
-class UserPaths {
- public:
-  std::vector<report::UserFrame> Of(const std::vector<StackTable::NamedFrame>& frames) {
-    std::vector<report::UserFrame> path;
-    for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
-      if (report::IsLibraryFile(f->filename)) continue;
-      const std::string function = absl::StrCat(f->filename, "\n", f->function);
-      path.push_back({Id(absl::StrCat(function, "\n", f->line)), Id(function)});
-    }
-    return path;
+// A stack's user frames, outermost first, for report::CallReturns.
+std::vector<report::UserFrame> UserPath(const std::vector<StackTable::NamedFrame>& frames,
+                                        report::UserFrameIds& ids) {
+  std::vector<report::UserFrame> path;
+  for (auto f = frames.rbegin(); f != frames.rend(); ++f) {
+    if (!report::IsLibraryFile(f->filename)) path.push_back(ids.Of(f->filename, f->line, f->function));
   }
-
- private:
-  std::uint32_t Id(std::string key) {
-    return ids_.try_emplace(std::move(key), static_cast<std::uint32_t>(ids_.size())).first->second;
-  }
-  absl::flat_hash_map<std::string, std::uint32_t> ids_;
-};
+  return path;
+}
 
 bool SiteCallReturned(const StackTable& stacks, std::uint32_t kept,
                       const std::vector<std::uint32_t>& later) {
-  UserPaths paths;
+  report::UserFrameIds ids;
   report::CallReturns returns;
-  for (std::uint32_t stack : later) returns.Add(paths.Of(stacks.Frames(stack)), 1);
-  return returns.Returned(paths.Of(stacks.Frames(kept)), 0);
+  for (std::uint32_t stack : later) returns.Add(UserPath(stacks.Frames(stack), ids), 1);
+  return returns.Returned(UserPath(stacks.Frames(kept), ids), 0);
 }
 
 std::string CallApartName(const std::vector<StackTable::NamedFrame>& kept,

@@ -1,8 +1,21 @@
 #include "tools/report/call_returns.h"
 
 #include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace gpumem::report {
+
+UserFrame UserFrameIds::Of(absl::string_view file, int line, absl::string_view function) {
+  std::string name = absl::StrCat(file, "\n", function);
+  const std::uint32_t frame = Id(absl::StrCat(name, "\n", line));
+  return UserFrame{frame, Id(std::move(name))};
+}
+
+std::uint32_t UserFrameIds::Id(std::string key) {
+  return ids_.try_emplace(std::move(key), static_cast<std::uint32_t>(ids_.size())).first->second;
+}
 
 void CallReturns::Add(const std::vector<UserFrame>& path, std::uint64_t last_alloc) {
   std::uint32_t at = 0;

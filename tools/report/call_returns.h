@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 
 namespace gpumem::report {
 
@@ -17,6 +19,17 @@ namespace gpumem::report {
 struct UserFrame {
   std::uint32_t frame;
   std::uint32_t function;
+};
+
+// The ids of UserFrame: a frame by its file, line and function, its function by its file
+// and function name. One per CallReturns, shared by the report and the live view.
+class UserFrameIds {
+ public:
+  UserFrame Of(absl::string_view file, int line, absl::string_view function);
+
+ private:
+  std::uint32_t Id(std::string key);
+  absl::flat_hash_map<std::string, std::uint32_t> ids_;
 };
 
 class CallReturns {

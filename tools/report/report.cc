@@ -110,8 +110,9 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.recovered_ooms += r.ooms[i].recovered;
   }
   TakeFailedOutside(&r);
-  r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), Death(r));
-  r.cache_pressure = FindCachePressure(r.timeline, r.capacity, Death(r).has_value());
+  const std::optional<OutsideEnd> death = Death(r);
+  r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
+  r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);
   return r;
 }

@@ -224,10 +224,7 @@ class TimelineBuilder {
     const std::vector<std::uint32_t>& frames = trace_.stacks[stack];
     for (auto it = frames.rbegin(); it != frames.rend(); ++it) {
       const trace::Frame& f = trace_.frames[*it];
-      if (IsLibraryFrame(f)) continue;
-      auto [fn, added] = functions_.try_emplace(std::pair(f.filename, f.function),
-                                                static_cast<std::uint32_t>(functions_.size()));
-      path.push_back(UserFrame{*it, fn->second});
+      if (!IsLibraryFrame(f)) path.push_back(user_frame_ids_.Of(f.filename, f.line, f.function));
     }
     return path;
   }
@@ -264,7 +261,7 @@ class TimelineBuilder {
   std::vector<std::uint64_t> first_alloc_;
   std::vector<std::uint64_t> last_alloc_;
   std::optional<CallReturns> call_returns_;  // built at the first question
-  absl::flat_hash_map<std::pair<std::string, std::string>, std::uint32_t> functions_;
+  UserFrameIds user_frame_ids_;
 };
 
 }  // namespace

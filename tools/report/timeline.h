@@ -53,7 +53,9 @@ struct SiteTotals {
   // e.g. a forward op's outputs and, attributed to it, its backward's gradients).
   std::uint32_t leaked_stack = 0;
   // The call (a frame, as sites are named) through which that stack came where the site's
-  // block freed last came another way; empty if none (CallApart).
+  // block freed last came another way (CallApart); else, for it or a graph pool's capture,
+  // the call into the site's function where that call returned while the blocks stayed
+  // (CallReturns); empty if none.
   std::string kept_through;
   std::uint64_t peak_live = 0;
   bool holds_graph_pools = false;  // its blocks were captured into CUDA graph pools

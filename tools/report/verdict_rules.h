@@ -26,9 +26,9 @@ const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak", "held
 // The class as a verdict says it: "leak", "fragmentation", "genuine peak", "free memory
 // held apart".
 const char* OomVerdictName(OomClass c);
-// A growing site named with the call its kept blocks came through (CallApart), where one
-// tells them from the site's freed blocks: "SITE, called from CALL"; the site alone if
-// `call` is empty.
+// A growing site named with the call its kept blocks came through (CallApart, or the
+// caller of a call that returned while they stayed: CallReturns): "SITE, called from
+// CALL"; the site alone if `call` is empty.
 std::string SiteWithCall(absl::string_view site, absl::string_view call);
 // The fix for an OOM of class `c`; for a leak whose growth CUDA graph pools hold, the
 // graphs' (kGraphPoolLeakFix).
@@ -138,9 +138,8 @@ std::optional<std::size_t> CallApart(const std::vector<Frame>& kept,
   return std::nullopt;
 }
 
-// Whether a frame of `function`, as the call of a site's function with nothing to tell it
-// apart (a graph pool's capture, which whatever keeps the graph called), tells nothing: a
-// module's top level.
+// Whether a frame of `function`, named as the caller of a site's function (where no other
+// stack tells the kept blocks apart), tells nothing: a module's top level.
 inline bool CallerTellsNothing(absl::string_view function) { return function == "<module>"; }
 
 // The device memory a block of `requested` bytes takes: both allocators (gpumem's, and
