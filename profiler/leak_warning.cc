@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "tools/report/verdict_rules.h"
 
@@ -141,6 +142,29 @@ std::optional<LeakWarning> LeakWarner::Withdraw(
   return withdrawn;
 }
 
+std::vector<LeakWarning> LeakWarner::WithdrawGivenBack(std::uint64_t step,
+                                                      const SiteHistory& history) {
+  std::vector<LeakWarning> out;
+  for (auto it = said_.begin(); it != said_.end();) {
+    const SiteHistory::Series s = history.Of(it->first);
+    const std::uint64_t now = s.live.empty() ? 0 : s.live.back();
+    if (now >= it->second.warning.live) {
+      ++it;
+      continue;
+    }
+    LeakWarning w = it->second.warning;
+    w.withdrawn = w.given_back = true;
+    w.live_when_said = w.live;
+    w.live = now;
+    out.push_back(w);
+    withdrawn_at_[it->first] = step;
+    said_.erase(it++);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LeakWarning& a, const LeakWarning& b) { return a.key < b.key; });
+  return out;
+}
+
 std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t step,
                                              const SiteHistory& history,
                                              const DeviceFigures& device) {
@@ -186,8 +210,10 @@ std::vector<LeakWarning> LeakWarner::Check(
       out.push_back(*w);
     }
   }
+  // Fastest first; of sites growing alike (two tensors kept by one object), the one
+  // holding more, then the older key: the same order in every run.
   std::sort(out.begin(), out.end(), [](const LeakWarning& a, const LeakWarning& b) {
-    return a.bytes_per_step > b.bytes_per_step;
+    return std::tie(b.bytes_per_step, b.live, a.key) < std::tie(a.bytes_per_step, a.live, b.key);
   });
   return out;
 }

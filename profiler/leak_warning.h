@@ -38,6 +38,10 @@ struct LeakWarning {
   std::uint64_t live = 0;
   std::optional<std::uint64_t> oom_step;  // projected, from the cap in force
   bool withdrawn = false;  // the site stopped growing: the earlier warning no longer holds
+  // Withdrawn as a better source began marking steps, the site holding less than the
+  // `live_when_said` it was warned at: it grew within one iteration.
+  bool given_back = false;
+  std::uint64_t live_when_said = 0;
   std::uint64_t in_steps_over = 0;  // step ends its coarse series grew over (0: each step)
 };
 
@@ -53,6 +57,10 @@ class LeakWarner {
   };
   std::vector<LeakWarning> Check(std::uint64_t step, const SiteHistory& history,
                                  const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices);
+  // A better source has begun marking steps (an optimizer step, where model calls stood
+  // in before it): the step ends the warnings were said at were parts of one iteration.
+  // Withdraws each warning whose site now holds less than when it was said.
+  std::vector<LeakWarning> WithdrawGivenBack(std::uint64_t step, const SiteHistory& history);
   // Step ends without growth after which a warning is withdrawn.
   std::size_t stopped_steps() const { return stopped_steps_; }
 

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "profiler/trace_format.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -101,6 +102,14 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
                                   const std::string& kept_through) {
   const std::int32_t device = DeviceOf(w.key);
   const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
+  if (w.given_back) {
+    return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
+                        site_names_[static_cast<std::uint32_t>(w.key)], " holds less (",
+                        report::Bytes(static_cast<double>(w.live)), ") than when warned of (",
+                        report::Bytes(static_cast<double>(w.live_when_said)), ") now that the steps are marked by ",
+                        format::kStepSourceNames[source_],
+                        ": it grew within an iteration, not from one to the next\n");
+  }
   if (w.withdrawn) {
     return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
                         site_names_[static_cast<std::uint32_t>(w.key)],
@@ -225,11 +234,24 @@ std::string LiveView::WarningsLocked(std::uint64_t step) {
   return lines;
 }
 
-std::string LiveView::OnStep(std::uint64_t step) {
+std::string LiveView::OnStep(std::uint64_t step, std::uint8_t source) {
   std::lock_guard<std::mutex> lock(mu_);
   FirstMarkLocked();
   SampleLocked(step);
-  return WarningsLocked(step);
+  std::string lines;
+  if (BetterSourceLocked(source)) {
+    for (const LeakWarning& w : warner_.WithdrawGivenBack(step, history_)) {
+      absl::StrAppend(&lines, WarningLine(w, step, ""));
+    }
+  }
+  return lines + WarningsLocked(step);
+}
+
+bool LiveView::BetterSourceLocked(std::uint8_t source) {
+  if (source == 0 || source >= format::kStepSourceNames.size()) return false;
+  const bool better = source_ != 0 && source < source_;
+  source_ = source;
+  return better;
 }
 
 LiveView::BlocksNow LiveView::ReadBlocks() const {

@@ -51,8 +51,10 @@ class LiveView {
   }
   void SetCap(std::int32_t device, std::uint64_t bytes);
 
-  // Step `step` ended: samples the sites; returns the warning lines due (or "").
-  std::string OnStep(std::uint64_t step);
+  // Step `step` ended, marked by `source` (format::StepSource; 0: unknown): samples the
+  // sites; returns the warning lines due (or ""). Where a better source than the last
+  // step's marks, warnings whose site now holds less than when said are withdrawn.
+  std::string OnStep(std::uint64_t step, std::uint8_t source = 0);
   // The passes found since the last call (in loops nothing marks), sampled now, and the
   // warning lines they make due (or ""). Passes are found on the allocating thread, under
   // the allocator's lock, where only the pass finder and each pass's lows are taken:
@@ -101,6 +103,8 @@ class LiveView {
   std::string WarningsLocked(std::uint64_t step);
   // The first step marked: passes found before it stop counting, and their samples go.
   void FirstMarkLocked();
+  // Whether `source` ranks above the last step's source (a lower StepSource value).
+  bool BetterSourceLocked(std::uint8_t source);
   // Drops what passes measured (samples, warnings) before a new unit begins.
   void ForgetPassSamplesLocked();
 
@@ -118,6 +122,7 @@ class LiveView {
   absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices_;
   std::atomic<bool> marked_{false};  // a step was marked: passes are not looked for
   std::string pass_start_;           // the anchor's site
+  std::uint8_t source_ = 0;          // what marked the last step (format::StepSource)
 
   // What the allocating threads find: taken after mu_ where both are, alone under the
   // allocator's lock.

@@ -446,7 +446,8 @@ std::uint64_t Recorder::Step(const std::optional<DriverMemory>& driver) {
   }
   Write(r);
   if (live_ == nullptr) return step;
-  if (const std::string warnings = live_->OnStep(step); !warnings.empty()) {
+  if (const std::string warnings = live_->OnStep(step, step_source_.load(std::memory_order_relaxed));
+      !warnings.empty()) {
     std::fputs(warnings.c_str(), stderr);
   }
   return step;

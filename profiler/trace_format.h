@@ -16,6 +16,7 @@
 // corrupt chunk and resynchronise on the next "GMCK" whose checksum holds.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -110,6 +111,9 @@ enum class StepSource : std::uint8_t {
   kModelCall = 4,
   kGraphReplay = 5,
 };
+// What each StepSource is called in reports and warnings, by its value.
+inline constexpr std::array<absl::string_view, 6> kStepSourceNames = {
+    "", "gpumem.step()", "optimizer step hooks", "backward passes", "model calls", "graph replays"};
 // A capacity record's extra: where the cap came from.
 enum class CapacitySource : std::uint8_t {
   kUnknown = 0,

@@ -1878,5 +1878,191 @@ def serving_requests_with_preallocated_kv_caches():
                 break
 
 
+
+# A thirteenth set: reinforcement learning, meta-learning, saved-tensor hooks, a
+# layer's statistics and recurrent state that carry autograd graphs.
+def policy():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.Tanh(),
+                               torch.nn.Linear(1024, 1024)).cuda()
+
+
+@case("leak")
+def policy_distributions_kept_for_logging():
+    """A policy-gradient update per step over 2048 parallel environments; each step's
+    action distribution kept to plot its entropy at the end: a Categorical holds its
+    normalised logits (8 MiB)."""
+    net, dists = policy(), []
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+    for step in range(100000):
+        obs = torch.randn(2048, 256, device="cuda")
+        dist = torch.distributions.Categorical(logits=net(obs))  # LEAK: kept below
+        action = dist.sample()
+        reward = (action % 7 == 0).float()
+        loss = -(dist.log_prob(action) * (reward - reward.mean())).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        dists.append(dist)
+        if step % 200 == 0:
+            print(f"step {step}: reward {reward.mean().item():.3f}")
+
+
+@case("no leak")
+def reinforce_episodes_hold_graphs_until_the_update():
+    """REINFORCE as in PyTorch's examples: each episode's log-probabilities (with their
+    graphs) are kept until the episode's update and then cleared, so memory rises
+    through an episode (64 actions) and falls at the update."""
+    net, log_probs, rewards = policy(), [], []
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+    for episode in range(300):
+        for _ in range(64):
+            dist = torch.distributions.Categorical(logits=net(torch.randn(512, 256, device="cuda")))
+            action = dist.sample()
+            log_probs.append(dist.log_prob(action))
+            rewards.append((action % 7 == 0).float())
+        returns = torch.stack(rewards).flip(0).cumsum(0).flip(0)
+        loss = -(torch.stack(log_probs) * (returns - returns.mean())).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        del log_probs[:], rewards[:]
+        if episode % 50 == 0:
+            print(f"episode {episode}: return {returns[0].mean().item():.2f}")
+
+
+@case("leak")
+def saved_tensors_kept_by_a_pack_hook():
+    """Saved-tensor hooks that store each saved activation in a dict by id and hand
+    autograd the id, to share duplicates; unpack looks it up, and nothing ever removes
+    an entry."""
+    net, store = model(), {}
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+
+    def pack(t):
+        store[id(t)] = t
+        return id(t)
+
+    for step in range(100000):
+        with torch.autograd.graph.saved_tensors_hooks(pack, store.__getitem__):
+            out = net(batch(512))  # LEAK: its saved activations stay in the store
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 200 == 0:
+            print(f"step {step}: {len(store)} stored")
+
+
+class NormWithRunningVariance(torch.nn.Module):
+    """A linear layer normalised by its batch's statistics, with a running variance
+    for inference updated outside torch.no_grad(): each update's graph holds the batch's
+    activations (var saves its input) and the previous update's graph."""
+
+    def __init__(self, width=1024):
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+        self.register_buffer("running_var", torch.ones(width))
+
+    def forward(self, x):
+        h = self.linear(x)  # LEAK: each step's h kept by the running variance's graph
+        if self.training:
+            self.running_var = 0.9 * self.running_var + 0.1 * h.var(0)
+            return (h - h.mean(0)) / (h.var(0) + 1e-5).sqrt()
+        return (h - h.mean(0)) / (self.running_var + 1e-5).sqrt()
+
+
+@case("leak", leak_in=NormWithRunningVariance)
+def running_variance_updated_with_grad():
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(NormWithRunningVariance(), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 1024)).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        fit(net, opt, batch())
+        if step % 200 == 0:
+            print(f"step {step}")
+
+
+def meta_train(keep_adapted, tasks):
+    """Second-order MAML: five inner steps a task, with create_graph=True so the outer
+    loss differentiates through them; returns the adapted weights if asked to keep
+    them."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(1024, 1024, device="cuda") * 0.03)
+              for _ in range(3)]
+    opt, adapted = torch.optim.Adam(params, lr=1e-4), []
+
+    def forward(ws, x):
+        for w in ws[:-1]:
+            x = torch.relu(x @ w)
+        return x @ ws[-1]
+
+    for task in range(tasks):
+        x, fast = batch(512), list(params)
+        for _ in range(5):
+            grads = torch.autograd.grad(forward(fast, x).pow(2).mean(), fast, create_graph=True)
+            fast = [w - 0.01 * g for w, g in zip(fast, grads)]  # LEAK: kept below
+        outer = forward(fast, batch(512)).pow(2).mean()
+        opt.zero_grad()
+        outer.backward()
+        opt.step()
+        if keep_adapted:
+            adapted.append(fast)
+        if task % 100 == 0:
+            print(f"task {task}: outer loss {outer.item():.4f}")
+    return adapted
+
+
+@case("no leak")
+def maml_second_order_inner_loops():
+    meta_train(keep_adapted=False, tasks=400)
+
+
+@case("leak", leak_in=meta_train)
+def maml_adapted_weights_kept_per_task():
+    """Each task's adapted weights kept to evaluate them later (12 MiB a task)."""
+    meta_train(keep_adapted=True, tasks=100000)
+
+
+@case("leak")
+def streaming_recurrent_state_carried_with_grad():
+    """A GRU run over an endless stream, 64 streams at once, one frame at a time, its
+    state carried from frame to frame; the model is in eval mode but the loop is not
+    under torch.no_grad(), so the state's graph reaches back to the first frame and every
+    frame's gates stay on the device."""
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(512, 1024).cuda().eval()
+    hidden = torch.zeros(64, 1024, device="cuda")
+    for frame in range(1000000):
+        hidden = cell(torch.randn(64, 512, device="cuda"), hidden)  # LEAK: kept by the graph
+        if frame % 500 == 0:
+            print(f"frame {frame}: state norm {hidden.norm().item():.3f}")
+
+
+@case("genuine peak")
+def attention_scores_of_long_validation_sequences():
+    """Self-attention written out (scores materialised) trained on sequences of 512 and
+    validated under no_grad on whole documents of 8192 tokens: the validation's score
+    matrix (16 heads x 8192^2 floats, 4 GiB) does not fit."""
+    torch.manual_seed(0)
+    qkv, out = torch.nn.Linear(1024, 3 * 1024).cuda(), torch.nn.Linear(1024, 1024).cuda()
+    opt = torch.optim.Adam(list(qkv.parameters()) + list(out.parameters()), lr=1e-4)
+
+    def attend(x):
+        q, k, v = qkv(x).view(x.shape[0], x.shape[1], 3, 16, 64).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-1, -2) / 8).softmax(-1)
+        return out((scores @ v).transpose(1, 2).reshape(x.shape))
+
+    for epoch in range(3):
+        for step in range(300):
+            loss = attend(torch.randn(8, 512, 1024, device="cuda")).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            print(f"epoch {epoch}: validation {attend(torch.randn(1, 8192, 1024, device='cuda')).norm().item():.3f}")
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)

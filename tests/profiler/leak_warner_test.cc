@@ -177,5 +177,23 @@ TEST(LeakWarner, ScalarKeptEachStepIsWarnedOfByTheBlocksItTakes) {
   EXPECT_LE(first_warned, 3000u);
 }
 
+// Two sites growing alike, as one kept object's two tensors do: the one holding more is
+// named first, whichever key it has.
+TEST(LeakWarner, OfSitesGrowingAlikeTheOneHoldingMoreComesFirst) {
+  for (const std::uint64_t larger : {kSite, kSite + 1}) {
+    const std::uint64_t smaller = larger == kSite ? kSite + 1 : kSite;
+    SiteHistory history;
+    LeakWarner warner(5);
+    const absl::flat_hash_map<std::int32_t, LeakWarner::DeviceFigures> devices = {
+        {3, {64ull << 30, 1ull << 30}}};
+    std::vector<std::uint64_t> order;
+    for (std::uint64_t step = 1; step <= 10 && order.empty(); ++step) {
+      history.Add(step, {{larger, (64 + 8 * step) * kMiB}, {smaller, 8 * step * kMiB}}, {});
+      for (const LeakWarning& w : warner.Check(step, history, devices)) order.push_back(w.key);
+    }
+    EXPECT_EQ(order, (std::vector<std::uint64_t>{larger, smaller}));
+  }
+}
+
 }  // namespace
 }  // namespace gpumem

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "profiler/trace_format.h"
 #include "tools/report/sites.h"
 #include "tools/report/step_unit.h"
 
@@ -19,15 +20,14 @@ using trace::Action;
 // What marked the steps, in the order the sources rank (trace::StepSource); with the
 // count of each where more than one did.
 std::string StepSourceText(const std::array<std::size_t, trace::kStepSources>& marks) {
-  static constexpr std::array<const char*, trace::kStepSources> kNames = {
-      "",           "gpumem.step()", "optimizer step hooks", "backward passes", "model calls",
-      "graph replays"};
+  static_assert(format::kStepSourceNames.size() == trace::kStepSources);
+  const auto& kNames = format::kStepSourceNames;
   std::vector<std::size_t> used;
   for (std::size_t s = 1; s < marks.size(); ++s) {
     if (marks[s] > 0) used.push_back(s);
   }
   if (used.empty()) return "unrecorded";
-  if (used.size() == 1) return kNames[used[0]];
+  if (used.size() == 1) return std::string(kNames[used[0]]);
   std::string text;
   for (std::size_t s : used) {
     const char* sep = text.empty() ? "" : s == used.back() ? " and " : ", ";
