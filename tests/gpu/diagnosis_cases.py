@@ -2064,5 +2064,66 @@ def attention_scores_of_long_validation_sequences():
             print(f"epoch {epoch}: validation {attend(torch.randn(1, 8192, 1024, device='cuda')).norm().item():.3f}")
 
 
+
+# Serving loops written with asyncio: each request a coroutine, the event loop between
+# the allocation and the code that keeps it.
+def serve_requests(keep_every_reply, requests):
+    import asyncio
+    net, replies = trained(20), {}
+
+    async def handle(request):
+        await asyncio.sleep(0)
+        with torch.no_grad():
+            reply = net(batch(512))  # LEAK: every reply kept below by its request id
+        if keep_every_reply:
+            replies[request] = reply
+        else:
+            replies[request % 32] = reply  # the last 32 requests' replies, for retries
+        return reply.norm().item()
+
+    async def main():
+        for wave in range(requests // 16):
+            await asyncio.gather(*(handle(wave * 16 + i) for i in range(16)))
+            if wave % 50 == 0:
+                print(f"wave {wave}: {len(replies)} replies held")
+
+    asyncio.run(main())
+
+
+@case("leak", leak_in=serve_requests)
+def async_server_keeps_every_reply():
+    """An asyncio server answering requests in waves of 16 coroutines, each reply kept
+    by its request id for a follow-up that never comes."""
+    serve_requests(keep_every_reply=True, requests=1000000)
+
+
+@case("no leak")
+def async_server_keeps_the_last_replies():
+    """The same server keeping the replies of the last 32 requests, slot by request id
+    modulo 32."""
+    serve_requests(keep_every_reply=False, requests=16000)
+
+
+@case("leak")
+def loss_scaler_skips_every_step_and_outputs_are_kept():
+    """float16 autocast under a GradScaler whose scale never comes down far enough (a
+    loss that overflows float16 at any scale, as a bad normalisation gives): every
+    optimizer step is skipped, so no step hook fires; each step's output is kept."""
+    net, outputs = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 16)
+    for step in range(100000):
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = net(batch())  # LEAK: kept below
+            loss = out.float().pow(2).sum() * 1e38
+        opt.zero_grad()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        outputs.append(out)
+        if step % 200 == 0:
+            print(f"step {step}: scale {scaler.get_scale():.3g}")
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
