@@ -106,9 +106,11 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
     return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
                         site_names_[static_cast<std::uint32_t>(w.key)], " holds less (",
                         report::Bytes(static_cast<double>(w.live)), ") than when warned of (",
-                        report::Bytes(static_cast<double>(w.live_when_said)), ") now that the steps are marked by ",
-                        format::kStepSourceNames[source_],
-                        ": it grew within an iteration, not from one to the next\n");
+                        report::Bytes(static_cast<double>(w.live_when_said)),
+                        "), now that the steps are marked by ", format::kStepSourceNames[source_],
+                        ": what it grew by while they were marked by ",
+                        format::kStepSourceNames[replaced_source_],
+                        " was given back, not kept from step to step\n");
   }
   if (w.withdrawn) {
     return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
@@ -250,6 +252,7 @@ std::string LiveView::OnStep(std::uint64_t step, std::uint8_t source) {
 bool LiveView::BetterSourceLocked(std::uint8_t source) {
   if (source == 0 || source >= format::kStepSourceNames.size()) return false;
   const bool better = source_ != 0 && source < source_;
+  if (better) replaced_source_ = source_;
   source_ = source;
   return better;
 }

@@ -123,6 +123,7 @@ class LiveView {
   std::atomic<bool> marked_{false};  // a step was marked: passes are not looked for
   std::string pass_start_;           // the anchor's site
   std::uint8_t source_ = 0;          // what marked the last step (format::StepSource)
+  std::uint8_t replaced_source_ = 0;  // what marked the steps before the last better source
 
   // What the allocating threads find: taken after mu_ where both are, alone under the
   // allocator's lock.

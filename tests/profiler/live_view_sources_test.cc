@@ -60,7 +60,9 @@ TEST(LiveViewStepSources, GrowthWithinTheFirstIterationIsWithdrawnAtTheFirstBett
   EXPECT_THAT(first, HasSubstr("gpumem: leak warning at step 7: reinforce.py:21 train"));
   EXPECT_THAT(first, HasSubstr("gpumem: leak warning withdrawn at step 64: reinforce.py:21 "
                                "train holds less (0 B) than when warned of"));
-  EXPECT_THAT(first, HasSubstr("now that the steps are marked by optimizer step hooks"));
+  EXPECT_THAT(first, HasSubstr("now that the steps are marked by optimizer step hooks: what "
+                               "it grew by while they were marked by model calls was given "
+                               "back"));
   std::string later;
   for (int episode = 0; episode < 40; ++episode) later += episodes.Run(64);
   EXPECT_EQ(later, "");
