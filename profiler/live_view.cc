@@ -98,27 +98,29 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
   return out;
 }
 
-std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
-                                  const std::string& kept_through) {
-  const std::int32_t device = DeviceOf(w.key);
+std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
   const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
+  const std::string head = absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step,
+                                        ": ", site_names_[static_cast<std::uint32_t>(w.key)]);
   if (w.given_back) {
-    return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
-                        site_names_[static_cast<std::uint32_t>(w.key)], " holds less (",
-                        report::Bytes(static_cast<double>(w.live)), ") than when warned of (",
+    return absl::StrCat(head, " holds less (", report::Bytes(static_cast<double>(w.live)),
+                        ") than when warned of (",
                         report::Bytes(static_cast<double>(w.live_when_said)),
                         "), now that the steps are marked by ", format::kStepSourceNames[source_],
                         ": what it grew by while they were marked by ",
                         format::kStepSourceNames[replaced_source_],
                         " was given back, not kept from step to step\n");
   }
-  if (w.withdrawn) {
-    return absl::StrCat("gpumem: leak warning withdrawn at ", unit, " ", step, ": ",
-                        site_names_[static_cast<std::uint32_t>(w.key)],
-                        " has held no more for the last ", warner_.stopped_steps(), " ", unit,
-                        " ends (live ", report::Bytes(static_cast<double>(w.live)),
-                        "): memory that fills up and stops, such as a cache, is not a leak\n");
-  }
+  return absl::StrCat(head, " has held no more for the last ", warner_.stopped_steps(), " ",
+                      unit, " ends (live ", report::Bytes(static_cast<double>(w.live)),
+                      "): memory that fills up and stops, such as a cache, is not a leak\n");
+}
+
+std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
+                                  const std::string& kept_through) {
+  if (w.withdrawn) return WithdrawalLine(w, step);
+  const std::int32_t device = DeviceOf(w.key);
+  const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
   const std::string projection =
       w.oom_step ? absl::StrCat("at this rate device ", device, " reaches its cap of ",
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
@@ -243,7 +245,7 @@ std::string LiveView::OnStep(std::uint64_t step, std::uint8_t source) {
   std::string lines;
   if (BetterSourceLocked(source)) {
     for (const LeakWarning& w : warner_.WithdrawGivenBack(step, history_)) {
-      absl::StrAppend(&lines, WarningLine(w, step, ""));
+      absl::StrAppend(&lines, WithdrawalLine(w, step));
     }
   }
   return lines + WarningsLocked(step);

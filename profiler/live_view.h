@@ -89,6 +89,8 @@ class LiveView {
   // Whether the call the kept stack (a LiveBlocks key) came down returned since its
   // first block (ReturnTeller).
   bool ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks);
+  // The line that withdraws `w`'s warning, with why.
+  std::string WithdrawalLine(const LeakWarning& w, std::uint64_t step);
   // `kept_through`: the call a growing site's kept blocks came through, or empty.
   std::string WarningLine(const LeakWarning& w, std::uint64_t step,
                           const std::string& kept_through);
