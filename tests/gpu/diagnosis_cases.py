@@ -47,6 +47,13 @@ def fit(net, opt, x):
     return out, loss
 
 
+def with_head(layer_class, width):
+    """A `layer_class()` under test, then a ReLU and a linear head, seeded."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(layer_class(), torch.nn.ReLU(),
+                               torch.nn.Linear(width, width)).cuda()
+
+
 def trained(steps):
     """A model after `steps` training steps, put in eval mode."""
     net = model()
@@ -627,9 +634,7 @@ class AttentionKeepingMaps(torch.nn.Module):
 
 @case("leak", leak_in=AttentionKeepingMaps)
 def attention_maps_kept_by_module():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(AttentionKeepingMaps(), torch.nn.ReLU(),
-                              torch.nn.Linear(512, 512)).cuda()
+    net = with_head(AttentionKeepingMaps, 512)
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     for _ in range(100000):
         loss = net(torch.randn(8, 256, 512, device="cuda")).pow(2).mean()
@@ -1974,9 +1979,7 @@ class NormWithRunningVariance(torch.nn.Module):
 
 @case("leak", leak_in=NormWithRunningVariance)
 def running_variance_updated_with_grad():
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(NormWithRunningVariance(), torch.nn.ReLU(),
-                              torch.nn.Linear(1024, 1024)).cuda()
+    net = with_head(NormWithRunningVariance, 1024)
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for step in range(100000):
         fit(net, opt, batch())
