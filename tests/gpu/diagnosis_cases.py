@@ -2128,5 +2128,39 @@ def loss_scaler_skips_every_step_and_outputs_are_kept():
             print(f"step {step}: scale {scaler.get_scale():.3g}")
 
 
+
+# Iterations made of many forward calls whose graphs wait for one backward, too large for
+# the device: the run dies inside its first iteration, before any update.
+@case("genuine peak")
+def reinforce_episode_too_long_for_the_device():
+    """REINFORCE over 2048 parallel environments with episodes of 1000 actions: each
+    action's log-probabilities keep their graph (about 9 MiB) until the episode's update,
+    and the first episode does not fit under the cap."""
+    net, log_probs = policy(), []
+    opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+    for episode in range(10):
+        for _ in range(1000):
+            dist = torch.distributions.Categorical(logits=net(torch.randn(2048, 256, device="cuda")))
+            log_probs.append(dist.log_prob(dist.sample()))
+        loss = -torch.stack(log_probs).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        del log_probs[:]
+
+
+@case("genuine peak")
+def losses_summed_over_too_many_micro_batches():
+    """Gradient accumulation written as one sum of the micro-batches' losses and one
+    backward: the graphs of all 256 micro-batches are held at once, and they do not fit."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(10):
+        total = sum(net(batch(1024)).pow(2).mean() for _ in range(256))
+        opt.zero_grad()
+        total.backward()
+        opt.step()
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
