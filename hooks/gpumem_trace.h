@@ -17,8 +17,9 @@ extern "C" {
 /* What marks the steps from now on: 1 = gpumem_step() called by the program itself,
  * 2 = the Python package's optimizer step hooks, 3 = its backward-pass marks, 4 = its
  * model-call marks, 5 = its CUDA graph replay marks (loops with no optimizer, or while
- * it stalls), 0 = not said. Later step records carry it. Returns 0, or -1 for a value
- * out of range. */
+ * it stalls), 6 = its model-call marks at calls with grad in train mode before any
+ * backward pass (perhaps parts of the first iteration), 0 = not said. Later step records
+ * carry it. Returns 0, or -1 for a value out of range. */
 GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
 
 /* The memory cap of `device` from now on, in bytes, and where it came from: 1 = the

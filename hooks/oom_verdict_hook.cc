@@ -55,6 +55,11 @@ void Describe(OomVerdictInput& in) {
   } else {
     in.figures.finished_steps = g_steps;
     DescribeTotalGrowth(g_totals, in.device, in.figures.allocated, &in);
+    // Every step so far a call awaiting the first backward pass: one unfinished iteration.
+    if (Recorder::StepSourceNow() == format::StepSource::kModelCallAwaitingBackward) {
+      in.first_iteration_calls = g_steps + 1;
+      in.figures.finished_steps = 0;
+    }
   }
 }
 

@@ -38,7 +38,7 @@ size_t gpumem_trace_check(char* buf, size_t len) {
 }
 
 int gpumem_trace_step_source(int source) {
-  if (source < 0 || source > static_cast<int>(gpumem::format::StepSource::kGraphReplay)) {
+  if (source < 0 || source > static_cast<int>(gpumem::format::kLastStepSource)) {
     return -1;
   }
   gpumem::Recorder::SetStepSource(static_cast<gpumem::format::StepSource>(source));

@@ -248,12 +248,19 @@ std::string LiveView::OnStep(std::uint64_t step, std::uint8_t source) {
       absl::StrAppend(&lines, WithdrawalLine(w, step));
     }
   }
-  return lines + WarningsLocked(step);
+  // Calls whose graphs wait for a first backward pass may all be one iteration: what
+  // they hold grows from one to the next and says nothing of a leak yet.
+  if (source_ != static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward)) {
+    awaiting_marks_ = 0;
+    return lines + WarningsLocked(step);
+  }
+  ++awaiting_marks_;
+  return lines;
 }
 
 bool LiveView::BetterSourceLocked(std::uint8_t source) {
-  if (source == 0 || source >= format::kStepSourceNames.size()) return false;
-  const bool better = source_ != 0 && source < source_;
+  if (source >= format::kStepSourceNames.size()) return false;
+  const bool better = source != 0 && source_ != 0 && source < source_;
   if (better) replaced_source_ = source_;
   source_ = source;
   return better;
@@ -331,6 +338,10 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   if (!marked_.load(std::memory_order_relaxed) && passes > 0) {
     in->figures.finished_steps = passes;
     in->pass_start = pass_start_;
+  }
+  if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward)) {
+    in->first_iteration_calls = awaiting_marks_ + 1;  // the first call marks nothing
+    in->figures.finished_steps = 0;
   }
   const BlocksNow blocks = ReadBlocks();
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks.by_stack);

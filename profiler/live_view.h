@@ -53,7 +53,9 @@ class LiveView {
 
   // Step `step` ended, marked by `source` (format::StepSource; 0: unknown): samples the
   // sites; returns the warning lines due (or ""). Where a better source than the last
-  // step's marks, warnings whose site now holds less than when said are withdrawn.
+  // step's marks, warnings whose site now holds less than when said are withdrawn. Calls
+  // of the model awaiting a first backward pass are sampled but warn of nothing: they may
+  // all be one iteration.
   std::string OnStep(std::uint64_t step, std::uint8_t source = 0);
   // The passes found since the last call (in loops nothing marks), sampled now, and the
   // warning lines they make due (or ""). Passes are found on the allocating thread, under
@@ -126,6 +128,7 @@ class LiveView {
   std::string pass_start_;           // the anchor's site
   std::uint8_t source_ = 0;          // what marked the last step (format::StepSource)
   std::uint8_t replaced_source_ = 0;  // what marked the steps before the last better source
+  std::uint64_t awaiting_marks_ = 0;  // steps marked by model calls awaiting a first backward
 
   // What the allocating threads find: taken after mu_ where both are, alone under the
   // allocator's lock.

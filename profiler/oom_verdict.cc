@@ -13,9 +13,34 @@ using report::OomClass;
 
 namespace {
 
-// What the figures count: steps, or the passes that stood in for them.
-const char* Unit(const OomVerdictInput& in) { return in.pass_start.empty() ? "step" : "pass"; }
-const char* Units(const OomVerdictInput& in) { return in.pass_start.empty() ? "steps" : "passes"; }
+// What the figures count: steps, the passes that stood in for them, or the calls of an
+// unfinished first iteration.
+const char* Unit(const OomVerdictInput& in) {
+  if (in.first_iteration_calls > 0) return "call";
+  return in.pass_start.empty() ? "step" : "pass";
+}
+const char* Units(const OomVerdictInput& in) {
+  if (in.first_iteration_calls > 0) return "calls";
+  return in.pass_start.empty() ? "steps" : "passes";
+}
+
+// The growth part of a genuine peak's evidence.
+std::string PeakGrowth(const OomVerdictInput& in) {
+  const report::OomFigures& f = in.figures;
+  if (in.first_iteration_calls > 0) {
+    return absl::StrCat("no iteration had finished: the model was called ",
+                        in.first_iteration_calls,
+                        " times with grad and no backward pass yet, and each call's graph "
+                        "waits for that backward");
+  }
+  if (f.finished_steps < report::kMinStepsForLeak) {
+    return absl::StrCat("only ", f.finished_steps, " ",
+                        f.finished_steps == 1 ? Unit(in) : Units(in),
+                        " had finished, too few to call growth a leak");
+  }
+  return absl::StrCat("memory kept from ", Unit(in), " to ", Unit(in),
+                      " did not grow enough to explain it");
+}
 
 // The fastest-growing site captures CUDA graphs kept alive: their pools are its growth.
 bool GrowsInGraphPools(const OomVerdictInput& in) {
@@ -50,16 +75,10 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
     case OomClass::kPeak:
       break;
   }
-  const std::string growth =
-      f.finished_steps < report::kMinStepsForLeak
-          ? absl::StrCat("only ", f.finished_steps, " ", f.finished_steps == 1 ? unit : Units(in),
-                         " had finished, too few to call growth a leak")
-          : absl::StrCat("memory kept from ", unit, " to ", unit,
-                         " did not grow enough to explain it");
   return absl::StrCat("allocated ", Bytes(f.allocated), " plus the request of ", Bytes(f.request),
                       " is ", Bytes(f.allocated + f.request), " against the cap of ",
                       Bytes(f.capacity), "; cached free memory (", Bytes(f.free_cached),
-                      ") could not cover it", driver, "; ", growth);
+                      ") could not cover it", driver, "; ", PeakGrowth(in));
 }
 
 void AppendSites(const OomVerdictInput& in, std::string* out) {
@@ -147,6 +166,9 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls, GrowsInGraphPools(in)), "\n");
+  if (in.first_iteration_calls > 0 && cls == OomClass::kPeak) {
+    absl::StrAppend(&out, "gpumem:   iteration: ", report::kFirstIterationFix, "\n");
+  }
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {
     absl::StrAppend(&out, "gpumem:   note: gpumem's allocator remaps idle pages and retries "
                           "before it fails, so fragmentation should not end a run under it "

@@ -44,6 +44,11 @@ struct OomVerdictInput {
   // Set where no step was marked and passes stood in for steps (PassFinder): the site
   // whose allocation starts each pass. The figures' steps are then passes.
   std::string pass_start;
+  // Set where every step so far was marked by a call of the model with grad, in train
+  // mode, before any backward pass (format::StepSource::kModelCallAwaitingBackward): the
+  // calls, taken as one unfinished iteration whose graphs wait for its backward. The
+  // figures' steps are then calls, and none has finished.
+  std::size_t first_iteration_calls = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
 };
 

@@ -75,6 +75,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   static void SetStepSource(format::StepSource source) {
     step_source_.store(static_cast<std::uint8_t>(source), std::memory_order_relaxed);
   }
+  static format::StepSource StepSourceNow() {
+    return static_cast<format::StepSource>(step_source_.load(std::memory_order_relaxed));
+  }
   // The memory cap of `device` from now on, and where it came from (record type 14).
   void RecordCapacity(std::int32_t device, std::uint64_t bytes, format::CapacitySource source);
 

@@ -110,10 +110,16 @@ enum class StepSource : std::uint8_t {
   kBackward = 3,
   kModelCall = 4,
   kGraphReplay = 5,
+  // Calls of the model with grad, in train mode, before any backward pass: each may be a
+  // part of the first iteration whose graphs wait for its backward (an episode, a sum of
+  // micro-batches' losses), not a step of its own.
+  kModelCallAwaitingBackward = 6,
 };
+inline constexpr auto kLastStepSource = StepSource::kModelCallAwaitingBackward;
 // What each StepSource is called in reports and warnings, by its value.
-inline constexpr std::array<absl::string_view, 6> kStepSourceNames = {
-    "", "gpumem.step()", "optimizer step hooks", "backward passes", "model calls", "graph replays"};
+inline constexpr std::array<absl::string_view, 7> kStepSourceNames = {
+    "",           "gpumem.step()", "optimizer step hooks", "backward passes",
+    "model calls", "graph replays", "model calls awaiting the first backward pass"};
 // A capacity record's extra: where the cap came from.
 enum class CapacitySource : std::uint8_t {
   kUnknown = 0,

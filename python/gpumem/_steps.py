@@ -44,6 +44,11 @@ SOURCE_OPTIMIZER_HOOK = 2
 SOURCE_BACKWARD = 3
 SOURCE_MODEL_CALL = 4
 SOURCE_GRAPH_REPLAY = 5
+# Said instead of SOURCE_MODEL_CALL for a mark at a call that trains before any backward
+# pass has run: its graph waits for a backward to come, so the calls so far may all be
+# one iteration (an episode, a sum of micro-batches' losses) rather than steps. Ranked as
+# a model call.
+SOURCE_MODEL_CALL_AWAITING_BACKWARD = 6
 # Which sources silence which: a lower rank leads.
 _RANK = {SOURCE_EXPLICIT: 0, SOURCE_OPTIMIZER_HOOK: 1, SOURCE_BACKWARD: 2,
          SOURCE_MODEL_CALL: 3, SOURCE_GRAPH_REPLAY: 4}
@@ -138,15 +143,17 @@ class StepMarker:
         self.explicit = False      # the program calls gpumem.step() itself
         self.hook_marks = 0
         self.count = 0             # steps marked so far (gpumem_step's count)
-        self.source = None
+        self.source = None         # the source last said to the library
+        self.backward_seen = False  # a backward pass has begun
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
 
-    def _mark(self, source, idle_pass=False):
-        """`idle_pass`: a call that trains nothing marks, standing in."""
+    def _mark(self, source, idle_pass=False, training=False):
+        """`idle_pass`: a call that trains nothing marks, standing in. `training`: the
+        call trains (a model call: said apart while no backward pass has run)."""
         self.leading_rank = min(self.leading_rank, _RANK[source])
         for other, loop in self.loops.items():
             if other == source:
@@ -155,11 +162,14 @@ class StepMarker:
                 loop.marked_elsewhere(self.count + 1, idle_pass)
             else:  # a better source, silenced: its stall is still judged, against all steps
                 loop.steps_before = self.count + 1
-        if self.source != source:
+        said = source
+        if source == SOURCE_MODEL_CALL and training and not self.backward_seen:
+            said = SOURCE_MODEL_CALL_AWAITING_BACKWARD
+        if self.source != said:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)
             if fn is not None:
-                fn(source)
-            self.source = source
+                fn(said)
+            self.source = said
         self.count = self.lib().gpumem_step()
         return self.count
 
@@ -180,18 +190,20 @@ class StepMarker:
         model in train mode, with grad), which only model calls may not; `allocated`
         reads the memory allocated now, asked only at calls that train nothing while a
         better source leads."""
+        if source == SOURCE_BACKWARD:
+            self.backward_seen = True
         if self.explicit:
             return
         loop = self.loops[source]
         if not self.silenced(source):
             loop.called(True, None)
             if loop.calls > 1:
-                self._mark(source)
+                self._mark(source, training=training)
             return
         loop.called(training, allocated)
         if loop.stalled(training):
             loop.standing_in = True
-            self._mark(source, idle_pass=not training)
+            self._mark(source, idle_pass=not training, training=training)
 
     def on_explicit_step(self):
         first = not self.explicit

@@ -534,11 +534,44 @@ TEST(OomVerdictTest, ProfileModeBackwardLeakNamesItsForwardLine) {
   EXPECT_EQ(err.find("<no stack recorded> grew"), std::string::npos) << err;
 }
 
-// What marks the steps, as the Python package says it: the four sources and 0, nothing
+// An episode of calls of a policy, each keeping its graph for the backward pass at the
+// episode's end, too large for the device: every step so far was marked by a call awaiting
+// the first backward pass. No warning at those calls, and the OOM is a genuine peak of the
+// first iteration, with the fix for an iteration too large.
+TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
+  FakeTorchDevice torch{15};
+  ASSERT_EQ(gpumem_trace_capacity(15, 256 * kMiB, 3), 0);
+  const std::uint32_t action = SiteStack("rl.py", 30, "rollout");
+  torch.Alloc(20 * kMiB, SiteStack("rl.py", 5, "policy"));
+  ASSERT_EQ(gpumem_trace_step_source(6), 0);
+  std::string err;
+  for (int call = 0; call < 20; ++call) {
+    torch.Alloc(9 * kMiB, action);
+    if (call > 0) err += StepPrinting();
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 60 * kMiB;
+  f.reserved_bytes = 210 * kMiB;
+  f.driver_free_bytes = 0;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(15, &f), 2);  // a genuine peak
+  err += ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(gpumem_trace_step_source(0), 0);
+  StepPrinting();  // the live view too leaves the calls' source, for the tests after this
+  EXPECT_EQ(err.find("leak warning"), std::string::npos) << err;
+  EXPECT_NE(err.find("device 15: out of memory: verdict: genuine peak"), std::string::npos) << err;
+  EXPECT_NE(err.find("no iteration had finished: the model was called 20 times with grad"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("gpumem:   iteration: One iteration here is every call of the model"),
+            std::string::npos) << err;
+  EXPECT_NE(err.find("+9.00 MiB/call"), std::string::npos) << err;
+}
+
+// What marks the steps, as the Python package says it: the six sources and 0, nothing
 // else.
 TEST(StepSourceTest, TheCApiTakesTheKnownSourcesOnly) {
-  for (int source = 0; source <= 5; ++source) EXPECT_EQ(gpumem_trace_step_source(source), 0);
-  EXPECT_EQ(gpumem_trace_step_source(6), -1);
+  for (int source = 0; source <= 6; ++source) EXPECT_EQ(gpumem_trace_step_source(source), 0);
+  EXPECT_EQ(gpumem_trace_step_source(7), -1);
   EXPECT_EQ(gpumem_trace_step_source(-1), -1);
   EXPECT_EQ(gpumem_trace_step_source(0), 0);
 }

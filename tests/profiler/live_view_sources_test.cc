@@ -1,7 +1,8 @@
 // Steps marked first by one source, then by a better one (model calls standing in until
 // the first optimizer step): a warning said of growth within what turns out to be one
 // iteration is withdrawn at the first better mark where its site holds less; a leak that
-// goes on growing keeps its warning.
+// goes on growing keeps its warning. Calls awaiting the first backward pass warn of
+// nothing.
 #include <cstdint>
 #include <string>
 
@@ -20,13 +21,17 @@ using ::testing::Not;
 constexpr std::uint64_t kMiB = 1 << 20;
 constexpr std::uint32_t kPolicyCall = 1;
 constexpr auto kModelCall = static_cast<std::uint8_t>(format::StepSource::kModelCall);
+constexpr auto kAwaiting =
+    static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward);
 constexpr auto kOptimizer = static_cast<std::uint8_t>(format::StepSource::kOptimizerHook);
 
 class Episodes {
  public:
   // `keep`: what each model call keeps stays past the update (a leak), else the update
   // frees it (REINFORCE's log-probabilities and their graphs).
-  explicit Episodes(bool keep) : keep_(keep) {}
+  // `calls_source`: what the package says marks the calls.
+  explicit Episodes(bool keep, std::uint8_t calls_source = kModelCall)
+      : keep_(keep), calls_source_(calls_source) {}
 
   // One episode of `calls` model calls, each marked as a step until an optimizer has
   // stepped; then the update, marked by the optimizer. Returns what was said.
@@ -34,7 +39,7 @@ class Episodes {
     std::string said;
     const std::uint64_t first = addr_;
     for (int call = 0; call < calls; ++call) {
-      if (!stepped_ && call > 0) said += view_.OnStep(++step_, kModelCall);
+      if (!stepped_ && call > 0) said += view_.OnStep(++step_, calls_source_);
       view_.OnAlloc(0, addr_ += 8 * kMiB, 6 * kMiB, kPolicyCall);
     }
     if (!keep_) {
@@ -46,6 +51,7 @@ class Episodes {
 
  private:
   const bool keep_;
+  const std::uint8_t calls_source_;
   LiveView view_{/*warn_steps=*/5, [](std::uint32_t stack) {
                    return absl::StrCat("reinforce.py:", 20 + stack, " train");
                  }};
@@ -66,6 +72,13 @@ TEST(LiveViewStepSources, GrowthWithinTheFirstIterationIsWithdrawnAtTheFirstBett
   std::string later;
   for (int episode = 0; episode < 40; ++episode) later += episodes.Run(64);
   EXPECT_EQ(later, "");
+}
+
+TEST(LiveViewStepSources, CallsAwaitingTheFirstBackwardPassWarnOfNothing) {
+  Episodes episodes(/*keep=*/false, kAwaiting);
+  std::string said;
+  for (int episode = 0; episode < 10; ++episode) said += episodes.Run(64);
+  EXPECT_EQ(said, "");
 }
 
 TEST(LiveViewStepSources, ALeakThatGoesOnGrowingKeepsItsWarning) {

@@ -122,6 +122,9 @@ class StepMarks(unittest.TestCase):
 BACKWARD, MODEL_CALL = _steps.SOURCE_BACKWARD, _steps.SOURCE_MODEL_CALL
 OPTIMIZER = _steps.SOURCE_OPTIMIZER_HOOK
 GRAPH_REPLAY = _steps.SOURCE_GRAPH_REPLAY
+# A model call that trains before any backward pass has run (the fake modules below train:
+# train mode, grad on).
+AWAITING = _steps.SOURCE_MODEL_CALL_AWAITING_BACKWARD
 
 
 class LoopMarks(unittest.TestCase):
@@ -152,11 +155,13 @@ class LoopMarks(unittest.TestCase):
 
     def test_backward_passes_silence_model_calls(self):
         for _ in range(3):  # an evaluation first
-            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(MODEL_CALL, training=False)
         for _ in range(3):  # then training by hand
             self.m.on_loop_start(MODEL_CALL)
             self.m.on_loop_start(BACKWARD)
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 4 + [BACKWARD] * 2)
+        # the first training call awaits the first backward pass; the second follows it
+        self.assertEqual(self.lib.steps,
+                         [MODEL_CALL] * 2 + [AWAITING, MODEL_CALL] + [BACKWARD] * 2)
         self.assertTrue(self.m.silenced(MODEL_CALL))
         self.assertFalse(self.m.silenced(BACKWARD))
 
@@ -169,9 +174,7 @@ class LoopMarks(unittest.TestCase):
 
     def test_model_calls_stand_in_while_the_optimizer_stalls(self):
         opt = Opt()
-        for _ in range(5):  # training
-            self.m.on_loop_start(MODEL_CALL)
-            self.m.on_optimizer_step(opt)
+        self.train(5, opt)
         for _ in range(20):  # every batch skipped before its backward
             self.m.on_loop_start(MODEL_CALL)
         for _ in range(3):  # training again
@@ -207,6 +210,7 @@ class LoopMarks(unittest.TestCase):
         for gap in (1, 6, 1):  # six batches between two steps once
             for _ in range(gap):
                 self.m.on_loop_start(MODEL_CALL)
+                self.m.on_loop_start(BACKWARD)
             self.m.on_optimizer_step(opt)
         for _ in range(13):  # then a stall: more than 8, and more than twice six
             self.m.on_loop_start(MODEL_CALL)
@@ -214,8 +218,7 @@ class LoopMarks(unittest.TestCase):
 
     def test_every_stall_is_judged_alike(self):
         opt = Opt()
-        self.m.on_loop_start(MODEL_CALL)
-        self.m.on_optimizer_step(opt)
+        self.train(1, opt)
         for _ in range(3):  # an evaluation of 12 batches after each step
             for _ in range(12):
                 self.m.on_loop_start(MODEL_CALL)
@@ -225,6 +228,7 @@ class LoopMarks(unittest.TestCase):
     def train(self, steps, opt):
         for _ in range(steps):
             self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
             self.m.on_optimizer_step(opt)
 
     def test_a_validation_pass_is_no_stall(self):
@@ -262,6 +266,16 @@ class LoopMarks(unittest.TestCase):
         for _ in range(40):  # generation after training
             self.m.on_loop_start(MODEL_CALL, training=False)
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 30 + [MODEL_CALL] * 10)
+
+    def test_calls_that_train_before_the_first_backward_pass_await_it(self):
+        opt = Opt()
+        for _ in range(3):  # episodes of 5 actions, each a call of the policy
+            for _ in range(5):
+                self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [AWAITING] * 4 + [OPTIMIZER] * 3)
+        self.assertEqual(self.lib.source, OPTIMIZER)
 
     def test_an_evaluation_script_marks_at_its_calls_that_train_nothing(self):
         for _ in range(4):
@@ -412,6 +426,9 @@ def torch_with_modules(compiling=lambda: False):
 
 
 class ModelCallHooks(unittest.TestCase):
+    """The fake models train (train mode, grad on) and no backward pass runs: their calls
+    mark as calls awaiting the first backward pass."""
+
     def setUp(self):
         self.lib = FakeLib()
         self.m = _steps.StepMarker(self.lib)
@@ -426,7 +443,7 @@ class ModelCallHooks(unittest.TestCase):
             transform()
             model()
             loss()
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.assertEqual(self.lib.steps, [AWAITING] * 3)
         self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))  # found: removed
 
     def test_a_freed_model_is_followed_by_the_next(self):
@@ -441,7 +458,7 @@ class ModelCallHooks(unittest.TestCase):
             model()
         # the finder's second call, the model's first (found: it ends the finder's
         # iteration) and the model's second
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.assertEqual(self.lib.steps, [AWAITING] * 3)
         self.assertEqual((FakeModule.pre, FakeModule.post), ({}, {}))
 
     def test_replicas_called_on_threads_are_not_taken(self):
@@ -465,7 +482,7 @@ class ModelCallHooks(unittest.TestCase):
             parallel()
         self.assertEqual(len(parallel.own_pre), 1)
         self.assertEqual([len(r.own_pre) for r in replicas], [0, 0])
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
+        self.assertEqual(self.lib.steps, [AWAITING] * 2)
 
     def test_a_model_on_the_host_is_not_taken(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
@@ -473,7 +490,7 @@ class ModelCallHooks(unittest.TestCase):
         for _ in range(3):
             on_host()
             on_device()
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
+        self.assertEqual(self.lib.steps, [AWAITING] * 2)
 
     def test_an_optimizing_loop_leaves_the_model_hook_silent(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
@@ -535,9 +552,9 @@ class ModelCallHookCopies(unittest.TestCase):
         other = FakeModule("cuda")
         other.own_pre.update(self.model.own_pre)  # a shallow copy shares the hooks
         other()
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 2)
+        self.assertEqual(self.lib.steps, [AWAITING] * 2)
         self.model()
-        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.assertEqual(self.lib.steps, [AWAITING] * 3)
 
     def test_scripting_takes_the_hook_off(self):
         scripted = []

@@ -34,6 +34,54 @@ TEST(SyntheticOom, LeakIsALeak) {
   EXPECT_NEAR(static_cast<double>(*r.projected_oom_step), 40.0, 1.0);
 }
 
+// Calls of a policy, each keeping its graph (16 MiB) for one backward pass that never
+// comes before the OOM; every step marked by `source`.
+trace::Trace CallsThatKeepTheirGraphs(trace::StepSource source) {
+  constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  synthetic::Builder b;
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t call = b.Stack(30, "rollout");
+  b.Segment(kBase, 128 * kMiB);
+  b.Alloc(kBase, 128 * kMiB, params);
+  std::uint64_t next = kBase + 128 * kMiB;
+  for (int calls = 1;; ++calls) {
+    if (next + 16 * kMiB > kBase + kCapacity) {
+      b.Oom(16 * kMiB, 0);
+      break;
+    }
+    b.Segment(next, 16 * kMiB);
+    b.Alloc(next, 16 * kMiB, call);
+    next += 16 * kMiB;
+    if (calls > 1) b.Step(source);  // the first call marks nothing
+  }
+  return b.Take();
+}
+
+// Marked by calls awaiting the first backward pass, the OOM came in the first iteration:
+// a genuine peak with the fix for an iteration too large. The same trace marked by plain
+// model calls (an evaluation script that keeps its outputs) is a leak.
+TEST(SyntheticOom, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
+  trace::Trace t = CallsThatKeepTheirGraphs(trace::StepSource::kModelCallAwaitingBackward);
+  Report r = BuildReport(t, {});
+  EXPECT_EQ(r.steps.first_iteration_marks, r.steps.count);
+  ASSERT_EQ(r.ooms.size(), 1u);
+  const OomExplanation& x = r.ooms[0];
+  EXPECT_EQ(x.cls, OomClass::kPeak) << x.evidence;
+  EXPECT_EQ(x.first_iteration_calls, r.steps.count + 1);
+  EXPECT_NE(x.evidence.find("no iteration had finished: the model was called"),
+            std::string::npos) << x.evidence;
+  EXPECT_NE(x.fix.find("One iteration here is every call of the model"), std::string::npos);
+  EXPECT_NE(Verdict(r).find(absl::StrCat("out of memory in the first iteration, at call ",
+                                         r.steps.count + 1, " of the model: a genuine peak")),
+            std::string::npos) << Verdict(r);
+
+  trace::Trace plain = CallsThatKeepTheirGraphs(trace::StepSource::kModelCall);
+  Report leak = BuildReport(plain, {});
+  ASSERT_EQ(leak.ooms.size(), 1u);
+  EXPECT_EQ(leak.ooms[0].cls, OomClass::kLeak) << leak.ooms[0].evidence;
+  EXPECT_EQ(leak.ooms[0].first_iteration_calls, 0u);
+}
+
 TEST(SyntheticOom, FragmentationIsFragmentation) {
   trace::Trace t = synthetic::FragmentationTrace();
   Report r = BuildReport(t, {});

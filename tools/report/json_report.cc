@@ -86,6 +86,7 @@ nlohmann::json OomJson(const OomExplanation& x) {
   j["time_us"] = x.at.time_us;
   j["device"] = x.at.device;
   j["step"] = x.at.step + 1;
+  if (x.first_iteration_calls > 0) j["first_iteration_calls"] = x.first_iteration_calls;
   j["request"] = x.at.request;
   j["allocated"] = x.at.allocated;
   j["reserved"] = x.at.reserved;
@@ -147,7 +148,7 @@ std::string Verdict(const Report& r) {
   }
   if (r.fatal_oom) {
     const OomExplanation& x = r.ooms[*r.fatal_oom];
-    return absl::StrCat("out of memory in step ", x.at.step + 1, ": ", ClassText(x.cls),
+    return absl::StrCat("out of memory ", OomWhere(x), ": ", ClassText(x.cls),
                         recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"),
                         WhoHeld(r));
   }

@@ -79,20 +79,30 @@ void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplana
   }
 }
 
-void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
+// `first_iteration_calls`: the OOM came in the first iteration, after that many calls of
+// the model awaiting its backward pass (0: not so).
+void ExplainPeak(const LeakAnalysis& leaks, std::size_t first_iteration_calls,
+                 OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kPeak;
-  const std::string growth =
+  std::string growth =
       p.step < kMinStepsForLeak
           ? absl::StrCat("only ", p.step, " step", p.step == 1 ? "" : "s",
                          " had finished, too few to call growth a leak")
           : absl::StrCat("memory kept from step to step did not grow",
                          leaks.suspects.empty() ? "" : " enough to explain it");
+  if (first_iteration_calls > 0) {
+    growth = absl::StrCat("no iteration had finished: the model was called ",
+                          first_iteration_calls,
+                          " times with grad and no backward pass yet, and each call's graph "
+                          "waits for that backward");
+  }
   x->evidence = absl::StrCat(
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",
       Bytes(p.allocated + p.request), " against a capacity of ", Bytes(x->capacity),
       "; free cached memory (", Bytes(x->free_cached), ") could not cover it, and ", growth, ".");
   x->fix = OomFix(OomClass::kPeak);
+  if (first_iteration_calls > 0) absl::StrAppend(&x->fix, " ", kFirstIterationFix, ".");
 }
 
 void ExplainHeldApart(OomExplanation* x) {
@@ -107,6 +117,14 @@ void ExplainHeldApart(OomExplanation* x) {
 }
 
 }  // namespace
+
+std::string OomWhere(const OomExplanation& x) {
+  if (x.first_iteration_calls > 0) {
+    return absl::StrCat("in the first iteration, at call ", x.first_iteration_calls,
+                        " of the model");
+  }
+  return absl::StrCat("in step ", x.at.step + 1);
+}
 
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
                                         const Steps& steps,
@@ -132,8 +150,11 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     x.free_cached = p.reserved > p.allocated ? p.reserved - p.allocated : 0;
     x.leaked_bytes = LeakedBytes(p, timeline, leaks);
     x.leak_bytes_per_step = leaks.bytes_per_step;
+    // An OOM while every mark so far was a call awaiting the first backward pass came in
+    // the first iteration: none had finished.
+    const bool first_iteration = p.step > 0 && p.step <= steps.first_iteration_marks;
     OomFigures figures;
-    figures.finished_steps = p.step;
+    figures.finished_steps = first_iteration ? 0 : p.step;
     figures.allocated = p.allocated;
     figures.request = p.request;
     figures.capacity = x.capacity;
@@ -149,7 +170,8 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     } else if (cls == OomClass::kHeldApart) {
       ExplainHeldApart(&x);
     } else {
-      ExplainPeak(leaks, &x);
+      x.first_iteration_calls = first_iteration ? p.step + 1 : 0;
+      ExplainPeak(leaks, x.first_iteration_calls, &x);
     }
     out.push_back(std::move(x));
   }

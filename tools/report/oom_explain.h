@@ -43,7 +43,12 @@ struct OomExplanation {
   std::string evidence;
   std::string fix;
   std::optional<ReplayOutcome> replay;
+  // Where every step so far was a call of the model awaiting the first backward pass: the
+  // calls made by the OOM (it came in the first iteration). 0: not so.
+  std::size_t first_iteration_calls = 0;
 };
+// "in step 12", or "in the first iteration, at call 135 of the model".
+std::string OomWhere(const OomExplanation& x);
 
 // `capacities[i]`: the capacity in force at timeline.ooms[i] (--capacity or the trace's),
 // where known; else it is what the process held plus what the driver had free.

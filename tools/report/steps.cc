@@ -42,6 +42,8 @@ Steps FromStepEvents(const trace::Trace& trace) {
   for (std::size_t i = 0; i < trace.events.size(); ++i) {
     const trace::Event& e = trace.events[i];
     if (e.action != Action::kStep) continue;
+    const bool awaiting = e.step_source == trace::StepSource::kModelCallAwaitingBackward;
+    if (awaiting && steps.first_iteration_marks == steps.ends.size()) ++steps.first_iteration_marks;
     steps.ends.push_back(i);
     ++marks[static_cast<std::size_t>(e.step_source)];
   }

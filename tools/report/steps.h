@@ -33,6 +33,10 @@ struct Steps {
   // kStepEvents: what marked them: "optimizer step hooks", "gpumem.step()", both, or
   // "unrecorded" (traces from before the source was recorded).
   std::string source;
+  // kStepEvents: of the first ends, how many were marked by calls of the model with grad
+  // before any backward pass: perhaps parts of the first iteration, whose graphs wait for
+  // its backward, rather than steps.
+  std::size_t first_iteration_marks = 0;
 
   // The step that event `index` belongs to (0-based).
   std::size_t StepOf(std::size_t index) const;

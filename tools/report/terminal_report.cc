@@ -23,7 +23,7 @@ constexpr std::size_t kRecoveredListed = 5;
 
 void AppendFatalOom(const OomExplanation& x, bool color, std::string* out) {
   absl::StrAppend(out, "\n", Paint(color, "1;31", absl::StrCat("OOM that ended the run (", OomClassName(x.cls), ")")),
-                  " in step ", x.at.step + 1, ", requesting ", Bytes(x.at.request), ":\n  ",
+                  " ", OomWhere(x), ", requesting ", Bytes(x.at.request), ":\n  ",
                   x.evidence, "\n  Fix: ", x.fix, "\n");
 }
 

@@ -109,6 +109,13 @@ struct OomFigures {
   bool growth_suspected = false;    // some site (or the total) grows steadily
   std::uint64_t grown_bytes = 0;    // what that growth added by the OOM
 };
+// A run that died in its first iteration, every step so far a call of the model with grad
+// before any backward pass: what to do about an iteration too large.
+inline constexpr absl::string_view kFirstIterationFix =
+    "One iteration here is every call of the model before its backward (an episode of "
+    "actions, losses summed over micro-batches): call backward() more often, after each "
+    "micro-batch or on shorter episodes, so that each call's graph is freed; if no backward "
+    "is meant, call the model under torch.no_grad()";
 // Leak when steady growth explains it (without the growth the request would have fit),
 // fragmentation when enough was cached but in no piece big enough, else a genuine peak.
 OomClass ClassifyOom(const OomFigures& f);

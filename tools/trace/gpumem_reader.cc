@@ -53,7 +53,7 @@ std::optional<Action> ActionOf(RecordType type) {
 }
 
 StepSource StepSourceOf(std::uint64_t extra) {
-  constexpr auto kLast = static_cast<std::uint64_t>(format::StepSource::kGraphReplay);
+  constexpr auto kLast = static_cast<std::uint64_t>(format::kLastStepSource);
   const auto s = static_cast<format::StepSource>(extra <= kLast ? extra : 0);
   switch (s) {
     case format::StepSource::kExplicit: return StepSource::kExplicit;
@@ -61,6 +61,8 @@ StepSource StepSourceOf(std::uint64_t extra) {
     case format::StepSource::kBackward: return StepSource::kBackward;
     case format::StepSource::kModelCall: return StepSource::kModelCall;
     case format::StepSource::kGraphReplay: return StepSource::kGraphReplay;
+    case format::StepSource::kModelCallAwaitingBackward:
+      return StepSource::kModelCallAwaitingBackward;
     case format::StepSource::kUnknown: break;
   }
   return StepSource::kUnknown;

@@ -37,9 +37,13 @@ enum class StepSource : std::uint8_t {
   kBackward = 3,       // backward passes, where no optimizer steps or it stalls (the package)
   kModelCall = 4,      // the model's calls, where neither of those marks (the package)
   kGraphReplay = 5,    // CUDA graph replays, where none of those marks (the package)
+  // Model calls with grad in train mode before any backward pass: parts of the first
+  // iteration, perhaps, rather than steps (the package)
+  kModelCallAwaitingBackward = 6,
 };
 // How many StepSource values there are: the last one's value plus one.
-inline constexpr std::size_t kStepSources = static_cast<std::size_t>(StepSource::kGraphReplay) + 1;
+inline constexpr std::size_t kStepSources =
+    static_cast<std::size_t>(StepSource::kModelCallAwaitingBackward) + 1;
 std::optional<Action> ParseAction(absl::string_view name);
 
 struct Frame {
