@@ -339,10 +339,6 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
     in->figures.finished_steps = passes;
     in->pass_start = pass_start_;
   }
-  if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward)) {
-    in->first_iteration_calls = awaiting_marks_ + 1;  // the first call marks nothing
-    in->figures.finished_steps = 0;
-  }
   const BlocksNow blocks = ReadBlocks();
   const absl::flat_hash_map<std::uint64_t, std::uint64_t> now = BySiteLocked(blocks.by_stack);
   absl::flat_hash_set<std::uint64_t> pool_sites;
@@ -375,6 +371,13 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   for (VerdictSite& s : others) growing.push_back(std::move(s));
   if (growing.size() > kVerdictSites) growing.resize(kVerdictSites);
   in->sites = std::move(growing);
+  // Calls awaiting a first backward pass that held more at each (not a batch-size
+  // finder's attempts, each freed when it failed): one iteration, unfinished.
+  if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward) &&
+      in->figures.growth_suspected) {
+    in->first_iteration_calls = awaiting_marks_ + 1;  // the first call marks nothing
+    in->figures.finished_steps = 0;
+  }
 }
 
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,

@@ -567,6 +567,30 @@ TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
   EXPECT_NE(err.find("+9.00 MiB/call"), std::string::npos) << err;
 }
 
+// A batch-size finder's attempts before any backward pass: each call's memory freed when
+// it failed, nothing held more from call to call. Not an iteration of many calls.
+TEST(OomVerdictTest, AFindersAttemptsBeforeAnyBackwardPassAreNoIteration) {
+  FakeTorchDevice torch{16};
+  ASSERT_EQ(gpumem_trace_capacity(16, 256 * kMiB, 3), 0);
+  const std::uint32_t attempt = SiteStack("finder.py", 12, "fits");
+  torch.Alloc(20 * kMiB, SiteStack("finder.py", 3, "build"));
+  ASSERT_EQ(gpumem_trace_step_source(6), 0);
+  for (int call = 0; call < 8; ++call) {
+    torch.Free(torch.Alloc((8 << call) * kMiB / 8, attempt));
+    if (call > 0) StepPrinting();
+  }
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 300 * kMiB;
+  f.reserved_bytes = 150 * kMiB;
+  f.driver_free_bytes = 0;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(16, &f), 2);  // a genuine peak
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(gpumem_trace_step_source(0), 0);
+  StepPrinting();
+  EXPECT_EQ(err.find("iteration"), std::string::npos) << err;
+}
+
 // What marks the steps, as the Python package says it: the six sources and 0, nothing
 // else.
 TEST(StepSourceTest, TheCApiTakesTheKnownSourcesOnly) {

@@ -35,8 +35,10 @@ TEST(SyntheticOom, LeakIsALeak) {
 }
 
 // Calls of a policy, each keeping its graph (16 MiB) for one backward pass that never
-// comes before the OOM; every step marked by `source`.
-trace::Trace CallsThatKeepTheirGraphs(trace::StepSource source) {
+// comes before the OOM; every step marked by `source`. Without `keep`, each call's memory
+// is freed before the next (a batch-size finder's attempts), and the OOM is a request of
+// the whole device.
+trace::Trace CallsThatKeepTheirGraphs(trace::StepSource source, bool keep = true) {
   constexpr std::uint64_t kBase = 0x7f0000000000ull;
   synthetic::Builder b;
   const std::uint32_t params = b.Stack(10, "build_model");
@@ -45,13 +47,17 @@ trace::Trace CallsThatKeepTheirGraphs(trace::StepSource source) {
   b.Alloc(kBase, 128 * kMiB, params);
   std::uint64_t next = kBase + 128 * kMiB;
   for (int calls = 1;; ++calls) {
-    if (next + 16 * kMiB > kBase + kCapacity) {
-      b.Oom(16 * kMiB, 0);
+    if (next + 16 * kMiB > kBase + kCapacity || (!keep && calls == 10)) {
+      b.Oom(keep ? 16 * kMiB : kCapacity, 0);
       break;
     }
     b.Segment(next, 16 * kMiB);
     b.Alloc(next, 16 * kMiB, call);
-    next += 16 * kMiB;
+    if (keep) {
+      next += 16 * kMiB;
+    } else {
+      b.Free(next, 16 * kMiB, call);
+    }
     if (calls > 1) b.Step(source);  // the first call marks nothing
   }
   return b.Take();
@@ -80,6 +86,13 @@ TEST(SyntheticOom, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
   ASSERT_EQ(leak.ooms.size(), 1u);
   EXPECT_EQ(leak.ooms[0].cls, OomClass::kLeak) << leak.ooms[0].evidence;
   EXPECT_EQ(leak.ooms[0].first_iteration_calls, 0u);
+
+  trace::Trace finder =
+      CallsThatKeepTheirGraphs(trace::StepSource::kModelCallAwaitingBackward, /*keep=*/false);
+  Report attempts = BuildReport(finder, {});
+  ASSERT_EQ(attempts.ooms.size(), 1u);
+  EXPECT_EQ(attempts.ooms[0].cls, OomClass::kPeak) << attempts.ooms[0].evidence;
+  EXPECT_EQ(attempts.ooms[0].first_iteration_calls, 0u) << attempts.ooms[0].evidence;
 }
 
 TEST(SyntheticOom, FragmentationIsFragmentation) {

@@ -150,9 +150,11 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     x.free_cached = p.reserved > p.allocated ? p.reserved - p.allocated : 0;
     x.leaked_bytes = LeakedBytes(p, timeline, leaks);
     x.leak_bytes_per_step = leaks.bytes_per_step;
-    // An OOM while every mark so far was a call awaiting the first backward pass came in
-    // the first iteration: none had finished.
-    const bool first_iteration = p.step > 0 && p.step <= steps.first_iteration_marks;
+    // An OOM while every mark so far was a call awaiting the first backward pass, memory
+    // growing over them (not a batch-size finder's attempts, each freed when it failed),
+    // came in the first iteration: none had finished.
+    const bool first_iteration = p.step > 0 && p.step <= steps.first_iteration_marks &&
+                                 !leaks.suspects.empty();
     OomFigures figures;
     figures.finished_steps = first_iteration ? 0 : p.step;
     figures.allocated = p.allocated;
