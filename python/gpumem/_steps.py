@@ -32,7 +32,9 @@ generation phase after training; steps marked by any source count). A source tha
 in stops when any other marks (a validation pass between epochs of graph replays stands in
 for that pass only); stopped by such a pass, its training calls stand in again at once, as
 the source both stand in for has still not marked. gpumem.step() is never stood in for:
-the program says where its steps are.
+the program says where its steps are. Model calls that train before any backward pass has
+run are said to the library as a source of their own (SOURCE_MODEL_CALL_AWAITING_BACKWARD):
+their graphs wait for a backward, so they may all be one iteration.
 """
 import importlib
 
