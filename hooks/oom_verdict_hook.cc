@@ -55,12 +55,8 @@ void Describe(OomVerdictInput& in) {
   } else {
     in.figures.finished_steps = g_steps;
     DescribeTotalGrowth(g_totals, in.device, in.figures.allocated, &in);
-    // Every step so far a call awaiting the first backward pass, each holding more: one
-    // unfinished iteration (LiveView::Describe).
-    if (Recorder::StepSourceNow() == format::StepSource::kModelCallAwaitingBackward &&
-        in.figures.growth_suspected) {
-      in.first_iteration_calls = g_steps + 1;
-      in.figures.finished_steps = 0;
+    if (Recorder::StepSourceNow() == format::StepSource::kModelCallAwaitingBackward) {
+      CountAsFirstIteration(g_steps + 1, &in);
     }
   }
 }

@@ -371,12 +371,8 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   for (VerdictSite& s : others) growing.push_back(std::move(s));
   if (growing.size() > kVerdictSites) growing.resize(kVerdictSites);
   in->sites = std::move(growing);
-  // Calls awaiting a first backward pass that held more at each (not a batch-size
-  // finder's attempts, each freed when it failed): one iteration, unfinished.
-  if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward) &&
-      in->figures.growth_suspected) {
-    in->first_iteration_calls = awaiting_marks_ + 1;  // the first call marks nothing
-    in->figures.finished_steps = 0;
+  if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward)) {
+    CountAsFirstIteration(awaiting_marks_ + 1, in);  // the first call marks nothing
   }
 }
 

@@ -27,12 +27,7 @@ const char* Units(const OomVerdictInput& in) {
 // The growth part of a genuine peak's evidence.
 std::string PeakGrowth(const OomVerdictInput& in) {
   const report::OomFigures& f = in.figures;
-  if (in.first_iteration_calls > 0) {
-    return absl::StrCat("no iteration had finished: the model was called ",
-                        in.first_iteration_calls,
-                        " times with grad and no backward pass yet, and each call's graph "
-                        "waits for that backward");
-  }
+  if (in.first_iteration_calls > 0) return report::FirstIterationGrowth(in.first_iteration_calls);
   if (f.finished_steps < report::kMinStepsForLeak) {
     return absl::StrCat("only ", f.finished_steps, " ",
                         f.finished_steps == 1 ? Unit(in) : Units(in),
@@ -152,6 +147,12 @@ void AppendPageNote(const OomVerdictInput& in, OomClass cls, std::string* out) {
 }
 
 }  // namespace
+
+void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in) {
+  if (!in->figures.growth_suspected) return;
+  in->first_iteration_calls = calls;
+  in->figures.finished_steps = 0;
+}
 
 std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   std::string out = absl::StrCat("gpumem: device ", in.device, ": out of memory: verdict: ",

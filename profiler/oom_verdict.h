@@ -52,6 +52,12 @@ struct OomVerdictInput {
   std::string trace_path;         // flushed with this OOM; empty without a trace
 };
 
+// Every step so far was a call awaiting the first backward pass, `calls` of them: where
+// they held more at each (growth suspected; not a batch-size finder's attempts, each freed
+// when it failed), they are one unfinished iteration (first_iteration_calls), and no step
+// has finished.
+void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in);
+
 // Several lines, each starting "gpumem: ", ending in '\n'.
 std::string OomVerdictText(const OomVerdictInput& in, report::OomClass cls);
 

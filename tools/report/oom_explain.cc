@@ -85,18 +85,13 @@ void ExplainPeak(const LeakAnalysis& leaks, std::size_t first_iteration_calls,
                  OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kPeak;
-  std::string growth =
-      p.step < kMinStepsForLeak
+  const std::string growth =
+      first_iteration_calls > 0 ? FirstIterationGrowth(first_iteration_calls)
+      : p.step < kMinStepsForLeak
           ? absl::StrCat("only ", p.step, " step", p.step == 1 ? "" : "s",
                          " had finished, too few to call growth a leak")
           : absl::StrCat("memory kept from step to step did not grow",
                          leaks.suspects.empty() ? "" : " enough to explain it");
-  if (first_iteration_calls > 0) {
-    growth = absl::StrCat("no iteration had finished: the model was called ",
-                          first_iteration_calls,
-                          " times with grad and no backward pass yet, and each call's graph "
-                          "waits for that backward");
-  }
   x->evidence = absl::StrCat(
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",
       Bytes(p.allocated + p.request), " against a capacity of ", Bytes(x->capacity),

@@ -85,6 +85,12 @@ const char* OomClassName(OomClass c) {
   return "peak";
 }
 
+std::string FirstIterationGrowth(std::size_t calls) {
+  return absl::StrCat("no iteration had finished: the model was called ", calls,
+                      " times with grad and no backward pass yet, and each call's graph "
+                      "waits for that backward");
+}
+
 const char* OomVerdictName(OomClass c) {
   switch (c) {
     case OomClass::kPeak: return "genuine peak";

@@ -116,6 +116,8 @@ inline constexpr absl::string_view kFirstIterationFix =
     "actions, losses summed over micro-batches): call backward() more often, after each "
     "micro-batch or on shorter episodes, so that each call's graph is freed; if no backward "
     "is meant, call the model under torch.no_grad()";
+// A genuine peak's evidence for such a run: why no step had finished after `calls` calls.
+std::string FirstIterationGrowth(std::size_t calls);
 // Leak when steady growth explains it (without the growth the request would have fit),
 // fragmentation when enough was cached but in no piece big enough, else a genuine peak.
 OomClass ClassifyOom(const OomFigures& f);
