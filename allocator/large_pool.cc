@@ -295,8 +295,13 @@ absl::StatusOr<Block*> LargePool::GrowSegment(std::size_t bytes) {
 }
 
 absl::StatusOr<Block*> LargePool::GrowNewRange(std::size_t pages, std::size_t bytes) {
-  const std::size_t va_bytes = std::max(range_va_bytes_, pages * page_);
+  std::size_t va_bytes = std::max(range_va_bytes_, pages * page_);
   absl::StatusOr<DevicePtr> base = pages_.ReserveRange(va_bytes);
+  if (!base.ok() && va_bytes > pages * page_) {
+    // Address space short (many ranges live): a range without room to grow still serves.
+    va_bytes = pages * page_;
+    base = pages_.ReserveRange(va_bytes);
+  }
   if (!base.ok()) return base.status();
   if (absl::Status s = pages_.MapPages(*base, pages); !s.ok()) {
     pages_.ReleaseRange(*base, va_bytes);

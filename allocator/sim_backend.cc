@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 
@@ -51,13 +52,31 @@ absl::StatusOr<DevicePtr> SimBackend::ReserveAddressRange(std::size_t bytes) {
   if (bytes == 0 || bytes % options_.granularity) {
     Misuse(absl::StrCat("ReserveAddressRange of ", bytes, " bytes: not a multiple of granularity"));
   }
-  if (next_va_ + bytes > kSegmentBase) return absl::ResourceExhaustedError("virtual address space exhausted");
-  DevicePtr base = next_va_;
   // One granule of guard between ranges, so ranges are never accidentally contiguous.
-  next_va_ += bytes + options_.granularity;
+  const std::size_t guarded = bytes + options_.granularity;
+  DevicePtr base = next_va_;
+  if (next_va_ + guarded > kSegmentBase) {
+    // The fresh area is used up: reuse the first gap released ranges left, as a driver does.
+    std::optional<DevicePtr> gap = FirstGap(guarded);
+    if (!gap) return absl::ResourceExhaustedError("virtual address space exhausted");
+    base = *gap;
+  } else {
+    next_va_ += guarded;
+  }
   ranges_.emplace(base, bytes);
   counters_.reserved_va_bytes += bytes;
   return base;
+}
+
+// The lowest address with `bytes` unreserved from there, below the fresh area's end.
+std::optional<DevicePtr> SimBackend::FirstGap(std::size_t bytes) const {
+  DevicePtr at = kVaBase + options_.address_offset;
+  for (const auto& [base, size] : ranges_) {
+    if (base >= at + bytes) return at;
+    at = std::max(at, base + size + options_.granularity);
+  }
+  if (at + bytes <= next_va_) return at;
+  return std::nullopt;
 }
 
 void SimBackend::ReleaseAddressRange(DevicePtr base, std::size_t bytes) {

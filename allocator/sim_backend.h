@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -112,6 +113,7 @@ class SimBackend final : public Backend {
   std::uint64_t other_users_bytes_ = 0;
   DevicePtr next_va_;
   DevicePtr next_segment_;
+  std::optional<DevicePtr> FirstGap(std::size_t bytes) const;
   std::map<DevicePtr, std::size_t> ranges_;      // reserved VA: base -> bytes
   std::map<DevicePtr, Mapping> mappings_;        // va -> mapping
   std::map<DevicePtr, std::size_t> segments_;    // base -> bytes

@@ -48,6 +48,27 @@ TEST(LargePoolTest, SplitsAndCoalesces) {
   EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
 }
 
+// A range is reserved with room to grow; where the address space has no room for that,
+// a range of the request's own size still serves it.
+TEST(LargePoolTest, AFreshRangeWithoutRoomWhenTheAddressSpaceIsShort) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  constexpr std::size_t kTiB = std::size_t{1} << 40;
+  LargePool pool(heap, 40 * kTiB);  // the simulated address space holds one such range
+  Block* first = *pool.Grow(pool.PlanGrowth(4 * kPage), 4 * kPage);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 40 * kTiB);
+  // Whole pages get a fresh range of their own.
+  absl::StatusOr<Block*> second = pool.Grow(pool.PlanGrowth(8 * kPage), 8 * kPage);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(pool.range_count(), 2u);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 40 * kTiB + 8 * kPage);
+  ExpectConsistent(pool, sim);
+  pool.Free(first);
+  pool.Free(*second);
+  EXPECT_EQ(pool.TakeIdlePages(100, nullptr), 12u);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+}
+
 // Two pools on one meter: what they hand out, carved (512 B rounded by the caller), by
 // best fit, growth or at an address, and its peak across both.
 TEST(LargePoolTest, MeterCountsWhatPoolsHandOutAndItsPeak) {

@@ -41,6 +41,31 @@ TEST(SimBackendTest, MappingMakesBytesAccessible) {
   EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
 }
 
+// The simulated address space is 48 TiB, and a long replay releases and reserves ranges
+// by the thousand: once the fresh area is used up, released ranges' addresses are reused.
+TEST(SimBackendTest, ReusesReleasedAddressRangesOnceTheFreshAreaIsUsedUp) {
+  SimBackend sim;
+  constexpr std::size_t kTiB = std::size_t{1} << 40;
+  DevicePtr a = *sim.ReserveAddressRange(15 * kTiB);
+  DevicePtr b = *sim.ReserveAddressRange(15 * kTiB);
+  DevicePtr c = *sim.ReserveAddressRange(15 * kTiB);
+  EXPECT_EQ(sim.ReserveAddressRange(15 * kTiB).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  sim.ReleaseAddressRange(b, 15 * kTiB);
+  absl::StatusOr<DevicePtr> again = sim.ReserveAddressRange(8 * kTiB);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, b);
+  DevicePtr rest = *sim.ReserveAddressRange(6 * kTiB);  // after `again`, before `c`
+  EXPECT_GT(rest, *again);
+  EXPECT_LT(rest + 6 * kTiB, c);
+  EXPECT_FALSE(sim.ReserveAddressRange(4 * kTiB).ok());  // 3 TiB fresh, a 1 TiB gap
+  for (auto [base, bytes] : {std::pair{a, 15 * kTiB}, {c, 15 * kTiB}, {*again, 8 * kTiB},
+                             {rest, 6 * kTiB}}) {
+    sim.ReleaseAddressRange(base, bytes);
+  }
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+}
+
 TEST(SimBackendDeathTest, CatchesPolicyBugs) {
   SimBackend sim;
   DevicePtr va = *sim.ReserveAddressRange(4 * kMiB);
