@@ -16,18 +16,18 @@ namespace {
 // What the figures count: steps, the passes that stood in for them, or the calls of an
 // unfinished first iteration.
 const char* Unit(const OomVerdictInput& in) {
-  if (in.first_iteration_calls > 0) return "call";
+  if (in.figures.first_iteration_calls > 0) return "call";
   return in.pass_start.empty() ? "step" : "pass";
 }
 const char* Units(const OomVerdictInput& in) {
-  if (in.first_iteration_calls > 0) return "calls";
+  if (in.figures.first_iteration_calls > 0) return "calls";
   return in.pass_start.empty() ? "steps" : "passes";
 }
 
 // The growth part of a genuine peak's evidence.
 std::string PeakGrowth(const OomVerdictInput& in) {
   const report::OomFigures& f = in.figures;
-  if (in.first_iteration_calls > 0) return report::FirstIterationGrowth(in.first_iteration_calls);
+  if (in.figures.first_iteration_calls > 0) return report::FirstIterationGrowth(in.figures.first_iteration_calls);
   if (f.finished_steps < report::kMinStepsForLeak) {
     return absl::StrCat("only ", f.finished_steps, " ",
                         f.finished_steps == 1 ? Unit(in) : Units(in),
@@ -150,7 +150,7 @@ void AppendPageNote(const OomVerdictInput& in, OomClass cls, std::string* out) {
 
 void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in) {
   if (!in->figures.growth_suspected) return;
-  in->first_iteration_calls = calls;
+  in->figures.first_iteration_calls = calls;
   in->figures.finished_steps = 0;
 }
 
@@ -167,7 +167,7 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls, GrowsInGraphPools(in)), "\n");
-  if (in.first_iteration_calls > 0 && cls == OomClass::kPeak) {
+  if (in.figures.first_iteration_calls > 0 && cls == OomClass::kPeak) {
     absl::StrAppend(&out, "gpumem:   iteration: ", report::kFirstIterationFix, "\n");
   }
   if (cls == OomClass::kFragmentation && in.gpumem_allocator) {

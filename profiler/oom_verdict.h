@@ -44,18 +44,15 @@ struct OomVerdictInput {
   // Set where no step was marked and passes stood in for steps (PassFinder): the site
   // whose allocation starts each pass. The figures' steps are then passes.
   std::string pass_start;
-  // Set where every step so far was marked by a call of the model with grad, in train
-  // mode, before any backward pass (format::StepSource::kModelCallAwaitingBackward): the
-  // calls, taken as one unfinished iteration whose graphs wait for its backward. The
-  // figures' steps are then calls, and none has finished.
-  std::size_t first_iteration_calls = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
 };
 
-// Every step so far was a call awaiting the first backward pass, `calls` of them: where
-// they held more at each (growth suspected; not a batch-size finder's attempts, each freed
-// when it failed), they are one unfinished iteration (first_iteration_calls), and no step
-// has finished.
+// Every step so far was a call of the model with grad before any backward pass
+// (format::StepSource::kModelCallAwaitingBackward), `calls` of them: where they held more
+// at each (growth suspected; not a batch-size finder's attempts, each freed when it
+// failed), they are one unfinished iteration whose graphs wait for its backward
+// (figures.first_iteration_calls; the figures' steps are then calls), and no step has
+// finished.
 void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in);
 
 // Several lines, each starting "gpumem: ", ending in '\n'.

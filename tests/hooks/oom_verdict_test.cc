@@ -534,30 +534,39 @@ TEST(OomVerdictTest, ProfileModeBackwardLeakNamesItsForwardLine) {
   EXPECT_EQ(err.find("<no stack recorded> grew"), std::string::npos) << err;
 }
 
-// An episode of calls of a policy, each keeping its graph for the backward pass at the
-// episode's end, too large for the device: every step so far was marked by a call awaiting
-// the first backward pass. No warning at those calls, and the OOM is a genuine peak of the
-// first iteration, with the fix for an iteration too large.
-TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
-  FakeTorchDevice torch{15};
-  ASSERT_EQ(gpumem_trace_capacity(15, 256 * kMiB, 3), 0);
+// An episode of 20 calls of a policy on device `device` (a 256 MiB cap), each keeping
+// 9 MiB of graph for the backward pass at the episode's end, every step so far marked by
+// a call awaiting the first backward pass; then an OOM with `figures`. What was said and
+// the verdict.
+std::string EpisodeTooLarge(int device, const gpumem_oom_figures_t& figures, int* verdict) {
+  FakeTorchDevice torch{device};
+  EXPECT_EQ(gpumem_trace_capacity(device, 256 * kMiB, 3), 0);
   const std::uint32_t action = SiteStack("rl.py", 30, "rollout");
   torch.Alloc(20 * kMiB, SiteStack("rl.py", 5, "policy"));
-  ASSERT_EQ(gpumem_trace_step_source(6), 0);
+  EXPECT_EQ(gpumem_trace_step_source(6), 0);
   std::string err;
   for (int call = 0; call < 20; ++call) {
     torch.Alloc(9 * kMiB, action);
     if (call > 0) err += StepPrinting();
   }
+  ::testing::internal::CaptureStderr();
+  *verdict = gpumem_explain_oom(device, &figures);
+  err += ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(gpumem_trace_step_source(0), 0);
+  StepPrinting();  // the live view too leaves the calls' source, for the tests after this
+  return err;
+}
+
+// No warning at those calls, and the OOM is a genuine peak of the first iteration, with
+// the fix for an iteration too large.
+TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
   gpumem_oom_figures_t f{};
   f.requested_bytes = 60 * kMiB;
   f.reserved_bytes = 210 * kMiB;
   f.driver_free_bytes = 0;
-  ::testing::internal::CaptureStderr();
-  EXPECT_EQ(gpumem_explain_oom(15, &f), 2);  // a genuine peak
-  err += ::testing::internal::GetCapturedStderr();
-  ASSERT_EQ(gpumem_trace_step_source(0), 0);
-  StepPrinting();  // the live view too leaves the calls' source, for the tests after this
+  int verdict = -1;
+  const std::string err = EpisodeTooLarge(15, f, &verdict);
+  EXPECT_EQ(verdict, 2);  // a genuine peak
   EXPECT_EQ(err.find("leak warning"), std::string::npos) << err;
   EXPECT_NE(err.find("device 15: out of memory: verdict: genuine peak"), std::string::npos) << err;
   EXPECT_NE(err.find("no iteration had finished: the model was called 20 times with grad"),
@@ -565,6 +574,22 @@ TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
   EXPECT_NE(err.find("gpumem:   iteration: One iteration here is every call of the model"),
             std::string::npos) << err;
   EXPECT_NE(err.find("+9.00 MiB/call"), std::string::npos) << err;
+}
+
+// PyTorch's own allocator may fail such an episode while it caches more than the request
+// in pieces too small: those pieces only brought the end a few calls closer, and the
+// iteration is still too large.
+TEST(OomVerdictTest, AnIterationTooLargeIsItsPeakWhateverWasCutIntoPieces) {
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 20 * kMiB;
+  f.reserved_bytes = 240 * kMiB;  // 40 MiB cached free
+  f.largest_free_bytes = 8 * kMiB;
+  f.driver_free_bytes = 0;
+  int verdict = -1;
+  const std::string err = EpisodeTooLarge(17, f, &verdict);
+  EXPECT_EQ(verdict, 2) << err;  // a genuine peak, not fragmentation
+  EXPECT_NE(err.find("device 17: out of memory: verdict: genuine peak"), std::string::npos) << err;
+  EXPECT_NE(err.find("gpumem:   iteration: One iteration here"), std::string::npos) << err;
 }
 
 // A batch-size finder's attempts before any backward pass: each call's memory freed when

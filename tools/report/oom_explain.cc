@@ -159,6 +159,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     figures.largest_free = p.largest_free_piece;
     figures.growth_suspected = !leaks.suspects.empty();
     figures.grown_bytes = x.leaked_bytes;
+    figures.first_iteration_calls = first_iteration ? p.step + 1 : 0;
     const OomClass cls = ClassifyOom(figures);
     if (cls == OomClass::kLeak) {
       ExplainLeak(leaks, &x);
@@ -167,7 +168,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     } else if (cls == OomClass::kHeldApart) {
       ExplainHeldApart(&x);
     } else {
-      x.first_iteration_calls = first_iteration ? p.step + 1 : 0;
+      x.first_iteration_calls = figures.first_iteration_calls;
       ExplainPeak(leaks, x.first_iteration_calls, &x);
     }
     out.push_back(std::move(x));

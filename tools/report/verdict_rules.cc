@@ -222,10 +222,11 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
 
 OomClass ClassifyOom(const OomFigures& f) {
   const std::uint64_t need = f.allocated + f.request;
-  if (f.finished_steps >= kMinStepsForLeak && f.growth_suspected && f.grown_bytes > 0 &&
-      need - std::min(need, f.grown_bytes) <= f.capacity) {
-    return OomClass::kLeak;
-  }
+  const bool growth_explains = f.growth_suspected && f.grown_bytes > 0 &&
+                               need - std::min(need, f.grown_bytes) <= f.capacity;
+  if (growth_explains && f.finished_steps >= kMinStepsForLeak) return OomClass::kLeak;
+  // Pieces too small only brought the end of an iteration too large a few calls closer.
+  if (growth_explains && f.first_iteration_calls > 0) return OomClass::kPeak;
   // Without the largest piece, enough cached memory that the allocator could not use
   // means it was in pieces too small.
   if (f.free_cached >= f.request && f.largest_free.value_or(0) < f.request) {

@@ -108,6 +108,9 @@ struct OomFigures {
   std::optional<std::uint64_t> largest_free;  // nullopt: the allocator does not say
   bool growth_suspected = false;    // some site (or the total) grows steadily
   std::uint64_t grown_bytes = 0;    // what that growth added by the OOM
+  // Nonzero where no iteration had finished: every step so far was a call of the model
+  // with grad before any backward pass, this many of them (the steps are then calls).
+  std::size_t first_iteration_calls = 0;
 };
 // A run that died in its first iteration, every step so far a call of the model with grad
 // before any backward pass: what to do about an iteration too large.
@@ -118,8 +121,10 @@ inline constexpr absl::string_view kFirstIterationFix =
     "is meant, call the model under torch.no_grad()";
 // A genuine peak's evidence for such a run: why no step had finished after `calls` calls.
 std::string FirstIterationGrowth(std::size_t calls);
-// Leak when steady growth explains it (without the growth the request would have fit),
-// fragmentation when enough was cached but in no piece big enough, else a genuine peak.
+// Leak when steady growth over finished steps explains it (without the growth the request
+// would have fit); a genuine peak when that growth came within the first iteration (its
+// own size, whatever was cut into pieces); fragmentation when enough was cached but in no
+// piece big enough; else a genuine peak.
 OomClass ClassifyOom(const OomFigures& f);
 
 // Files of code the user does not edit (torch, installed packages, the standard library,
