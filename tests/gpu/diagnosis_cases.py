@@ -2162,5 +2162,158 @@ def losses_summed_over_too_many_micro_batches():
         opt.step()
 
 
+# A fourteenth set, run before any change for them: metric objects, modules made in
+# forward, a batch size that doubles, a memo that never hits, an unbounded prefetch queue.
+class DeviceAccuracy:
+    """A metric as scripts write one: the step's probabilities kept on the device until
+    compute(), which reset() is meant to follow."""
+
+    def __init__(self):
+        self.probs, self.targets = [], []
+
+    def update(self, out, target):
+        self.probs.append(out.detach().softmax(1))  # LEAK: every step's, until reset()
+        self.targets.append(target)
+
+    def compute(self):
+        hits = sum(int((p.argmax(1) == t).sum()) for p, t in zip(self.probs, self.targets))
+        return hits / sum(len(t) for t in self.targets)
+
+    def reset(self):
+        self.probs, self.targets = [], []
+
+
+def train_with_metric(reset, epochs=12, steps=100):
+    net, metric = model(), DeviceAccuracy()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(epochs):
+        for _ in range(steps):
+            x = batch()
+            out, _ = fit(net, opt, x)
+            metric.update(out, x.argmax(1))
+        print(f"epoch {epoch}: accuracy {metric.compute():.4f}")
+        if reset:
+            metric.reset()
+
+
+@case("leak", leak_in=DeviceAccuracy)
+def metric_state_never_reset():
+    """The metric's compute() at each epoch's end, its reset() forgotten: it keeps every
+    step's probabilities (8 MiB a step)."""
+    train_with_metric(reset=False)
+
+
+@case("no leak")
+def metric_state_reset_each_epoch():
+    """The same metric reset after each epoch's compute(): 800 MiB at an epoch's end, all
+    given back, every epoch."""
+    train_with_metric(reset=True)
+
+
+@case("no leak")
+def outputs_kept_until_the_accumulated_step():
+    """Sixteen micro-batches an optimizer step; their outputs are kept for the window's log
+    line and the list is replaced when the next window starts."""
+    net = model()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    for step in range(300):
+        window = []
+        for _ in range(16):
+            out = net(batch(1024))
+            (out.pow(2).mean() / 16).backward()
+            window.append(out.detach())
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 50 == 0:
+            print(f"step {step}: output norm {torch.stack([o.norm() for o in window]).mean():.3f}")
+
+
+class GrowingHeads(torch.nn.Module):
+    """A head made in forward for each call, kept in a ModuleList "to inspect later"."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = model()
+        self.heads = torch.nn.ModuleList()
+
+    def forward(self, x):
+        self.heads.append(torch.nn.Linear(1024, 1024).cuda())  # LEAK: a head (and its grad) a call
+        return self.heads[-1](self.body(x))
+
+
+@case("leak", leak_in=GrowingHeads)
+def heads_created_in_forward_kept_in_a_module_list():
+    """Each call's new head stays in the module, and its gradient with it (8 MiB a step);
+    the optimizer, built before, never sees them."""
+    net = GrowingHeads()
+    opt = torch.optim.SGD(net.body.parameters(), lr=1e-3)
+    for _ in range(100000):
+        fit(net, opt, batch(1024))
+
+
+@case("genuine peak")
+def batch_size_doubled_each_epoch():
+    """A batch-size schedule that doubles the batch every epoch of 50 steps: nothing is
+    kept between steps, and the step of some epoch no longer fits."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for epoch in range(20):
+        for _ in range(50):
+            _, loss = fit(net, opt, batch(256 << epoch))
+        print(f"epoch {epoch}: batch {256 << epoch}, loss {loss.item():.4f}")
+
+
+@case("leak")
+def masks_cached_by_length_tuple():
+    """Padding masks memoized by the batch's tuple of lengths: lengths are random, so the
+    memo never hits and keeps one 2 MiB mask a step."""
+    net, masks = model(), {}
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    positions = torch.arange(2048, device="cuda")
+    for _ in range(100000):
+        lengths = torch.randint(1, 2048, (256,), device="cuda")
+        key = tuple(lengths.tolist())
+        if key not in masks:
+            masks[key] = (positions[None, :] < lengths[:, None]).float()  # LEAK: never hit
+        out = net(batch(256))
+        loss = (out * masks[key][:, :1024]).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+@case("leak")
+def prefetch_queue_without_a_bound():
+    """A loader thread copies batches to the device into an unbounded queue.Queue faster
+    than the training loop takes them; errors go through the queue to the loop."""
+    import queue
+    import threading
+    import time
+    ready, stop = queue.Queue(), threading.Event()
+    host = torch.randn(2048, 1024).pin_memory()
+
+    def load():
+        try:
+            while not stop.is_set():
+                ready.put(host.cuda(non_blocking=True))  # LEAK: queued faster than taken
+                time.sleep(0.001)
+        except Exception as error:  # the loop re-raises it
+            ready.put(error)
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    try:
+        for step in range(100000):
+            x = ready.get()
+            if isinstance(x, Exception):
+                raise x
+            fit(net, opt, x)
+            time.sleep(0.004)  # logging, checkpoints: the loop is the slower side
+    finally:
+        stop.set()
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
