@@ -42,6 +42,9 @@ struct LeakWarning {
   // `live_when_said` it was warned at: it grew within one iteration.
   bool given_back = false;
   std::uint64_t live_when_said = 0;
+  // Withdrawn as its site held no more over LeakWarner::kTrialMarks step ends once a
+  // better source began marking steps: it grew within one iteration.
+  bool flat_since_switch = false;
   std::uint64_t in_steps_over = 0;  // step ends its coarse series grew over (0: each step)
 };
 
@@ -57,10 +60,17 @@ class LeakWarner {
   };
   std::vector<LeakWarning> Check(std::uint64_t step, const SiteHistory& history,
                                  const absl::flat_hash_map<std::int32_t, DeviceFigures>& devices);
-  // A better source has begun marking steps (an optimizer step, where model calls stood
-  // in before it): the step ends the warnings were said at were parts of one iteration.
-  // Withdraws each warning whose site now holds less than when it was said.
-  std::vector<LeakWarning> WithdrawGivenBack(std::uint64_t step, const SiteHistory& history);
+  // Called at each step end once a better source began marking steps (an optimizer step,
+  // where model calls or backward passes stood in before it; `switched`: this is its first
+  // mark): the step ends the warnings were said at may have been parts of one iteration.
+  // At the switch every warning goes on trial: until the new source's step ends have
+  // shown kTrialMarks intervals, one whose site holds less than when it was said is
+  // withdrawn (given_back), one whose site grows past what it held at the new source's
+  // second mark stands, and one held flat throughout is withdrawn (flat_since_switch).
+  std::vector<LeakWarning> WithdrawSinceBetterSource(std::uint64_t step,
+                                                     const SiteHistory& history,
+                                                     bool switched);
+  static constexpr std::size_t kTrialMarks = 2;
   // Step ends without growth after which a warning is withdrawn.
   std::size_t stopped_steps() const { return stopped_steps_; }
 
@@ -96,6 +106,8 @@ class LeakWarner {
     LeakWarning warning;
     std::uint64_t first_step = 0;
     std::uint64_t last_step = 0;
+    std::size_t trial_marks_left = 0;  // > 0: on trial since a better source's first mark
+    std::uint64_t trial_baseline = 0;  // held at the better source's second mark
   };
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
   bool DueAgain(const Said& said, std::uint64_t step) const;

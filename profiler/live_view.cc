@@ -111,6 +111,14 @@ std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
                         format::kStepSourceNames[replaced_source_],
                         " was given back, not kept from step to step\n");
   }
+  if (w.flat_since_switch) {
+    return absl::StrCat(head, " has held no more over ", LeakWarner::kTrialMarks, " ", unit,
+                        " ends once the steps were marked by ", format::kStepSourceNames[source_],
+                        " (live ", report::Bytes(static_cast<double>(w.live)),
+                        "): what it grew by while they were marked by ",
+                        format::kStepSourceNames[replaced_source_],
+                        " came within one iteration, not from step to step\n");
+  }
   return absl::StrCat(head, " has held no more for the last ", warner_.stopped_steps(), " ",
                       unit, " ends (live ", report::Bytes(static_cast<double>(w.live)),
                       "): memory that fills up and stops, such as a cache, is not a leak\n");
@@ -243,10 +251,9 @@ std::string LiveView::OnStep(std::uint64_t step, std::uint8_t source) {
   FirstMarkLocked();
   SampleLocked(step);
   std::string lines;
-  if (BetterSourceLocked(source)) {
-    for (const LeakWarning& w : warner_.WithdrawGivenBack(step, history_)) {
-      absl::StrAppend(&lines, WithdrawalLine(w, step));
-    }
+  const bool switched = BetterSourceLocked(source);
+  for (const LeakWarning& w : warner_.WithdrawSinceBetterSource(step, history_, switched)) {
+    absl::StrAppend(&lines, WithdrawalLine(w, step));
   }
   // Calls whose graphs wait for a first backward pass may all be one iteration: what
   // they hold grows from one to the next and says nothing of a leak yet.
