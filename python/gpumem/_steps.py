@@ -23,8 +23,10 @@ second on: it ends the iteration before. So in a loop with an optimizer, which s
 the end of the first iteration, they never mark. If the optimizer stops stepping while the
 loop goes on (every batch skipped), a source below it marks again once it has been called
 more than STALL_CALLS times, and more than twice as often as it ever was between two of
-the better source's marks (outside stalls), with no such mark: a leak in the stalled loop
-still shows step by step. Model calls that train nothing (eval mode, or no grad) are a
+the better source's marks (outside stalls), with no such mark, unless a source ranked
+above it that trains has been called since and has not stalled (a long accumulation
+window's model calls are no stall while its backward passes keep pace): a leak in the
+stalled loop still shows step by step. Model calls that train nothing (eval mode, or no grad) are a
 validation pass between epochs, which adds no steps, unless it keeps more at each of
 STALL_CALLS calls in a row (the memory allocated when each call begins: outputs gathered
 on the device until the pass ends), or there are more of them than steps before them (a
@@ -203,9 +205,18 @@ class StepMarker:
                 self._mark(source, training=training)
             return
         loop.called(training, allocated)
-        if loop.stalled(training):
+        if loop.stalled(training) and not self.deferred(source):
             loop.standing_in = True
             self._mark(source, idle_pass=not training, training=training)
+
+    def deferred(self, source):
+        """Whether a better-ranked loop source, with calls that trained since the leader
+        last marked, has not stalled: the leader has not stopped, or that source would
+        stand in first. (The model calls of a long accumulation window are many between
+        optimizer steps, and were few between the backward passes that marked the first
+        window.)"""
+        return any(_RANK[other] < _RANK[source] and loop.calls > loop.idle and
+                   not loop.stalled(True) for other, loop in self.loops.items())
 
     def on_explicit_step(self):
         first = not self.explicit
