@@ -128,6 +128,7 @@ class LiveView {
   std::string pass_start_;           // the anchor's site
   std::uint8_t source_ = 0;          // what marked the last step (format::StepSource)
   std::uint8_t replaced_source_ = 0;  // what marked the steps before the last better source
+  std::uint8_t better_source_ = 0;    // that better source
   std::uint64_t awaiting_marks_ = 0;  // steps marked by model calls awaiting a first backward
 
   // What the allocating threads find: taken after mu_ where both are, alone under the
