@@ -322,5 +322,35 @@ TEST(SyntheticOom, OomTheProgramSaidItDiedOfEndedTheRunThoughOthersWentOn) {
   EXPECT_EQ(Verdict(r).rfind("out of memory in step 41: leak", 0), 0u) << Verdict(r);
 }
 
+// The OOM came in a loader thread while the loop went on taking what the leak had queued
+// (freeing one leaked block a step) before the error reached it: the leak is judged over
+// the steps before the OOM that ended the run, not over the draining after it.
+TEST(SyntheticOom, ALeakDrainedAfterTheOomThatEndedTheRunIsStillALeak) {
+  trace::Trace t = synthetic::LeakTrace();
+  constexpr std::uint64_t kFirstLeaked = 0x7f0000000000ull + 384 * kMiB;
+  std::int64_t time = t.events.back().time_us;
+  for (std::uint64_t i = 0; i < 40; ++i) {
+    for (const trace::Action action : {trace::Action::kFreeRequested,
+                                       trace::Action::kFreeCompleted, trace::Action::kStep}) {
+      trace::Event e;
+      e.action = action;
+      if (action != trace::Action::kStep) {
+        e.addr = kFirstLeaked + i * synthetic::kLeakPerStep;
+        e.size = synthetic::kLeakPerStep;
+      }
+      e.time_us = time += 10;
+      t.events.push_back(e);
+    }
+  }
+  t.annotations.push_back({absl::StrCat(format::kDiedOfOomNote, ": CUDA out of memory."), true,
+                           time + 10, -1});
+  const Report r = BuildReport(t, {});
+  ASSERT_EQ(r.fatal_oom, 0u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kLeak) << r.ooms[0].evidence;
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  EXPECT_EQ(r.leaks.suspects[0].name, "train.py:42 train_step");
+  EXPECT_EQ(Verdict(r).rfind("out of memory in step 41: leak", 0), 0u) << Verdict(r);
+}
+
 }  // namespace
 }  // namespace gpumem::report

@@ -9,9 +9,10 @@ std::string SuspectText(const LeakSuspect& suspect) {
   return SiteWithCall(suspect.name, suspect.kept_through);
 }
 
-LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps) {
+LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps,
+                       std::size_t sample_count) {
   LeakAnalysis out;
-  const std::size_t samples = timeline.sample_step.size();
+  const std::size_t samples = std::min(timeline.sample_step.size(), sample_count);
   // The first step end carries one-off state (optimizer state, caches): skip it when
   // there are enough steps to spare one.
   const std::size_t first = samples > kMinGrowthSamples ? 1 : 0;
@@ -25,9 +26,9 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
   const double min_growth = MinLeakGrowth(timeline.peak_allocated);
   for (std::uint32_t s = 0; s < timeline.site_samples.size(); ++s) {
     const std::vector<std::uint64_t>& live = timeline.site_samples[s];
-    if (live.size() != samples) continue;
-    const std::optional<Growth> growth =
-        RecentSteadyGrowth(x, absl::MakeConstSpan(live).subspan(first), min_growth);
+    if (live.size() != timeline.sample_step.size()) continue;
+    const std::optional<Growth> growth = RecentSteadyGrowth(
+        x, absl::MakeConstSpan(live).subspan(first, samples - first), min_growth);
     if (!growth) continue;
     LeakSuspect suspect;
     suspect.site = s;
@@ -36,7 +37,7 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
     suspect.r2 = growth->r2;
     suspect.rising_share = growth->rising_share;
     suspect.growth_bytes = growth->grown;
-    suspect.live_at_last_sample = live.back();
+    suspect.live_at_last_sample = live[samples - 1];
     const SiteTotals& totals = timeline.sites[s];
     suspect.blocks_never_freed = totals.live_blocks_at_end;
     suspect.bytes_never_freed = totals.live_bytes_at_end;

@@ -42,7 +42,11 @@ struct LeakAnalysis {
 // where that tells them from the site's other blocks.
 std::string SuspectText(const LeakSuspect& suspect);
 
-LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps);
+// Over the first `sample_count` step ends (all by default): a run that went on after the
+// OOM that ended it (another thread draining what the leak kept, before the error reached
+// it) is judged up to that OOM.
+LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps,
+                       std::size_t sample_count = SIZE_MAX);
 
 // The step (0-based) at which allocated memory would first exceed `capacity` if the
 // suspects keep growing at their rate; nullopt without suspects or when it never would.

@@ -1,5 +1,7 @@
 #include "tools/report/report.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "tools/report/capacity.h"
 #include "tools/report/oom_fate.h"
@@ -72,6 +74,17 @@ void TakeFailedOutside(Report* r) {
   r->fatal_oom.reset();
 }
 
+// The step ends before the OOM that ended the run (all of them where none did).
+std::size_t SamplesBeforeDeath(const Timeline& timeline, const Steps& steps,
+                               std::optional<std::int64_t> died_of_oom_at) {
+  const std::optional<std::size_t> fatal = FatalOom(timeline.ooms, steps, died_of_oom_at);
+  if (!fatal) return timeline.sample_step.size();
+  const std::size_t step = timeline.ooms[*fatal].step;
+  return static_cast<std::size_t>(
+      std::lower_bound(timeline.sample_step.begin(), timeline.sample_step.end(), step) -
+      timeline.sample_step.begin());
+}
+
 // Where the run died of memory, if it did: the outside figures are taken there.
 std::optional<OutsideEnd> Death(const Report& r) {
   if (r.fatal_failed_outside) {
@@ -91,14 +104,15 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   Report r(trace);
   r.steps = FindSteps(trace, options.step_site, r.sites.common_dir());
   r.timeline = BuildTimeline(trace, r.sites, r.steps, options.series_points, options.progress);
-  r.leaks = FindLeaks(r.timeline, r.sites, r.steps);
+  const std::optional<std::int64_t> died_of_oom_at = DiedOfOomAt(trace);
+  r.leaks = FindLeaks(r.timeline, r.sites, r.steps,
+                      SamplesBeforeDeath(r.timeline, r.steps, died_of_oom_at));
   if (std::optional<KnownCapacity> cap = FinalCapacity(trace, MainDevice(trace), options.capacity)) {
     r.capacity = cap->bytes;
     r.capacity_source = cap->source;
     r.projected_oom_step = ProjectOomStep(r.timeline, r.steps, r.leaks, *r.capacity);
   }
   const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
-  const std::optional<std::int64_t> died_of_oom_at = DiedOfOomAt(trace);
   r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, died_of_oom_at);
   if (options.replay_fragmentation) {
     if (std::optional<ReplayOutcome> replay = ReplayIfFragmented(r)) {
