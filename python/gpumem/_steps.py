@@ -36,8 +36,12 @@ for that pass only); stopped by such a pass, its training calls stand in again a
 the source both stand in for has still not marked. gpumem.step() is never stood in for:
 the program says where its steps are. Model calls that train before any backward pass has
 run are said to the library as a source of their own (SOURCE_MODEL_CALL_AWAITING_BACKWARD):
-their graphs wait for a backward, so they may all be one iteration.
+their graphs wait for a backward, so they may all be one iteration. Once an optimizer has
+been built, the backward passes and training model calls before its first step are the
+first accumulation window's micro-batches: they mark nothing, up to FIRST_WINDOW_PASSES
+backward passes (an optimizer that skips every step: they mark after those).
 """
+import functools
 import importlib
 
 from . import _native
@@ -60,6 +64,11 @@ _LOOP_SOURCES = (SOURCE_BACKWARD, SOURCE_MODEL_CALL, SOURCE_GRAPH_REPLAY)
 # A silenced source's calls with no better mark before it stands in for the stalled one:
 # above gradient accumulation's few, well below the batches an OOM takes.
 STALL_CALLS = 8
+# Backward passes (and the model calls between them) while an optimizer has been built but
+# none has stepped yet: the micro-batches of the first accumulation window, which mark
+# nothing. Past this many, the optimizer is taken to skip every step (a GradScaler finding
+# inf each time) and they mark.
+FIRST_WINDOW_PASSES = 64
 
 
 class LoopSource:
@@ -149,6 +158,8 @@ class StepMarker:
         self.count = 0             # steps marked so far (gpumem_step's count)
         self.source = None         # the source last said to the library
         self.backward_seen = False  # a backward pass has begun
+        self.optimizer_built = False  # a torch.optim optimizer exists (watch_optimizers)
+        self.window_passes = 0      # backward passes while it had not stepped
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
 
@@ -199,6 +210,9 @@ class StepMarker:
         if self.explicit:
             return
         loop = self.loops[source]
+        if self.in_first_window(source, training):
+            loop.called(training, None)  # the window's length judges later stalls
+            return
         if not self.silenced(source):
             loop.called(True, None)
             if loop.calls > 1:
@@ -208,6 +222,21 @@ class StepMarker:
         if loop.stalled(training) and not self.deferred(source):
             loop.standing_in = True
             self._mark(source, idle_pass=not training, training=training)
+
+    def on_optimizer_built(self):
+        self.optimizer_built = True
+
+    def in_first_window(self, source, training):
+        """Whether this call is a micro-batch of the first accumulation window: an
+        optimizer was built and none has stepped, a backward pass has run, and fewer than
+        FIRST_WINDOW_PASSES of them so far. Calls that train nothing (a validation pass)
+        and calls before any backward pass (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
+        if not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen:
+            return False
+        if source == SOURCE_BACKWARD:
+            self.window_passes += 1
+        return (source in (SOURCE_BACKWARD, SOURCE_MODEL_CALL) and training and
+                self.window_passes <= FIRST_WINDOW_PASSES)
 
     def deferred(self, source):
         """Whether a better-ranked loop source, with calls that trained since the leader
@@ -250,11 +279,30 @@ def torch_submodule(torch, path):
 
 
 def watch_optimizers(torch):
-    """Registers the global optimizer step hook once (torch >= 2.0 has it)."""
+    """Registers the global optimizer step hook once (torch >= 2.0 has it), and notes when
+    an optimizer is built (its base class's __init__, which every torch.optim optimizer
+    and most others run)."""
     optimizer_module = torch_submodule(torch, "optim.optimizer")
     register = getattr(optimizer_module, "register_optimizer_step_post_hook", None)
     if register is None or getattr(optimizer_module, "_gpumem_step_hook", False):
         return False
     register(_marker.on_optimizer_step)
     optimizer_module._gpumem_step_hook = True
+    _note_construction(getattr(optimizer_module, "Optimizer", None))
     return True
+
+
+def _note_construction(optimizer_class):
+    if not isinstance(optimizer_class, type):
+        return
+    init = optimizer_class.__init__
+    if getattr(init, "_gpumem_built_hook", False):
+        return
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _marker.on_optimizer_built()
+
+    __init__._gpumem_built_hook = True
+    optimizer_class.__init__ = __init__

@@ -214,6 +214,32 @@ class LoopMarks(unittest.TestCase):
             self.m.on_optimizer_step(opt)
         self.assertEqual(self.lib.steps, [MODEL_CALL] + [BACKWARD] * 15 + [OPTIMIZER] * 5)
 
+    def test_the_first_accumulation_window_marks_nothing(self):
+        opt = Opt()
+        self.m.on_optimizer_built()
+        for _ in range(5):  # sixteen micro-batches a step, the optimizer built before
+            for _ in range(16):
+                self.m.on_loop_start(MODEL_CALL)
+                self.m.on_loop_start(BACKWARD)
+            self.m.on_optimizer_step(opt)
+        self.assertEqual(self.lib.steps, [OPTIMIZER] * 5)
+
+    def test_an_optimizer_that_never_steps_leaves_the_passes_after_the_first_window(self):
+        self.m.on_optimizer_built()
+        for _ in range(100):  # every step skipped from the first (GradScaler)
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+        # every pass after the first 64 marks
+        self.assertEqual(self.lib.steps, [BACKWARD] * (100 - _steps.FIRST_WINDOW_PASSES))
+
+    def test_calls_before_the_first_backward_pass_still_await_it(self):
+        self.m.on_optimizer_built()
+        for _ in range(4):  # an episode, then its update
+            self.m.on_loop_start(MODEL_CALL)
+        self.m.on_loop_start(BACKWARD)
+        self.m.on_optimizer_step(Opt())
+        self.assertEqual(self.lib.steps, [AWAITING] * 3 + [OPTIMIZER])
+
     def test_a_stall_is_judged_against_the_longest_gap_seen(self):
         opt = Opt()
         for gap in (1, 6, 1):  # six batches between two steps once
@@ -660,6 +686,31 @@ class Hooks(unittest.TestCase):
         finally:
             sys.path.remove(root)
             shutil.rmtree(root)
+
+    def test_building_an_optimizer_is_noted_once(self):
+        class Optimizer:
+            def __init__(self, params):
+                self.params = params
+
+        class SGD(Optimizer):
+            def __init__(self, params, lr):
+                super().__init__(params)
+                self.lr = lr
+
+        torch, _, _ = fake_torch()
+        torch.optim.optimizer.Optimizer = Optimizer
+        marker = _steps.marker()
+        self.assertTrue(_steps.watch_optimizers(torch))
+        _steps._note_construction(Optimizer)  # a second watch wraps nothing more
+        try:
+            self.assertFalse(marker.optimizer_built)
+            opt = SGD([1], lr=0.1)
+            self.assertTrue(marker.optimizer_built)
+            self.assertEqual((opt.params, opt.lr), ([1], 0.1))
+            self.assertEqual(Optimizer.__init__.__wrapped__.__name__, "__init__")
+            self.assertFalse(hasattr(Optimizer.__init__.__wrapped__, "__wrapped__"))
+        finally:
+            marker.optimizer_built = False
 
     def test_old_torch_without_hooks(self):
         self.assertFalse(_steps.watch_optimizers(types.SimpleNamespace()))
