@@ -103,6 +103,7 @@ class SimBackend final : public Backend {
   [[noreturn]] void Misuse(const std::string& what) const;
   absl::Status Charge(std::size_t bytes, const char* what);  // capacity check + count
   bool InReservedRange(DevicePtr va, std::size_t bytes) const;
+  std::optional<DevicePtr> FirstGap(std::size_t bytes) const;
   // Marks `stream` run up to its event `sequence` and, with `waits_too`, past the waits
   // queued after it as well; then the streams those waits name (mu_ held).
   void CompleteLocked(StreamId stream, std::uint64_t sequence, bool waits_too);
@@ -113,7 +114,6 @@ class SimBackend final : public Backend {
   std::uint64_t other_users_bytes_ = 0;
   DevicePtr next_va_;
   DevicePtr next_segment_;
-  std::optional<DevicePtr> FirstGap(std::size_t bytes) const;
   std::map<DevicePtr, std::size_t> ranges_;      // reserved VA: base -> bytes
   std::map<DevicePtr, Mapping> mappings_;        // va -> mapping
   std::map<DevicePtr, std::size_t> segments_;    // base -> bytes

@@ -148,23 +148,26 @@ std::vector<LeakWarning> LeakWarner::WithdrawSinceBetterSource(std::uint64_t ste
   std::vector<LeakWarning> out;
   for (auto it = said_.begin(); it != said_.end();) {
     Said& said = it->second;
+    if (!switched && said.trial_marks_left == 0) {  // not on trial
+      ++it;
+      continue;
+    }
     const SiteHistory::Series s = history.Of(it->first);
     const std::uint64_t now = s.live.empty() ? 0 : s.live.back();
-    const bool on_trial = switched || said.trial_marks_left > 0;
     bool withdraw = false;
-    if (on_trial && now < said.warning.live) {
+    if (now < said.warning.live) {
       withdraw = said.warning.given_back = true;
       said.warning.live_when_said = said.warning.live;
     } else if (switched) {
       said.trial_marks_left = kTrialMarks + 1;
-    } else if (on_trial && said.trial_marks_left == kTrialMarks + 1) {
+    } else if (said.trial_marks_left == kTrialMarks + 1) {
       // A step end's sample is what the step kept (the least it held): the one at the
       // switch still lacks the last stretch of the iteration it ends.
       said.trial_baseline = now;
       --said.trial_marks_left;
-    } else if (on_trial && now > said.trial_baseline) {
+    } else if (now > said.trial_baseline) {
       said.trial_marks_left = 0;  // grew under the better source: the warning stands
-    } else if (on_trial && --said.trial_marks_left == 0) {
+    } else if (--said.trial_marks_left == 0) {
       withdraw = said.warning.flat_since_switch = true;
     }
     if (!withdraw) {

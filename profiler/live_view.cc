@@ -106,14 +106,16 @@ std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
     return absl::StrCat(head, " holds less (", report::Bytes(static_cast<double>(w.live)),
                         ") than when warned of (",
                         report::Bytes(static_cast<double>(w.live_when_said)),
-                        "), now that the steps are marked by ", format::kStepSourceNames[better_source_],
+                        "), now that the steps are marked by ",
+                        format::kStepSourceNames[better_source_],
                         ": what it grew by while they were marked by ",
                         format::kStepSourceNames[replaced_source_],
                         " was given back, not kept from step to step\n");
   }
   if (w.flat_since_switch) {
     return absl::StrCat(head, " has held no more over ", LeakWarner::kTrialMarks, " ", unit,
-                        " ends once the steps were marked by ", format::kStepSourceNames[better_source_],
+                        " ends once the steps were marked by ",
+                        format::kStepSourceNames[better_source_],
                         " (live ", report::Bytes(static_cast<double>(w.live)),
                         "): what it grew by while they were marked by ",
                         format::kStepSourceNames[replaced_source_],

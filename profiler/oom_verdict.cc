@@ -27,7 +27,7 @@ const char* Units(const OomVerdictInput& in) {
 // The growth part of a genuine peak's evidence.
 std::string PeakGrowth(const OomVerdictInput& in) {
   const report::OomFigures& f = in.figures;
-  if (in.figures.first_iteration_calls > 0) return report::FirstIterationGrowth(in.figures.first_iteration_calls);
+  if (f.first_iteration_calls > 0) return report::FirstIterationGrowth(f.first_iteration_calls);
   if (f.finished_steps < report::kMinStepsForLeak) {
     return absl::StrCat("only ", f.finished_steps, " ",
                         f.finished_steps == 1 ? Unit(in) : Units(in),

@@ -207,6 +207,8 @@ class StepMarker:
         better source leads."""
         if source == SOURCE_BACKWARD:
             self.backward_seen = True
+            if self.optimizer_built and self.hook_marks == 0:
+                self.window_passes += 1
         if self.explicit:
             return
         loop = self.loops[source]
@@ -233,8 +235,6 @@ class StepMarker:
         and calls before any backward pass (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
         if not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen:
             return False
-        if source == SOURCE_BACKWARD:
-            self.window_passes += 1
         return (source in (SOURCE_BACKWARD, SOURCE_MODEL_CALL) and training and
                 self.window_passes <= FIRST_WINDOW_PASSES)
 

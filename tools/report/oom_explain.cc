@@ -79,11 +79,9 @@ void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplana
   }
 }
 
-// `first_iteration_calls`: the OOM came in the first iteration, after that many calls of
-// the model awaiting its backward pass (0: not so).
-void ExplainPeak(const LeakAnalysis& leaks, std::size_t first_iteration_calls,
-                 OomExplanation* x) {
+void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
   const OomPoint& p = x->at;
+  const std::size_t first_iteration_calls = x->first_iteration_calls;
   x->cls = OomClass::kPeak;
   const std::string growth =
       first_iteration_calls > 0 ? FirstIterationGrowth(first_iteration_calls)
@@ -169,7 +167,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
       ExplainHeldApart(&x);
     } else {
       x.first_iteration_calls = figures.first_iteration_calls;
-      ExplainPeak(leaks, x.first_iteration_calls, &x);
+      ExplainPeak(leaks, &x);
     }
     out.push_back(std::move(x));
   }
