@@ -22,6 +22,11 @@ extern "C" {
  * carry it. Returns 0, or -1 for a value out of range. */
 GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
 
+/* Steps will be marked, but not yet: the micro-batches of a first accumulation window,
+ * before the optimizer's first step. The dying process then stops looking for passes in
+ * the allocations (the micro-batches would be taken for them). Nothing is recorded. */
+GPUMEM_TRACE_API void gpumem_trace_steps_coming(void);
+
 /* The memory cap of `device` from now on, in bytes, and where it came from: 1 = the
  * device's total memory, 2 = GPUMEM_CAPACITY, 3 = set_per_process_memory_fraction,
  * 4 = gpumem_set_capacity. Returns 0, or -1 for a bad argument. */

@@ -45,6 +45,10 @@ int gpumem_trace_step_source(int source) {
   return 0;
 }
 
+void gpumem_trace_steps_coming(void) {
+  if (gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder()) recorder->StepsComing();
+}
+
 int gpumem_trace_capacity(int device, uint64_t bytes, int source) {
   if (device < 0 || source < 1 || source > gpumem::format::kMaxCapacitySource) return -1;
   gpumem::hooks::TraceCapacity(device, bytes, static_cast<gpumem::format::CapacitySource>(source));

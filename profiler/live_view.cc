@@ -215,6 +215,11 @@ std::string LiveView::ApplyPassesLocked() {
   return lines;
 }
 
+void LiveView::StepsComing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  FirstMarkLocked();
+}
+
 void LiveView::FirstMarkLocked() {
   if (marked_.exchange(true)) return;
   bool found = false;

@@ -63,6 +63,11 @@ class LiveView {
   // naming sites may symbolize and a warning goes to stderr, so the recorder calls this
   // where no allocator lock is held (before the next allocation takes it).
   std::string TakePassWarnings();
+  // Steps are coming from a source that has not marked yet (the micro-batches of a first
+  // accumulation window, before the optimizer's first step): passes are no longer looked
+  // for, as after a first mark. Its micro-batches would be taken for passes, and what
+  // the window keeps until its step for a leak.
+  void StepsComing();
   // Fills the sites, the growth and the step figures of an OOM on `device`.
   void Describe(std::int32_t device, OomVerdictInput* in);
   std::uint64_t Live(std::int32_t device) const { return blocks_.Live(device); }

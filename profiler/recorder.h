@@ -70,6 +70,10 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // `driver`: the driver's figures at this step end (docs/trace-format.md: the step record's
   // address is the free bytes, its stream the total, its device the device).
   std::uint64_t Step(const std::optional<DriverMemory>& driver = std::nullopt);
+  // Steps will be marked, but not yet (LiveView::StepsComing); nothing is recorded.
+  void StepsComing() {
+    if (live_ != nullptr) live_->StepsComing();
+  }
   // Process-wide: it may be said before the recorder opens (the allocator opens it with
   // the first device).
   static void SetStepSource(format::StepSource source) {

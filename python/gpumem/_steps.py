@@ -39,7 +39,8 @@ run are said to the library as a source of their own (SOURCE_MODEL_CALL_AWAITING
 their graphs wait for a backward, so they may all be one iteration. Once an optimizer has
 been built, the backward passes and training model calls before its first step are the
 first accumulation window's micro-batches: they mark nothing, up to FIRST_WINDOW_PASSES
-backward passes (an optimizer that skips every step: they mark after those).
+backward passes (an optimizer that skips every step: they mark after those). The library
+is told when the window begins, and stops looking for passes in the allocations.
 """
 import functools
 import importlib
@@ -160,6 +161,7 @@ class StepMarker:
         self.backward_seen = False  # a backward pass has begun
         self.optimizer_built = False  # a torch.optim optimizer exists (watch_optimizers)
         self.window_passes = 0      # backward passes while it had not stepped
+        self.steps_coming_said = False  # the library was told of the first window
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
 
@@ -214,6 +216,7 @@ class StepMarker:
         loop = self.loops[source]
         if self.in_first_window(source, training):
             loop.called(training, None)  # the window's length judges later stalls
+            self._say_steps_coming()
             return
         if not self.silenced(source):
             loop.called(True, None)
@@ -224,6 +227,16 @@ class StepMarker:
         if loop.stalled(training) and not self.deferred(source):
             loop.standing_in = True
             self._mark(source, idle_pass=not training, training=training)
+
+    def _say_steps_coming(self):
+        """Tells the library once that steps will be marked: it stops looking for passes,
+        which the window's micro-batches would be taken for."""
+        if self.steps_coming_said:
+            return
+        self.steps_coming_said = True
+        fn = getattr(self.lib(), "gpumem_trace_steps_coming", None)
+        if fn is not None:
+            fn()
 
     def on_optimizer_built(self):
         self.optimizer_built = True

@@ -274,6 +274,20 @@ TEST(LiveViewPasses, TheFirstStepMarkedDropsThePasses) {
   EXPECT_EQ(in.growth_per_step, 0.0);
 }
 
+// An accumulation window's micro-batches before the optimizer's first step: the package
+// says steps are coming, and what the window keeps until its step is no pass's growth.
+TEST(LiveViewPasses, NoPassesOnceStepsAreComing) {
+  LiveView view = MakeView();
+  std::uint64_t addr = 0;
+  view.StepsComing();
+  EXPECT_EQ(KMeansPasses(view, 100, addr), "");
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  EXPECT_EQ(in.pass_start, "");
+  EXPECT_EQ(in.figures.finished_steps, 0u);
+  EXPECT_EQ(view.OnStep(1), "");
+}
+
 // Threads allocating at once before any mark (the allocator's and PyTorch's callbacks come
 // from whichever thread allocates), and one marking a step meanwhile: passes are looked
 // for under the view's lock, and whatever was found before the mark goes at it (run under

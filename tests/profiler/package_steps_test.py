@@ -29,6 +29,7 @@ class FakeLib:
         self.steps = []      # the step source in force at each gpumem_step
         self.source = 0
         self.caps = []
+        self.steps_coming = 0  # gpumem_trace_steps_coming calls
 
     def gpumem_step(self):
         self.steps.append(self.source)
@@ -37,6 +38,9 @@ class FakeLib:
     def gpumem_trace_step_source(self, source):
         self.source = source
         return 0
+
+    def gpumem_trace_steps_coming(self):
+        self.steps_coming += 1
 
     def gpumem_trace_capacity(self, device, nbytes, source):
         self.caps.append((device, nbytes, source))
@@ -223,6 +227,15 @@ class LoopMarks(unittest.TestCase):
                 self.m.on_loop_start(BACKWARD)
             self.m.on_optimizer_step(opt)
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 5)
+        # said once, so that the library stops taking the micro-batches for passes
+        self.assertEqual(self.lib.steps_coming, 1)
+
+    def test_no_window_is_said_where_no_optimizer_was_built(self):
+        for _ in range(20):  # updates by hand: the backward passes mark from the second
+            self.m.on_loop_start(MODEL_CALL)
+            self.m.on_loop_start(BACKWARD)
+        self.assertEqual(self.lib.steps_coming, 0)
+        self.assertEqual(self.lib.steps[-1], BACKWARD)
 
     def test_an_optimizer_that_never_steps_leaves_the_passes_after_the_first_window(self):
         self.m.on_optimizer_built()
