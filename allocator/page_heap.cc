@@ -81,23 +81,37 @@ absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
   absl::StatusOr<std::size_t> created = CachePages(n);
   if (!created.ok()) return created.status();
   // The most recently cached pages first: pages lent by the caller's stitch are among them.
-  std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n),
-                                    cached_.end());
-  std::reverse(pages.begin(), pages.end());
+  const std::vector<PhysicalHandle> pages = DetachCached(n);
   if (absl::Status s = backend_.MapPages(va, page_, pages.data(), n); !s.ok()) {
+    ReturnCached(pages);
     for (std::size_t j = 0; j < *created; ++j) {
       ReleasePhysical(cached_.back());
       cached_.pop_back();
     }
     return s;
   }
+  AdoptMapped(va, pages);
+  return absl::OkStatus();
+}
+
+std::vector<PhysicalHandle> PageHeap::DetachCached(std::size_t n) {
+  n = std::min(n, cached_.size());
+  std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n), cached_.end());
+  std::reverse(pages.begin(), pages.end());
   cached_.resize(cached_.size() - n);
-  for (std::size_t i = 0; i < n; ++i) {
-    DevicePtr at = va + i * page_;
+  return pages;
+}
+
+void PageHeap::AdoptMapped(DevicePtr va, absl::Span<const PhysicalHandle> pages) {
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    const DevicePtr at = va + i * page_;
     mapped_.emplace(at, pages[i]);
     Notify(AllocatorEventKind::kMap, at, page_);
   }
-  return absl::OkStatus();
+}
+
+void PageHeap::ReturnCached(absl::Span<const PhysicalHandle> pages) {
+  cached_.insert(cached_.end(), pages.rbegin(), pages.rend());
 }
 
 void PageHeap::ReleasePhysical(PhysicalHandle h) {
