@@ -44,25 +44,6 @@ void BackgroundUnmapper::Submit(std::shared_ptr<UnmapJob> job) {
   wake_.notify_all();
 }
 
-void BackgroundUnmapper::Submit(std::shared_ptr<MapJob> job) {
-  if (InForkedChild()) {
-    Map(*job);
-    job->finished.store(true, std::memory_order_release);
-    return;
-  }
-  {
-    std::lock_guard lock(mu_);
-    maps_.push_back(std::move(job));
-  }
-  wake_.notify_all();
-}
-
-void BackgroundUnmapper::FinishMaps() {
-  if (InForkedChild()) return;
-  std::unique_lock lock(mu_);
-  finished_.wait(lock, [this] { return maps_.empty() && !mapping_; });
-}
-
 // The callers waited for the device first (the allocator's quiet points), so every job's
 // work is done: the thread stops polling and unmaps at once.
 void BackgroundUnmapper::Drain() {
@@ -70,7 +51,7 @@ void BackgroundUnmapper::Drain() {
   std::unique_lock lock(mu_);
   ++draining_;
   wake_.notify_all();
-  finished_.wait(lock, [this] { return Idle(); });
+  finished_.wait(lock, [this] { return jobs_.empty(); });
   --draining_;
 }
 
@@ -79,47 +60,29 @@ void BackgroundUnmapper::Run(std::function<void()> on_start) {
   if (on_start) on_start();
   std::unique_lock lock(mu_);
   while (true) {
-    wake_.wait(lock, [this] { return stop_ || !jobs_.empty() || !maps_.empty(); });
-    if (!maps_.empty()) {
-      RunMapJob(lock);
-      continue;
-    }
+    wake_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
     if (jobs_.empty()) return;  // stopped, nothing left
     std::shared_ptr<UnmapJob> job = jobs_.front();
-    if (!WorkDone(*job, lock)) {
-      if (stop_) return;
-      continue;  // asked again after any map job that came meanwhile
-    }
+    if (!AwaitWork(*job, lock)) return;
     lock.unlock();
     Unmap(*job);
     job->finished.store(true, std::memory_order_release);
     lock.lock();
     jobs_.pop_front();
-    if (Idle()) finished_.notify_all();
+    if (jobs_.empty()) finished_.notify_all();
   }
 }
 
-void BackgroundUnmapper::RunMapJob(std::unique_lock<std::mutex>& lock) {
-  std::shared_ptr<MapJob> job = std::move(maps_.front());
-  maps_.pop_front();
-  mapping_ = true;
-  lock.unlock();
-  Map(*job);
-  job->finished.store(true, std::memory_order_release);
-  lock.lock();
-  mapping_ = false;
-  finished_.notify_all();  // FinishMaps, or a drain once all is done
-}
-
-// Whether the job's work has run; if not, waits a poll interval (a new job wakes it).
-bool BackgroundUnmapper::WorkDone(const UnmapJob& job, std::unique_lock<std::mutex>& lock) {
-  if (draining_ > 0) return true;
-  lock.unlock();
-  const bool done = backend_.EventCompleted(job.done);
-  lock.lock();
-  if (done || draining_ > 0) return true;
-  if (!stop_) wake_.wait_for(lock, kPollInterval);
-  return false;
+bool BackgroundUnmapper::AwaitWork(const UnmapJob& job, std::unique_lock<std::mutex>& lock) {
+  while (draining_ == 0) {
+    lock.unlock();
+    const bool done = backend_.EventCompleted(job.done);
+    lock.lock();
+    if (done) return true;
+    if (stop_) return false;
+    wake_.wait_for(lock, kPollInterval);
+  }
+  return true;
 }
 
 void BackgroundUnmapper::WaitWhilePaused() {
@@ -127,16 +90,6 @@ void BackgroundUnmapper::WaitWhilePaused() {
   std::unique_lock lock(mu_);
   while (paused_.load(std::memory_order_relaxed) > 0 && draining_ == 0) {
     wake_.wait_for(lock, kPauseInterval);
-  }
-}
-
-// Page by page, so that a growth's maps on the allocating thread go first (a pause).
-void BackgroundUnmapper::Map(MapJob& job) {
-  for (; job.mapped < job.pages.size(); ++job.mapped) {
-    WaitWhilePaused();
-    const DevicePtr va = job.va + job.mapped * job.page_bytes;
-    job.status = backend_.MapPages(va, job.page_bytes, &job.pages[job.mapped], 1);
-    if (!job.status.ok()) return;
   }
 }
 

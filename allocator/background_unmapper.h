@@ -1,13 +1,11 @@
-// BackgroundUnmapper: the allocator's own thread for driver calls that the allocating
-// thread need not wait for. It unmaps the old addresses of lent pages
-// (LargePool::TakeIdlePages) once the work that may still use them is done, and maps
-// pages ahead of a request (MapJob: CachingAllocator's stitches ahead). A map or unmap
-// costs ~20-50 us of host time; on a host-bound training step the device waits for the
-// thread that makes it, so the allocator's thread hands them here and goes on (the
-// driver's launches do not wait for these calls: tests/gpu/vmm_call_costs.py,
-// launch_interference). The thread touches only the backend and its jobs; what the calls
-// mean to the pools (holes gone, ranges released, a range mapped) is applied under the
-// allocator's lock, when it collects a finished job.
+// BackgroundUnmapper: unmaps the old addresses of lent pages (LargePool::TakeIdlePages)
+// on a thread of its own, once the work that may still use them is done. An unmap costs
+// ~20 us of host time; on a host-bound training step the device waits for the thread that
+// makes it, so the allocator's thread hands them here and goes on (the driver's launches
+// do not wait for these calls: tests/gpu/vmm_call_costs.py, launch_interference).
+// The thread touches only the backend and its jobs; what the unmaps mean to the pools
+// (holes gone, ranges released) is applied by the pool under the allocator's lock, when
+// it collects a finished job.
 #pragma once
 
 #include <atomic>
@@ -19,8 +17,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include "absl/status/status.h"
 
 #include <unistd.h>
 
@@ -42,18 +38,6 @@ struct UnmapJob {
   std::atomic<bool> finished{false};
 };
 
-// Pages to map at [va, va + pages.size() pages), in order, granted to the device, until
-// the device refuses one. Map jobs go before unmap jobs: a request may be waiting for
-// their memory.
-struct MapJob {
-  DevicePtr va = 0;
-  std::size_t page_bytes = 0;
-  std::vector<PhysicalHandle> pages;
-  std::size_t mapped = 0;  // set by the thread: the first `mapped` pages are mapped
-  absl::Status status;     // set by the thread: why the next one is not
-  std::atomic<bool> finished{false};
-};
-
 class BackgroundUnmapper {
  public:
   // `on_start` runs first on the new thread (the allocator marks it as its own there).
@@ -65,12 +49,8 @@ class BackgroundUnmapper {
 
   // Jobs run in the order submitted.
   void Submit(std::shared_ptr<UnmapJob> job);
-  void Submit(std::shared_ptr<MapJob> job);
   // Returns once every job submitted so far has finished.
   void Drain();
-  // Returns once every map job submitted so far has finished (unmap jobs go on waiting
-  // for their work).
-  void FinishMaps();
 
   // While a Pause lives, the thread makes no driver call between its unmaps: the
   // driver runs VMM calls one at a time, so unmaps beside a growth's maps would make the
@@ -92,14 +72,10 @@ class BackgroundUnmapper {
 
  private:
   void Run(std::function<void()> on_start);
-  // Whether the job's event has completed, or the unmapper drains (whose caller waited
-  // for the device, so every event has completed); if not, waits a poll interval first.
-  bool WorkDone(const UnmapJob& job, std::unique_lock<std::mutex>& lock);
+  // Polls the job's event until it completes or the unmapper drains (whose caller waited
+  // for the device, so every event has completed); false if stopped first.
+  bool AwaitWork(const UnmapJob& job, std::unique_lock<std::mutex>& lock);
   void Unmap(UnmapJob& job);
-  void Map(MapJob& job);
-  // Runs the first map job (mu_ held on entry and exit).
-  void RunMapJob(std::unique_lock<std::mutex>& lock);
-  bool Idle() const { return jobs_.empty() && maps_.empty() && !mapping_; }
   // Waits while paused, unless a drain asks for everything now.
   void WaitWhilePaused();
 
@@ -111,10 +87,8 @@ class BackgroundUnmapper {
   const pid_t owner_pid_ = getpid();
   std::mutex mu_;
   std::condition_variable wake_;      // a job came, a drain began, or the stop
-  std::condition_variable finished_;  // a queue emptied
+  std::condition_variable finished_;  // the queue emptied
   std::deque<std::shared_ptr<UnmapJob>> jobs_;  // the front one is running
-  std::deque<std::shared_ptr<MapJob>> maps_;    // waiting; they go first
-  bool mapping_ = false;                        // a map job is running
   int draining_ = 0;
   std::atomic<int> paused_{0};
   bool stop_ = false;

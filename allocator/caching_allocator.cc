@@ -62,10 +62,6 @@ CachingAllocator::~CachingAllocator() {
     caches_.clear();
   }
   // Waits for queued work, so pages can be unmapped; the heaps return everything.
-  {
-    std::lock_guard lock(mu_);
-    FinishStitchesAhead();
-  }
   pages_.BeginSlowPath();
   pages_.Quiesce();
   CollectFences(/*synchronized=*/true);

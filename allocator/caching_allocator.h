@@ -53,12 +53,6 @@ struct CachingAllocatorOptions {
   // thread that allocates: ~40 % of what a stitch costs that thread. Off where calls must
   // happen in a known order (replays on the simulated device).
   bool background_unmap = false;
-  // A heap whose large request had to be stitched on the allocating thread gets a free
-  // block of that size put together from its idle pages again whenever it lacks one (up
-  // to 8 times a stitch), mapped on the allocator's own thread when background_unmap is
-  // on (here, where it is off): the next such request finds it. FSDP2's logits-sized
-  // blocks on batches of varying length were ~100 maps on the training thread each.
-  bool stitch_ahead = true;
   // Stitching costs a map and a later unmap per page (and, for another stream's pages, a
   // full synchronize, which stalls the host's run-ahead). So growth creates new pages while
   // reserved stays within a budget: (1 + new_page_headroom) x the peak allocated so far,

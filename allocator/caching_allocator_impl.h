@@ -94,16 +94,6 @@ struct StreamHeap {
   EventHandle checkpoint = 0;
   std::uint32_t checkpoint_at = 0;
   std::optional<std::uint32_t> ran_at;
-  // Stitches ahead (caching_stitch_ahead.cc), in the default pool's large heaps: the
-  // largest request a stitch on the allocating thread served here (0: none yet), the
-  // stitches ahead left before another such stitch, the one being mapped and its
-  // range's size, and the free count when the last try found too few idle pages.
-  std::size_t largest_stitched = 0;
-  std::uint64_t stitched_at_reserved = 0;  // the allocator's reserved bytes at its last stitch
-  std::uint32_t ahead_credits = 0;
-  std::shared_ptr<MapJob> ahead;
-  std::size_t ahead_va_bytes = 0;
-  std::optional<std::uint32_t> ahead_short_at;
 };
 
 // Requests beyond this cannot be rounded without overflow; no device has that much.
@@ -278,7 +268,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
       live.block = b;
       live.bin = b->size;
       ptr = b->addr;
-      if (live.heap->largest_stitched != 0) StitchAheadFor(*live.heap);
     }
     if (pool != kDefaultPool) PoolBlockAdded(pool);
     // Asked once: the answer decides both this event and, later, the free's.
@@ -311,12 +300,9 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
     LiveBlock* r = live_.Find(ptr);
     if (r == nullptr) return RetireFromCaches(ptr);  // false: not ours, or freed already
     if (r->pending) return false;                    // freed already
-    StreamHeap* heap = r->heap;
     // A pending block keeps its record, marked, where it is.
     if (Retire(ptr, *r)) return true;
     live_.Erase(r);
-    // Before ReleaseDonePools, which may end a private pool's heaps (never stitched ahead).
-    if (heap->largest_stitched != 0) StitchAheadFor(*heap);
     ReleaseDonePools();
     return true;
   }
@@ -582,20 +568,6 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void ReleaseEmptySlabs();
   void ReleaseEmptySlabs(StreamHeap& h);
   absl::Status Oom(std::size_t bytes, StreamId stream, PoolId pool);
-
-  // --- Stitches ahead (caching_stitch_ahead.cc).
-
-  // After a large block of `h` was handed out or came back (mu_ held): if `h` lacks a
-  // free block as large as its largest stitched request, maps idle pages into one on the
-  // allocator's own thread, so that the next such request finds it.
-  void StitchAheadFor(StreamHeap& h);
-  // A stitch on the allocating thread served `bytes` from `h`.
-  void NoteStitched(StreamHeap& h, std::size_t bytes);
-  void StartStitchAhead(StreamHeap& h, std::size_t pages);
-  // Applies `h`'s stitch ahead if its pages are mapped (with `wait`, once they are).
-  void CollectAhead(StreamHeap& h, bool wait);
-  // Every heap's, waiting for them: before memory is released, counted or torn down.
-  void FinishStitchesAhead();
 
   // --- The layout (caching_layout.cc).
 

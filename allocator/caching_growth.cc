@@ -160,12 +160,6 @@ Block* CachingAllocator::AllocateCapturing(StreamHeap& h, std::size_t bytes) {
 Block* CachingAllocator::AllocateSlow(StreamHeap& h, std::size_t bytes, LiveBlock* borrower) {
   pages_.BeginSlowPath();
   refused_for_headroom_ = false;
-  // A stitch ahead under way is what this request may need: its maps are done sooner
-  // than this thread would make them again.
-  if (h.ahead != nullptr) {
-    CollectAhead(h, /*wait=*/true);
-    if (Block* b = h.large.BestFit(bytes)) return b;
-  }
   // Blocks in thread caches first, so growth sees all the free memory it would without
   // them: the large ones (cached small blocks hold slab slots, which rarely make room),
   // then, before anything grows, every one.
@@ -319,10 +313,7 @@ absl::StatusOr<Block*> CachingAllocator::Grow(StreamHeap& h, std::size_t bytes, 
     BackgroundUnmapper::Pause pause(unmapper_.get());  // the maps go first
     b = h.large.Grow(plan, bytes);
   }
-  if (b.ok() && reused > 0) {
-    ++stats_.stitch_count;
-    NoteStitched(h, bytes);
-  }
+  if (b.ok() && reused > 0) ++stats_.stitch_count;
   // Lent pages left in the cache could go to another stream's growth: make them safe.
   if (lent && !b.ok()) pages_.Quiesce();
   // Their old addresses go to the unmapper now, to be unmapped while this thread goes on.
@@ -438,7 +429,6 @@ void CachingAllocator::ReleaseCachedOf(HeapFilter which) {
 // Every idle page of the heaps `which` picks into the page cache; their empty slabs and
 // free segments returned.
 void CachingAllocator::CollectIdleOf(HeapFilter which) {
-  FinishStitchesAhead();
   FlushCaches();
   pages_.Quiesce();
   CollectPending(/*synchronized=*/true);

@@ -56,7 +56,6 @@ bool CachingAllocator::FreeCached(DevicePtr ptr) {
   // Freed, but the cache is full: back to the pool.
   std::lock_guard lock(mu_);
   ReleaseBlock(ptr, live);
-  if (live.heap->largest_stitched != 0) StitchAheadFor(*live.heap);
   return true;
 }
 

@@ -23,8 +23,6 @@ struct AllocatorStats {
   std::uint64_t free_count = 0;
   std::uint64_t oom_count = 0;
   std::uint64_t stitch_count = 0;          // requests served by stitching pages (defrag)
-  std::uint64_t stitch_ahead_count = 0;    // free blocks stitched ahead of a request
-  std::uint64_t stitch_ahead_pages = 0;    // the pages they mapped, off the allocating thread
   std::uint64_t cross_stream_lends = 0;    // stitches' lends of another stream's idle pages
   std::uint64_t cross_stream_borrows = 0;  // blocks lent whole by another stream's heap
   std::uint64_t trim_count = 0;            // times cached memory was released under pressure

@@ -85,12 +85,6 @@ class LargePool {
   // block of `bytes`. ResourceExhausted when the device has no room.
   absl::StatusOr<Block*> Grow(const Plan& plan, std::size_t bytes);
 
-  // A fresh range [base, base + va_bytes) whose first `mapped_bytes` were mapped apart
-  // (a stitch ahead) becomes one free block.
-  void AddFreeRange(DevicePtr base, std::size_t va_bytes, std::size_t mapped_bytes) {
-    InsertFree(AddRange(base, va_bytes, mapped_bytes, /*segment=*/false));
-  }
-
   // Unmaps up to `max` idle pages (whole pages inside free blocks, never in `keep`) into
   // the page cache, from the free blocks with the fewest StrandedBytes first, then the
   // smallest. Returns how many (fewer where the device refuses an unmap: those pages

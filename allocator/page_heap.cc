@@ -81,37 +81,23 @@ absl::Status PageHeap::MapPages(DevicePtr va, std::size_t n) {
   absl::StatusOr<std::size_t> created = CachePages(n);
   if (!created.ok()) return created.status();
   // The most recently cached pages first: pages lent by the caller's stitch are among them.
-  const std::vector<PhysicalHandle> pages = DetachCached(n);
+  std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n),
+                                    cached_.end());
+  std::reverse(pages.begin(), pages.end());
   if (absl::Status s = backend_.MapPages(va, page_, pages.data(), n); !s.ok()) {
-    ReturnCached(pages);
     for (std::size_t j = 0; j < *created; ++j) {
       ReleasePhysical(cached_.back());
       cached_.pop_back();
     }
     return s;
   }
-  AdoptMapped(va, pages);
-  return absl::OkStatus();
-}
-
-std::vector<PhysicalHandle> PageHeap::DetachCached(std::size_t n) {
-  n = std::min(n, cached_.size());
-  std::vector<PhysicalHandle> pages(cached_.end() - static_cast<std::ptrdiff_t>(n), cached_.end());
-  std::reverse(pages.begin(), pages.end());
   cached_.resize(cached_.size() - n);
-  return pages;
-}
-
-void PageHeap::AdoptMapped(DevicePtr va, absl::Span<const PhysicalHandle> pages) {
-  for (std::size_t i = 0; i < pages.size(); ++i) {
-    const DevicePtr at = va + i * page_;
+  for (std::size_t i = 0; i < n; ++i) {
+    DevicePtr at = va + i * page_;
     mapped_.emplace(at, pages[i]);
     Notify(AllocatorEventKind::kMap, at, page_);
   }
-}
-
-void PageHeap::ReturnCached(absl::Span<const PhysicalHandle> pages) {
-  cached_.insert(cached_.end(), pages.rbegin(), pages.rend());
+  return absl::OkStatus();
 }
 
 void PageHeap::ReleasePhysical(PhysicalHandle h) {

@@ -12,7 +12,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/types/span.h"
 #include "allocator/backend.h"
 #include "allocator/observer.h"
 
@@ -79,15 +78,6 @@ class PageHeap {
   void FreeSegment(DevicePtr base, std::size_t bytes);
 
   std::size_t cached_pages() const { return cached_.size(); }
-  // Mapping elsewhere (a stitch ahead, mapped on the allocator's own thread): the `n`
-  // most recently cached pages leave the cache, in the order MapPages would map them.
-  // Until AdoptMapped or ReturnCached they are held (reserved) but neither cached nor
-  // mapped, and the caller must give them back before any ReleaseCached or teardown.
-  std::vector<PhysicalHandle> DetachCached(std::size_t n);
-  // `pages` were mapped at [va, va + pages.size() pages) (observers get kMap now).
-  void AdoptMapped(DevicePtr va, absl::Span<const PhysicalHandle> pages);
-  // Detached pages back in the cache, unmapped.
-  void ReturnCached(absl::Span<const PhysicalHandle> pages);
   // Returns every cached page to the device (first waiting for the device and unmapping
   // lent addresses, so no page is released while still mapped; a page whose lent address
   // the device would not unmap stays cached). Ranges left by DropRange go too.

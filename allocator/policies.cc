@@ -20,11 +20,6 @@ const std::vector<PolicyEntry>& Entries() {
        [](Backend& b, const PolicySettings& s) {
          return MakeCachingAllocator(b, {.page_bytes = s.page_bytes});
        }},
-      // The same without stitches ahead: what they change, in a replay.
-      {"gpumem-no-ahead",
-       [](Backend& b, const PolicySettings& s) {
-         return MakeCachingAllocator(b, {.page_bytes = s.page_bytes, .stitch_ahead = false});
-       }},
       {"pytorch",
        [](Backend& b, const PolicySettings&) { return emulation::MakePytorchAllocator(b); }},
       {"pytorch-expandable",

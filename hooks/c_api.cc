@@ -493,8 +493,6 @@ size_t gpumem_snapshot_json(int device, char* buf, size_t len) {
         {"thread_cached_bytes", thread_cached},
         {"cross_stream_lends", s.allocator->stats().cross_stream_lends},
         {"cross_stream_borrows", s.allocator->stats().cross_stream_borrows},
-        {"stitch_ahead_count", s.allocator->stats().stitch_ahead_count},
-        {"stitch_ahead_pages", s.allocator->stats().stitch_ahead_pages},
         {"capacity_bytes", st.capacity_bytes},
         {"device_total_bytes", st.device_total_bytes},
         {"page_bytes", s.page_bytes},

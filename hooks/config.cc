@@ -58,10 +58,6 @@ const ConfigVariable kConfigVariables[] = {
      "1 (default): the old addresses of pages that stitching moved are unmapped on a "
      "thread of gpumem's own once the device is done with them; 0: on the allocating "
      "thread, at its next growth"},
-    {"GPUMEM_STITCH_AHEAD", "0, 1",
-     "1 (default): where a large request had to be stitched, a free block of its size is "
-     "put together from idle pages again whenever none is left, on gpumem's own thread "
-     "(with GPUMEM_BACKGROUND_UNMAP), so the next one finds it; 0: the request stitches"},
     {"GPUMEM_THREAD_CACHE", "0, 1",
      "1 (default): once threads keep contending for the allocator's lock, each thread "
      "reuses blocks it freed without taking it (off while GPUMEM_TRACE records); 0: every "
@@ -171,7 +167,6 @@ absl::Status ParseFlags(const EnvLookup& env, Config* config) {
       {"GPUMEM_BORROW", &config->borrow},
       {"GPUMEM_MEDIUM_HEAP", &config->medium_heap},
       {"GPUMEM_BACKGROUND_UNMAP", &config->background_unmap},
-      {"GPUMEM_STITCH_AHEAD", &config->stitch_ahead},
       {"GPUMEM_THREAD_CACHE", &config->thread_cache},
       {"GPUMEM_VERBOSE", &config->verbose},
       {"GPUMEM", &on},

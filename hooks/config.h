@@ -47,7 +47,6 @@ struct Config {
   bool borrow = true;      // GPUMEM_BORROW: a stream may take another stream's free block
   bool medium_heap = true;  // GPUMEM_MEDIUM_HEAP: blocks of 64 KiB-1 MiB in a heap apart
   bool background_unmap = true;  // GPUMEM_BACKGROUND_UNMAP: lent pages unmapped off-thread
-  bool stitch_ahead = true;  // GPUMEM_STITCH_AHEAD: large free blocks stitched off-thread
   std::uint64_t page_bytes = 0;  // GPUMEM_PAGE_SIZE: the unit of mapping; 0: auto (page_size.h)
   bool thread_cache = true;  // GPUMEM_THREAD_CACHE: per-thread caches in front of the lock
   bool log_oom = true;     // GPUMEM_LOG_OOM: print the OOM report to stderr

@@ -79,7 +79,6 @@ absl::StatusOr<DeviceState*> StartLocked(Registry& r, int device) {
   options.observer = **r.observer;
   options.stitch = config->stitch;
   options.borrow = config->borrow;
-  options.stitch_ahead = config->stitch_ahead;
   if (!config->medium_heap) options.medium_limit = 0;  // one heap a stream
   options.background_unmap = config->background_unmap;
   options.thread_cache = config->thread_cache;

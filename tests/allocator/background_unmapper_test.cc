@@ -101,59 +101,5 @@ TEST(BackgroundUnmapperTest, StopsARunAtARefusedUnmap) {
   sim.ReleaseEvent(job->done);
 }
 
-// Pages for a stitch ahead, not yet mapped anywhere.
-std::shared_ptr<MapJob> PagesToMap(SimBackend& sim, std::size_t pages) {
-  auto job = std::make_shared<MapJob>();
-  job->va = *sim.ReserveAddressRange(64 * kPage);
-  job->page_bytes = kPage;
-  for (std::size_t i = 0; i < pages; ++i) job->pages.push_back(*sim.CreatePhysical(kPage));
-  return job;
-}
-
-// A map job does not wait behind an unmap job whose work has not run: a request may be
-// waiting for its memory.
-TEST(BackgroundUnmapperTest, MapsGoBeforeUnmapsThatWaitForTheirWork) {
-  SimBackend sim({.events = SimBackendOptions::Events::kManual});
-  BackgroundUnmapper unmapper(sim, nullptr);
-  std::shared_ptr<UnmapJob> waiting = MappedRun(sim, 2);
-  unmapper.Submit(waiting);
-  std::shared_ptr<MapJob> job = PagesToMap(sim, 3);
-  unmapper.Submit(job);
-  unmapper.FinishMaps();
-  EXPECT_TRUE(job->finished.load());
-  EXPECT_TRUE(job->status.ok());
-  EXPECT_EQ(job->mapped, 3u);
-  EXPECT_TRUE(sim.IsAccessible(job->va, 3 * kPage));
-  EXPECT_FALSE(waiting->finished.load());
-  sim.CompleteStream(kStream);
-  unmapper.Drain();
-  EXPECT_EQ(waiting->runs[0].unmapped, 2u);
-  sim.ReleaseEvent(waiting->done);
-}
-
-// The device refuses a map part way: the pages before it stay mapped, and the job says
-// how many, for the allocator to keep them and take the rest back.
-TEST(BackgroundUnmapperTest, AMapJobStopsAtARefusedMap) {
-  SimBackend sim;
-  FaultInjectingBackend faults(sim, /*seed=*/1, {});
-  BackgroundUnmapper unmapper(faults, nullptr);
-  std::shared_ptr<MapJob> job = PagesToMap(sim, 3);
-  {
-    BackgroundUnmapper::Pause pause(&unmapper);  // nothing mapped until the fault is set
-    unmapper.Submit(job);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_EQ(job->mapped, 0u);
-  }
-  unmapper.FinishMaps();
-  EXPECT_EQ(job->mapped, 3u);
-  std::shared_ptr<MapJob> refused = PagesToMap(sim, 2);
-  faults.set_rates({.map = 1.0});
-  unmapper.Submit(refused);
-  unmapper.FinishMaps();
-  EXPECT_FALSE(refused->status.ok());
-  EXPECT_EQ(refused->mapped, 0u);
-  EXPECT_FALSE(sim.IsAccessible(refused->va, kPage));
-}
-
 }  // namespace
 }  // namespace gpumem

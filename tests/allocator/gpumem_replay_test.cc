@@ -163,15 +163,14 @@ void ExpectFewSteadyMaps(const char* what, const replay::ReplayResult& r) {
 
 // FSDP2's three streams (compute, all-gather, reduce-scatter; tests/data/README.md): the
 // communication streams' buffers come from the compute stream's free blocks where they
-// are, so memory moves between the streams' heaps without remapping pages. (Without
-// stitches ahead, which move pages on purpose: GpumemFsdp2Test.StitchesAhead...) Without
+// are, so memory moves between the streams' heaps without remapping pages. Without
 // borrowing the steps after the warm-up map 1,863 pages (14 stitches) at 1.016; with it,
 // 792 (3) at 1.009.
 TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
   std::optional<SteppedTrace> s = LoadStepped("fsdp2_rank0.gpumem", 40);
   ASSERT_TRUE(s.has_value());
   replay::ReplayOptions& options = s->options;
-  absl::StatusOr<replay::ReplayResult> r = replay::Replay(s->trace, "gpumem-no-ahead", options);
+  absl::StatusOr<replay::ReplayResult> r = replay::Replay(s->trace, "gpumem", options);
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectFewSteadyMaps("fsdp2 rank 0", *r);
   // A borrow waits for its block's users alone, and for nothing once the lender's
@@ -189,7 +188,7 @@ TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
   // wait. (Held back until the borrowers' work ran, it mapped 4,430 pages at 1.017; held
   // and not taken back early, 1.11.)
   options.device_lag = s->trace.events.size() / options.step_ends.size();
-  r = replay::Replay(s->trace, "gpumem-no-ahead", options);
+  r = replay::Replay(s->trace, "gpumem", options);
   ASSERT_TRUE(r.ok()) << r.status();
   ExpectFewSteadyMaps("fsdp2 rank 0, the device a step behind", *r);
 }
@@ -197,8 +196,7 @@ TEST(GpumemFsdp2Test, CommunicationStreamsBorrowInsteadOfRemapping) {
 // A larger model (hidden 2048, 12 blocks; tests/data/README.md), rank 1, the device a step
 // behind: three ~1 GB logits-sized blocks a step, of a size that changes with the batch,
 // are stitched from pages idle elsewhere (~200 a step on two H200s, as here). 4 MiB
-// pages move half as many for the same bytes, within the same 1.02 (without stitches
-// ahead, which move them off the allocating thread).
+// pages move half as many for the same bytes, within the same 1.02.
 TEST(GpumemFsdp2Test, LargerPagesHalveWhatStitchingMaps) {
   std::optional<SteppedTrace> s = LoadStepped("fsdp2_2048_rank1.gpumem", 60);
   ASSERT_TRUE(s.has_value());
@@ -207,8 +205,7 @@ TEST(GpumemFsdp2Test, LargerPagesHalveWhatStitchingMaps) {
   std::uint64_t maps[2] = {};
   for (int i = 0; i < 2; ++i) {
     options.page_bytes = std::size_t{2} << (20 + i);
-    absl::StatusOr<replay::ReplayResult> r =
-        replay::Replay(s->trace, "gpumem-no-ahead", options);
+    absl::StatusOr<replay::ReplayResult> r = replay::Replay(s->trace, "gpumem", options);
     ASSERT_TRUE(r.ok()) << r.status();
     std::printf("fsdp2 hidden 2048 rank 1, %zu MiB pages: ratio %.4f; steps %zu-%zu: %llu "
                 "maps, %llu stitches\n", options.page_bytes >> 20, r->ratio,
@@ -220,40 +217,6 @@ TEST(GpumemFsdp2Test, LargerPagesHalveWhatStitchingMaps) {
     maps[i] = r->steady.maps;
   }
   EXPECT_LE(maps[1] * 10, maps[0] * 6);
-}
-
-// The same rank with 8 MiB pages (the default on an 80 GB card or larger): its pool has
-// its size from step 41 and still stitches those blocks, ~85 pages each. Stitched
-// ahead, on the allocator's own thread on a GPU, the blocks are there when asked for:
-// the allocating thread maps 418 pages in the steady steps instead of 1,308 (431 instead
-// of 1,409 with the device a step behind), at 1.0096 / 1.0101 instead of 1.0172 / 1.0120,
-// while the allocator's thread maps 2,500.
-TEST(GpumemFsdp2Test, StitchesAheadTakeMostMapsOffTheAllocatingThread) {
-  std::optional<SteppedTrace> s = LoadStepped("fsdp2_2048_rank1.gpumem", 60);
-  ASSERT_TRUE(s.has_value());
-  replay::ReplayOptions& options = s->options;
-  options.page_bytes = std::size_t{8} << 20;
-  for (std::size_t lag : {std::size_t{0}, s->trace.events.size() / options.step_ends.size()}) {
-    options.device_lag = lag;
-    std::uint64_t allocating_thread_maps[2] = {};
-    for (int ahead = 0; ahead < 2; ++ahead) {
-      absl::StatusOr<replay::ReplayResult> r =
-          replay::Replay(s->trace, ahead ? "gpumem" : "gpumem-no-ahead", options);
-      ASSERT_TRUE(r.ok()) << r.status();
-      allocating_thread_maps[ahead] = r->steady.maps - r->steady.maps_ahead;
-      std::printf("fsdp2 hidden 2048 rank 1, lag %zu, %s: ratio %.4f; steps %zu-%zu: %llu "
-                  "maps on the allocating thread, %llu ahead, %llu stitches\n",
-                  lag, ahead ? "stitches ahead" : "none ahead", r->ratio,
-                  r->warmup_steps + 1, r->steps.size(),
-                  static_cast<unsigned long long>(allocating_thread_maps[ahead]),
-                  static_cast<unsigned long long>(r->steady.maps_ahead),
-                  static_cast<unsigned long long>(r->steady.stitches));
-      EXPECT_LE(r->ratio, kTargetRatio);
-      EXPECT_EQ(r->steady.synchronizes, 0u);
-      EXPECT_EQ(r->steady.maps_ahead > 0, ahead == 1);
-    }
-    EXPECT_LE(allocating_thread_maps[1] * 2, allocating_thread_maps[0]);
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(RealTraces, GpumemSteadyStateTest,

@@ -161,8 +161,7 @@ def figures():
         out["backend_counters"] = device["backend_counters"]
         out["page_bytes"] = device.get("page_bytes")  # GPUMEM_PAGE_SIZE or the device's default
         out["cross_stream"] = {k: device.get(k, 0) for k in
-                               ("cross_stream_lends", "cross_stream_borrows",
-                                "stitch_ahead_count", "stitch_ahead_pages")}
+                               ("cross_stream_lends", "cross_stream_borrows")}
     return out
 
 

@@ -82,16 +82,13 @@ nlohmann::json ActivityJson(const replay::DeviceActivity& a) {
           {"physical_creates", a.physical_creates},
           {"segment_allocs", a.segment_allocs},
           {"segment_frees", a.segment_frees},
-          {"stitches", a.stitches},
-          {"maps_ahead", a.maps_ahead},
-          {"stitches_ahead", a.stitches_ahead}};
+          {"stitches", a.stitches}};
 }
 
 std::string ActivityText(const replay::DeviceActivity& a) {
-  return absl::StrFormat(
-      "maps %d (%d ahead), unmaps %d, synchronizes %d, stitches %d (%d ahead), new pages %d",
-      a.maps, a.maps_ahead, a.unmaps, a.synchronizes, a.stitches, a.stitches_ahead,
-      a.physical_creates + a.segment_allocs);
+  return absl::StrFormat("maps %d, unmaps %d, synchronizes %d, stitches %d, new pages %d",
+                         a.maps, a.unmaps, a.synchronizes, a.stitches,
+                         a.physical_creates + a.segment_allocs);
 }
 
 nlohmann::json ToJson(const std::string& trace, const replay::ReplayResult& r) {

@@ -42,10 +42,7 @@ DeviceActivity CountsNow(const Backend& backend, const DeviceAllocator& allocato
   d.physical_creates = c.physical_creates;
   d.segment_allocs = c.segment_allocs;
   d.segment_frees = c.segment_frees;
-  const AllocatorStats stats = allocator.stats();
-  d.stitches = stats.stitch_count;
-  d.maps_ahead = stats.stitch_ahead_pages;
-  d.stitches_ahead = stats.stitch_ahead_count;
+  d.stitches = allocator.stats().stitch_count;
   return d;
 }
 
@@ -59,8 +56,6 @@ DeviceActivity Since(const DeviceActivity& now, const DeviceActivity& then) {
   d.segment_allocs = now.segment_allocs - then.segment_allocs;
   d.segment_frees = now.segment_frees - then.segment_frees;
   d.stitches = now.stitches - then.stitches;
-  d.maps_ahead = now.maps_ahead - then.maps_ahead;
-  d.stitches_ahead = now.stitches_ahead - then.stitches_ahead;
   return d;
 }
 
@@ -79,8 +74,6 @@ DeviceActivity& DeviceActivity::operator+=(const DeviceActivity& o) {
   segment_allocs += o.segment_allocs;
   segment_frees += o.segment_frees;
   stitches += o.stitches;
-  maps_ahead += o.maps_ahead;
-  stitches_ahead += o.stitches_ahead;
   return *this;
 }
 

@@ -47,10 +47,6 @@ struct DeviceActivity {
   std::uint64_t segment_allocs = 0;    // plain segments (cudaMalloc)
   std::uint64_t segment_frees = 0;
   std::uint64_t stitches = 0;          // growths served by remapped idle pages
-  // Of `maps`, those of free blocks stitched ahead of a request: on the allocator's own
-  // thread on a GPU (here, where the replay runs with no such thread, on the same one).
-  std::uint64_t maps_ahead = 0;
-  std::uint64_t stitches_ahead = 0;
   DeviceActivity& operator+=(const DeviceActivity& o);
   bool operator==(const DeviceActivity& o) const = default;
 };
