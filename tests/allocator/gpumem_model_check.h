@@ -248,19 +248,23 @@ class ModelCheck {
 
   void Free() {
     auto it = Pick();
+    const DevicePtr ptr = it->first;
     // The block's work was queued before its free: an event the free records on a stream
-    // follows that work.
+    // follows that work. Recorded first: the free itself may wait for the device (which
+    // clears it) or unmap what it no longer holds.
     const std::uint64_t freed_at = ++clock_;
-    alloc_->Free(it->first);
     const std::size_t size = std::max<std::size_t>(it->second.size, 1);
-    Dirty d{it->first, size, it->second.used_on, sim_.Backing(it->first, size), freed_at};
+    Dirty d{ptr, size, it->second.used_on, sim_.Backing(ptr, size), freed_at};
     d.streams.insert(it->second.stream);
-    std::lock_guard lock(model_mu_);
-    dirty_.push_back(std::move(d));
-    allocated_ -= it->second.size;
-    live_.erase(it);
-    // Keep the reference small: regions whose streams all ran are clean.
-    std::erase_if(dirty_, [](const Dirty& x) { return x.streams.empty(); });
+    {
+      std::lock_guard lock(model_mu_);
+      // Keep the reference small: regions whose streams all ran are clean.
+      std::erase_if(dirty_, [](const Dirty& x) { return x.streams.empty(); });
+      dirty_.push_back(std::move(d));
+      allocated_ -= it->second.size;
+      live_.erase(it);
+    }
+    alloc_->Free(ptr);
   }
 
   void CheckAccounting() {
