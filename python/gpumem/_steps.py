@@ -39,8 +39,10 @@ run are said to the library as a source of their own (SOURCE_MODEL_CALL_AWAITING
 their graphs wait for a backward, so they may all be one iteration. Once an optimizer has
 been built, the backward passes and training model calls before its first step are the
 first accumulation window's micro-batches: they mark nothing, up to FIRST_WINDOW_PASSES
-backward passes (an optimizer that skips every step: they mark after those). The library
-is told when the window begins, and stops looking for passes in the allocations.
+backward passes (an optimizer that skips every step: they mark after those), or until
+gradients are zeroed (zero_grad of an optimizer or a module) before any optimizer step: the
+passes then do not accumulate, and mark. The library is told when the window begins, and
+stops looking for passes in the allocations.
 """
 import functools
 import importlib
@@ -162,6 +164,7 @@ class StepMarker:
         self.optimizer_built = False  # a torch.optim optimizer exists (watch_optimizers)
         self.window_passes = 0      # backward passes while it had not stepped
         self.steps_coming_said = False  # the library was told of the first window
+        self.window_closed = False  # gradients were zeroed in it: its passes are iterations
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
 
@@ -241,12 +244,22 @@ class StepMarker:
     def on_optimizer_built(self):
         self.optimizer_built = True
 
+    def on_zero_grad(self):
+        """Gradients zeroed (an optimizer's or a module's zero_grad) after a backward pass
+        and before any optimizer has stepped: the passes are not accumulating into one
+        step, whatever the optimizer does (a GradScaler skipping every step, an update
+        written by hand beside an optimizer built for its scheduler), so the first window
+        ends and they mark."""
+        if self.optimizer_built and self.hook_marks == 0 and self.window_passes > 0:
+            self.window_closed = True
+
     def in_first_window(self, source, training):
         """Whether this call is a micro-batch of the first accumulation window: an
         optimizer was built and none has stepped, a backward pass has run, and fewer than
         FIRST_WINDOW_PASSES of them so far. Calls that train nothing (a validation pass)
         and calls before any backward pass (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
-        if not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen:
+        if (not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen or
+                self.window_closed):
             return False
         return (source in (SOURCE_BACKWARD, SOURCE_MODEL_CALL) and training and
                 self.window_passes <= FIRST_WINDOW_PASSES)
@@ -301,21 +314,30 @@ def watch_optimizers(torch):
         return False
     register(_marker.on_optimizer_step)
     optimizer_module._gpumem_step_hook = True
-    _note_construction(getattr(optimizer_module, "Optimizer", None))
+    optimizer_class = getattr(optimizer_module, "Optimizer", None)
+    _note_construction(optimizer_class)
+    _note_after(optimizer_class, "zero_grad", _marker.on_zero_grad)
+    _note_after(getattr(getattr(torch, "nn", None), "Module", None), "zero_grad",
+                _marker.on_zero_grad)
     return True
 
 
 def _note_construction(optimizer_class):
-    if not isinstance(optimizer_class, type):
-        return
-    init = optimizer_class.__init__
-    if getattr(init, "_gpumem_built_hook", False):
+    _note_after(optimizer_class, "__init__", _marker.on_optimizer_built)
+
+
+def _note_after(cls, name, note):
+    """Calls note() after every call of cls.<name> (the class's own method, which its
+    subclasses inherit), once however often it is asked."""
+    method = getattr(cls, name, None) if isinstance(cls, type) else None
+    if method is None or getattr(method, "_gpumem_noted", False):
         return
 
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        _marker.on_optimizer_built()
+    @functools.wraps(method)
+    def noted(self, *args, **kwargs):
+        result = method(self, *args, **kwargs)
+        note()
+        return result
 
-    __init__._gpumem_built_hook = True
-    optimizer_class.__init__ = __init__
+    noted._gpumem_noted = True
+    setattr(cls, name, noted)

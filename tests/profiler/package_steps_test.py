@@ -230,6 +230,41 @@ class LoopMarks(unittest.TestCase):
         # said once, so that the library stops taking the micro-batches for passes
         self.assertEqual(self.lib.steps_coming, 1)
 
+    def iterations(self, n, passes=1, zero_grad=True):
+        """`n` iterations of `passes` forward and backward passes, gradients zeroed after
+        each, and no optimizer step."""
+        for _ in range(n):
+            for _ in range(passes):
+                self.m.on_loop_start(MODEL_CALL)
+                self.m.on_loop_start(BACKWARD)
+                if zero_grad:
+                    self.m.on_zero_grad()
+
+    def test_zeroing_gradients_before_any_step_ends_the_first_window(self):
+        self.iterations(10)  # an update written by hand: no optimizer built
+        by_hand = list(self.lib.steps)
+        self.lib.steps.clear()
+        self.m = _steps.StepMarker(self.lib)
+        self.m.on_optimizer_built()  # one built all the same (a scheduler's), never stepped
+        self.iterations(10)
+        self.assertEqual(self.lib.steps, by_hand)
+        self.assertEqual(len(by_hand), 10)
+
+    def test_two_passes_an_iteration_each_zeroed_mark_each_pass(self):
+        self.m.on_optimizer_built()  # each pass's gradients zeroed, no step() ever
+        self.iterations(5, passes=2)
+        self.assertEqual(self.lib.steps[-1], BACKWARD)
+        self.assertEqual(self.lib.steps.count(BACKWARD), 9)  # every pass after the first
+
+    def test_gradients_zeroed_only_after_a_step_leave_the_window_alone(self):
+        opt = Opt()
+        self.m.on_optimizer_built()
+        self.m.on_zero_grad()  # before the first pass, as most loops begin
+        self.iterations(1, passes=16, zero_grad=False)
+        self.m.on_optimizer_step(opt)
+        self.m.on_zero_grad()
+        self.assertEqual(self.lib.steps, [OPTIMIZER])
+
     def test_no_window_is_said_where_no_optimizer_was_built(self):
         for _ in range(20):  # updates by hand: the backward passes mark from the second
             self.m.on_loop_start(MODEL_CALL)
@@ -714,6 +749,7 @@ class Hooks(unittest.TestCase):
         torch.optim.optimizer.Optimizer = Optimizer
         marker = _steps.marker()
         self.assertTrue(_steps.watch_optimizers(torch))
+        self.assertFalse(hasattr(Optimizer, "zero_grad"))  # none to wrap: none made
         _steps._note_construction(Optimizer)  # a second watch wraps nothing more
         try:
             self.assertFalse(marker.optimizer_built)
@@ -724,6 +760,33 @@ class Hooks(unittest.TestCase):
             self.assertFalse(hasattr(Optimizer.__init__.__wrapped__, "__wrapped__"))
         finally:
             marker.optimizer_built = False
+
+    def test_zeroing_gradients_is_noted_for_optimizers_and_modules(self):
+        class Optimizer:
+            def zero_grad(self, set_to_none=True):
+                return set_to_none
+
+        class Module:
+            def zero_grad(self, set_to_none=True):
+                return "module"
+
+        torch, _, _ = fake_torch()
+        torch.optim.optimizer.Optimizer = Optimizer
+        torch.nn = types.SimpleNamespace(Module=Module)
+        marker = _steps.marker()
+        saved = (marker.optimizer_built, marker.window_passes, marker.window_closed)
+        self.assertTrue(_steps.watch_optimizers(torch))
+        _steps._note_after(Module, "zero_grad", marker.on_zero_grad)  # wrapped once only
+        try:
+            marker.optimizer_built, marker.window_passes = True, 1
+            self.assertEqual(Module().zero_grad(), "module")
+            self.assertTrue(marker.window_closed)
+            marker.window_closed = False
+            self.assertFalse(Optimizer().zero_grad(set_to_none=False))
+            self.assertTrue(marker.window_closed)
+            self.assertFalse(hasattr(Module.zero_grad.__wrapped__, "__wrapped__"))
+        finally:
+            marker.optimizer_built, marker.window_passes, marker.window_closed = saved
 
     def test_old_torch_without_hooks(self):
         self.assertFalse(_steps.watch_optimizers(types.SimpleNamespace()))
