@@ -35,8 +35,11 @@ in stops when any other marks (a validation pass between epochs of graph replays
 for that pass only); stopped by such a pass, its training calls stand in again at once, as
 the source both stand in for has still not marked. gpumem.step() is never stood in for:
 the program says where its steps are. Model calls that train before any backward pass has
-run are said to the library as a source of their own (SOURCE_MODEL_CALL_AWAITING_BACKWARD):
-their graphs wait for a backward, so they may all be one iteration. Once an optimizer has
+run, once an optimizer has been built, are said to the library as a source of their own
+(SOURCE_MODEL_CALL_AWAITING_BACKWARD): their graphs wait for a backward, so they may all be
+one iteration (an episode, a sum of micro-batches' losses). With no optimizer built they
+are plain model calls: nothing is going to take their graphs (an inference loop that left
+out no_grad() and eval()), and what they keep grows step by step. Once an optimizer has
 been built, the backward passes and training model calls before its first step are the
 first accumulation window's micro-batches: they mark nothing, up to FIRST_WINDOW_PASSES
 backward passes (an optimizer that skips every step: they mark after those), or until
@@ -183,7 +186,8 @@ class StepMarker:
             else:  # a better source, silenced: its stall is still judged, against all steps
                 loop.steps_before = self.count + 1
         said = source
-        if source == SOURCE_MODEL_CALL and training and not self.backward_seen:
+        if (source == SOURCE_MODEL_CALL and training and not self.backward_seen and
+                self.optimizer_built):
             said = SOURCE_MODEL_CALL_AWAITING_BACKWARD
         if self.source != said:
             fn = getattr(self.lib(), "gpumem_trace_step_source", None)

@@ -381,6 +381,27 @@ def evaluation_outputs_moved_to_host():
 
 
 @case("leak")
+def inference_without_no_grad_keeps_predictions():
+    """A prediction script that leaves out torch.no_grad() and model.eval(): every output
+    keeps its autograd graph (the activations of 4 layers), and the outputs are kept for a
+    metric at the end. No optimizer, no backward pass."""
+    net, outputs = model(), []
+    for _ in range(100000):
+        outputs.append(net(batch()))  # LEAK: each output keeps its graph on the device
+    return outputs
+
+
+@case("no leak")
+def inference_without_no_grad_moves_predictions_to_host():
+    """The same without no_grad() and eval(), each batch's predicted classes moved to the
+    host: each graph goes with its output."""
+    net, predictions = model(), []
+    for _ in range(1500):
+        predictions.append(net(batch()).argmax(1).cpu())
+    return predictions
+
+
+@case("leak")
 def validation_outputs_gathered_on_device():
     """1,000 training steps, then a validation pass that gathers every batch's output on
     the device for a metric at its end: the outputs outgrow the cap halfway through."""

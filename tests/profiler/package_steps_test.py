@@ -160,12 +160,10 @@ class LoopMarks(unittest.TestCase):
     def test_backward_passes_silence_model_calls(self):
         for _ in range(3):  # an evaluation first
             self.m.on_loop_start(MODEL_CALL, training=False)
-        for _ in range(3):  # then training by hand
+        for _ in range(3):  # then training by hand, no optimizer built
             self.m.on_loop_start(MODEL_CALL)
             self.m.on_loop_start(BACKWARD)
-        # the first training call awaits the first backward pass; the second follows it
-        self.assertEqual(self.lib.steps,
-                         [MODEL_CALL] * 2 + [AWAITING, MODEL_CALL] + [BACKWARD] * 2)
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 4 + [BACKWARD] * 2)
         self.assertTrue(self.m.silenced(MODEL_CALL))
         self.assertFalse(self.m.silenced(BACKWARD))
 
@@ -352,6 +350,7 @@ class LoopMarks(unittest.TestCase):
 
     def test_calls_that_train_before_the_first_backward_pass_await_it(self):
         opt = Opt()
+        self.m.on_optimizer_built()
         for _ in range(3):  # episodes of 5 actions, each a call of the policy
             for _ in range(5):
                 self.m.on_loop_start(MODEL_CALL)
@@ -359,6 +358,14 @@ class LoopMarks(unittest.TestCase):
             self.m.on_optimizer_step(opt)
         self.assertEqual(self.lib.steps, [AWAITING] * 4 + [OPTIMIZER] * 3)
         self.assertEqual(self.lib.source, OPTIMIZER)
+
+    def test_calls_with_grad_and_no_optimizer_are_plain_model_calls(self):
+        for _ in range(4):  # predictions kept, no_grad() and eval() left out
+            self.m.on_loop_start(MODEL_CALL)
+        self.assertEqual(self.lib.steps, [MODEL_CALL] * 3)
+        self.m.on_optimizer_built()  # built later: calls before a backward await it again
+        self.m.on_loop_start(MODEL_CALL)
+        self.assertEqual(self.lib.steps[-1], AWAITING)
 
     def test_an_evaluation_script_marks_at_its_calls_that_train_nothing(self):
         for _ in range(4):
@@ -509,12 +516,13 @@ def torch_with_modules(compiling=lambda: False):
 
 
 class ModelCallHooks(unittest.TestCase):
-    """The fake models train (train mode, grad on) and no backward pass runs: their calls
-    mark as calls awaiting the first backward pass."""
+    """The fake models train (train mode, grad on), an optimizer has been built and no
+    backward pass runs: their calls mark as calls awaiting the first backward pass."""
 
     def setUp(self):
         self.lib = FakeLib()
         self.m = _steps.StepMarker(self.lib)
+        self.m.on_optimizer_built()
 
     def test_the_model_is_found_and_marks_from_its_second_call(self):
         torch = torch_with_modules()
@@ -618,6 +626,7 @@ class ModelCallHookCopies(unittest.TestCase):
     def setUp(self):
         self.lib = FakeLib()
         self.m = _steps.StepMarker(self.lib)
+        self.m.on_optimizer_built()  # the calls await a backward pass, as in training
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
         self.model = FakeModule("cuda")
         for _ in range(3):
