@@ -259,8 +259,8 @@ class StepMarker:
 
     def in_first_window(self, source, training):
         """Whether this call is a micro-batch of the first accumulation window: an
-        optimizer was built and none has stepped, a backward pass has run, and fewer than
-        FIRST_WINDOW_PASSES of them so far. Calls that train nothing (a validation pass)
+        optimizer was built and none has stepped, a backward pass has run, no gradients
+        were zeroed since, and fewer than FIRST_WINDOW_PASSES of them so far. Calls that train nothing (a validation pass)
         and calls before any backward pass (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
         if (not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen or
                 self.window_closed):
