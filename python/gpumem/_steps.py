@@ -190,9 +190,7 @@ class StepMarker:
                 self.optimizer_built):
             said = SOURCE_MODEL_CALL_AWAITING_BACKWARD
         if self.source != said:
-            fn = getattr(self.lib(), "gpumem_trace_step_source", None)
-            if fn is not None:
-                fn(said)
+            self._tell("gpumem_trace_step_source", said)
             self.source = said
         self.count = self.lib().gpumem_step()
         return self.count
@@ -241,9 +239,14 @@ class StepMarker:
         if self.steps_coming_said:
             return
         self.steps_coming_said = True
-        fn = getattr(self.lib(), "gpumem_trace_steps_coming", None)
+        self._tell("gpumem_trace_steps_coming")
+
+    def _tell(self, name, *args):
+        """Calls the library's hooks/gpumem_trace.h function `name`, where it has one
+        (older builds lack some)."""
+        fn = getattr(self.lib(), name, None)
         if fn is not None:
-            fn()
+            fn(*args)
 
     def on_optimizer_built(self):
         self.optimizer_built = True
@@ -260,8 +263,9 @@ class StepMarker:
     def in_first_window(self, source, training):
         """Whether this call is a micro-batch of the first accumulation window: an
         optimizer was built and none has stepped, a backward pass has run, no gradients
-        were zeroed since, and fewer than FIRST_WINDOW_PASSES of them so far. Calls that train nothing (a validation pass)
-        and calls before any backward pass (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
+        were zeroed since, and fewer than FIRST_WINDOW_PASSES of them so far. Calls that
+        train nothing (a validation pass) and calls before any backward pass
+        (SOURCE_MODEL_CALL_AWAITING_BACKWARD) are not."""
         if (not self.optimizer_built or self.hook_marks > 0 or not self.backward_seen or
                 self.window_closed):
             return False

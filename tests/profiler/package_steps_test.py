@@ -200,43 +200,32 @@ class LoopMarks(unittest.TestCase):
 
     def test_accumulated_passes_between_optimizer_steps_are_no_stall(self):
         opt = Opt()
-        for _ in range(10):
-            for _ in range(8):
-                self.m.on_loop_start(MODEL_CALL)
-                self.m.on_loop_start(BACKWARD)
-            self.m.on_optimizer_step(opt)
+        self.train(10, opt, passes=8)
         self.assertEqual(self.lib.steps, [MODEL_CALL] + [BACKWARD] * 7 + [OPTIMIZER] * 10)
 
     def test_model_calls_of_long_accumulation_windows_are_no_stall(self):
         opt = Opt()
-        for _ in range(5):  # sixteen micro-batches a step: backward passes mark the first
-            for _ in range(16):
-                self.m.on_loop_start(MODEL_CALL)
-                self.m.on_loop_start(BACKWARD)
-            self.m.on_optimizer_step(opt)
+        # sixteen micro-batches a step: backward passes mark the first
+        self.train(5, opt, passes=16)
         self.assertEqual(self.lib.steps, [MODEL_CALL] + [BACKWARD] * 15 + [OPTIMIZER] * 5)
 
     def test_the_first_accumulation_window_marks_nothing(self):
         opt = Opt()
         self.m.on_optimizer_built()
-        for _ in range(5):  # sixteen micro-batches a step, the optimizer built before
-            for _ in range(16):
-                self.m.on_loop_start(MODEL_CALL)
-                self.m.on_loop_start(BACKWARD)
-            self.m.on_optimizer_step(opt)
+        # sixteen micro-batches a step, the optimizer built before
+        self.train(5, opt, passes=16)
         self.assertEqual(self.lib.steps, [OPTIMIZER] * 5)
         # said once, so that the library stops taking the micro-batches for passes
         self.assertEqual(self.lib.steps_coming, 1)
 
-    def iterations(self, n, passes=1, zero_grad=True):
+    def iterations(self, n, passes=1):
         """`n` iterations of `passes` forward and backward passes, gradients zeroed after
         each, and no optimizer step."""
         for _ in range(n):
             for _ in range(passes):
                 self.m.on_loop_start(MODEL_CALL)
                 self.m.on_loop_start(BACKWARD)
-                if zero_grad:
-                    self.m.on_zero_grad()
+                self.m.on_zero_grad()
 
     def test_zeroing_gradients_before_any_step_ends_the_first_window(self):
         self.iterations(10)  # an update written by hand: no optimizer built
@@ -258,8 +247,7 @@ class LoopMarks(unittest.TestCase):
         opt = Opt()
         self.m.on_optimizer_built()
         self.m.on_zero_grad()  # before the first pass, as most loops begin
-        self.iterations(1, passes=16, zero_grad=False)
-        self.m.on_optimizer_step(opt)
+        self.train(1, opt, passes=16)
         self.m.on_zero_grad()
         self.assertEqual(self.lib.steps, [OPTIMIZER])
 
@@ -306,10 +294,13 @@ class LoopMarks(unittest.TestCase):
             self.m.on_optimizer_step(opt)
         self.assertEqual(self.lib.steps, [OPTIMIZER] + ([MODEL_CALL] * 4 + [OPTIMIZER]) * 3)
 
-    def train(self, steps, opt):
+    def train(self, steps, opt, passes=1):
+        """`steps` optimizer steps of `opt`, each after `passes` forward and backward passes
+        (micro-batches)."""
         for _ in range(steps):
-            self.m.on_loop_start(MODEL_CALL)
-            self.m.on_loop_start(BACKWARD)
+            for _ in range(passes):
+                self.m.on_loop_start(MODEL_CALL)
+                self.m.on_loop_start(BACKWARD)
             self.m.on_optimizer_step(opt)
 
     def test_a_validation_pass_is_no_stall(self):
