@@ -22,17 +22,26 @@ void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
   if (InRange(device)) devices_[device].live.fetch_sub(size, std::memory_order_relaxed);
 }
 
-void LiveBlocks::Add(const Block& block) {
+void LiveBlocks::Add(const Block& block, ThreadRole role) {
   KeyShard& shard = KeyShardOf(block.key);
   const std::uint32_t now = steps_.load(std::memory_order_relaxed);
+  const std::uint64_t main_allocs =
+      role == ThreadRole::kMain ? main_allocs_.fetch_add(1, std::memory_order_relaxed) + 1
+                                : main_allocs_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(shard.mu);
   // A key's entry begins at its first block: the others (frees, a pool's idle memory) come
   // after one.
   auto [it, first] = shard.by_key.try_emplace(block.key);
   Bytes& bytes = it->second;
   bytes.live += block.size;
-  if (first) bytes.steps.first = now;
+  ++bytes.blocks;
+  if (first) {
+    bytes.steps.first = now;
+    bytes.helper = role == ThreadRole::kHelper;
+    bytes.main_allocs.first = main_allocs;
+  }
   bytes.steps.last = now;
+  bytes.main_allocs.last = main_allocs;
 }
 
 void LiveBlocks::Forget(const Block& block) {
@@ -42,10 +51,11 @@ void LiveBlocks::Forget(const Block& block) {
   bytes.live -= block.size;
   bytes.low = std::min(bytes.low, bytes.live);
   bytes.freed = true;
+  --bytes.blocks;
 }
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
-                         std::uint32_t stack) {
+                         std::uint32_t stack, ThreadRole role) {
   Block block{Key(device, stack), report::DeviceBytes(size)};
   if (InRange(device)) {
     if (const std::uint32_t pool = capturing_[device].load(std::memory_order_relaxed); pool != 0) {
@@ -62,7 +72,7 @@ void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t 
       SubLive(static_cast<std::int32_t>(it->second.key >> 32), it->second.size);
       it->second = block;
     }
-    Add(block);
+    Add(block, role);
     if (block.pool != 0) PoolBlockChanged(block, true);
   }
   AddLive(device, block.size);
@@ -159,6 +169,18 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveBlocks::StepLowsByKeyAndSt
   }
   last_step_keys_ = out.size();
   steps_.fetch_add(1, std::memory_order_relaxed);
+  return out;
+}
+
+absl::flat_hash_map<std::uint64_t, report::HelperKept> LiveBlocks::HelperKeptByKey() const {
+  absl::flat_hash_map<std::uint64_t, report::HelperKept> out;
+  for (const KeyShard& shard : key_shards_) {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    for (const auto& [key, bytes] : shard.by_key) {
+      if (!bytes.helper || bytes.blocks == 0) continue;
+      out[key] = {bytes.live, bytes.blocks, bytes.main_allocs.last - bytes.main_allocs.first};
+    }
+  }
   return out;
 }
 

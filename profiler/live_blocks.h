@@ -13,8 +13,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "profiler/graph_pool_ledger.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem {
+
+// Who allocated: the process's main thread (the training loop's, almost always), a thread
+// that runs autograd's backward nodes, or another (a loader's, a prefetcher's).
+enum class ThreadRole : std::uint8_t { kMain, kBackward, kHelper };
 
 class LiveBlocks {
  public:
@@ -25,7 +30,8 @@ class LiveBlocks {
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32 | stack;
   }
 
-  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack);
+  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack,
+               ThreadRole role = ThreadRole::kMain);
   // Frees of blocks never seen (allocated before the trace or while paused) are ignored.
   void OnFree(std::uint64_t addr);
   // A CUDA graph pool's capture or release on `device`: the blocks a capture allocates
@@ -51,6 +57,9 @@ class LiveBlocks {
     std::uint32_t last = 0;
   };
   absl::flat_hash_map<std::uint64_t, AllocSteps> AllocStepsByKey() const;
+  // By Key(), what helper threads' blocks hold (report::HelperKept), for the keys whose
+  // first block a helper thread allocated and that hold some now.
+  absl::flat_hash_map<std::uint64_t, report::HelperKept> HelperKeptByKey() const;
   std::uint64_t Live(std::int32_t device) const;
   // The most live at once on `device` since the last call; starts again from live now.
   std::uint64_t TakeStepPeak(std::int32_t device);
@@ -61,12 +70,20 @@ class LiveBlocks {
     std::uint64_t size;
     std::uint32_t pool = 0;  // 1 + the graph pool it was captured into, 0 for none
   };
+  // The main thread's allocations so far at a helper key's first and latest block.
+  struct HelperClock {
+    std::uint64_t first = 0;
+    std::uint64_t last = 0;
+  };
 
   struct Bytes {
     std::uint64_t live = 0;
     std::uint64_t low = 0;  // the least live since the last step mark
     bool freed = false;     // a block of the key was freed
     AllocSteps steps;
+    std::uint64_t blocks = 0;  // live blocks
+    bool helper = false;       // a helper thread allocated its first block
+    HelperClock main_allocs;   // helper keys only
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;
   // bytes sharded by key, so that a key's least live in a step is over all its blocks
@@ -79,7 +96,7 @@ class LiveBlocks {
     mutable std::mutex mu;
     absl::flat_hash_map<std::uint64_t, Bytes> by_key;
   };
-  void Add(const Block& block);
+  void Add(const Block& block, ThreadRole role);
   void Forget(const Block& block);
   struct alignas(64) DeviceLive {
     std::atomic<std::uint64_t> live{0};
@@ -107,6 +124,7 @@ class LiveBlocks {
   // LiveView's lock).
   std::size_t last_step_keys_ = 0;
   std::atomic<std::uint32_t> steps_{0};  // StepLowsByKeyAndStartStep calls so far
+  std::atomic<std::uint64_t> main_allocs_{0};  // allocations by the main thread so far
   std::array<DeviceLive, kMaxDevices> devices_;
   // Graph pools: rare (a capture, its blocks' allocs and frees, a release). Taken after an
   // address shard's lock and before a key shard's.

@@ -391,6 +391,24 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
   if (source_ == static_cast<std::uint8_t>(format::StepSource::kModelCallAwaitingBackward)) {
     CountAsFirstIteration(awaiting_marks_ + 1, in);  // the first call marks nothing
   }
+  DescribeHelperKeptLocked(device, in);
+}
+
+void LiveView::DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in) {
+  absl::flat_hash_map<std::uint32_t, report::HelperKept> by_site;
+  for (const auto& [key, kept] : blocks_.HelperKeptByKey()) {
+    if (DeviceOf(key) != device) continue;
+    report::HelperKept& site = by_site[SiteOfLocked(static_cast<std::uint32_t>(key))];
+    site.bytes += kept.bytes;
+    site.blocks += kept.blocks;
+    site.main_allocs = std::max(site.main_allocs, kept.main_allocs);
+  }
+  for (const auto& [site, kept] : by_site) {
+    if (!report::KeptByHelper(kept) || kept.bytes <= in->figures.helper_kept_bytes) continue;
+    in->figures.helper_kept_bytes = kept.bytes;
+    in->helper_blocks = kept.blocks;
+    in->helper_site = site_names_[site];
+  }
 }
 
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,

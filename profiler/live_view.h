@@ -41,8 +41,9 @@ class LiveView {
   LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer = nullptr,
            ReturnTeller returned = nullptr);
 
-  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack) {
-    blocks_.OnAlloc(device, addr, size, stack);
+  void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack,
+               ThreadRole role = ThreadRole::kMain) {
+    blocks_.OnAlloc(device, addr, size, stack, role);
     if (!marked_.load(std::memory_order_relaxed)) SeeUnmarkedAlloc(stack);
   }
   void OnFree(std::uint64_t addr) { blocks_.OnFree(addr); }
@@ -101,6 +102,9 @@ class LiveView {
   // `kept_through`: the call a growing site's kept blocks came through, or empty.
   std::string WarningLine(const LeakWarning& w, std::uint64_t step,
                           const std::string& kept_through);
+  // The site on `device` whose helper-thread blocks explain an OOM best (KeptByHelper,
+  // the most bytes), into `in`.
+  void DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in);
   // Takes each site's least live bytes since the last sample into the history.
   void SampleLocked(std::uint64_t step);
   void SampleFromLocked(std::uint64_t step,

@@ -43,8 +43,26 @@ bool GrowsInGraphPools(const OomVerdictInput& in) {
          in.sites.front().holds_graph_pools;
 }
 
+// A leak told by a helper thread's kept blocks, before steps could show growth.
+bool HelperLeak(const OomVerdictInput& in, OomClass cls) {
+  return cls == OomClass::kLeak && report::HelperKeptExplains(in.figures) &&
+         !in.helper_site.empty();
+}
+
+std::string HelperEvidence(const OomVerdictInput& in) {
+  const report::OomFigures& f = in.figures;
+  return absl::StrCat(
+      "a thread other than the main one kept ", in.helper_blocks, " blocks (",
+      Bytes(static_cast<double>(f.helper_kept_bytes)), ") at ", in.helper_site,
+      " while the main thread allocated on; ", f.finished_steps, " ",
+      f.finished_steps == 1 ? Unit(in) : Units(in),
+      " had finished, too few to measure growth, and without those blocks the request of ",
+      Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
+}
+
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
+  if (HelperLeak(in, cls)) return HelperEvidence(in);
   const std::string driver =
       in.driver_free ? absl::StrCat("; the driver had ", Bytes(*in.driver_free), " free") : "";
   const char* unit = Unit(in);
@@ -166,7 +184,10 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendOutside(in, &out);
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
-  absl::StrAppend(&out, "gpumem:   fix: ", report::OomFix(cls, GrowsInGraphPools(in)), "\n");
+  absl::StrAppend(&out, "gpumem:   fix: ",
+                  HelperLeak(in, cls) ? report::kHelperKeptFix
+                                      : report::OomFix(cls, GrowsInGraphPools(in)),
+                  "\n");
   if (in.figures.first_iteration_calls > 0 && cls == OomClass::kPeak) {
     absl::StrAppend(&out, "gpumem:   iteration: ", report::kFirstIterationFix, "\n");
   }

@@ -44,6 +44,9 @@ struct OomVerdictInput {
   // Set where no step was marked and passes stood in for steps (PassFinder): the site
   // whose allocation starts each pass. The figures' steps are then passes.
   std::string pass_start;
+  // The site whose blocks a helper thread kept (figures.helper_kept_bytes), and how many.
+  std::string helper_site;
+  std::uint64_t helper_blocks = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
 };
 

@@ -231,6 +231,15 @@ struct AutogradLink {
   bool set = false;
 };
 thread_local AutogradLink t_autograd;
+// This thread has run a backward node (autograd's engine runs them on threads of its own).
+thread_local bool t_runs_backward = false;
+
+// Who is allocating, for the live view's helper-thread evidence.
+ThreadRole RoleOfThisThread() {
+  thread_local const bool main = TraceWriter::ThreadId() == static_cast<std::uint32_t>(getpid());
+  if (main) return ThreadRole::kMain;
+  return t_runs_backward ? ThreadRole::kBackward : ThreadRole::kHelper;
+}
 
 // No std::optional on this path: one passed by value is spilled to the stack (its flag as
 // a byte store) and read back as 16 bytes, a store the processor cannot forward (two
@@ -268,6 +277,7 @@ void TakeAutogradLink(RawRecord* r) {
 void Recorder::SetAutogradLink(std::uint64_t seq, std::uint32_t thread,
                                std::uint32_t node_frame) {
   t_autograd = AutogradLink{seq, thread, node_frame, true};
+  if (node_frame != 0) t_runs_backward = true;
 }
 
 std::uint32_t Recorder::AutogradNodeFrame(const std::string& name) {
@@ -291,7 +301,7 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   Write(r);
   if (live_ == nullptr) return;
   if (type == format::RecordType::kAlloc) {
-    live_->OnAlloc(device, addr, size, autograd_sites_->LiveStack(r));
+    live_->OnAlloc(device, addr, size, autograd_sites_->LiveStack(r), RoleOfThisThread());
   }
   if (type == format::RecordType::kFree) live_->OnFree(addr);
 }
@@ -422,7 +432,8 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   Write(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
-    live_->OnAlloc(event.device, event.ptr, event.bytes, autograd_sites_->LiveStack(r));
+    live_->OnAlloc(event.device, event.ptr, event.bytes, autograd_sites_->LiveStack(r),
+                   RoleOfThisThread());
   } else if (event.kind == AllocatorEventKind::kFree) {
     live_->OnFree(event.ptr);
   }

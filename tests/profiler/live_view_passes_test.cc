@@ -316,5 +316,51 @@ TEST(LiveViewPasses, ThreadsAllocatingWhileAStepIsMarked) {
   EXPECT_EQ(in.figures.finished_steps, 1u);
 }
 
+// A first iteration that dies: the parameters, then 40 rounds in which a thread puts an
+// 8 MiB batch on the device at one line (`role`) and the main thread allocates a 4 MiB
+// activation at a line of its own each round (all of them first, with `loop_after`). No
+// step ends. Returns the verdict for a 128 MiB request on a device with 320 MiB cached
+// free in 8 MiB pieces.
+std::string HelperRounds(ThreadRole role, bool loop_after = false) {
+  constexpr std::uint32_t kParams = 1, kBatch = 2, kFirstLayer = 10;
+  LiveView view(/*warn_steps=*/8, [](std::uint32_t stack) {
+    return stack == kBatch ? std::string("train.py:30 load")
+                           : absl::StrCat("train.py:", stack, " forward");
+  });
+  std::uint64_t addr = 1ull << 30;
+  view.OnAlloc(0, addr, 128 * kMiB, kParams);
+  auto main_round = [&](int round) {
+    view.OnAlloc(0, addr += 64 * kMiB, 4 * kMiB, kFirstLayer + round);
+  };
+  for (int round = 0; round < 40; ++round) {
+    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kBatch, role);
+    if (!loop_after) main_round(round);
+  }
+  for (int round = 0; loop_after && round < 40; ++round) main_round(round);
+  OomVerdictInput in;
+  view.Describe(0, &in);
+  EXPECT_LT(in.figures.finished_steps, report::kMinStepsForLeak);
+  in.figures.allocated = view.Live(0);
+  in.figures.capacity = 1024 * kMiB;
+  in.figures.request = 128 * kMiB;
+  in.figures.free_cached = 320 * kMiB;
+  in.figures.largest_free = 8 * kMiB;
+  return OomVerdictText(in, report::ClassifyOom(in.figures));
+}
+
+TEST(LiveViewHelperThreads, BlocksAHelperKeptWhileTheLoopRanAreALeakBeforeAnyStep) {
+  const std::string text = HelperRounds(ThreadRole::kHelper);
+  EXPECT_THAT(text, HasSubstr("verdict: leak"));
+  EXPECT_THAT(text, HasSubstr("a thread other than the main one kept 40 blocks (320.00 MiB) at "
+                              "train.py:30 load while the main thread allocated on"));
+  EXPECT_THAT(text, HasSubstr(std::string("fix: ") + report::kHelperKeptFix));
+}
+
+TEST(LiveViewHelperThreads, BlocksKeptBeforeTheLoopOrByBackwardAreNoLeak) {
+  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, /*loop_after=*/true),
+              HasSubstr("verdict: fragmentation"));
+  EXPECT_THAT(HelperRounds(ThreadRole::kBackward), HasSubstr("verdict: fragmentation"));
+}
+
 }  // namespace
 }  // namespace gpumem

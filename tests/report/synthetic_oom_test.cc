@@ -199,6 +199,79 @@ TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed)
   EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, 800'000.0, 512.0);  // a 512 B block's rounding
 }
 
+// How a first iteration that dies leaves the device (pid 100): the model's parameters,
+// then 40 rounds in which thread 200 (`helper`) puts a batch of 8 MiB on the device at
+// one line, each in a 16 MiB segment of its own, and the main thread allocates a 4 MiB
+// activation at another line each round; `weights_first`: the helper's 40 blocks all
+// come before the main thread's. No step ends; a 128 MiB request fails with 320 MiB
+// cached free, in 8 MiB pieces.
+trace::Trace HelperThreadBlocks(bool weights_first, bool helper_runs_backward = false) {
+  constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  synthetic::Builder b;
+  b.Pid(100);
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::vector<trace::Frame> backward_node = {
+      {"<autograd>", 0, "MmBackward0 (backward)"}, {"train.py", 30, "load"}};
+  std::uint32_t batch = b.Stack(30, "load");
+  if (helper_runs_backward) batch = b.RawStack(backward_node);
+  b.Segment(kBase, 128 * kMiB);
+  b.Alloc(kBase, 128 * kMiB, params);
+  std::uint64_t next = kBase + 128 * kMiB;
+  auto helper = [&] {
+    b.OnThread(200);
+    b.Segment(next, 16 * kMiB);
+    b.Alloc(next, 8 * kMiB, batch);
+    next += 16 * kMiB;
+    b.OnThread(100);
+  };
+  auto main_thread = [&](int round) {
+    b.Segment(next, 4 * kMiB);
+    b.Alloc(next, 4 * kMiB, b.Stack(50 + round, "forward"));
+    next += 4 * kMiB;
+  };
+  for (int round = 0; round < 40; ++round) {
+    if (weights_first) {
+      helper();
+    } else {
+      helper();
+      main_thread(round);
+    }
+  }
+  for (int round = 0; weights_first && round < 40; ++round) main_thread(round);
+  b.Oom(128 * kMiB, 0);
+  return b.Take();
+}
+
+// A loader thread that filled a queue while the first step ran: a leak at the queue's
+// line, though no step had ended to show growth and the free memory was in pieces.
+TEST(SyntheticOom, BlocksAHelperThreadKeptWhileTheLoopRanAreALeakBeforeAnyStep) {
+  const trace::Trace t = HelperThreadBlocks(/*weights_first=*/false);
+  const Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  const OomExplanation& x = r.ooms[0];
+  EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
+  EXPECT_EQ(x.at.helper_site, "train.py:30 load");
+  EXPECT_EQ(x.at.helper_kept.blocks, 40u);
+  EXPECT_EQ(x.at.helper_kept.bytes, 320 * kMiB);
+  EXPECT_NE(x.evidence.find("a thread other than the main one kept 40 blocks (320.00 MiB) at "
+                            "train.py:30 load"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_EQ(x.fix, kHelperKeptFix);
+}
+
+// The same blocks allocated before the loop's (weights a thread pool loaded), or by a
+// thread that runs backward nodes: the pieces are fragmentation, as before.
+TEST(SyntheticOom, BlocksAHelperKeptBeforeTheLoopOrInBackwardAreNoLeak) {
+  for (const bool backward : {false, true}) {
+    const trace::Trace t = HelperThreadBlocks(/*weights_first=*/!backward, backward);
+    const Report r = BuildReport(t, {});
+    ASSERT_EQ(r.ooms.size(), 1u);
+    EXPECT_EQ(r.ooms[0].cls, OomClass::kFragmentation) << r.ooms[0].evidence;
+    EXPECT_EQ(r.ooms[0].at.helper_site, "");
+  }
+}
+
 TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {
   trace::Trace t = synthetic::FragmentationTrace();
   nlohmann::json j = ReportToJson(BuildReport(t, {}));

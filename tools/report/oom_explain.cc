@@ -56,6 +56,21 @@ void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
   x->fix = OomFix(OomClass::kLeak, pools);
 }
 
+// A leak told by a helper thread's kept blocks, before steps could show growth.
+void ExplainHelperLeak(OomExplanation* x) {
+  const OomPoint& p = x->at;
+  x->cls = OomClass::kLeak;
+  x->leaked_bytes = p.helper_kept.bytes;
+  x->evidence = absl::StrCat(
+      "a thread other than the main one kept ", p.helper_kept.blocks, " blocks (",
+      Bytes(static_cast<double>(p.helper_kept.bytes)), ") at ", p.helper_site,
+      " while the main thread allocated on; at the OOM in step ", p.step + 1, ", ", p.step,
+      " step", p.step == 1 ? "" : "s",
+      " had finished, too few to measure growth. Without those blocks the request of ",
+      Bytes(p.request), " would have fit in ", Bytes(x->capacity), ".");
+  x->fix = kHelperKeptFix;
+}
+
 void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kFragmentation;
@@ -158,8 +173,11 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     figures.growth_suspected = !leaks.suspects.empty();
     figures.grown_bytes = x.leaked_bytes;
     figures.first_iteration_calls = first_iteration ? p.step + 1 : 0;
+    if (!p.helper_site.empty()) figures.helper_kept_bytes = p.helper_kept.bytes;
     const OomClass cls = ClassifyOom(figures);
-    if (cls == OomClass::kLeak) {
+    if (cls == OomClass::kLeak && HelperKeptExplains(figures)) {
+      ExplainHelperLeak(&x);
+    } else if (cls == OomClass::kLeak) {
       ExplainLeak(leaks, &x);
     } else if (cls == OomClass::kFragmentation) {
       ExplainFragmentation(replay, &x);

@@ -59,8 +59,16 @@ class Builder {
     trace_.events.back().stream = total;
     trace_.events.back().device = device;
   }
+  // The recording process's pid (its main thread's id), as a gpumem trace's header says.
+  void Pid(std::uint32_t pid) {
+    trace_.run.pid = pid;
+    thread_ = pid;
+  }
+  // The thread of the events added from now on.
+  void OnThread(std::uint32_t thread) { thread_ = thread; }
   void Add(Action action, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = 0) {
     trace::Event e;
+    e.thread = thread_;
     e.action = action;
     e.addr = addr;
     e.size = size;
@@ -110,6 +118,7 @@ class Builder {
   trace::Trace trace_;
   trace::FrameTable frames_;
   std::int64_t time_us_ = 1'000'000;
+  std::uint32_t thread_ = 0;
 };
 
 }  // namespace gpumem::report::synthetic

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "tools/report/call_returns.h"
+#include "tools/report/helper_threads.h"
 #include "tools/report/live_state.h"
 
 namespace gpumem::report {
@@ -27,7 +28,7 @@ class TimelineBuilder {
  public:
   TimelineBuilder(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
                   std::size_t points)
-      : trace_(trace), sites_(sites), steps_(steps), state_(sites),
+      : trace_(trace), sites_(sites), steps_(steps), state_(sites), helpers_(trace, sites),
         pool_marks_(FindGraphPoolMarks(trace)) {
     const std::size_t n = trace.events.size();
     t_.events = n;
@@ -65,6 +66,7 @@ class TimelineBuilder {
     if (e.action == Action::kOom) NoteOom(i, e);
     state_.Apply(e);
     if (e.action == Action::kAlloc) NoteAlloc(i, e);
+    if (e.action == Action::kFreeRequested) helpers_.OnFree(e);
     t_.peak_reserved = std::max(t_.peak_reserved, state_.reserved());
     AddToSeries(i, e);
   }
@@ -116,6 +118,10 @@ class TimelineBuilder {
       oom.free_in_segments = free.total;
       oom.site_live = state_.site_live();
     }
+    if (const std::optional<HelperSite> helper = helpers_.Kept(e.device)) {
+      oom.helper_site = sites_.name(helper->site);
+      oom.helper_kept = helper->kept;
+    }
     t_.ooms.push_back(std::move(oom));
   }
 
@@ -131,6 +137,7 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
+    helpers_.OnAlloc(e);
     if (e.stack_id < first_alloc_.size()) {
       if (first_alloc_[e.stack_id] == kNoAlloc) first_alloc_[e.stack_id] = i;
       last_alloc_[e.stack_id] = i;
@@ -246,6 +253,7 @@ class TimelineBuilder {
   const SiteTable& sites_;
   const Steps& steps_;
   LiveState state_;
+  HelperThreads helpers_;
   Timeline t_;
   std::size_t bucket_ = 1;
   std::size_t sample_stride_ = 1;

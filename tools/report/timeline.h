@@ -10,6 +10,7 @@
 
 #include "tools/report/sites.h"
 #include "tools/report/steps.h"
+#include "tools/report/verdict_rules.h"
 #include "tools/trace/trace.h"
 
 namespace gpumem::report {
@@ -35,6 +36,9 @@ struct OomPoint {
   std::uint64_t free_in_segments = 0;
   std::uint64_t device_free = 0;  // what the driver said was free
   std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM
+  // The site whose blocks a helper thread kept (HelperThreads::Kept), named; empty: none.
+  std::string helper_site;
+  HelperKept helper_kept;
   // What it left behind: the device's state at the first step end after it (the trace's
   // end when no step ends after it). A caught OOM can leave the cache full of idle memory.
   std::uint64_t allocated_after = 0;

@@ -113,6 +113,12 @@ const char* const kGraphPoolLeakFix =
     "make_graphed_callables refers to itself: one dropped is freed only by the cycle "
     "collector, so graph it once, or call gc.collect() after dropping it.";
 
+const char* const kHelperKeptFix =
+    "A thread other than the training loop's puts tensors on the device faster than the "
+    "loop takes them (a prefetch queue without a bound, a cache a loader fills): bound the "
+    "queue (queue.Queue(maxsize=2)) so the thread waits for the loop, or copy each batch "
+    "to the device on the loop's thread when it is taken.";
+
 std::string GrowthHeldIn(bool growth_in_graph_pools, std::uint64_t allocated) {
   if (growth_in_graph_pools) return " held by blocks and CUDA graph pools";
   return absl::StrCat(" of the ", Bytes(static_cast<double>(allocated)), " allocated");
@@ -220,11 +226,18 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
   return std::nullopt;
 }
 
+bool HelperKeptExplains(const OomFigures& f) {
+  const std::uint64_t need = f.allocated + f.request;
+  return f.finished_steps < kMinStepsForLeak && f.helper_kept_bytes > 0 &&
+         need - std::min(need, f.helper_kept_bytes) <= f.capacity;
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
   const std::uint64_t need = f.allocated + f.request;
   const bool growth_explains = f.growth_suspected && f.grown_bytes > 0 &&
                                need - std::min(need, f.grown_bytes) <= f.capacity;
   if (growth_explains && f.finished_steps >= kMinStepsForLeak) return OomClass::kLeak;
+  if (HelperKeptExplains(f)) return OomClass::kLeak;
   // Pieces too small only brought the end of an iteration too large a few calls closer.
   if (growth_explains && f.first_iteration_calls > 0) return OomClass::kPeak;
   // Without the largest piece, enough cached memory that the allocator could not use

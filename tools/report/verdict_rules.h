@@ -98,6 +98,26 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          double min_growth,
                                          const FillLevel* fill = nullptr);
 
+// Blocks that a helper thread (neither the main thread nor one running autograd's
+// backward) allocated at one site and still holds, while the main thread went on
+// allocating: a queue that a loader or prefetch thread fills faster than the loop takes
+// from it. Before steps can show growth (a slow first step: torch.compile, cuDNN's
+// benchmark, a tracer), such a site is the one sign of a leak.
+struct HelperKept {
+  std::uint64_t bytes = 0;        // live
+  std::uint64_t blocks = 0;       // live blocks
+  std::uint64_t main_allocs = 0;  // the main thread's allocations between the site's first
+                                  // allocation and its last
+};
+// A few batches queued ahead are a prefetcher doing its job; weights loaded by a thread
+// pool come before the loop allocates, so no main allocation falls between them.
+inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
+inline bool KeptByHelper(const HelperKept& k) {
+  return k.blocks >= kMinHelperKeptBlocks && k.main_allocs >= kMinHelperKeptBlocks;
+}
+// The fix for such a leak.
+extern const char* const kHelperKeptFix;
+
 // What an OOM is classed from.
 struct OomFigures {
   std::size_t finished_steps = 0;
@@ -111,7 +131,13 @@ struct OomFigures {
   // Nonzero where no iteration had finished: every step so far was a call of the model
   // with grad before any backward pass, this many of them (the steps are then calls).
   std::size_t first_iteration_calls = 0;
+  // Live bytes of the site a helper thread kept blocks at (KeptByHelper); 0: none.
+  std::uint64_t helper_kept_bytes = 0;
 };
+// Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
+// and not for growth over steps: too few steps had finished to measure growth, and
+// without those blocks the request would have fit.
+bool HelperKeptExplains(const OomFigures& f);
 // A run that died in its first iteration, every step so far a call of the model with grad
 // before any backward pass: what to do about an iteration too large.
 inline constexpr absl::string_view kFirstIterationFix =
@@ -122,7 +148,7 @@ inline constexpr absl::string_view kFirstIterationFix =
 // A genuine peak's evidence for such a run: why no step had finished after `calls` calls.
 std::string FirstIterationGrowth(std::size_t calls);
 // Leak when steady growth over finished steps explains it (without the growth the request
-// would have fit); a genuine peak when that growth came within the first iteration (its
+// would have fit), or before enough steps when a helper thread's kept blocks do; a genuine peak when that growth came within the first iteration (its
 // own size, whatever was cut into pieces); fragmentation when enough was cached but in no
 // piece big enough; else a genuine peak.
 OomClass ClassifyOom(const OomFigures& f);

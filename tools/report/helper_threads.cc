@@ -1,0 +1,79 @@
+#include "tools/report/helper_threads.h"
+
+#include <vector>
+
+namespace gpumem::report {
+namespace {
+
+// Stacks through an autograd node (trace::AttributeBackward names it in file "<autograd>").
+std::vector<bool> BackwardStacks(const trace::Trace& trace) {
+  std::vector<bool> backward(trace.stacks.size(), false);
+  for (std::size_t s = 0; s < trace.stacks.size(); ++s) {
+    for (std::uint32_t f : trace.stacks[s]) {
+      if (f < trace.frames.size() && trace.frames[f].filename == "<autograd>") {
+        backward[s] = true;
+        break;
+      }
+    }
+  }
+  return backward;
+}
+
+}  // namespace
+
+HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
+    : sites_(sites) {
+  if (!trace.run.pid) return;
+  main_thread_ = static_cast<std::uint32_t>(*trace.run.pid);
+  const std::vector<bool> backward = BackwardStacks(trace);
+  for (const trace::Event& e : trace.events) {
+    if (e.action == trace::Action::kAlloc && e.stack_id < backward.size() &&
+        backward[e.stack_id]) {
+      backward_threads_.insert(e.thread);
+    }
+  }
+}
+
+void HelperThreads::OnAlloc(const trace::Event& e) {
+  if (!main_thread_) return;
+  Forget(e.addr);  // an allocation at a live address: the old block is gone
+  if (e.thread == *main_thread_) {
+    ++main_allocs_;
+    return;
+  }
+  if (backward_threads_.contains(e.thread)) return;
+  const std::uint32_t site = sites_.site_of_stack(e.stack_id);
+  auto [it, first] = by_site_.try_emplace(Key(e.device, site));
+  SiteState& s = it->second;
+  if (first) s.first_main = main_allocs_;
+  s.kept.bytes += DeviceBytes(e.size);
+  ++s.kept.blocks;
+  s.kept.main_allocs = main_allocs_ - s.first_main;
+  held_[e.addr] = Held{e.device, site, DeviceBytes(e.size)};
+}
+
+void HelperThreads::OnFree(const trace::Event& e) {
+  if (main_thread_) Forget(e.addr);
+}
+
+void HelperThreads::Forget(std::uint64_t addr) {
+  auto it = held_.find(addr);
+  if (it == held_.end()) return;
+  HelperKept& kept = by_site_[Key(it->second.device, it->second.site)].kept;
+  kept.bytes -= it->second.size;
+  --kept.blocks;
+  held_.erase(it);
+}
+
+std::optional<HelperSite> HelperThreads::Kept(std::int32_t device) const {
+  std::optional<HelperSite> best;
+  for (const auto& [key, s] : by_site_) {
+    if (static_cast<std::int32_t>(key >> 32) != device || !KeptByHelper(s.kept)) continue;
+    if (!best || s.kept.bytes > best->kept.bytes) {
+      best = HelperSite{static_cast<std::uint32_t>(key), s.kept};
+    }
+  }
+  return best;
+}
+
+}  // namespace gpumem::report
