@@ -2308,6 +2308,17 @@ def prefetch_queue_without_a_bound():
     """A loader thread copies batches to the device into an unbounded queue.Queue a little
     faster than the training loop takes them (a batch every 3 ms against every 4 ms and
     more); errors go through the queue to the loop."""
+    train_from_an_unbounded_queue(model())
+
+
+@case("leak")
+def prefetch_queue_while_the_first_step_compiles():
+    """The same loader, feeding a torch.compile'd model: the first step compiles for
+    seconds while the queue fills, so memory runs out before any step has finished."""
+    train_from_an_unbounded_queue(torch.compile(model()))
+
+
+def train_from_an_unbounded_queue(net):
     import queue
     import threading
     import time
@@ -2324,7 +2335,6 @@ def prefetch_queue_without_a_bound():
 
     loader = threading.Thread(target=load, daemon=True)
     loader.start()
-    net = model()
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     try:
         for step in range(100000):

@@ -109,11 +109,13 @@ struct HelperKept {
   std::uint64_t main_allocs = 0;  // the main thread's allocations between the site's first
                                   // allocation and its last
 };
-// A few batches queued ahead are a prefetcher doing its job; weights loaded by a thread
-// pool come before the loop allocates, so no main allocation falls between them.
+// A few batches queued ahead are a prefetcher doing its job. Weights that a thread pool
+// loads come while the main thread waits for them, so no main allocation falls between
+// them; a loop's first step, even a compiled one's, allocates a few.
 inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
+inline constexpr std::uint64_t kMinLoopAllocs = 8;
 inline bool KeptByHelper(const HelperKept& k) {
-  return k.blocks >= kMinHelperKeptBlocks && k.main_allocs >= kMinHelperKeptBlocks;
+  return k.blocks >= kMinHelperKeptBlocks && k.main_allocs >= kMinLoopAllocs;
 }
 // The fix for such a leak.
 extern const char* const kHelperKeptFix;
