@@ -39,7 +39,9 @@ void LiveBlocks::Add(const Block& block, ThreadRole role) {
     bytes.steps.first = now;
     bytes.helper = role == ThreadRole::kHelper;
     bytes.main_allocs.first = main_allocs;
+    bytes.first_size = block.size;
   }
+  bytes.first_size_blocks += block.size == bytes.first_size;
   bytes.steps.last = now;
   bytes.main_allocs.last = main_allocs;
 }
@@ -52,6 +54,7 @@ void LiveBlocks::Forget(const Block& block) {
   bytes.low = std::min(bytes.low, bytes.live);
   bytes.freed = true;
   --bytes.blocks;
+  bytes.first_size_blocks -= block.size == bytes.first_size;
 }
 
 void LiveBlocks::OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size,
@@ -178,7 +181,8 @@ absl::flat_hash_map<std::uint64_t, report::HelperKept> LiveBlocks::HelperKeptByK
     std::lock_guard<std::mutex> lock(shard.mu);
     for (const auto& [key, bytes] : shard.by_key) {
       if (!bytes.helper || bytes.blocks == 0) continue;
-      out[key] = {bytes.live, bytes.blocks, bytes.main_allocs.last - bytes.main_allocs.first};
+      out[key] = {bytes.live, bytes.blocks, bytes.main_allocs.last - bytes.main_allocs.first,
+                  bytes.first_size_blocks};
     }
   }
   return out;

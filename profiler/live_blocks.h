@@ -84,6 +84,8 @@ class LiveBlocks {
     std::uint64_t blocks = 0;  // live blocks
     bool helper = false;       // a helper thread allocated its first block
     HelperClock main_allocs;   // helper keys only
+    std::uint64_t first_size = 0;         // the size of its first block
+    std::uint64_t first_size_blocks = 0;  // live blocks of that size
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;
   // bytes sharded by key, so that a key's least live in a step is over all its blocks

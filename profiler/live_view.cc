@@ -402,6 +402,7 @@ void LiveView::DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in
     site.bytes += kept.bytes;
     site.blocks += kept.blocks;
     site.main_allocs = std::max(site.main_allocs, kept.main_allocs);
+    site.first_size_blocks += kept.first_size_blocks;
   }
   for (const auto& [site, kept] : by_site) {
     if (!report::KeptByHelper(kept) || kept.bytes <= in->figures.helper_kept_bytes) continue;

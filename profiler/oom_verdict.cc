@@ -54,7 +54,7 @@ std::string HelperEvidence(const OomVerdictInput& in) {
   return absl::StrCat(
       "a thread other than the main one kept ", in.helper_blocks, " blocks (",
       Bytes(static_cast<double>(f.helper_kept_bytes)), ") at ", in.helper_site,
-      " while the main thread allocated on; ", f.finished_steps, " ",
+      ", which the loop had not taken; ", f.finished_steps, " ",
       f.finished_steps == 1 ? Unit(in) : Units(in),
       " had finished, too few to measure growth, and without those blocks the request of ",
       Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));

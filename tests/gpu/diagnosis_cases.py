@@ -2303,22 +2303,10 @@ def masks_cached_by_length_tuple():
         opt.step()
 
 
-@case("leak")
-def prefetch_queue_without_a_bound():
+def train_from_an_unbounded_queue(net):
     """A loader thread copies batches to the device into an unbounded queue.Queue a little
     faster than the training loop takes them (a batch every 3 ms against every 4 ms and
     more); errors go through the queue to the loop."""
-    train_from_an_unbounded_queue(model())
-
-
-@case("leak")
-def prefetch_queue_while_the_first_step_compiles():
-    """The same loader, feeding a torch.compile'd model: the first step compiles for
-    seconds while the queue fills, so memory runs out before any step has finished."""
-    train_from_an_unbounded_queue(torch.compile(model()))
-
-
-def train_from_an_unbounded_queue(net):
     import queue
     import threading
     import time
@@ -2345,6 +2333,19 @@ def train_from_an_unbounded_queue(net):
             time.sleep(0.004)  # logging, checkpoints: the loop is the slower side
     finally:
         stop.set()
+
+
+@case("leak", leak_in=train_from_an_unbounded_queue)
+def prefetch_queue_without_a_bound():
+    """The loader of train_from_an_unbounded_queue, feeding a model."""
+    train_from_an_unbounded_queue(model())
+
+
+@case("leak", leak_in=train_from_an_unbounded_queue)
+def prefetch_queue_while_the_first_step_compiles():
+    """The same loader, feeding a torch.compile'd model: the first step compiles for
+    seconds while the queue fills, so memory runs out before any step has finished."""
+    train_from_an_unbounded_queue(torch.compile(model()))
 
 
 if __name__ == "__main__":

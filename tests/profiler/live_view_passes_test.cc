@@ -316,13 +316,14 @@ TEST(LiveViewPasses, ThreadsAllocatingWhileAStepIsMarked) {
   EXPECT_EQ(in.figures.finished_steps, 1u);
 }
 
-// A first iteration that dies: the parameters, then 40 rounds in which a thread puts an
-// 8 MiB batch on the device at one line (`role`) and the main thread allocates a 4 MiB
-// activation at a line of its own each round (all of them first, with `loop_after`). No
-// step ends. Returns the verdict for a 128 MiB request on a device with 320 MiB cached
-// free in 8 MiB pieces.
-std::string HelperRounds(ThreadRole role, bool loop_after = false) {
+// A first iteration that dies: the parameters, then 40 rounds in which a thread in
+// `role` allocates a block at one line (8 MiB, or with `weights` four sizes in turn) and
+// the main thread a 4 MiB activation at a line of its own (all of them after the
+// thread's, with `loop_after`). No step ends. Returns the verdict for a 128 MiB request on
+// a device with 320 MiB cached free in 8 MiB pieces.
+std::string HelperRounds(ThreadRole role, bool loop_after, bool weights = false) {
   constexpr std::uint32_t kParams = 1, kBatch = 2, kFirstLayer = 10;
+  constexpr std::uint64_t kWeightSizes[] = {8 * kMiB, 8 * kMiB, 2 * kMiB, 12 * kMiB};
   LiveView view(/*warn_steps=*/8, [](std::uint32_t stack) {
     return stack == kBatch ? std::string("train.py:30 load")
                            : absl::StrCat("train.py:", stack, " forward");
@@ -333,7 +334,8 @@ std::string HelperRounds(ThreadRole role, bool loop_after = false) {
     view.OnAlloc(0, addr += 64 * kMiB, 4 * kMiB, kFirstLayer + round);
   };
   for (int round = 0; round < 40; ++round) {
-    view.OnAlloc(0, addr += 64 * kMiB, 8 * kMiB, kBatch, role);
+    view.OnAlloc(0, addr += 64 * kMiB, weights ? kWeightSizes[round % 4] : 8 * kMiB, kBatch,
+                 role);
     if (!loop_after) main_round(round);
   }
   for (int round = 0; loop_after && round < 40; ++round) main_round(round);
@@ -348,18 +350,22 @@ std::string HelperRounds(ThreadRole role, bool loop_after = false) {
   return OomVerdictText(in, report::ClassifyOom(in.figures));
 }
 
-TEST(LiveViewHelperThreads, BlocksAHelperKeptWhileTheLoopRanAreALeakBeforeAnyStep) {
-  const std::string text = HelperRounds(ThreadRole::kHelper);
-  EXPECT_THAT(text, HasSubstr("verdict: leak"));
-  EXPECT_THAT(text, HasSubstr("a thread other than the main one kept 40 blocks (320.00 MiB) at "
-                              "train.py:30 load while the main thread allocated on"));
-  EXPECT_THAT(text, HasSubstr(std::string("fix: ") + report::kHelperKeptFix));
+// Beside the loop, or before it allocates again (a first step that compiles).
+TEST(LiveViewHelperThreads, BatchesAHelperQueuedAreALeakBeforeAnyStep) {
+  for (const bool loop_after : {false, true}) {
+    const std::string text = HelperRounds(ThreadRole::kHelper, loop_after);
+    EXPECT_THAT(text, HasSubstr("verdict: leak"));
+    EXPECT_THAT(text, HasSubstr("a thread other than the main one kept 40 blocks (320.00 MiB) "
+                                "at train.py:30 load, which the loop had not taken"));
+    EXPECT_THAT(text, HasSubstr(std::string("fix: ") + report::kHelperKeptFix));
+  }
 }
 
-TEST(LiveViewHelperThreads, BlocksKeptBeforeTheLoopOrByBackwardAreNoLeak) {
-  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, /*loop_after=*/true),
+TEST(LiveViewHelperThreads, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
+  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, /*loop_after=*/true, /*weights=*/true),
               HasSubstr("verdict: fragmentation"));
-  EXPECT_THAT(HelperRounds(ThreadRole::kBackward), HasSubstr("verdict: fragmentation"));
+  EXPECT_THAT(HelperRounds(ThreadRole::kBackward, /*loop_after=*/false),
+              HasSubstr("verdict: fragmentation"));
 }
 
 }  // namespace

@@ -199,72 +199,78 @@ TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed)
   EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, 800'000.0, 512.0);  // a 512 B block's rounding
 }
 
-// How a first iteration that dies leaves the device (pid 100): the model's parameters,
-// then 40 rounds in which thread 200 (`helper`) puts a batch of 8 MiB on the device at
-// one line, each in a 16 MiB segment of its own, and the main thread allocates a 4 MiB
-// activation at another line each round; `weights_first`: the helper's 40 blocks all
-// come before the main thread's. No step ends; a 128 MiB request fails with 320 MiB
-// cached free, in 8 MiB pieces.
-trace::Trace HelperThreadBlocks(bool weights_first, bool helper_runs_backward = false) {
+// What a helper thread (200) allocated in a run that dies before any step ends (pid 100).
+enum class Helper {
+  kQueueBesideTheLoop,   // a batch of 8 MiB a round, the main thread allocating between
+  kQueueWhileCompiling,  // the same batches, all before the main thread allocates again
+  kWeightsLoaded,        // a model's weights, of four sizes, before the main thread goes on
+  kBackward,             // the batches of the first, on a thread that runs backward nodes
+};
+
+// The model's parameters, then 40 blocks that thread 200 allocates at one line, each in a
+// 16 MiB segment of its own, and 40 activations of 4 MiB that the main thread allocates,
+// each at a line of its own. A 128 MiB request fails with the segments' free pieces cached.
+trace::Trace HelperThreadBlocks(Helper helper) {
   constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  constexpr std::uint64_t kWeightSizes[] = {8 * kMiB, 8 * kMiB, 2 * kMiB, 12 * kMiB};
   synthetic::Builder b;
   b.Pid(100);
   const std::uint32_t params = b.Stack(10, "build_model");
   const std::vector<trace::Frame> backward_node = {
       {"<autograd>", 0, "MmBackward0 (backward)"}, {"train.py", 30, "load"}};
   std::uint32_t batch = b.Stack(30, "load");
-  if (helper_runs_backward) batch = b.RawStack(backward_node);
+  if (helper == Helper::kBackward) batch = b.RawStack(backward_node);
   b.Segment(kBase, 128 * kMiB);
   b.Alloc(kBase, 128 * kMiB, params);
   std::uint64_t next = kBase + 128 * kMiB;
-  auto helper = [&] {
+  auto helper_block = [&](int round) {
     b.OnThread(200);
     b.Segment(next, 16 * kMiB);
-    b.Alloc(next, 8 * kMiB, batch);
+    b.Alloc(next, helper == Helper::kWeightsLoaded ? kWeightSizes[round % 4] : 8 * kMiB, batch);
     next += 16 * kMiB;
     b.OnThread(100);
   };
-  auto main_thread = [&](int round) {
+  auto activation = [&](int round) {
     b.Segment(next, 4 * kMiB);
     b.Alloc(next, 4 * kMiB, b.Stack(50 + round, "forward"));
     next += 4 * kMiB;
   };
+  const bool beside = helper == Helper::kQueueBesideTheLoop || helper == Helper::kBackward;
   for (int round = 0; round < 40; ++round) {
-    if (weights_first) {
-      helper();
-    } else {
-      helper();
-      main_thread(round);
-    }
+    helper_block(round);
+    if (beside) activation(round);
   }
-  for (int round = 0; weights_first && round < 40; ++round) main_thread(round);
+  for (int round = 0; !beside && round < 40; ++round) activation(round);
   b.Oom(128 * kMiB, 0);
   return b.Take();
 }
 
-// A loader thread that filled a queue while the first step ran: a leak at the queue's
-// line, though no step had ended to show growth and the free memory was in pieces.
-TEST(SyntheticOom, BlocksAHelperThreadKeptWhileTheLoopRanAreALeakBeforeAnyStep) {
-  const trace::Trace t = HelperThreadBlocks(/*weights_first=*/false);
-  const Report r = BuildReport(t, {});
-  ASSERT_EQ(r.ooms.size(), 1u);
-  const OomExplanation& x = r.ooms[0];
-  EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
-  EXPECT_EQ(x.at.helper_site, "train.py:30 load");
-  EXPECT_EQ(x.at.helper_kept.blocks, 40u);
-  EXPECT_EQ(x.at.helper_kept.bytes, 320 * kMiB);
-  EXPECT_NE(x.evidence.find("a thread other than the main one kept 40 blocks (320.00 MiB) at "
-                            "train.py:30 load"),
-            std::string::npos)
-      << x.evidence;
-  EXPECT_EQ(x.fix, kHelperKeptFix);
+// A loader thread that filled a queue while the first step ran, or compiled: a leak at
+// the queue's line, though no step had ended to show growth and the free memory was in
+// pieces.
+TEST(SyntheticOom, BlocksAHelperThreadQueuedAreALeakBeforeAnyStep) {
+  for (const Helper helper : {Helper::kQueueBesideTheLoop, Helper::kQueueWhileCompiling}) {
+    const trace::Trace t = HelperThreadBlocks(helper);
+    const Report r = BuildReport(t, {});
+    ASSERT_EQ(r.ooms.size(), 1u);
+    const OomExplanation& x = r.ooms[0];
+    EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
+    EXPECT_EQ(x.at.helper_site, "train.py:30 load");
+    EXPECT_EQ(x.at.helper_kept.blocks, 40u);
+    EXPECT_EQ(x.at.helper_kept.bytes, 320 * kMiB);
+    EXPECT_NE(x.evidence.find("a thread other than the main one kept 40 blocks (320.00 MiB) "
+                              "at train.py:30 load"),
+              std::string::npos)
+        << x.evidence;
+    EXPECT_EQ(x.fix, kHelperKeptFix);
+  }
 }
 
-// The same blocks allocated before the loop's (weights a thread pool loaded), or by a
-// thread that runs backward nodes: the pieces are fragmentation, as before.
-TEST(SyntheticOom, BlocksAHelperKeptBeforeTheLoopOrInBackwardAreNoLeak) {
-  for (const bool backward : {false, true}) {
-    const trace::Trace t = HelperThreadBlocks(/*weights_first=*/!backward, backward);
+// Weights a thread pool loaded while the main thread waited, and blocks of a thread that
+// runs backward nodes: the pieces are fragmentation, as before.
+TEST(SyntheticOom, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
+  for (const Helper helper : {Helper::kWeightsLoaded, Helper::kBackward}) {
+    const trace::Trace t = HelperThreadBlocks(helper);
     const Report r = BuildReport(t, {});
     ASSERT_EQ(r.ooms.size(), 1u);
     EXPECT_EQ(r.ooms[0].cls, OomClass::kFragmentation) << r.ooms[0].evidence;

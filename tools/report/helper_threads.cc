@@ -45,11 +45,16 @@ void HelperThreads::OnAlloc(const trace::Event& e) {
   const std::uint32_t site = sites_.site_of_stack(e.stack_id);
   auto [it, first] = by_site_.try_emplace(Key(e.device, site));
   SiteState& s = it->second;
-  if (first) s.first_main = main_allocs_;
-  s.kept.bytes += DeviceBytes(e.size);
+  const std::uint64_t size = DeviceBytes(e.size);
+  if (first) {
+    s.first_main = main_allocs_;
+    s.first_size = size;
+  }
+  s.kept.bytes += size;
   ++s.kept.blocks;
+  s.kept.first_size_blocks += size == s.first_size;
   s.kept.main_allocs = main_allocs_ - s.first_main;
-  held_[e.addr] = Held{e.device, site, DeviceBytes(e.size)};
+  held_[e.addr] = Held{e.device, site, size};
 }
 
 void HelperThreads::OnFree(const trace::Event& e) {
@@ -59,9 +64,10 @@ void HelperThreads::OnFree(const trace::Event& e) {
 void HelperThreads::Forget(std::uint64_t addr) {
   auto it = held_.find(addr);
   if (it == held_.end()) return;
-  HelperKept& kept = by_site_[Key(it->second.device, it->second.site)].kept;
-  kept.bytes -= it->second.size;
-  --kept.blocks;
+  SiteState& s = by_site_[Key(it->second.device, it->second.site)];
+  s.kept.bytes -= it->second.size;
+  --s.kept.blocks;
+  s.kept.first_size_blocks -= it->second.size == s.first_size;
   held_.erase(it);
 }
 

@@ -41,6 +41,7 @@ class HelperThreads {
   struct SiteState {
     HelperKept kept;
     std::uint64_t first_main = 0;  // main allocations so far at the site's first block
+    std::uint64_t first_size = 0;  // the size of the site's first block
   };
   static std::uint64_t Key(std::int32_t device, std::uint32_t site) {
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32 | site;

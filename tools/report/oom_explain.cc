@@ -64,7 +64,7 @@ void ExplainHelperLeak(OomExplanation* x) {
   x->evidence = absl::StrCat(
       "a thread other than the main one kept ", p.helper_kept.blocks, " blocks (",
       Bytes(static_cast<double>(p.helper_kept.bytes)), ") at ", p.helper_site,
-      " while the main thread allocated on; at the OOM in step ", p.step + 1, ", ", p.step,
+      ", which the loop had not taken; at the OOM in step ", p.step + 1, ", ", p.step,
       " step", p.step == 1 ? "" : "s",
       " had finished, too few to measure growth. Without those blocks the request of ",
       Bytes(p.request), " would have fit in ", Bytes(x->capacity), ".");

@@ -99,23 +99,27 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          const FillLevel* fill = nullptr);
 
 // Blocks that a helper thread (neither the main thread nor one running autograd's
-// backward) allocated at one site and still holds, while the main thread went on
-// allocating: a queue that a loader or prefetch thread fills faster than the loop takes
-// from it. Before steps can show growth (a slow first step: torch.compile, cuDNN's
-// benchmark, a tracer), such a site is the one sign of a leak.
+// backward) allocated at one site and still holds: a queue that a loader or prefetch
+// thread fills faster than the loop takes from it. Before steps can show growth (a slow
+// first step: torch.compile, cuDNN's benchmark, a tracer), such a site is the one sign of
+// a leak.
 struct HelperKept {
   std::uint64_t bytes = 0;        // live
   std::uint64_t blocks = 0;       // live blocks
   std::uint64_t main_allocs = 0;  // the main thread's allocations between the site's first
                                   // allocation and its last
+  std::uint64_t first_size_blocks = 0;  // live blocks of the size of the site's first
 };
-// A few batches queued ahead are a prefetcher doing its job. Weights that a thread pool
-// loads come while the main thread waits for them, so no main allocation falls between
-// them; a loop's first step, even a compiled one's, allocates a few.
+// A few batches queued ahead are a prefetcher doing its job. What tells a queue from
+// weights that a thread pool loads (while the main thread waits, allocating nothing) is
+// that the loop allocated meanwhile, or that its items are alike: a queue's batches have
+// one shape (or a few buckets), a model's weights many. A first step that compiles
+// allocates nothing for seconds.
 inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
 inline constexpr std::uint64_t kMinLoopAllocs = 8;
 inline bool KeptByHelper(const HelperKept& k) {
-  return k.blocks >= kMinHelperKeptBlocks && k.main_allocs >= kMinLoopAllocs;
+  const bool alike = k.first_size_blocks * 4 >= k.blocks * 3;
+  return k.blocks >= kMinHelperKeptBlocks && (k.main_allocs >= kMinLoopAllocs || alike);
 }
 // The fix for such a leak.
 extern const char* const kHelperKeptFix;
