@@ -88,6 +88,15 @@ def names_site(named, site):
     return where == site or where.endswith("/" + site)
 
 
+def names_in_oom_evidence(report, site):
+    """Whether the OOM that ended the run was a leak whose evidence names the line: one
+    told before any step could show growth (a helper thread's kept blocks) has no
+    suspect."""
+    fatal = next((o for o in report.get("ooms", []) if o.get("ended_the_run")), {})
+    words = fatal.get("evidence", "").split()
+    return fatal.get("class") == "leak" and any(names_site(w, site) for w in words)
+
+
 WARNING = re.compile(r"gpumem: leak warning (withdrawn )?at (?:step|pass) \d+: (\S+)"
                      r"(?: [^,]*, called from (\S+))?")
 
@@ -156,7 +165,8 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
             right_class = right_class and ended == "exit 0"
         top = (report.get("leak_suspects") or [{}])[0]
         named = [top.get("site", ""), top.get("kept_through", "")]  # the line, or the call keeping it
-        right_site = expected != "leak" or any(names_site(n, site) for n in named)
+        right_site = expected != "leak" or any(names_site(n, site) for n in named) or \
+            names_in_oom_evidence(report, site)
     # Paths made portable before the cut, which could split one.
     at_oom = portable(said(stderr, "verdict:"), workdir)[:160]
     warning = portable(said(stderr, "leak warning"), workdir)[:160]

@@ -23,6 +23,23 @@ class NamesSite(unittest.TestCase):
         self.assertFalse(m.names_site("", SITE))
 
 
+class NamedInOomEvidence(unittest.TestCase):
+    def report(self, cls, evidence, ended=True):
+        return {"ooms": [{"class": "peak", "evidence": f"at {SITE} x", "ended_the_run": False},
+                         {"class": cls, "evidence": evidence, "ended_the_run": ended}]}
+
+    def test_the_line_in_the_evidence_of_the_leak_that_ended_the_run(self):
+        self.assertTrue(m.names_in_oom_evidence(
+            self.report("leak", f"a thread other than the main one kept 406 blocks (3.17 GiB) "
+                                f"at tests/gpu/{SITE} load, which the loop had not taken"), SITE))
+
+    def test_not_in_another_class_another_oom_or_at_another_line(self):
+        self.assertFalse(m.names_in_oom_evidence(self.report("fragmentation", f"at {SITE} f"), SITE))
+        self.assertFalse(m.names_in_oom_evidence(self.report("leak", f"at {SITE} f", False), SITE))
+        self.assertFalse(m.names_in_oom_evidence(self.report("leak", f"at {SITE}4 f"), SITE))
+        self.assertFalse(m.names_in_oom_evidence({}, SITE))
+
+
 class Launch(unittest.TestCase):
     def test_a_run_cut_by_its_timeout_keeps_what_it_said(self):
         with m.tempfile.TemporaryDirectory() as d:
