@@ -126,7 +126,8 @@ class LiveBlocks {
   // LiveView's lock).
   std::size_t last_step_keys_ = 0;
   std::atomic<std::uint32_t> steps_{0};  // StepLowsByKeyAndStartStep calls so far
-  std::atomic<std::uint64_t> main_allocs_{0};  // allocations by the main thread so far
+  // Allocations by the main thread so far: its own line, written by that thread alone.
+  alignas(64) std::atomic<std::uint64_t> main_allocs_{0};
   std::array<DeviceLive, kMaxDevices> devices_;
   // Graph pools: rare (a capture, its blocks' allocs and frees, a release). Taken after an
   // address shard's lock and before a key shard's.

@@ -331,12 +331,19 @@ def watch_optimizers(torch):
 
 
 def _note_construction(optimizer_class):
-    _note_after(optimizer_class, "__init__", _marker.on_optimizer_built)
+    _note_after(optimizer_class, "__init__", _optimizer_built, with_self=True)
 
 
-def _note_after(cls, name, note):
-    """Calls note() after every call of cls.<name> (the class's own method, which its
-    subclasses inherit), once however often it is asked."""
+def _optimizer_built(optimizer):
+    """An optimizer whose class overrides zero_grad without calling the base class's (a
+    fused one of apex or DeepSpeed) has its own noted too."""
+    _marker.on_optimizer_built()
+    _note_after(type(optimizer), "zero_grad", _marker.on_zero_grad)
+
+
+def _note_after(cls, name, note, with_self=False):
+    """Calls note() (note(self) `with_self`) after every call of cls.<name> (the class's
+    own method, which its subclasses inherit), once however often it is asked."""
     method = getattr(cls, name, None) if isinstance(cls, type) else None
     if method is None or getattr(method, "_gpumem_noted", False):
         return
@@ -344,7 +351,10 @@ def _note_after(cls, name, note):
     @functools.wraps(method)
     def noted(self, *args, **kwargs):
         result = method(self, *args, **kwargs)
-        note()
+        if with_self:
+            note(self)
+        else:
+            note()
         return result
 
     noted._gpumem_noted = True

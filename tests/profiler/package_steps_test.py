@@ -788,6 +788,35 @@ class Hooks(unittest.TestCase):
         finally:
             marker.optimizer_built, marker.window_passes, marker.window_closed = saved
 
+    def test_an_optimizer_that_overrides_zero_grad_is_noted_once_built(self):
+        class Optimizer:
+            def __init__(self):
+                self.zeroed = 0
+
+            def zero_grad(self):
+                self.zeroed += 1
+
+        class Fused(Optimizer):  # zero_grad of its own, never calling the base class's
+            def zero_grad(self):
+                self.zeroed += 10
+
+        torch, _, _ = fake_torch()
+        torch.optim.optimizer.Optimizer = Optimizer
+        marker = _steps.marker()
+        saved = (marker.optimizer_built, marker.window_passes, marker.window_closed)
+        self.assertTrue(_steps.watch_optimizers(torch))
+        try:
+            marker.window_passes = 1
+            fused = Fused()
+            self.assertTrue(marker.optimizer_built)
+            fused.zero_grad()
+            self.assertEqual(fused.zeroed, 10)
+            self.assertTrue(marker.window_closed)
+            Fused()  # its class is noted once
+            self.assertFalse(hasattr(Fused.zero_grad.__wrapped__, "__wrapped__"))
+        finally:
+            marker.optimizer_built, marker.window_passes, marker.window_closed = saved
+
     def test_old_torch_without_hooks(self):
         self.assertFalse(_steps.watch_optimizers(types.SimpleNamespace()))
 
