@@ -135,7 +135,7 @@ def profile():
 def _check_trace():
     """Says now if the trace cannot be recorded. The file itself opens when CUDA starts:
     a process that never uses CUDA (torchrun's launcher) writes no trace."""
-    check = getattr(_native.lib(), "gpumem_trace_check", None)
+    check = getattr(_native.lib(), "gpumem_trace_check", None)  # absent from older builds
     problem = _native.text(check) if check is not None else ""
     if problem:
         raise InstallError("gpumem: " + problem)

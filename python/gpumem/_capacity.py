@@ -11,10 +11,8 @@ SOURCE_SET_CAPACITY = 4
 
 
 def record(device, nbytes, source, lib=None):
-    lib = lib if lib is not None else _native.lib()
-    fn = getattr(lib, "gpumem_trace_capacity", None)
-    if fn is not None:
-        fn(int(device), int(nbytes), int(source))
+    _native.call_optional("gpumem_trace_capacity", int(device), int(nbytes), int(source),
+                          library=lib)
 
 
 def record_device_totals(torch, lib=None):

@@ -109,9 +109,7 @@ def explanation(exc, torch, profile_mode):
 
 def _note(text):
     try:
-        note = getattr(_native.lib(), "gpumem_trace_note", None)
-        if note is not None:
-            note(-1, text.encode("utf-8", "replace"))
+        _native.call_optional("gpumem_trace_note", -1, text.encode("utf-8", "replace"))
     except Exception:  # the process is dying: a note it cannot write is no reason to fail
         pass
 

@@ -16,9 +16,8 @@ _U64 = (1 << 64) - 1
 
 
 def _note_in_trace(device, change, pool):
-    fn = getattr(_native.lib(), "gpumem_trace_graph_pool", None)
-    if fn is not None:
-        fn(device, change, pool[0] & _U64, pool[1] & _U64)
+    _native.call_optional("gpumem_trace_graph_pool", device, change, pool[0] & _U64,
+                          pool[1] & _U64)
 
 
 NEW_POOL = (0, 0)  # PyTorch's default pool, never a graph's: a new pool, named at its end

@@ -102,6 +102,14 @@ def lib():
     return _lib
 
 
+def call_optional(name, *args, library=None):
+    """Calls hooks/gpumem_trace.h's function `name` of `library` (libgpumem.so by
+    default) and returns what it returns; None where this build lacks it (older builds
+    lack some)."""
+    fn = getattr(library if library is not None else lib(), name, None)
+    return fn(*args) if fn is not None else None
+
+
 def torch_lib():
     """libgpumem_torch.so (built where CMake found Torch), or None."""
     global _torch_lib

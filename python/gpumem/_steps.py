@@ -244,9 +244,7 @@ class StepMarker:
     def _tell(self, name, *args):
         """Calls the library's hooks/gpumem_trace.h function `name`, where it has one
         (older builds lack some)."""
-        fn = getattr(self.lib(), name, None)
-        if fn is not None:
-            fn(*args)
+        _native.call_optional(name, *args, library=self.lib())
 
     def on_optimizer_built(self):
         self.optimizer_built = True
