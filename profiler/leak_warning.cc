@@ -159,13 +159,13 @@ std::vector<LeakWarning> LeakWarner::WithdrawSinceBetterSource(std::uint64_t ste
       withdraw = said.warning.given_back = true;
       said.warning.live_when_said = said.warning.live;
     } else if (switched) {
-      said.trial_marks_left = kTrialMarks + 1;
-    } else if (said.trial_marks_left == kTrialMarks + 1) {
+      said.trial_marks_left = kTrialMarks;
+      said.trial_baseline.reset();
+    } else if (!said.trial_baseline) {
       // A step end's sample is what the step kept (the least it held): the one at the
       // switch still lacks the last stretch of the iteration it ends.
       said.trial_baseline = now;
-      --said.trial_marks_left;
-    } else if (now > said.trial_baseline) {
+    } else if (now > *said.trial_baseline) {
       said.trial_marks_left = 0;  // grew under the better source: the warning stands
     } else if (--said.trial_marks_left == 0) {
       withdraw = said.warning.flat_since_switch = true;

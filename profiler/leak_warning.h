@@ -107,7 +107,8 @@ class LeakWarner {
     std::uint64_t first_step = 0;
     std::uint64_t last_step = 0;
     std::size_t trial_marks_left = 0;  // > 0: on trial since a better source's first mark
-    std::uint64_t trial_baseline = 0;  // held at the better source's second mark
+    // What the site held at the better source's second mark: unset before it.
+    std::optional<std::uint64_t> trial_baseline = std::nullopt;
   };
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
   bool DueAgain(const Said& said, std::uint64_t step) const;
