@@ -54,6 +54,20 @@ class Launch(unittest.TestCase):
         self.assertIn("gpumem: leak warning at step 7", stderr)
 
 
+    def test_each_run_compiles_in_a_cache_of_its_own(self):
+        with m.tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "case.py")
+            with open(script, "w") as f:
+                f.write("import os, sys\n"
+                        "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
+                        "print(cache, os.path.isdir(cache), file=sys.stderr)\n")
+            said = [m.launch("unused", script, "native", "case", "", timeout=30)[1].split()
+                    for _ in range(2)]
+        self.assertEqual([s[1] for s in said], ["True", "True"])
+        self.assertNotEqual(said[0][0], said[1][0])
+        self.assertFalse(os.path.exists(said[0][0]))  # gone with its run
+
+
 class Portable(unittest.TestCase):
     def test_no_temporary_folder_of_this_machine(self):
         line = os.path.join(m.tempfile.gettempdir(), "torchinductor_me", "sr", "c.py:183")
