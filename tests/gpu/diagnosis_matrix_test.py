@@ -41,28 +41,29 @@ class NamedInOomEvidence(unittest.TestCase):
 
 
 class Launch(unittest.TestCase):
-    def test_a_run_cut_by_its_timeout_keeps_what_it_said(self):
+    def launch(self, source, timeout, runs=1):
+        """(how it ended, its stderr) for each of `runs` runs of a script of `source`."""
         with m.tempfile.TemporaryDirectory() as d:
             script = os.path.join(d, "case.py")
             with open(script, "w") as f:
-                f.write("import sys, time\n"
-                        "print('gpumem: leak warning at step 7: x.py:1 f', file=sys.stderr)\n"
-                        "sys.stderr.flush()\n"
-                        "time.sleep(60)\n")
-            ended, stderr = m.launch("unused", script, "native", "case", "", timeout=3)
+                f.write(source)
+            return [m.launch("unused", script, "native", "case", "", timeout=timeout)
+                    for _ in range(runs)]
+
+    def test_a_run_cut_by_its_timeout_keeps_what_it_said(self):
+        [(ended, stderr)] = self.launch(
+            "import sys, time\n"
+            "print('gpumem: leak warning at step 7: x.py:1 f', file=sys.stderr)\n"
+            "sys.stderr.flush()\n"
+            "time.sleep(60)\n", timeout=3)
         self.assertEqual(ended, "timed out after 3 s")
         self.assertIn("gpumem: leak warning at step 7", stderr)
 
-
     def test_each_run_compiles_in_a_cache_of_its_own(self):
-        with m.tempfile.TemporaryDirectory() as d:
-            script = os.path.join(d, "case.py")
-            with open(script, "w") as f:
-                f.write("import os, sys\n"
-                        "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
-                        "print(cache, os.path.isdir(cache), file=sys.stderr)\n")
-            said = [m.launch("unused", script, "native", "case", "", timeout=30)[1].split()
-                    for _ in range(2)]
+        said = [stderr.split() for _, stderr in self.launch(
+            "import os, sys\n"
+            "cache = os.environ['TORCHINDUCTOR_CACHE_DIR']\n"
+            "print(cache, os.path.isdir(cache), file=sys.stderr)\n", timeout=30, runs=2)]
         self.assertEqual([s[1] for s in said], ["True", "True"])
         self.assertNotEqual(said[0][0], said[1][0])
         self.assertFalse(os.path.exists(said[0][0]))  # gone with its run
