@@ -134,4 +134,18 @@ TEST(GrowthRules, FillLevelKeptByTheCallerDecides) {
 }
 
 }  // namespace
+// A helper's kept blocks tell a queue when the loop allocated meanwhile or when seven in
+// eight are of one size; a transformer's activations at one line are about two in three.
+TEST(HelperKeptRule, AQueueIsManyBlocksAlikeOrKeptWhileTheLoopAllocated) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  EXPECT_TRUE(KeptByHelper({.bytes = 320 * kMiB, .blocks = 40, .main_allocs = 0,
+                            .first_size_blocks = 35}));
+  EXPECT_FALSE(KeptByHelper({.bytes = 320 * kMiB, .blocks = 40, .main_allocs = 0,
+                             .first_size_blocks = 34}));
+  EXPECT_TRUE(KeptByHelper({.bytes = 320 * kMiB, .blocks = 40, .main_allocs = kMinLoopAllocs,
+                            .first_size_blocks = 1}));
+  EXPECT_FALSE(KeptByHelper({.bytes = 248 * kMiB, .blocks = kMinHelperKeptBlocks - 1,
+                             .main_allocs = 100, .first_size_blocks = 31}));
+}
+
 }  // namespace gpumem::report

@@ -113,12 +113,14 @@ struct HelperKept {
 // A few batches queued ahead are a prefetcher doing its job. What tells a queue from
 // weights that a thread pool loads (while the main thread waits, allocating nothing) is
 // that the loop allocated meanwhile, or that its items are alike: a queue's batches have
-// one shape (or a few buckets), a model's weights many. A first step that compiles
-// allocates nothing for seconds.
+// one shape, a model's weights many. A first step that compiles allocates nothing for
+// seconds. Alike is seven in eight: a transformer's activations at the line that calls
+// it (a loop run on a thread of its own, as Ray Tune's trainables are) are about two
+// thirds of one shape.
 inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
 inline constexpr std::uint64_t kMinLoopAllocs = 8;
 inline bool KeptByHelper(const HelperKept& k) {
-  const bool alike = k.first_size_blocks * 4 >= k.blocks * 3;
+  const bool alike = k.first_size_blocks * 8 >= k.blocks * 7;
   return k.blocks >= kMinHelperKeptBlocks && (k.main_allocs >= kMinLoopAllocs || alike);
 }
 // The fix for such a leak.
