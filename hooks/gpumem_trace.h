@@ -27,6 +27,12 @@ GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
  * the allocations (the micro-batches would be taken for them). Nothing is recorded. */
 GPUMEM_TRACE_API void gpumem_trace_steps_coming(void);
 
+/* The calling thread runs the training loop (a model call, a backward pass, an optimizer
+ * step): from now on its allocations are the loop's, not a helper thread's, in the
+ * dying process's verdict and in the report (a note in the trace, once per thread).
+ * Returns 1 once the note is in the trace, 0 while no trace is open yet. */
+GPUMEM_TRACE_API int gpumem_trace_loop_thread(void);
+
 /* The memory cap of `device` from now on, in bytes, and where it came from: 1 = the
  * device's total memory, 2 = GPUMEM_CAPACITY, 3 = set_per_process_memory_fraction,
  * 4 = gpumem_set_capacity. Returns 0, or -1 for a bad argument. */

@@ -49,6 +49,12 @@ void gpumem_trace_steps_coming(void) {
   if (gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder()) recorder->StepsComing();
 }
 
+int gpumem_trace_loop_thread(void) {
+  gpumem::Recorder::MarkLoopThread();
+  gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder();
+  return recorder != nullptr && recorder->NoteLoopThread() ? 1 : 0;
+}
+
 int gpumem_trace_capacity(int device, uint64_t bytes, int source) {
   if (device < 0 || source < 1 || source > gpumem::format::kMaxCapacitySource) return -1;
   gpumem::hooks::TraceCapacity(device, bytes, static_cast<gpumem::format::CapacitySource>(source));

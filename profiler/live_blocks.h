@@ -17,8 +17,9 @@
 
 namespace gpumem {
 
-// Who allocated: the process's main thread (the training loop's, almost always), a thread
-// that runs autograd's backward nodes, or another (a loader's, a prefetcher's).
+// Who allocated: a thread of the training loop (the process's main thread, or one the
+// Python package saw run the loop), a thread that runs autograd's backward nodes, or
+// another (a loader's, a prefetcher's).
 enum class ThreadRole : std::uint8_t { kMain, kBackward, kHelper };
 
 class LiveBlocks {

@@ -52,7 +52,7 @@ bool HelperLeak(const OomVerdictInput& in, OomClass cls) {
 std::string HelperEvidence(const OomVerdictInput& in) {
   const report::OomFigures& f = in.figures;
   return absl::StrCat(
-      "a thread other than the main one kept ", in.helper_blocks, " blocks (",
+      "a thread other than the loop's kept ", in.helper_blocks, " blocks (",
       Bytes(static_cast<double>(f.helper_kept_bytes)), ") at ", in.helper_site,
       ", which the loop had not taken; ", f.finished_steps, " ",
       f.finished_steps == 1 ? Unit(in) : Units(in),

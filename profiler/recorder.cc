@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "profiler/loop_thread_note.h"
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
@@ -233,11 +234,14 @@ struct AutogradLink {
 thread_local AutogradLink t_autograd;
 // This thread has run a backward node (autograd's engine runs them on threads of its own).
 thread_local bool t_runs_backward = false;
+// This thread runs the training loop (Recorder::MarkLoopThread), and its note was written.
+thread_local bool t_runs_loop = false;
+thread_local bool t_loop_noted = false;
 
 // Who is allocating, for the live view's helper-thread evidence.
 ThreadRole RoleOfThisThread() {
   thread_local const bool main = TraceWriter::ThreadId() == static_cast<std::uint32_t>(getpid());
-  if (main) return ThreadRole::kMain;
+  if (main || t_runs_loop) return ThreadRole::kMain;
   return t_runs_backward ? ThreadRole::kBackward : ThreadRole::kHelper;
 }
 
@@ -487,6 +491,17 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
   r.extra = static_cast<std::uint8_t>(source);
   Write(r);
   if (live_ != nullptr) live_->SetCap(device, bytes);
+}
+
+void Recorder::MarkLoopThread() { t_runs_loop = true; }
+
+bool Recorder::NoteLoopThread() {
+  MarkLoopThread();
+  if (!t_loop_noted) {
+    Annotate(-1, format::LoopThreadNoteText(TraceWriter::ThreadId()));
+    t_loop_noted = true;
+  }
+  return true;
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {

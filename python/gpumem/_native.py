@@ -69,6 +69,7 @@ _OPTIONAL_SIGNATURES = {
     "gpumem_trace_capacity": ([c_int, c_uint64, c_int], c_int),
     "gpumem_trace_step_source": ([c_int], c_int),
     "gpumem_trace_steps_coming": ([], None),
+    "gpumem_trace_loop_thread": ([], c_int),
     "gpumem_trace_check": ([c_char_p, c_size_t], c_size_t),
     "gpumem_trace_note": ([c_int, c_char_p], c_int),
     "gpumem_trace_graph_pool": ([c_int, c_int, c_uint64, c_uint64], c_int),

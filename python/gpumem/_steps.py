@@ -49,6 +49,7 @@ stops looking for passes in the allocations.
 """
 import functools
 import importlib
+import threading
 
 from . import _native
 
@@ -170,6 +171,7 @@ class StepMarker:
         self.window_closed = False  # gradients were zeroed in it: its passes are iterations
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
+        self.loop_thread = threading.local()  # .noted: the library has this thread's note
 
     def lib(self):
         return self._lib if self._lib is not None else _native.lib()
@@ -195,7 +197,16 @@ class StepMarker:
         self.count = self.lib().gpumem_step()
         return self.count
 
+    def note_loop_thread(self):
+        """This thread runs the loop (it calls the model, runs backward or steps an
+        optimizer): said to the library until its note is in the trace, so that its
+        blocks are not taken for a helper thread's."""
+        if not getattr(self.loop_thread, "noted", False):
+            self.loop_thread.noted = _native.call_optional(
+                "gpumem_trace_loop_thread", library=self.lib()) == 1
+
     def on_optimizer_step(self, optimizer, *_):
+        self.note_loop_thread()
         if self.explicit or not self.optimizers.marks(id(optimizer)):
             return
         self.hook_marks += 1
@@ -212,6 +223,7 @@ class StepMarker:
         model in train mode, with grad), which only model calls may not; `allocated`
         reads the memory allocated now, asked only at calls that train nothing while a
         better source leads."""
+        self.note_loop_thread()
         if source == SOURCE_BACKWARD:
             self.backward_seen = True
             if self.optimizer_built and self.hook_marks == 0:

@@ -30,7 +30,7 @@ class NamedInOomEvidence(unittest.TestCase):
 
     def test_the_line_in_the_evidence_of_the_leak_that_ended_the_run(self):
         self.assertTrue(m.names_in_oom_evidence(
-            self.report("leak", f"a thread other than the main one kept 406 blocks (3.17 GiB) "
+            self.report("leak", f"a thread other than the loop's kept 406 blocks (3.17 GiB) "
                                 f"at tests/gpu/{SITE} load, which the loop had not taken"), SITE))
 
     def test_not_in_another_class_another_oom_or_at_another_line(self):

@@ -1,16 +1,20 @@
 // GPUMEM_TRACE: the C ABI hands every event to the profiler's recorder, and the file it
 // writes reads back (tools/trace) with the allocations the program made.
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "hooks/device_registry.h"
 #include "hooks/gpumem.h"
+#include "hooks/gpumem_trace.h"
 #include "hooks/trace_hook.h"
+#include "profiler/loop_thread_note.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::hooks {
@@ -120,6 +124,35 @@ TEST(CApiTraceTest, PoolBlocksAreRecordedLikeOthers) {
   }
   EXPECT_EQ(alloc_sizes, (std::vector<std::uint64_t>{kSmall, kLarge}));
   EXPECT_EQ(free_sizes, (std::vector<std::uint64_t>{kSmall, kLarge}));
+  ResetRegistryForTesting();
+}
+
+// A thread that runs the loop is noted in the trace once, however often it says so.
+TEST(CApiTraceTest, ALoopThreadIsNotedOnceInTheTrace) {
+  const std::string& path = TracePath();
+  setenv("GPUMEM_BACKEND", "sim", 1);
+  setenv("GPUMEM_TRACE", path.c_str(), 1);
+  setenv("GPUMEM_STACKS", "none", 1);
+  ResetRegistryForTesting();
+  std::uint32_t loop_thread = 0;
+  std::vector<int> said;
+  std::thread loop([&] {
+    loop_thread = static_cast<std::uint32_t>(::syscall(SYS_gettid));
+    void* p = gpumem_alloc(4096, 0, nullptr);  // the trace opens with the first device
+    said.push_back(gpumem_trace_loop_thread());
+    said.push_back(gpumem_trace_loop_thread());
+    gpumem_free(p, 4096, 0, nullptr);
+  });
+  loop.join();
+  EXPECT_EQ(said, (std::vector<int>{1, 1}));
+  FlushTraceForTesting();
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  int notes = 0;
+  for (const trace::Annotation& a : t->annotations) {
+    notes += format::ParseLoopThreadNote(a.name) == loop_thread;
+  }
+  EXPECT_EQ(notes, 1);
   ResetRegistryForTesting();
 }
 

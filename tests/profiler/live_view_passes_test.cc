@@ -355,7 +355,7 @@ TEST(LiveViewHelperThreads, BatchesAHelperQueuedAreALeakBeforeAnyStep) {
   for (const bool loop_after : {false, true}) {
     const std::string text = HelperRounds(ThreadRole::kHelper, loop_after);
     EXPECT_THAT(text, HasSubstr("verdict: leak"));
-    EXPECT_THAT(text, HasSubstr("a thread other than the main one kept 40 blocks (320.00 MiB) "
+    EXPECT_THAT(text, HasSubstr("a thread other than the loop's kept 40 blocks (320.00 MiB) "
                                 "at train.py:30 load, which the loop had not taken"));
     EXPECT_THAT(text, HasSubstr(std::string("fix: ") + report::kHelperKeptFix));
   }

@@ -30,6 +30,8 @@ class FakeLib:
         self.source = 0
         self.caps = []
         self.steps_coming = 0  # gpumem_trace_steps_coming calls
+        self.loop_threads = []  # the threads that called gpumem_trace_loop_thread
+        self.trace_open = True
 
     def gpumem_step(self):
         self.steps.append(self.source)
@@ -41,6 +43,10 @@ class FakeLib:
 
     def gpumem_trace_steps_coming(self):
         self.steps_coming += 1
+
+    def gpumem_trace_loop_thread(self):
+        self.loop_threads.append(threading.get_ident())
+        return 1 if self.trace_open else 0
 
     def gpumem_trace_capacity(self, device, nbytes, source):
         self.caps.append((device, nbytes, source))
@@ -208,6 +214,19 @@ class LoopMarks(unittest.TestCase):
         # sixteen micro-batches a step: backward passes mark the first
         self.train(5, opt, passes=16)
         self.assertEqual(self.lib.steps, [MODEL_CALL] + [BACKWARD] * 15 + [OPTIMIZER] * 5)
+
+    def test_each_thread_that_runs_the_loop_is_said_until_the_trace_has_it(self):
+        self.lib.trace_open = False  # the trace opens with the first device
+        self.m.on_loop_start(MODEL_CALL)
+        self.lib.trace_open = True
+        self.m.on_loop_start(BACKWARD)
+        self.m.on_optimizer_step(Opt(), (), {})
+        self.m.on_loop_start(MODEL_CALL)
+        other = threading.Thread(target=self.m.on_loop_start, args=(MODEL_CALL,))
+        other.start()
+        other.join()
+        main = threading.get_ident()
+        self.assertEqual(self.lib.loop_threads, [main, main, other.ident])
 
     def test_the_first_accumulation_window_marks_nothing(self):
         opt = Opt()

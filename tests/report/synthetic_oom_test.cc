@@ -2,6 +2,7 @@
 // follow from how each trace was built (see synthetic.h).
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "profiler/loop_thread_note.h"
 #include "profiler/trace_format.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"
@@ -205,6 +206,7 @@ enum class Helper {
   kQueueWhileCompiling,  // the same batches, all before the main thread allocates again
   kWeightsLoaded,        // a model's weights, of four sizes, before the main thread goes on
   kBackward,             // the batches of the first, on a thread that runs backward nodes
+  kLoopOnItsOwnThread,   // the batches of the second, on a thread noted as the loop's
 };
 
 // The model's parameters, then 40 blocks that thread 200 allocates at one line, each in a
@@ -222,6 +224,7 @@ trace::Trace HelperThreadBlocks(Helper helper) {
   if (helper == Helper::kBackward) batch = b.RawStack(backward_node);
   b.Segment(kBase, 128 * kMiB);
   b.Alloc(kBase, 128 * kMiB, params);
+  if (helper == Helper::kLoopOnItsOwnThread) b.Note(format::LoopThreadNoteText(200), -1);
   std::uint64_t next = kBase + 128 * kMiB;
   auto helper_block = [&](int round) {
     b.OnThread(200);
@@ -258,7 +261,7 @@ TEST(SyntheticOom, BlocksAHelperThreadQueuedAreALeakBeforeAnyStep) {
     EXPECT_EQ(x.at.helper_site, "train.py:30 load");
     EXPECT_EQ(x.at.helper_kept.blocks, 40u);
     EXPECT_EQ(x.at.helper_kept.bytes, 320 * kMiB);
-    EXPECT_NE(x.evidence.find("a thread other than the main one kept 40 blocks (320.00 MiB) "
+    EXPECT_NE(x.evidence.find("a thread other than the loop's kept 40 blocks (320.00 MiB) "
                               "at train.py:30 load"),
               std::string::npos)
         << x.evidence;
@@ -266,10 +269,12 @@ TEST(SyntheticOom, BlocksAHelperThreadQueuedAreALeakBeforeAnyStep) {
   }
 }
 
-// Weights a thread pool loaded while the main thread waited, and blocks of a thread that
-// runs backward nodes: the pieces are fragmentation, as before.
+// Weights a thread pool loaded while the main thread waited, blocks of a thread that runs
+// backward nodes, and a loop's own on a thread of its own (Ray Tune's trainables): the
+// pieces are fragmentation, as before.
 TEST(SyntheticOom, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
-  for (const Helper helper : {Helper::kWeightsLoaded, Helper::kBackward}) {
+  for (const Helper helper :
+       {Helper::kWeightsLoaded, Helper::kBackward, Helper::kLoopOnItsOwnThread}) {
     const trace::Trace t = HelperThreadBlocks(helper);
     const Report r = BuildReport(t, {});
     ASSERT_EQ(r.ooms.size(), 1u);

@@ -1,6 +1,9 @@
 #include "tools/report/helper_threads.h"
 
+#include <algorithm>
 #include <vector>
+
+#include "profiler/loop_thread_note.h"
 
 namespace gpumem::report {
 namespace {
@@ -25,6 +28,12 @@ HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
     : sites_(sites) {
   if (!trace.run.pid) return;
   main_thread_ = static_cast<std::uint32_t>(*trace.run.pid);
+  for (const trace::Annotation& a : trace.annotations) {
+    if (const std::optional<std::uint32_t> t = format::ParseLoopThreadNote(a.name)) {
+      auto [it, first] = loop_since_us_.try_emplace(*t, a.time_us);
+      if (!first) it->second = std::min(it->second, a.time_us);
+    }
+  }
   const std::vector<bool> backward = BackwardStacks(trace);
   for (const trace::Event& e : trace.events) {
     if (e.action == trace::Action::kAlloc && e.stack_id < backward.size() &&
@@ -37,7 +46,7 @@ HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
 void HelperThreads::OnAlloc(const trace::Event& e) {
   if (!main_thread_) return;
   Forget(e.addr);  // an allocation at a live address: the old block is gone
-  if (e.thread == *main_thread_) {
+  if (OnLoopThread(e)) {
     ++main_allocs_;
     return;
   }
@@ -55,6 +64,12 @@ void HelperThreads::OnAlloc(const trace::Event& e) {
   s.kept.first_size_blocks += size == s.first_size;
   s.kept.main_allocs = main_allocs_ - s.first_main;
   held_[e.addr] = Held{e.device, site, size};
+}
+
+bool HelperThreads::OnLoopThread(const trace::Event& e) const {
+  if (e.thread == *main_thread_) return true;
+  const auto it = loop_since_us_.find(e.thread);
+  return it != loop_since_us_.end() && e.time_us >= it->second;
 }
 
 void HelperThreads::OnFree(const trace::Event& e) {

@@ -1,9 +1,10 @@
 // Blocks that helper threads keep, per site, as the trace is walked: the offline side of
 // report::HelperKept (the dying process counts the same in profiler/live_blocks.h). The
-// main thread is the recording process's (its thread id is its pid); a thread that
-// allocated for a backward node (a stack through "<autograd>") is autograd's; any other
-// thread is a helper. Traces that do not say the process's pid (PyTorch snapshots, .tsv)
-// have no helpers.
+// loop's threads are the recording process's main thread (its thread id is its pid) and,
+// from their note on, the threads the Python package saw run the loop
+// (profiler/loop_thread_note.h); a thread that allocated for a backward node (a stack
+// through "<autograd>") is autograd's; any other thread is a helper. Traces that do not
+// say the process's pid (PyTorch snapshots, .tsv) have no helpers.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,11 @@ class HelperThreads {
   void Forget(std::uint64_t addr);
 
   const SiteTable& sites_;
+  // Whether `e`'s thread runs the loop when `e` is made.
+  bool OnLoopThread(const trace::Event& e) const;
+
   std::optional<std::uint32_t> main_thread_;
+  absl::flat_hash_map<std::uint32_t, std::int64_t> loop_since_us_;  // noted loop threads
   absl::flat_hash_set<std::uint32_t> backward_threads_;
   std::uint64_t main_allocs_ = 0;
   absl::flat_hash_map<std::uint64_t, Held> held_;          // live helper blocks by address

@@ -62,7 +62,7 @@ void ExplainHelperLeak(OomExplanation* x) {
   x->cls = OomClass::kLeak;
   x->leaked_bytes = p.helper_kept.bytes;
   x->evidence = absl::StrCat(
-      "a thread other than the main one kept ", p.helper_kept.blocks, " blocks (",
+      "a thread other than the loop's kept ", p.helper_kept.blocks, " blocks (",
       Bytes(static_cast<double>(p.helper_kept.bytes)), ") at ", p.helper_site,
       ", which the loop had not taken; at the OOM in step ", p.step + 1, ", ", p.step,
       " step", p.step == 1 ? "" : "s",

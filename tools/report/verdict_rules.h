@@ -98,15 +98,15 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          double min_growth,
                                          const FillLevel* fill = nullptr);
 
-// Blocks that a helper thread (neither the main thread nor one running autograd's
-// backward) allocated at one site and still holds: a queue that a loader or prefetch
-// thread fills faster than the loop takes from it. Before steps can show growth (a slow
-// first step: torch.compile, cuDNN's benchmark, a tracer), such a site is the one sign of
-// a leak.
+// Blocks that a helper thread (neither one running the loop, profiler/loop_thread_note.h,
+// nor one running autograd's backward) allocated at one site and still holds: a queue
+// that a loader or prefetch thread fills faster than the loop takes from it. Before
+// steps can show growth (a slow first step: torch.compile, cuDNN's benchmark, a tracer),
+// such a site is the one sign of a leak.
 struct HelperKept {
   std::uint64_t bytes = 0;        // live
   std::uint64_t blocks = 0;       // live blocks
-  std::uint64_t main_allocs = 0;  // the main thread's allocations between the site's first
+  std::uint64_t main_allocs = 0;  // the loop threads' allocations between the site's first
                                   // allocation and its last
   std::uint64_t first_size_blocks = 0;  // live blocks of the size of the site's first
 };
@@ -115,9 +115,8 @@ struct HelperKept {
 // that the loop allocated meanwhile, or that its items are alike: a queue's batches have
 // one shape, a model's weights many. A first step that compiles allocates nothing for
 // seconds. Alike is seven in eight: a transformer's activations at the line that calls
-// it (a loop run on a thread of its own, as Ray Tune's trainables are) are about two
-// thirds of one shape, by a count of what a Llama layer keeps for its backward (not
-// measured on a GPU).
+// it are about two thirds of one shape, by a count of what a Llama layer keeps for its
+// backward (not measured on a GPU), should a loop's thread go unnoted.
 inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
 inline constexpr std::uint64_t kMinLoopAllocs = 8;
 inline bool KeptByHelper(const HelperKept& k) {
