@@ -33,12 +33,17 @@ class RemoveTrace : public ::testing::Environment {
 };
 const auto* const kRemoveTrace = ::testing::AddGlobalTestEnvironment(new RemoveTrace);
 
-TEST(CApiTraceTest, TraceHoldsEveryAllocationAndStep) {
-  const std::string& path = TracePath();
+// The simulated device, traced to TracePath() without stacks, from a fresh registry.
+const std::string& TraceToTestFile() {
   setenv("GPUMEM_BACKEND", "sim", 1);
-  setenv("GPUMEM_TRACE", path.c_str(), 1);
+  setenv("GPUMEM_TRACE", TracePath().c_str(), 1);
   setenv("GPUMEM_STACKS", "none", 1);
   ResetRegistryForTesting();
+  return TracePath();
+}
+
+TEST(CApiTraceTest, TraceHoldsEveryAllocationAndStep) {
+  const std::string& path = TraceToTestFile();
   constexpr int kPairs = 1000;
   for (int i = 0; i < kPairs; ++i) {
     void* p = gpumem_alloc(4096 + i * 512, 0, nullptr);
@@ -68,11 +73,7 @@ TEST(CApiTraceTest, TraceHoldsEveryAllocationAndStep) {
 // trace records nothing per block. A block allocated while recording still has its free
 // recorded when that comes during a pause; steps are recorded throughout.
 TEST(CApiTraceTest, PausedRecordingLeavesOutWholeBlocks) {
-  const std::string& path = TracePath();
-  setenv("GPUMEM_BACKEND", "sim", 1);
-  setenv("GPUMEM_TRACE", path.c_str(), 1);
-  setenv("GPUMEM_STACKS", "none", 1);
-  ResetRegistryForTesting();
+  const std::string& path = TraceToTestFile();
   // Sizes no other test here uses: the file holds their events too.
   constexpr std::uint64_t kA = 3 << 20, kB = (3 << 20) + 512, kC = (3 << 20) + 1024;
   void* recorded = gpumem_alloc(kA, 0, nullptr);
@@ -103,11 +104,7 @@ TEST(CApiTraceTest, PausedRecordingLeavesOutWholeBlocks) {
 
 // Blocks of private pools are recorded like any other, whichever way they are freed.
 TEST(CApiTraceTest, PoolBlocksAreRecordedLikeOthers) {
-  const std::string& path = TracePath();
-  setenv("GPUMEM_BACKEND", "sim", 1);
-  setenv("GPUMEM_TRACE", path.c_str(), 1);
-  setenv("GPUMEM_STACKS", "none", 1);
-  ResetRegistryForTesting();
+  const std::string& path = TraceToTestFile();
   constexpr std::uint64_t kSmall = 5000 + 3, kLarge = (5 << 20) + 7;  // sizes only used here
   void* small = gpumem_alloc_in_pool(kSmall, 0, nullptr, 11);
   void* large = gpumem_alloc_in_pool(kLarge, 0, nullptr, 11);
@@ -129,11 +126,7 @@ TEST(CApiTraceTest, PoolBlocksAreRecordedLikeOthers) {
 
 // A thread that runs the loop is noted in the trace once, however often it says so.
 TEST(CApiTraceTest, ALoopThreadIsNotedOnceInTheTrace) {
-  const std::string& path = TracePath();
-  setenv("GPUMEM_BACKEND", "sim", 1);
-  setenv("GPUMEM_TRACE", path.c_str(), 1);
-  setenv("GPUMEM_STACKS", "none", 1);
-  ResetRegistryForTesting();
+  const std::string& path = TraceToTestFile();
   std::uint32_t loop_thread = 0;
   std::vector<int> said;
   std::thread loop([&] {
