@@ -52,7 +52,9 @@ void gpumem_trace_steps_coming(void) {
 int gpumem_trace_loop_thread(void) {
   gpumem::Recorder::MarkLoopThread();
   gpumem::Recorder* recorder = gpumem::hooks::TraceRecorder();
-  return recorder != nullptr && recorder->NoteLoopThread() ? 1 : 0;
+  if (recorder == nullptr) return 0;
+  recorder->NoteLoopThread();
+  return 1;
 }
 
 int gpumem_trace_capacity(int device, uint64_t bytes, int source) {

@@ -52,9 +52,9 @@ bool HelperLeak(const OomVerdictInput& in, OomClass cls) {
 std::string HelperEvidence(const OomVerdictInput& in) {
   const report::OomFigures& f = in.figures;
   return absl::StrCat(
-      "a thread other than the loop's kept ", in.helper_blocks, " blocks (",
-      Bytes(static_cast<double>(f.helper_kept_bytes)), ") at ", in.helper_site,
-      ", which the loop had not taken; ", f.finished_steps, " ",
+      report::HelperKeptText({.bytes = f.helper_kept_bytes, .blocks = in.helper_blocks},
+                             in.helper_site),
+      "; ", f.finished_steps, " ",
       f.finished_steps == 1 ? Unit(in) : Units(in),
       " had finished, too few to measure growth, and without those blocks the request of ",
       Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));

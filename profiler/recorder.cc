@@ -495,13 +495,10 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
 
 void Recorder::MarkLoopThread() { t_runs_loop = true; }
 
-bool Recorder::NoteLoopThread() {
-  MarkLoopThread();
-  if (!t_loop_noted) {
-    Annotate(-1, format::LoopThreadNoteText(TraceWriter::ThreadId()));
-    t_loop_noted = true;
-  }
-  return true;
+void Recorder::NoteLoopThread() {
+  if (t_loop_noted) return;
+  Annotate(-1, format::LoopThreadNoteText(TraceWriter::ThreadId()));
+  t_loop_noted = true;
 }
 
 void Recorder::Annotate(std::int32_t device, const std::string& name, bool start) {

@@ -76,11 +76,10 @@ class alignas(64) Recorder final : public AllocatorObserver {
   }
   // The calling thread runs the training loop (the Python package saw it call a model,
   // run a backward pass or step an optimizer): from now on its allocations are the
-  // loop's, not a helper's (report::HelperKept). Process-wide, as it may be said before
-  // the recorder opens; NoteLoopThread also writes the thread's note (once).
+  // loop's, not a helper's (report::HelperKept). Static, as it may be said before the
+  // recorder opens; NoteLoopThread writes the thread's note in the trace (once).
   static void MarkLoopThread();
-  // Whether this thread's note is in the trace (written now or before).
-  bool NoteLoopThread();
+  void NoteLoopThread();
   // Process-wide: it may be said before the recorder opens (the allocator opens it with
   // the first device).
   static void SetStepSource(format::StepSource source) {

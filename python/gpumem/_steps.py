@@ -202,8 +202,7 @@ class StepMarker:
         optimizer): said to the library until its note is in the trace, so that its
         blocks are not taken for a helper thread's."""
         if not getattr(self.loop_thread, "noted", False):
-            self.loop_thread.noted = _native.call_optional(
-                "gpumem_trace_loop_thread", library=self.lib()) == 1
+            self.loop_thread.noted = self._tell("gpumem_trace_loop_thread") == 1
 
     def on_optimizer_step(self, optimizer, *_):
         self.note_loop_thread()
@@ -255,8 +254,8 @@ class StepMarker:
 
     def _tell(self, name, *args):
         """Calls the library's hooks/gpumem_trace.h function `name`, where it has one
-        (older builds lack some)."""
-        _native.call_optional(name, *args, library=self.lib())
+        (older builds lack some), and returns what it returns (None without one)."""
+        return _native.call_optional(name, *args, library=self.lib())
 
     def on_optimizer_built(self):
         self.optimizer_built = True

@@ -62,9 +62,8 @@ void ExplainHelperLeak(OomExplanation* x) {
   x->cls = OomClass::kLeak;
   x->leaked_bytes = p.helper_kept.bytes;
   x->evidence = absl::StrCat(
-      "a thread other than the loop's kept ", p.helper_kept.blocks, " blocks (",
-      Bytes(static_cast<double>(p.helper_kept.bytes)), ") at ", p.helper_site,
-      ", which the loop had not taken; at the OOM in step ", p.step + 1, ", ", p.step,
+      HelperKeptText(p.helper_kept, p.helper_site), "; at the OOM in step ", p.step + 1, ", ",
+      p.step,
       " step", p.step == 1 ? "" : "s",
       " had finished, too few to measure growth. Without those blocks the request of ",
       Bytes(p.request), " would have fit in ", Bytes(x->capacity), ".");

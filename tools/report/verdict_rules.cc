@@ -119,6 +119,12 @@ const char* const kHelperKeptFix =
     "queue (queue.Queue(maxsize=2)) so the thread waits for the loop, or copy each batch "
     "to the device on the loop's thread when it is taken.";
 
+std::string HelperKeptText(const HelperKept& kept, absl::string_view site) {
+  return absl::StrCat("a thread other than the loop's kept ", kept.blocks, " blocks (",
+                      Bytes(static_cast<double>(kept.bytes)), ") at ", site,
+                      ", which the loop had not taken");
+}
+
 std::string GrowthHeldIn(bool growth_in_graph_pools, std::uint64_t allocated) {
   if (growth_in_graph_pools) return " held by blocks and CUDA graph pools";
   return absl::StrCat(" of the ", Bytes(static_cast<double>(allocated)), " allocated");
