@@ -283,6 +283,53 @@ TEST(SyntheticOom, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
   }
 }
 
+// One process on two devices (a model split over two GPUs): a site on device 0 keeps 16
+// MiB every step while device 1 holds a 512 MiB model and a step's 128 MiB. In step 31 a
+// request of `request` bytes fails on `oom_device`.
+trace::Trace LeakOnDeviceZeroOomOn(std::int32_t oom_device, std::uint64_t request) {
+  constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  synthetic::Builder b;
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t kept = b.Stack(42, "train_step");
+  const std::uint32_t act = b.Stack(50, "forward");
+  b.OnDevice(0);
+  b.Segment(kBase, kCapacity);
+  b.Alloc(kBase, 128 * kMiB, params);
+  b.OnDevice(1);
+  b.Segment(kBase, kCapacity);
+  b.Alloc(kBase, 512 * kMiB, params);
+  for (std::uint64_t step = 0; step < 30; ++step) {
+    b.OnDevice(0);
+    b.Alloc(kBase + (128 + 16 * step) * kMiB, 16 * kMiB, kept);
+    b.OnDevice(1);
+    b.Alloc(kBase + 512 * kMiB, 128 * kMiB, act);
+    b.Free(kBase + 512 * kMiB, 128 * kMiB, act);
+    b.OnDevice(0);
+    b.Step();
+  }
+  b.OnDevice(oom_device);
+  b.Oom(request, 0);
+  return b.Take();
+}
+
+// What device 0 kept frees nothing on device 1: device 1's request that its model leaves
+// no room for is a genuine peak there, and a request on device 0 that fits without the
+// growth is the leak.
+TEST(SyntheticOom, GrowthOnOneDeviceExplainsOnlyItsOwnOoms) {
+  Report other = BuildReport(LeakOnDeviceZeroOomOn(1, 600 * kMiB), {});
+  ASSERT_EQ(other.leaks.suspects.size(), 1u);
+  EXPECT_EQ(other.leaks.suspects[0].name, "train.py:42 train_step");
+  ASSERT_EQ(other.ooms.size(), 1u);
+  EXPECT_EQ(other.ooms[0].at.device, 1);
+  EXPECT_EQ(other.ooms[0].leaked_bytes, 0u);
+  EXPECT_EQ(other.ooms[0].cls, OomClass::kPeak) << other.ooms[0].evidence;
+
+  Report own = BuildReport(LeakOnDeviceZeroOomOn(0, 512 * kMiB), {});
+  ASSERT_EQ(own.ooms.size(), 1u);
+  EXPECT_EQ(own.ooms[0].cls, OomClass::kLeak) << own.ooms[0].evidence;
+  EXPECT_GT(own.ooms[0].leaked_bytes, 400 * kMiB);
+}
+
 TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {
   trace::Trace t = synthetic::FragmentationTrace();
   nlohmann::json j = ReportToJson(BuildReport(t, {}));

@@ -21,6 +21,13 @@ std::uint64_t LiveState::reserved_on(int d) const {
   return d >= 0 && static_cast<std::size_t>(d) < devices_.size() ? devices_[d].reserved : 0;
 }
 
+std::vector<std::uint64_t> LiveState::SiteLiveOn(int d) const {
+  std::vector<std::uint64_t> live;
+  if (d >= 0 && static_cast<std::size_t>(d) < devices_.size()) live = devices_[d].site_live;
+  live.resize(site_live_.size(), 0);
+  return live;
+}
+
 const RangeSet& LiveState::ranges(int d) const {
   static const RangeSet kEmpty;
   return d >= 0 && static_cast<std::size_t>(d) < devices_.size() ? devices_[d].ranges : kEmpty;
@@ -34,26 +41,33 @@ void LiveState::Release(std::uint64_t key,
   allocated_ -= b.size;
   device(d).allocated -= b.size;
   // A pool's idle memory grows by the block first: its site holds the same bytes.
-  if (b.pool != 0) ApplyPoolDelta(pools_.BlockChanged(b.pool, b.size, false));
-  TakeFromSite(b.site, b.size);
+  if (b.pool != 0) ApplyPoolDelta(pools_.BlockChanged(b.pool, b.size, false), d);
+  TakeFromSite(b.site, b.size, d);
   site_freed_stack_[b.site] = b.stack;
 }
 
-void LiveState::AddToSite(std::uint32_t site, std::uint64_t bytes) { site_live_[site] += bytes; }
-
-void LiveState::TakeFromSite(std::uint32_t site, std::uint64_t bytes) {
-  site_live_[site] -= bytes;
-  site_low_[site] = std::min(site_low_[site], site_live_[site]);
+void LiveState::AddToSite(std::uint32_t site, std::uint64_t bytes, int d) {
+  site_live_[site] += bytes;
+  std::vector<std::uint64_t>& on_device = device(d).site_live;
+  if (on_device.empty()) on_device.resize(site_live_.size(), 0);
+  on_device[site] += bytes;
 }
 
-void LiveState::ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta) {
+void LiveState::TakeFromSite(std::uint32_t site, std::uint64_t bytes, int d) {
+  site_live_[site] -= bytes;
+  site_low_[site] = std::min(site_low_[site], site_live_[site]);
+  std::vector<std::uint64_t>& on_device = device(d).site_live;
+  if (!on_device.empty()) on_device[site] -= std::min(bytes, on_device[site]);
+}
+
+void LiveState::ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta, int d) {
   const std::uint32_t site = sites_.site_of_stack(static_cast<std::uint32_t>(delta.owner));
-  if (delta.add != 0) AddToSite(site, delta.add);
-  if (delta.take != 0) TakeFromSite(site, delta.take);
+  if (delta.add != 0) AddToSite(site, delta.add, d);
+  if (delta.take != 0) TakeFromSite(site, delta.take, d);
 }
 
 void LiveState::ApplyPoolMark(const GraphPoolMark& mark) {
-  ApplyPoolDelta(pools_.OnNote(mark.device, mark.note));
+  ApplyPoolDelta(pools_.OnNote(mark.device, mark.note), mark.device);
 }
 
 void LiveState::Apply(const trace::Event& e) {
@@ -93,8 +107,8 @@ void LiveState::OnAlloc(std::uint64_t key, const trace::Event& e) {
   pending_free_.erase(key);
   allocated_ += block.size;
   device(e.device).allocated += block.size;
-  AddToSite(block.site, block.size);
-  if (block.pool != 0) ApplyPoolDelta(pools_.BlockChanged(block.pool, block.size, true));
+  AddToSite(block.site, block.size, e.device);
+  if (block.pool != 0) ApplyPoolDelta(pools_.BlockChanged(block.pool, block.size, true), e.device);
 }
 
 void LiveState::OnFreeRequested(std::uint64_t key, int device) {

@@ -54,6 +54,8 @@ class LiveState {
   std::uint64_t reused_addresses() const { return reused_addresses_; }
   // Live bytes per site, indexed by site id.
   const std::vector<std::uint64_t>& site_live() const { return site_live_; }
+  // The same on one device (a site's blocks may be spread over several).
+  std::vector<std::uint64_t> SiteLiveOn(int device) const;
   // Per site, the least it held since the last ResetLows(): what it kept all through that
   // stretch (a step, for the leak analysis).
   const std::vector<std::uint64_t>& site_low() const { return site_low_; }
@@ -78,6 +80,7 @@ class LiveState {
     std::uint64_t allocated = 0;
     std::uint64_t reserved = 0;
     RangeSet ranges;
+    std::vector<std::uint64_t> site_live;  // by site id; empty until a site holds any
   };
   PerDevice& device(int d);
   void Release(std::uint64_t key, absl::flat_hash_map<std::uint64_t, LiveBlock>::iterator it,
@@ -89,10 +92,10 @@ class LiveState {
   bool OnFree(std::uint64_t key, int device);
   void OnSegmentAdded(const trace::Event& e);
   void OnSegmentRemoved(const trace::Event& e);
-  // A graph pool's idle memory moved to or from its site.
-  void ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta);
-  void AddToSite(std::uint32_t site, std::uint64_t bytes);
-  void TakeFromSite(std::uint32_t site, std::uint64_t bytes);
+  // A graph pool's idle memory on `device` moved to or from its site.
+  void ApplyPoolDelta(const format::GraphPoolLedger::Delta& delta, int device);
+  void AddToSite(std::uint32_t site, std::uint64_t bytes, int device);
+  void TakeFromSite(std::uint32_t site, std::uint64_t bytes, int device);
 
   const SiteTable& sites_;
   absl::flat_hash_map<std::uint64_t, LiveBlock> blocks_;

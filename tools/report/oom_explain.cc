@@ -28,28 +28,44 @@ ReplayOutcome ReplayThroughGpumem(const trace::Trace& trace, std::uint64_t capac
 
 namespace {
 
-// Growth of the suspects between the first step end the fit used and the OOM.
-std::uint64_t LeakedBytes(const OomPoint& p, const Timeline& timeline, const LeakAnalysis& leaks) {
+// The suspects' growth on the OOM's device, between the first step end the fit used and
+// the OOM. A site spread over devices (a model's replicas) grew on each in the share of
+// its live bytes it holds there: a site on another device freed nothing here.
+struct DeviceGrowth {
+  std::uint64_t bytes = 0;
+  const LeakSuspect* top = nullptr;  // the first suspect (fastest growing) that grew here
+};
+
+DeviceGrowth GrowthOnDevice(const OomPoint& p, const Timeline& timeline,
+                            const LeakAnalysis& leaks) {
   const std::size_t base_sample = timeline.sample_step.size() > 4 ? 1 : 0;
-  std::uint64_t leaked = 0;
+  DeviceGrowth out;
   for (const LeakSuspect& s : leaks.suspects) {
-    if (p.site_live.size() <= s.site || timeline.site_samples[s.site].size() <= base_sample) continue;
+    if (p.site_live.size() <= s.site || p.site_live_on_device.size() <= s.site ||
+        timeline.site_samples[s.site].size() <= base_sample) {
+      continue;
+    }
     const std::uint64_t base = timeline.site_samples[s.site][base_sample];
     const std::uint64_t now = p.site_live[s.site];
-    if (now > base) leaked += now - base;
+    if (now <= base) continue;
+    const long double share = static_cast<long double>(p.site_live_on_device[s.site]) / now;
+    const auto grown = static_cast<std::uint64_t>(static_cast<long double>(now - base) * share);
+    out.bytes += grown;
+    if (out.top == nullptr && grown > 0) out.top = &s;
   }
-  return leaked;
+  return out;
 }
 
-void ExplainLeak(const LeakAnalysis& leaks, OomExplanation* x) {
+void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kLeak;
+  const LeakSuspect& top = growth.top != nullptr ? *growth.top : leaks.suspects.front();
   // A graph pool's free memory counts with its site: more than was allocated can grow.
-  const bool pools = leaks.suspects.front().holds_graph_pools;
+  const bool pools = top.holds_graph_pools;
   x->evidence = absl::StrCat(
       "memory kept from step to step grew by ", Bytes(leaks.bytes_per_step), " per step (",
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
-      SuspectText(leaks.suspects.front()), "); at the OOM in step ", p.step + 1, ", ",
+      SuspectText(top), "); at the OOM in step ", p.step + 1, ", ",
       Bytes(x->leaked_bytes), GrowthHeldIn(pools, p.allocated),
       " was that growth. Without it the request of ", Bytes(p.request), " would have fit in ",
       Bytes(x->capacity), ".");
@@ -155,7 +171,8 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
       x.capacity_source = "reserved + driver free at the OOM";
     }
     x.free_cached = p.reserved > p.allocated ? p.reserved - p.allocated : 0;
-    x.leaked_bytes = LeakedBytes(p, timeline, leaks);
+    const DeviceGrowth growth = GrowthOnDevice(p, timeline, leaks);
+    x.leaked_bytes = growth.bytes;
     x.leak_bytes_per_step = leaks.bytes_per_step;
     // An OOM while every mark so far was a call awaiting the first backward pass, memory
     // growing over them (not a batch-size finder's attempts, each freed when it failed),
@@ -177,7 +194,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     if (cls == OomClass::kLeak && HelperKeptExplains(figures)) {
       ExplainHelperLeak(&x);
     } else if (cls == OomClass::kLeak) {
-      ExplainLeak(leaks, &x);
+      ExplainLeak(growth, leaks, &x);
     } else if (cls == OomClass::kFragmentation) {
       ExplainFragmentation(replay, &x);
     } else if (cls == OomClass::kHeldApart) {

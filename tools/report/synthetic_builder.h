@@ -66,9 +66,12 @@ class Builder {
   }
   // The thread of the events added from now on.
   void OnThread(std::uint32_t thread) { thread_ = thread; }
+  // The device of the events added from now on.
+  void OnDevice(std::int32_t device) { device_ = device; }
   void Add(Action action, std::uint64_t addr, std::uint64_t size, std::uint32_t stack = 0) {
     trace::Event e;
     e.thread = thread_;
+    e.device = device_;
     e.action = action;
     e.addr = addr;
     e.size = size;
@@ -119,6 +122,7 @@ class Builder {
   trace::FrameTable frames_;
   std::int64_t time_us_ = 1'000'000;
   std::uint32_t thread_ = 0;
+  std::int32_t device_ = 0;
 };
 
 }  // namespace gpumem::report::synthetic

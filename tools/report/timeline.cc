@@ -117,6 +117,7 @@ class TimelineBuilder {
       oom.largest_free_piece = free.largest;
       oom.free_in_segments = free.total;
       oom.site_live = state_.site_live();
+      oom.site_live_on_device = state_.SiteLiveOn(e.device);
     }
     if (const std::optional<HelperSite> helper = helpers_.Kept(e.device)) {
       oom.helper_site = sites_.name(helper->site);

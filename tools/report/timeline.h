@@ -35,7 +35,8 @@ struct OomPoint {
   std::uint64_t largest_free_piece = 0;  // inside held segments
   std::uint64_t free_in_segments = 0;
   std::uint64_t device_free = 0;  // what the driver said was free
-  std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM
+  std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM, every device's
+  std::vector<std::uint64_t> site_live_on_device;  // the same on the OOM's device
   // The site whose blocks a helper thread kept (HelperThreads::Kept), named; empty: none.
   std::string helper_site;
   HelperKept helper_kept;
