@@ -9,6 +9,7 @@ import collections
 import copy
 import functools
 import os
+import sys
 
 import torch
 
@@ -23,6 +24,20 @@ def cap_device():
     gib = float(os.environ.get("GPUMEM_CASE_CAP_GIB", "4"))
     total = torch.cuda.get_device_properties(0).total_memory
     torch.cuda.set_per_process_memory_fraction(min(1.0, gib * (1 << 30) / total))
+
+
+SKIPPED = 77  # the exit status of a case this machine cannot run (diagnosis_matrix.py)
+
+
+def two_gpus():
+    """Caps the second GPU as cap_device() does the first; exits SKIPPED, saying why, where
+    fewer than two are visible."""
+    if torch.cuda.device_count() < 2:
+        print(f"skipped: needs two GPUs, {torch.cuda.device_count()} visible", file=sys.stderr)
+        sys.exit(SKIPPED)
+    gib = float(os.environ.get("GPUMEM_CASE_CAP_GIB", "4"))
+    total = torch.cuda.get_device_properties(1).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, gib * (1 << 30) / total), device=1)
 
 
 def model(width=1024, depth=4):
@@ -196,6 +211,64 @@ def fragmented_under_cap():
     del pieces
     whole = torch.empty(int(gib * 0.3 * (1 << 30)), dtype=torch.uint8, device="cuda")
     return kept, whole
+
+
+# A model split over two GPUs in one process (naive model parallelism): each device's
+# memory is its own, and what one keeps frees nothing on the other.
+def split_model(first_depth, second_depth, width=1024):
+    """Linear layers with ReLUs: `first_depth` of them on cuda:0, `second_depth` on
+    cuda:1, and one optimizer over both."""
+    torch.manual_seed(0)
+
+    def layers(depth, device):
+        parts = []
+        for _ in range(depth):
+            parts += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        return torch.nn.Sequential(*parts).to(device)
+
+    first, second = layers(first_depth, "cuda:0"), layers(second_depth, "cuda:1")
+    opt = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=1e-3)
+    return first, second, opt
+
+
+def fit_split(first, second, opt, x):
+    """One step of the split model; returns the first half's and the whole's output."""
+    h = first(x)
+    out = second(h.to("cuda:1"))
+    opt.zero_grad()
+    out.pow(2).mean().backward()
+    opt.step()
+    return h, out
+
+
+@case("leak")
+def model_split_over_two_gpus_keeps_outputs():
+    two_gpus()
+    first, second, opt = split_model(2, 2)
+    outputs = []
+    for _ in range(100000):
+        h = first(batch())
+        out = second(h.to("cuda:1"))  # LEAK: the second GPU's outputs, kept
+        opt.zero_grad()
+        out.pow(2).mean().backward()
+        opt.step()
+        outputs.append(out)
+    return outputs
+
+
+@case("genuine peak")
+def model_split_over_two_gpus_with_a_long_batch_late():
+    """cuda:0 keeps 6 MiB of features a step (1.8 GiB by step 300, under its cap); the
+    long batch of step 300 does not fit in the six layers on cuda:1, whatever cuda:0
+    keeps: a genuine peak on cuda:1."""
+    two_gpus()
+    first, second, opt = split_model(1, 6)
+    kept = []
+    for step in range(320):
+        n = 2048 if step < 300 else 2048 * 48  # LEAK: the long batch (a peak on cuda:1)
+        h, _ = fit_split(first, second, opt, batch(n))
+        kept.append(h[:1536].detach().clone())  # 6 MiB a step kept on cuda:0
+    return kept
 
 
 # Patterns that look like a leak or a peak to a naive reading and are not, and leaks

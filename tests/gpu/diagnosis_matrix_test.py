@@ -69,6 +69,29 @@ class Launch(unittest.TestCase):
         self.assertFalse(os.path.exists(said[0][0]))  # gone with its run
 
 
+    def test_a_case_this_machine_cannot_run_says_why_and_is_not_judged(self):
+        with m.tempfile.TemporaryDirectory() as d:
+            script, cli = os.path.join(d, "case.py"), os.path.join(d, "gpumem")
+            with open(script, "w") as f:
+                f.write("import sys\n"
+                        "print('skipped: needs two GPUs, 1 visible', file=sys.stderr)\n"
+                        "sys.exit(77)\n")
+            with open(cli, "w") as f:  # `gpumem run -- COMMAND` runs COMMAND
+                f.write("#!/bin/sh\nshift 2\nexec \"$@\"\n")
+            os.chmod(cli, 0o755)
+            row = m.run(cli, script, "gpumem", "case", {"gpumem": "leak"}, 1, 30, d)
+        self.assertEqual(row["ended"], "skipped: needs two GPUs, 1 visible")
+        self.assertIsNone(row["ok"])
+
+    def test_a_run_given_two_gpus_sees_both(self):
+        with m.tempfile.TemporaryDirectory() as d:
+            script = os.path.join(d, "case.py")
+            with open(script, "w") as f:
+                f.write("import os, sys\nprint(os.environ['CUDA_VISIBLE_DEVICES'], file=sys.stderr)\n")
+            _, stderr = m.launch("unused", script, "native", "case", "", timeout=30, gpu="0+1")
+        self.assertEqual(stderr.strip(), "0,1")
+
+
 class Portable(unittest.TestCase):
     def test_no_temporary_folder_of_this_machine(self):
         line = os.path.join(m.tempfile.gettempdir(), "torchinductor_me", "sr", "c.py:183")
