@@ -111,6 +111,21 @@ INSTANTIATE_TEST_SUITE_P(Traces, HealthyRun,
                                            std::make_pair("resnet50.pickle.xz", 12)));
 
 // The pickle carries Optimizer.step annotations: steps come from them, same verdict.
+// A model split over two H200s in one process: cuda:0 keeps 6 MiB of features a step
+// (1.8 GiB by step 300), and the long batch of step 301 does not fit in cuda:1's six
+// layers under its 4 GiB cap. cuda:0's growth frees nothing on cuda:1: a genuine peak.
+TEST(RealTraces, GrowthOnTheFirstGpuDoesNotExplainTheSecondsOom) {
+  trace::Trace t = Load("split_over_two_gpus_long_batch.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.leaks.suspects.size(), 1u);
+  EXPECT_NEAR(r.leaks.suspects[0].bytes_per_step, 6.0 * (1 << 20), 0.1 * (1 << 20));
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].at.device, 1);
+  EXPECT_EQ(r.ooms[0].at.step + 1, 301u);
+  EXPECT_EQ(r.ooms[0].leaked_bytes, 0u);
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
+}
+
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
   absl::StatusOr<trace::Trace> t =
       trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");
