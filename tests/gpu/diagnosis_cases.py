@@ -271,6 +271,35 @@ def model_split_over_two_gpus_with_a_long_batch_late():
     return kept
 
 
+# nn.DataParallel over two GPUs (what a Trainer does on a machine of several without
+# torchrun): each call scatters the batch, runs the replicas on threads of their own and
+# gathers their outputs on cuda:0.
+@case("leak")
+def data_parallel_outputs_kept():
+    two_gpus()
+    net, outputs = torch.nn.DataParallel(model()), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        out = net(batch())  # LEAK: gathered on cuda:0, kept below
+        loss = out.pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        outputs.append(out)
+    return outputs
+
+
+@case("genuine peak")
+def data_parallel_first_batch_too_large():
+    """48 activations of one shape a replica, 4.5 GiB on each GPU's 4: the replicas'
+    threads hold them, as a loop does, not as a helper queueing batches."""
+    two_gpus()
+    net = torch.nn.DataParallel(model(depth=24))
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(10):
+        fit(net, opt, batch(2048 * 24))  # LEAK: the first batch (a peak, not a leak)
+
+
 # Patterns that look like a leak or a peak to a naive reading and are not, and leaks
 # that do not grow by the same amount every step.
 @case("no leak")
