@@ -271,6 +271,25 @@ def model_split_over_two_gpus_with_a_long_batch_late():
     return kept
 
 
+# Deep models of identical layers: each layer allocates the same stacks as the last, as
+# a pass of a loop that nothing marks does; the layers of one forward pass are not passes.
+@case("genuine peak")
+def deep_model_does_not_fit_first_step():
+    """40 layers whose outputs (128 MiB each) are kept for the backward pass: 5 GiB."""
+    net = model(depth=40)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(10):
+        fit(net, opt, batch(2048 * 16))  # LEAK: the first batch (a peak, not a leak)
+
+
+@case("no leak")
+def deep_model_trains():
+    net = model(depth=24)
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(300):
+        fit(net, opt, batch())
+
+
 # nn.DataParallel over two GPUs (what a Trainer does on a machine of several without
 # torchrun): each call scatters the batch, runs the replicas on threads of their own and
 # gathers their outputs on cuda:0.
@@ -291,10 +310,11 @@ def data_parallel_outputs_kept():
 
 @case("genuine peak")
 def data_parallel_first_batch_too_large():
-    """48 activations of one shape a replica, 4.5 GiB on each GPU's 4: the replicas'
-    threads hold them, as a loop does, not as a helper queueing batches."""
+    """48 layers of one shape, whose outputs (96 MiB each a replica) are kept for the
+    backward pass, 4.5 GiB on each GPU's 4: the replicas' threads hold them, as a loop
+    does, not as a helper queueing batches."""
     two_gpus()
-    net = torch.nn.DataParallel(model(depth=24))
+    net = torch.nn.DataParallel(model(depth=48))
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(10):
         fit(net, opt, batch(2048 * 24))  # LEAK: the first batch (a peak, not a leak)
