@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "profiler/loop_thread_note.h"
+#include "profiler/package_notes.h"
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
@@ -494,6 +494,11 @@ void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,
 }
 
 void Recorder::MarkLoopThread() { t_runs_loop = true; }
+
+void Recorder::StepsComing() {
+  if (live_ != nullptr) live_->StepsComing();
+  if (!steps_coming_noted_.exchange(true)) Annotate(-1, std::string(format::kStepsComingNote));
+}
 
 void Recorder::NoteLoopThread() {
   if (t_loop_noted) return;

@@ -70,10 +70,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // `driver`: the driver's figures at this step end (docs/trace-format.md: the step record's
   // address is the free bytes, its stream the total, its device the device).
   std::uint64_t Step(const std::optional<DriverMemory>& driver = std::nullopt);
-  // Steps will be marked, but not yet (LiveView::StepsComing); nothing is recorded.
-  void StepsComing() {
-    if (live_ != nullptr) live_->StepsComing();
-  }
+  // Steps will be marked, but not yet (LiveView::StepsComing): noted in the trace once
+  // (format::kStepsComingNote).
+  void StepsComing();
   // The calling thread runs the training loop (the Python package saw it call a model,
   // run a backward pass or step an optimizer): from now on its allocations are the
   // loop's, not a helper's (report::HelperKept). Static, as it may be said before the
@@ -192,6 +191,7 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // paused_, writer_ and options_' first fields share a line: every event reads them.
   // writer_: the ring's current segment, moved by the ring's thread.
   std::atomic<bool> paused_{false};
+  std::atomic<bool> steps_coming_noted_{false};
   std::atomic<TraceWriter*> writer_;
   const RecorderOptions options_;
   std::atomic<std::uint32_t> python_node_frame_{0};

@@ -91,9 +91,13 @@ class ModelCalls:
             return register(hook)
 
     def before_call(self, module, args):
-        if not self.compiling():
-            with self.lock:  # nn.DataParallel calls its replicas on threads of its own
-                self.depth += 1
+        if self.compiling():
+            return
+        with self.lock:  # nn.DataParallel calls its replicas on threads of its own
+            self.depth += 1
+            outermost = self.depth == 1 and bool(self.finding)
+        if outermost and _cuda_device_of(module) is not None:
+            self.marker.on_model_call_begins()
 
     def after_call(self, module, args, output):
         if self.compiling():
@@ -225,6 +229,35 @@ def _cuda_device_of(module):
     return None
 
 
+def watch_data_parallel(torch, marker=None):
+    """nn.DataParallel runs its replicas on threads of its own, new ones at each call: each
+    notes itself as one running the loop, so that the activations it keeps for the
+    backward pass are the loop's, not a helper's queued blocks. Returns whether it
+    installed."""
+    hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    data_parallel = getattr(getattr(torch, "nn", None), "DataParallel", None)
+    original = getattr(data_parallel, "parallel_apply", None)
+    if (original is None or getattr(original, "_gpumem_notes_threads", False)
+            or getattr(hooks, "register_module_forward_pre_hook", None) is None):
+        return False
+    marker = marker or _steps.marker()
+
+    def note(module, args):
+        marker.note_loop_thread()
+
+    @functools.wraps(original)
+    def parallel_apply(self, *args, **kwargs):
+        handle = hooks.register_module_forward_pre_hook(note)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    parallel_apply._gpumem_notes_threads = True
+    data_parallel.parallel_apply = parallel_apply
+    return True
+
+
 def watch_model_calls(torch, marker=None):
     """Marks at the model's calls; once per process. Returns whether it installed."""
     hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
@@ -238,4 +271,5 @@ def watch_model_calls(torch, marker=None):
     hooks._gpumem_model_calls = True
     watch_script(torch)
     watch_graphed_callables(torch)
+    watch_data_parallel(torch, marker)
     return True

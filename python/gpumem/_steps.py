@@ -167,7 +167,7 @@ class StepMarker:
         self.backward_seen = False  # a backward pass has begun
         self.optimizer_built = False  # a torch.optim optimizer exists (watch_optimizers)
         self.window_passes = 0      # backward passes while it had not stepped
-        self.steps_coming_said = False  # the library was told of the first window
+        self.steps_coming_said = False  # the library was told that steps will be marked
         self.window_closed = False  # gradients were zeroed in it: its passes are iterations
         self.leading_rank = len(_RANK)  # the best-ranked source that has marked
         self.loops = {source: LoopSource() for source in _LOOP_SOURCES}
@@ -203,6 +203,13 @@ class StepMarker:
         blocks are not taken for a helper thread's."""
         if not getattr(self.loop_thread, "noted", False):
             self.loop_thread.noted = self._tell("gpumem_trace_loop_thread") == 1
+
+    def on_model_call_begins(self):
+        """The first call of a model on the GPU begins: this thread runs the loop, and the
+        steps will be marked here, so the library stops looking for passes (the model's
+        identical layers would look like them) even if this call runs out of memory."""
+        self.note_loop_thread()
+        self._say_steps_coming()
 
     def on_optimizer_step(self, optimizer, *_):
         self.note_loop_thread()
@@ -246,7 +253,7 @@ class StepMarker:
 
     def _say_steps_coming(self):
         """Tells the library once that steps will be marked: it stops looking for passes,
-        which the window's micro-batches would be taken for."""
+        which the window's micro-batches or a model's layers would be taken for."""
         if self.steps_coming_said:
             return
         self.steps_coming_said = True

@@ -14,7 +14,7 @@
 #include "hooks/gpumem.h"
 #include "hooks/gpumem_trace.h"
 #include "hooks/trace_hook.h"
-#include "profiler/loop_thread_note.h"
+#include "profiler/package_notes.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::hooks {
@@ -145,6 +145,22 @@ TEST(CApiTraceTest, ALoopThreadIsNotedOnceInTheTrace) {
   for (const trace::Annotation& a : t->annotations) {
     notes += format::ParseLoopThreadNote(a.name) == loop_thread;
   }
+  EXPECT_EQ(notes, 1);
+  ResetRegistryForTesting();
+}
+
+// The package's word that steps will be marked is noted in the trace once.
+TEST(CApiTraceTest, StepsComingIsNotedOnceInTheTrace) {
+  const std::string& path = TraceToTestFile();
+  void* p = gpumem_alloc(4096, 0, nullptr);  // the trace opens with the first device
+  gpumem_trace_steps_coming();
+  gpumem_trace_steps_coming();
+  gpumem_free(p, 4096, 0, nullptr);
+  FlushTraceForTesting();
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  int notes = 0;
+  for (const trace::Annotation& a : t->annotations) notes += a.name == format::kStepsComingNote;
   EXPECT_EQ(notes, 1);
   ResetRegistryForTesting();
 }

@@ -585,6 +585,50 @@ class ModelCallHooks(unittest.TestCase):
         self.assertEqual([len(r.own_pre) for r in replicas], [0, 0])
         self.assertEqual(self.lib.steps, [AWAITING] * 2)
 
+    def test_the_first_call_of_a_model_on_the_gpu_says_steps_are_coming_as_it_begins(self):
+        _loop_marks.watch_model_calls(torch_with_modules(), self.m)
+        seen = []  # what the library had been told when the model's layer ran
+
+        class Layer(FakeModule):
+            def __call__(inner):
+                seen.append((self.lib.steps_coming, list(self.lib.loop_threads)))
+                super().__call__()
+
+        transform, model = FakeModule("cpu"), FakeModule("cuda", children=[Layer()])
+        transform()
+        self.assertEqual(self.lib.steps_coming, 0)  # a module on the host says nothing
+        for _ in range(2):
+            model()
+        # said before its layers ran (a first call that runs out of memory still said it)
+        self.assertEqual(seen[0], (1, [threading.get_ident()]))
+        self.assertEqual(self.lib.steps_coming, 1)
+
+    def test_data_parallel_replica_threads_are_the_loops(self):
+        torch = torch_with_modules()
+        replicas = [FakeModule("cuda", index=i) for i in range(2)]
+        ran_on = []
+
+        class DataParallel(FakeModule):
+            def parallel_apply(self, replicas, inputs):
+                def run(replica):
+                    ran_on.append(threading.get_ident())
+                    replica()
+                threads = [threading.Thread(target=run, args=(r,)) for r in replicas]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                return inputs
+
+        torch.nn.DataParallel = DataParallel
+        _loop_marks.watch_model_calls(torch, self.m)
+        self.assertFalse(_loop_marks.watch_data_parallel(torch, self.m))  # once
+        parallel = DataParallel("cuda", index=0)
+        self.assertEqual(parallel.parallel_apply(replicas, "inputs"), "inputs")
+        self.assertEqual(sorted(self.lib.loop_threads), sorted(ran_on))
+        noting = [h for h in FakeModule.pre.values() if getattr(h, "__name__", "") == "note"]
+        self.assertEqual(noting, [])  # the noting hook went with the call
+
     def test_a_model_on_the_host_is_not_taken(self):
         _loop_marks.watch_model_calls(torch_with_modules(), self.m)
         on_host, on_device = FakeModule("cpu"), FakeModule("cuda")

@@ -1,6 +1,7 @@
 #include "tools/report/steps.h"
 
 #include "gtest/gtest.h"
+#include "profiler/package_notes.h"
 #include "tools/trace/frame_table.h"
 
 namespace gpumem::report {
@@ -62,8 +63,8 @@ TEST(FindSteps, NamesWhatMarkedThem) {
             "replays (1)");
 }
 
-// No markers: a loop of the same stacks is found, with its period.
-TEST(FindSteps, InfersTheRepeatingPattern) {
+// Setup, then seven repeats of the same stacks (stack 1 three times each).
+trace::Trace SevenRepeats() {
   trace::Trace t;
   trace::FrameTable frames(&t);
   std::vector<std::uint32_t> stacks;
@@ -88,11 +89,24 @@ TEST(FindSteps, InfersTheRepeatingPattern) {
     alloc(stacks[2], 30);
     alloc(stacks[3], 40);
   }
-  Steps s = FindSteps(t, std::nullopt);
+  return t;
+}
+
+// No markers: a loop of the same stacks is found, with its period.
+TEST(FindSteps, InfersTheRepeatingPattern) {
+  Steps s = FindSteps(SevenRepeats(), std::nullopt);
   EXPECT_EQ(s.method, StepMethod::kInferred);
   EXPECT_EQ(s.count, 7u);
   EXPECT_EQ(s.ends.size(), 6u);
   EXPECT_EQ(s.ends[0], 2u + 12u);  // step 2 starts after setup (2 events) and one step (12)
+}
+
+// The package said it would mark the steps (a model on the GPU was called) and none
+// ended: the repeats are a model's layers, and no step is inferred from them.
+TEST(FindSteps, NoneInferredWhereThePackageWasToMarkThem) {
+  trace::Trace t = SevenRepeats();
+  t.annotations.push_back({std::string(format::kStepsComingNote), true, 0, -1});
+  EXPECT_EQ(FindSteps(t, std::nullopt).method, StepMethod::kNone);
 }
 
 TEST(FindSteps, NoneInRandomNoise) {

@@ -2,7 +2,7 @@
 // follow from how each trace was built (see synthetic.h).
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "profiler/loop_thread_note.h"
+#include "profiler/package_notes.h"
 #include "profiler/trace_format.h"
 #include "tools/report/json_report.h"
 #include "tools/report/report.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "profiler/loop_thread_note.h"
+#include "profiler/package_notes.h"
 
 namespace gpumem::report {
 namespace {

@@ -2,7 +2,7 @@
 // report::HelperKept (the dying process counts the same in profiler/live_blocks.h). The
 // loop's threads are the recording process's main thread (its thread id is its pid) and,
 // from their note on, the threads the Python package saw run the loop
-// (profiler/loop_thread_note.h); a thread that allocated for a backward node (a stack
+// (profiler/package_notes.h); a thread that allocated for a backward node (a stack
 // through "<autograd>") is autograd's; any other thread is a helper. Traces that do not
 // say the process's pid (PyTorch snapshots, .tsv) have no helpers.
 #pragma once

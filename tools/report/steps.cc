@@ -4,10 +4,12 @@
 #include <array>
 #include <cstdint>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "profiler/package_notes.h"
 #include "profiler/trace_format.h"
 #include "tools/report/sites.h"
 #include "tools/report/step_unit.h"
@@ -81,6 +83,12 @@ Steps FromAnnotations(const trace::Trace& trace) {
   steps.method = StepMethod::kAnnotations;
   steps.count = best_times.size();
   return steps;
+}
+
+bool SaysStepsComing(const trace::Trace& trace) {
+  return absl::c_any_of(trace.annotations, [](const trace::Annotation& a) {
+    return a.name == format::kStepsComingNote;
+  });
 }
 
 // Steps that start at the given alloc positions (event indices, ascending).
@@ -249,6 +257,9 @@ Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_s
   if (step_site) return FromStepSite(trace, *step_site);
   if (Steps s = FromStepEvents(trace); s.method != StepMethod::kNone) return s;
   if (Steps s = FromAnnotations(trace); s.method != StepMethod::kNone) return s;
+  // The package was to mark the steps and none ended: what repeats is a deep model's
+  // layers, not passes.
+  if (SaysStepsComing(trace)) return Steps{};
   return PeriodFinder(trace, site_dir).Find();
 }
 

@@ -98,7 +98,7 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
                                          double min_growth,
                                          const FillLevel* fill = nullptr);
 
-// Blocks that a helper thread (neither one running the loop, profiler/loop_thread_note.h,
+// Blocks that a helper thread (neither one running the loop, profiler/package_notes.h,
 // nor one running autograd's backward) allocated at one site and still holds: a queue
 // that a loader or prefetch thread fills faster than the loop takes from it. Before
 // steps can show growth (a slow first step: torch.compile, cuDNN's benchmark, a tracer),

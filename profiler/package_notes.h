@@ -18,6 +18,7 @@
 namespace gpumem::format {
 
 inline constexpr absl::string_view kLoopThreadNotePrefix = "gpumem: loop thread=";
+inline constexpr absl::string_view kStepsComingNote = "gpumem: steps coming";
 
 inline std::string LoopThreadNoteText(std::uint32_t thread) {
   return absl::StrCat(kLoopThreadNotePrefix, thread);
