@@ -22,9 +22,11 @@ extern "C" {
  * carry it. Returns 0, or -1 for a value out of range. */
 GPUMEM_TRACE_API int gpumem_trace_step_source(int source);
 
-/* Steps will be marked, but not yet: the micro-batches of a first accumulation window,
- * before the optimizer's first step. The dying process then stops looking for passes in
- * the allocations (the micro-batches would be taken for them). Nothing is recorded. */
+/* Steps will be marked, but not yet: a model's first call on the GPU has begun, or a
+ * first accumulation window, before the optimizer's first step. The dying process then
+ * stops looking for passes in the allocations (a deep model's identical layers, or the
+ * micro-batches, would be taken for them), and the trace notes it once
+ * ("gpumem: steps coming"), so that the report infers none either. */
 GPUMEM_TRACE_API void gpumem_trace_steps_coming(void);
 
 /* The calling thread runs the training loop (a model call, a backward pass, an optimizer

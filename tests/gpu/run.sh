@@ -11,7 +11,9 @@
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py, one case on each GPU at a time; DIAGNOSIS_CASES
-#        and DIAGNOSIS_MODES narrow it; MATRIX_GPUS=0,1,0,1 runs two on each GPU);
+#        and DIAGNOSIS_MODES narrow it; MATRIX_GPUS=0,1,0,1 runs two on each GPU,
+#        0+1,0+1 two at a time on both, which the cases on two GPUs need: elsewhere
+#        they say they skipped);
 #        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
 #        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
