@@ -128,9 +128,9 @@ def validation_without_no_grad():
     return val_loss
 
 
-@case("leak")
-def outputs_kept_in_a_list():
-    net, outputs = model(), []
+def train_keeping_outputs(net):
+    """Trains `net`, keeping every step's output in a list."""
+    outputs = []
     opt = torch.optim.SGD(net.parameters(), lr=1e-3)
     for _ in range(100000):
         out = net(batch())  # LEAK: kept below, one output a step
@@ -140,6 +140,11 @@ def outputs_kept_in_a_list():
         opt.step()
         outputs.append(out)
     return outputs
+
+
+@case("leak", leak_in=train_keeping_outputs)
+def outputs_kept_in_a_list():
+    return train_keeping_outputs(model())
 
 
 @case("leak")
@@ -293,19 +298,11 @@ def deep_model_trains():
 # nn.DataParallel over two GPUs (what a Trainer does on a machine of several without
 # torchrun): each call scatters the batch, runs the replicas on threads of their own and
 # gathers their outputs on cuda:0.
-@case("leak")
+@case("leak", leak_in=train_keeping_outputs)
 def data_parallel_outputs_kept():
+    """The outputs, gathered on cuda:0, are kept."""
     two_gpus()
-    net, outputs = torch.nn.DataParallel(model()), []
-    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
-    for _ in range(100000):
-        out = net(batch())  # LEAK: gathered on cuda:0, kept below
-        loss = out.pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        outputs.append(out)
-    return outputs
+    return train_keeping_outputs(torch.nn.DataParallel(model()))
 
 
 @case("genuine peak")
