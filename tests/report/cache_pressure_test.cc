@@ -16,17 +16,25 @@ namespace {
 using synthetic::kMiB;
 
 // Steps of one 64 MiB block freed each step, among the `segments` MiB cached in 32 MiB
-// segments (kCapacity: 1024 MiB); `live` MiB allocated and kept from the start.
-trace::Trace CachedRun(std::uint64_t segments, std::uint64_t live) {
+// segments (kCapacity: 1024 MiB); `live` MiB allocated and kept from the start. The same
+// on each of `devices` devices.
+trace::Trace CachedRun(std::uint64_t segments, std::uint64_t live, int devices = 1) {
   synthetic::Builder b;
   const std::uint32_t model = b.Stack(10, "build_model");
   const std::uint32_t step = b.Stack(20, "train");
   const std::uint64_t base = 1ull << 40;
-  for (std::uint64_t s = 0; s < segments / 32; ++s) b.Segment(base + s * 32 * kMiB, 32 * kMiB);
-  b.Alloc(base, live * kMiB, model);
+  for (int d = 0; d < devices; ++d) {
+    b.OnDevice(d);
+    for (std::uint64_t s = 0; s < segments / 32; ++s) b.Segment(base + s * 32 * kMiB, 32 * kMiB);
+    b.Alloc(base, live * kMiB, model);
+  }
   for (int i = 0; i < 20; ++i) {
-    b.Alloc(base + live * kMiB, 64 * kMiB, step);
-    b.Free(base + live * kMiB, 64 * kMiB, step);
+    for (int d = 0; d < devices; ++d) {
+      b.OnDevice(d);
+      b.Alloc(base + live * kMiB, 64 * kMiB, step);
+      b.Free(base + live * kMiB, 64 * kMiB, step);
+    }
+    b.OnDevice(0);
     b.Step();
   }
   return b.Take();
@@ -46,8 +54,22 @@ TEST(CachePressure, ACacheOfPiecesAgainstTheCapIsSaidWithTheFix) {
 }
 
 TEST(CachePressure, NotSaidFarFromTheCapNorNearWhatWasAllocated) {
-  EXPECT_FALSE(BuildReport(CachedRun(640, 300), {}).cache_pressure.has_value());  // 63% of the cap
-  EXPECT_FALSE(BuildReport(CachedRun(960, 880), {}).cache_pressure.has_value());  // 1.02x
+  const trace::Trace far = CachedRun(640, 300), near = CachedRun(960, 880);
+  EXPECT_FALSE(BuildReport(far, {}).cache_pressure.has_value());   // 63% of the cap
+  EXPECT_FALSE(BuildReport(near, {}).cache_pressure.has_value());  // 1.02x
+}
+
+// Each of two devices held 544 MiB of its 1 GiB: no cap was pressed, though both
+// together held more than one device's cap. Pressed on one of them, it is said of it.
+TEST(CachePressure, JudgedDeviceByDevice) {
+  const trace::Trace two = CachedRun(544, 280, 2);
+  EXPECT_FALSE(BuildReport(two, {}).cache_pressure.has_value());
+  const trace::Trace pressed = CachedRun(960, 500, 2);
+  const Report r = BuildReport(pressed, {});
+  ASSERT_TRUE(r.cache_pressure.has_value());
+  EXPECT_EQ(r.cache_pressure->peak_reserved, 960 * kMiB);
+  EXPECT_NE(CachePressureText(*r.cache_pressure).find("reserved up to 960.00 MiB on device 0,"),
+            std::string::npos) << CachePressureText(*r.cache_pressure);
 }
 
 TEST(CachePressure, NotSaidWhereTheRunDiedOfMemory) {

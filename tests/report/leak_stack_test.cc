@@ -128,7 +128,8 @@ trace::Trace HelperLoop(int keep_every) {
 // the next batch while they stayed: the suspect names the helper's caller, where they
 // are kept, beside the line that allocated them.
 TEST(LeakStack, NamesTheHelpersCallerWhereItsOutputOutlivesItsCall) {
-  Report r = BuildReport(HelperLoop(1), ReportOptions{});
+  const trace::Trace t = HelperLoop(1);
+  Report r = BuildReport(t, ReportOptions{});
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
   EXPECT_EQ(SuspectText(r.leaks.suspects[0]), "train.py:42 train_step, called from train.py:60 train");
 }
@@ -137,7 +138,8 @@ TEST(LeakStack, NamesTheHelpersCallerWhereItsOutputOutlivesItsCall) {
 // task's outputs kept: the kept blocks' stack also frees (the other task's), and the
 // caller is named all the same.
 TEST(LeakStack, NamesTheCallerWhereTheKeptStackAlsoFrees) {
-  Report r = BuildReport(HelperLoop(2), ReportOptions{});
+  const trace::Trace t = HelperLoop(2);
+  Report r = BuildReport(t, ReportOptions{});
   ASSERT_EQ(r.leaks.suspects.size(), 1u);
   EXPECT_EQ(r.leaks.suspects[0].kept_through, "train.py:60 train");
 }

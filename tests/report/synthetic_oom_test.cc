@@ -316,7 +316,8 @@ trace::Trace LeakOnDeviceZeroOomOn(std::int32_t oom_device, std::uint64_t reques
 // no room for is a genuine peak there, and a request on device 0 that fits without the
 // growth is the leak.
 TEST(SyntheticOom, GrowthOnOneDeviceExplainsOnlyItsOwnOoms) {
-  Report other = BuildReport(LeakOnDeviceZeroOomOn(1, 600 * kMiB), {});
+  const trace::Trace on_other = LeakOnDeviceZeroOomOn(1, 600 * kMiB);
+  Report other = BuildReport(on_other, {});
   ASSERT_EQ(other.leaks.suspects.size(), 1u);
   EXPECT_EQ(other.leaks.suspects[0].name, "train.py:42 train_step");
   ASSERT_EQ(other.ooms.size(), 1u);
@@ -324,10 +325,30 @@ TEST(SyntheticOom, GrowthOnOneDeviceExplainsOnlyItsOwnOoms) {
   EXPECT_EQ(other.ooms[0].leaked_bytes, 0u);
   EXPECT_EQ(other.ooms[0].cls, OomClass::kPeak) << other.ooms[0].evidence;
 
-  Report own = BuildReport(LeakOnDeviceZeroOomOn(0, 512 * kMiB), {});
+  const trace::Trace on_own = LeakOnDeviceZeroOomOn(0, 512 * kMiB);
+  Report own = BuildReport(on_own, {});
   ASSERT_EQ(own.ooms.size(), 1u);
   EXPECT_EQ(own.ooms[0].cls, OomClass::kLeak) << own.ooms[0].evidence;
   EXPECT_GT(own.ooms[0].leaked_bytes, 400 * kMiB);
+}
+
+// The projection follows device 0's memory, where the leak is: 608 MiB at the end of
+// step 30 plus 16 MiB a step reaches 1 GiB in step 56. Both devices together (1.22 GiB)
+// would have put it in the past. The header and the JSON give each device's peaks.
+TEST(SyntheticOom, ALeakOnOneDeviceIsProjectedOnThatDevice) {
+  const trace::Trace t = LeakOnDeviceZeroOomOn(1, 600 * kMiB);  // the report points into it
+  Report r = BuildReport(t, {});
+  EXPECT_EQ(r.timeline.DevicesUsed(), 2u);
+  EXPECT_EQ(LeakDevice(r.timeline, r.leaks), 0);
+  ASSERT_TRUE(r.projected_oom_step.has_value());
+  EXPECT_EQ(*r.projected_oom_step + 1, 56u);
+  EXPECT_NE(FormatTerminal(r, false).find("runs out of 1.00 GiB on device 0 in step 56"),
+            std::string::npos) << FormatTerminal(r, false);
+  const nlohmann::json j = ReportToJson(r);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  EXPECT_EQ(j["devices"][1]["device"], 1);
+  EXPECT_EQ(j["devices"][1]["peak_allocated"], 640 * kMiB);
+  EXPECT_EQ(j["projected_oom_device"], 0);
 }
 
 TEST(SyntheticOom, JsonCarriesTheClassAndFigures) {

@@ -16,6 +16,7 @@ struct CachePressure {
   std::uint64_t peak_reserved = 0;
   std::uint64_t peak_allocated = 0;
   std::uint64_t capacity = 0;
+  std::int32_t device = -1;  // the device pressed, in a process that drove several
   double ratio() const { return static_cast<double>(peak_reserved) / peak_allocated; }
 };
 

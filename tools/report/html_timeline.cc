@@ -49,12 +49,12 @@ nlohmann::json Projection(const Report& r) {
   const Timeline& tl = r.timeline;
   if (!r.projected_oom_step || !r.capacity || tl.sample_step.empty()) return nullptr;
   const std::size_t last = tl.sample_step.back();
-  const std::uint64_t from = tl.step_peak_allocated[std::min(last, tl.step_peak_allocated.size() - 1)];
+  const std::uint64_t from = tl.StepPeak(LeakDevice(tl, r.leaks), last);
   return {{"step", *r.projected_oom_step + 1},
           {"at_s", static_cast<double>(*r.projected_oom_step) + 0.5},
           {"from_s", static_cast<double>(last) + 0.5},
           {"from_bytes", from},
-          {"bytes_per_step", r.leaks.bytes_per_step},
+          {"bytes_per_step", LeakRateOnItsDevice(tl, r.leaks)},
           {"capacity", *r.capacity}};
 }
 

@@ -130,6 +130,22 @@ nlohmann::json RingJson(const std::optional<trace::RingWindow>& w) {
           {"summary", w->summary}};
 }
 
+// Each device's peaks where the process drove several (the top-level figures are theirs
+// together); null where it drove one.
+nlohmann::json DevicePeaksJson(const Report& r) {
+  if (r.timeline.DevicesUsed() < 2) return nullptr;
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t d = 0; d < r.timeline.devices.size(); ++d) {
+    const Timeline::DevicePeaks& p = r.timeline.devices[d];
+    if (p.allocated == 0) continue;
+    out.push_back({{"device", d},
+                   {"peak_allocated", p.allocated},
+                   {"peak_reserved", r.timeline.has_segments ? nlohmann::json(p.reserved)
+                                                             : nlohmann::json(nullptr)}});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string Verdict(const Report& r) {
@@ -177,6 +193,7 @@ nlohmann::json ReportToJson(const Report& r) {
   out["peak_reserved"] = r.timeline.has_segments ? json(r.timeline.peak_reserved) : json(nullptr);
   out["capacity"] = OrNull(r.capacity);
   out["capacity_source"] = r.capacity_source;
+  out["devices"] = DevicePeaksJson(r);
   json suspects = json::array();
   for (std::size_t i = 0; i < r.leaks.suspects.size(); ++i) {
     suspects.push_back(SuspectJson(t, r.leaks.suspects[i], i + 1));
@@ -198,11 +215,15 @@ nlohmann::json ReportToJson(const Report& r) {
                              {"peak_allocated", p.peak_allocated},
                              {"ratio", p.ratio()},
                              {"capacity", p.capacity},
+                             {"device", p.device < 0 ? json(nullptr) : json(p.device)},
                              {"text", CachePressureText(p)}};
   } else {
     out["cache_pressure"] = nullptr;
   }
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
+  out["projected_oom_device"] = r.projected_oom_step && LeakDevice(r.timeline, r.leaks) >= 0
+                                    ? json(LeakDevice(r.timeline, r.leaks))
+                                    : json(nullptr);
   json failed = json::array();
   for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));
   out["failed_allocations"] = std::move(failed);

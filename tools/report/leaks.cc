@@ -53,17 +53,33 @@ LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const S
   return out;
 }
 
-std::optional<std::size_t> ProjectOomStep(const Timeline& timeline, const Steps& steps,
-                                          const LeakAnalysis& leaks, std::uint64_t capacity) {
-  if (leaks.suspects.empty() || leaks.bytes_per_step <= 0 || timeline.sample_step.empty()) {
-    return std::nullopt;
+std::int32_t LeakDevice(const Timeline& timeline, const LeakAnalysis& leaks) {
+  if (leaks.suspects.empty() || timeline.DevicesUsed() < 2) return -1;
+  const std::uint32_t site = leaks.suspects.front().site;
+  return site < timeline.site_device.size() ? timeline.site_device[site] : -1;
+}
+
+double LeakRateOnItsDevice(const Timeline& timeline, const LeakAnalysis& leaks) {
+  const std::int32_t device = LeakDevice(timeline, leaks);
+  if (device < 0) return leaks.bytes_per_step;
+  double rate = 0;
+  for (const LeakSuspect& s : leaks.suspects) {
+    if (s.site < timeline.site_device.size() && timeline.site_device[s.site] == device) {
+      rate += s.bytes_per_step;
+    }
   }
+  return rate;
+}
+
+std::optional<std::size_t> ProjectOomStep(const Timeline& timeline, const LeakAnalysis& leaks,
+                                          std::uint64_t capacity) {
+  const double rate = LeakRateOnItsDevice(timeline, leaks);
+  if (leaks.suspects.empty() || rate <= 0 || timeline.sample_step.empty()) return std::nullopt;
   // Start from the last step whose end was seen, and its highest point within the step.
   const std::size_t last = timeline.sample_step.back();
-  const std::uint64_t peak = timeline.step_peak_allocated[std::min(last, timeline.step_peak_allocated.size() - 1)];
-  (void)steps;
+  const std::uint64_t peak = timeline.StepPeak(LeakDevice(timeline, leaks), last);
   if (peak >= capacity) return last;
-  const double steps_left = std::ceil(static_cast<double>(capacity - peak) / leaks.bytes_per_step);
+  const double steps_left = std::ceil(static_cast<double>(capacity - peak) / rate);
   if (steps_left > 1e12) return std::nullopt;
   return last + static_cast<std::size_t>(steps_left);
 }

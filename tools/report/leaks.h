@@ -48,9 +48,17 @@ std::string SuspectText(const LeakSuspect& suspect);
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps,
                        std::size_t sample_count = SIZE_MAX);
 
-// The step (0-based) at which allocated memory would first exceed `capacity` if the
-// suspects keep growing at their rate; nullopt without suspects or when it never would.
-std::optional<std::size_t> ProjectOomStep(const Timeline& timeline, const Steps& steps,
-                                          const LeakAnalysis& leaks, std::uint64_t capacity);
+// The device the suspects grow on, for a process that drives several: the fastest
+// suspect's (Timeline::site_device); -1 (every device's memory together) where one
+// device allocated or nothing grows.
+std::int32_t LeakDevice(const Timeline& timeline, const LeakAnalysis& leaks);
+// The growth per step of the suspects on that device.
+double LeakRateOnItsDevice(const Timeline& timeline, const LeakAnalysis& leaks);
+
+// The step (0-based) at which allocated memory on the suspects' device (LeakDevice) would
+// first exceed `capacity` if they keep growing at their rate; nullopt without suspects or
+// when it never would.
+std::optional<std::size_t> ProjectOomStep(const Timeline& timeline, const LeakAnalysis& leaks,
+                                          std::uint64_t capacity);
 
 }  // namespace gpumem::report

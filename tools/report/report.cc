@@ -110,7 +110,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   if (std::optional<KnownCapacity> cap = FinalCapacity(trace, MainDevice(trace), options.capacity)) {
     r.capacity = cap->bytes;
     r.capacity_source = cap->source;
-    r.projected_oom_step = ProjectOomStep(r.timeline, r.steps, r.leaks, *r.capacity);
+    r.projected_oom_step = ProjectOomStep(r.timeline, r.leaks, *r.capacity);
   }
   const std::vector<std::optional<KnownCapacity>> caps = OomCapacities(r, options.capacity);
   r.ooms = ExplainOoms(r.timeline, r.leaks, r.steps, caps, std::nullopt, died_of_oom_at);

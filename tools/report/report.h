@@ -53,8 +53,9 @@ struct Report {
   explicit Report(const trace::Trace& t) : trace(&t), sites(t) {}
 };
 
-// `trace` must outlive the report.
+// `trace` must outlive the report (a temporary would not: refused).
 Report BuildReport(const trace::Trace& trace, const ReportOptions& options);
+Report BuildReport(trace::Trace&& trace, const ReportOptions& options) = delete;
 
 // Frames of a stack, innermost first, as "file:line function".
 std::vector<std::string> StackNames(const trace::Trace& trace, std::uint32_t stack);

@@ -86,6 +86,18 @@ void AppendOoms(const Report& r, bool color, std::string* out) {
   }
 }
 
+// A process that drove several devices: the header's figures are theirs together; each
+// device's, whose memory is its own, follow.
+void AppendDevicePeaks(const Report& r, std::string* out) {
+  if (r.timeline.DevicesUsed() < 2) return;
+  for (std::size_t d = 0; d < r.timeline.devices.size(); ++d) {
+    const Timeline::DevicePeaks& p = r.timeline.devices[d];
+    if (p.allocated == 0) continue;
+    absl::StrAppend(out, "\n    device ", d, ": peak allocated ", Bytes(p.allocated));
+    if (r.timeline.has_segments) absl::StrAppend(out, ", peak reserved ", Bytes(p.reserved));
+  }
+}
+
 void AppendHeader(const Report& r, bool color, std::string* out) {
   const trace::Trace& t = *r.trace;
   absl::StrAppend(out, Paint(color, "1", absl::StrCat("gpumem report: ", t.source)), "  (",
@@ -95,7 +107,9 @@ void AppendHeader(const Report& r, bool color, std::string* out) {
   absl::StrAppend(out, "\n  peak allocated ", Bytes(r.timeline.peak_allocated), " in step ",
                   r.steps.StepOf(r.timeline.peak_allocated_index) + 1);
   if (r.timeline.has_segments) absl::StrAppend(out, ", peak reserved ", Bytes(r.timeline.peak_reserved));
+  if (r.timeline.DevicesUsed() > 1) absl::StrAppend(out, " (", r.timeline.DevicesUsed(), " devices together)");
   if (r.capacity) absl::StrAppend(out, ", capacity ", Bytes(*r.capacity), " (", r.capacity_source, ")");
+  AppendDevicePeaks(r, out);
   absl::StrAppend(out, "\n\n");
 }
 
@@ -138,7 +152,9 @@ void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
     absl::StrAppend(out, "  ... and ", r.leaks.suspects.size() - kTopSuspects, " more (--json lists all)\n");
   }
   if (r.projected_oom_step) {
-    absl::StrAppend(out, "  At this rate the run runs out of ", Bytes(*r.capacity), " in step ",
+    const std::int32_t device = LeakDevice(r.timeline, r.leaks);
+    absl::StrAppend(out, "  At this rate the run runs out of ", Bytes(*r.capacity),
+                    device < 0 ? "" : absl::StrCat(" on device ", device), " in step ",
                     *r.projected_oom_step + 1, ".\n");
   } else if (!r.capacity) {
     absl::StrAppend(out, "  (give --capacity SIZE to project the step that would run out of memory)\n");

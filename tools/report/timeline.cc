@@ -68,6 +68,9 @@ class TimelineBuilder {
     if (e.action == Action::kAlloc) NoteAlloc(i, e);
     if (e.action == Action::kFreeRequested) helpers_.OnFree(e);
     t_.peak_reserved = std::max(t_.peak_reserved, state_.reserved());
+    if (Timeline::DevicePeaks* d = Device(e.device)) {
+      d->reserved = std::max(d->reserved, state_.reserved_on(e.device));
+    }
     AddToSeries(i, e);
   }
 
@@ -153,6 +156,19 @@ class TimelineBuilder {
     }
     std::uint64_t& step_peak = t_.step_peak_allocated[std::min(step_, t_.step_peak_allocated.size() - 1)];
     step_peak = std::max(step_peak, state_.allocated());
+    if (Timeline::DevicePeaks* d = Device(e.device)) {
+      d->allocated = std::max(d->allocated, state_.allocated_on(e.device));
+      if (d->step_allocated.empty()) d->step_allocated.assign(t_.step_peak_allocated.size(), 0);
+      std::uint64_t& peak = d->step_allocated[std::min(step_, d->step_allocated.size() - 1)];
+      peak = std::max(peak, state_.allocated_on(e.device));
+    }
+  }
+
+  // Null for pinned host memory (device -1) and devices out of range.
+  Timeline::DevicePeaks* Device(std::int32_t device) {
+    if (device < 0 || device > 255) return nullptr;
+    if (t_.devices.size() <= static_cast<std::size_t>(device)) t_.devices.resize(device + 1);
+    return &t_.devices[device];
   }
 
   void AddToSeries(std::size_t i, const trace::Event& e) {
@@ -245,9 +261,27 @@ class TimelineBuilder {
       t_.sites[block.site].live_bytes_at_end += block.size;
     }
     if (!noted_leaked_) NoteLeakedStacks();
+    NoteSiteDevices();
     t_.has_segments = state_.saw_segments();
     t_.unmatched_frees = state_.unmatched_frees();
     t_.reused_addresses = state_.reused_addresses();
+  }
+
+  // Where several devices allocated: each site's device, the one holding most of its bytes
+  // at the end (device 0 where it holds none).
+  void NoteSiteDevices() {
+    if (t_.DevicesUsed() < 2) return;
+    t_.site_device.assign(t_.sites.size(), 0);
+    std::vector<std::uint64_t> most(t_.sites.size(), 0);
+    for (std::size_t d = 0; d < t_.devices.size(); ++d) {
+      const std::vector<std::uint64_t> live = state_.SiteLiveOn(static_cast<int>(d));
+      for (std::size_t s = 0; s < live.size() && s < most.size(); ++s) {
+        if (live[s] > most[s]) {
+          most[s] = live[s];
+          t_.site_device[s] = static_cast<std::int32_t>(d);
+        }
+      }
+    }
   }
 
   const trace::Trace& trace_;
@@ -274,6 +308,20 @@ class TimelineBuilder {
 };
 
 }  // namespace
+
+std::uint64_t Timeline::StepPeak(std::int32_t device, std::size_t step) const {
+  if (device < 0) {
+    return step_peak_allocated.empty() ? 0 : step_peak_allocated[std::min(step, step_peak_allocated.size() - 1)];
+  }
+  if (static_cast<std::size_t>(device) >= devices.size()) return 0;
+  const std::vector<std::uint64_t>& peaks = devices[device].step_allocated;
+  return peaks.empty() ? 0 : peaks[std::min(step, peaks.size() - 1)];
+}
+
+std::size_t Timeline::DevicesUsed() const {
+  return static_cast<std::size_t>(
+      std::count_if(devices.begin(), devices.end(), [](const DevicePeaks& d) { return d.allocated > 0; }));
+}
 
 Timeline BuildTimeline(const trace::Trace& trace, const SiteTable& sites, const Steps& steps,
                        std::size_t points, const Progress& progress) {

@@ -84,6 +84,19 @@ struct Timeline {
   // what it kept all through the step (what a leak grows).
   std::vector<std::vector<std::uint64_t>> site_samples;
   std::vector<std::uint64_t> step_peak_allocated;        // [step]: highest within it
+  // Per device (pinned host memory, device -1, apart), for a process that drives several.
+  struct DevicePeaks {
+    std::uint64_t allocated = 0;
+    std::uint64_t reserved = 0;
+    std::vector<std::uint64_t> step_allocated;  // [step]: highest within it
+  };
+  std::vector<DevicePeaks> devices;  // by device index; empty for one that allocated nothing
+  // [site]: the device that held most of the site's bytes at the trace's end.
+  std::vector<std::int32_t> site_device;
+  // The highest allocated within `step` on `device` (all devices: -1).
+  std::uint64_t StepPeak(std::int32_t device, std::size_t step) const;
+  // How many devices allocated anything.
+  std::size_t DevicesUsed() const;
   std::uint64_t unmatched_frees = 0;
   std::uint64_t reused_addresses = 0;  // allocs at a live address (trace/unpaired_events.h)
   std::uint64_t allocs = 0;  // successful allocations in the trace
