@@ -6,6 +6,7 @@
 #include <regex>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "profiler/process_note.h"
 #include "tools/report/html_report.h"
@@ -121,6 +122,27 @@ TEST(HtmlInBrowser, CachePressureIsShown) {
   ExpectNoConsoleErrors(page);
   EXPECT_NE(page.dom.find("data-field=\"cache_pressure\">Cache pressure: the allocator reserved "
                           "up to 16.32 GiB, 1.43x"),
+            std::string::npos);
+}
+
+// One process on two GPUs: each device's peaks under the figures, which are both
+// devices' together, and the projection on the device the leak grows on, as --json says.
+TEST(HtmlInBrowser, EachDeviceOfOneProcessIsShown) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(std::string(GPUMEM_TEST_DATA) +
+                                                    "/split_over_two_gpus_long_batch.gpumem.xz");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(*t, {}));
+  const nlohmann::json j = ReportToJson(reports[0]);
+  ASSERT_EQ(j["devices"].size(), 2u);
+  ASSERT_EQ(j["projected_oom_device"], 0);
+  Page page = Load(chromium, reports, "devices");
+  ExpectNoConsoleErrors(page);
+  EXPECT_EQ(Count(page.dom, "data-field=\"devices\""), 2u);
+  EXPECT_NE(page.dom.find("device 1: peak allocated 3.84 GiB"), std::string::npos);
+  EXPECT_NE(page.dom.find(absl::StrCat(j["projected_oom_step"].get<int>(), " on device 0")),
             std::string::npos);
 }
 
