@@ -229,12 +229,18 @@ def _cuda_device_of(module):
     return None
 
 
+def _module_hooks(torch):
+    """torch.nn.modules.module, where PyTorch's global module hooks are registered; None
+    where this torch lacks it."""
+    return getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+
+
 def watch_data_parallel(torch, marker=None):
     """nn.DataParallel runs its replicas on threads of its own, new ones at each call: each
     notes itself as one running the loop, so that the activations it keeps for the
     backward pass are the loop's, not a helper's queued blocks. Returns whether it
     installed."""
-    hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    hooks = _module_hooks(torch)
     data_parallel = getattr(getattr(torch, "nn", None), "DataParallel", None)
     original = getattr(data_parallel, "parallel_apply", None)
     if (original is None or getattr(original, "_gpumem_notes_threads", False)
@@ -260,7 +266,7 @@ def watch_data_parallel(torch, marker=None):
 
 def watch_model_calls(torch, marker=None):
     """Marks at the model's calls; once per process. Returns whether it installed."""
-    hooks = getattr(getattr(getattr(torch, "nn", None), "modules", None), "module", None)
+    hooks = _module_hooks(torch)
     if (getattr(hooks, "register_module_forward_pre_hook", None) is None
             or getattr(hooks, "_gpumem_model_calls", False)):
         return False

@@ -40,12 +40,17 @@ def two_gpus():
     torch.cuda.set_per_process_memory_fraction(min(1.0, gib * (1 << 30) / total), device=1)
 
 
-def model(width=1024, depth=4):
-    torch.manual_seed(0)
+def linear_layers(width, depth):
+    """`depth` linear layers of `width`, each followed by a ReLU, on the host."""
     layers = []
     for _ in range(depth):
         layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers).cuda()
+    return torch.nn.Sequential(*layers)
+
+
+def model(width=1024, depth=4):
+    torch.manual_seed(0)
+    return linear_layers(width, depth).cuda()
 
 
 def batch(n=2048, width=1024):
@@ -224,14 +229,8 @@ def split_model(first_depth, second_depth, width=1024):
     """Linear layers with ReLUs: `first_depth` of them on cuda:0, `second_depth` on
     cuda:1, and one optimizer over both."""
     torch.manual_seed(0)
-
-    def layers(depth, device):
-        parts = []
-        for _ in range(depth):
-            parts += [torch.nn.Linear(width, width), torch.nn.ReLU()]
-        return torch.nn.Sequential(*parts).to(device)
-
-    first, second = layers(first_depth, "cuda:0"), layers(second_depth, "cuda:1")
+    first = linear_layers(width, first_depth).to("cuda:0")
+    second = linear_layers(width, second_depth).to("cuda:1")
     opt = torch.optim.SGD(list(first.parameters()) + list(second.parameters()), lr=1e-3)
     return first, second, opt
 

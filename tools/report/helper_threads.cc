@@ -4,25 +4,9 @@
 #include <vector>
 
 #include "profiler/package_notes.h"
+#include "tools/trace/autograd_links.h"
 
 namespace gpumem::report {
-namespace {
-
-// Stacks through an autograd node (trace::AttributeBackward names it in file "<autograd>").
-std::vector<bool> BackwardStacks(const trace::Trace& trace) {
-  std::vector<bool> backward(trace.stacks.size(), false);
-  for (std::size_t s = 0; s < trace.stacks.size(); ++s) {
-    for (std::uint32_t f : trace.stacks[s]) {
-      if (f < trace.frames.size() && trace.frames[f].filename == "<autograd>") {
-        backward[s] = true;
-        break;
-      }
-    }
-  }
-  return backward;
-}
-
-}  // namespace
 
 HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
     : sites_(sites) {
@@ -34,7 +18,7 @@ HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
       if (!first) it->second = std::min(it->second, a.time_us);
     }
   }
-  const std::vector<bool> backward = BackwardStacks(trace);
+  const std::vector<bool> backward = trace::BackwardStacks(trace);
   for (const trace::Event& e : trace.events) {
     if (e.action == trace::Action::kAlloc && e.stack_id < backward.size() &&
         backward[e.stack_id]) {

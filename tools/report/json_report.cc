@@ -221,9 +221,9 @@ nlohmann::json ReportToJson(const Report& r) {
     out["cache_pressure"] = nullptr;
   }
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
-  out["projected_oom_device"] = r.projected_oom_step && LeakDevice(r.timeline, r.leaks) >= 0
-                                    ? json(LeakDevice(r.timeline, r.leaks))
-                                    : json(nullptr);
+  const std::int32_t leak_device = LeakDevice(r.timeline, r.leaks);
+  out["projected_oom_device"] =
+      r.projected_oom_step && leak_device >= 0 ? json(leak_device) : json(nullptr);
   json failed = json::array();
   for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));
   out["failed_allocations"] = std::move(failed);

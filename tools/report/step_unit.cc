@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/algorithm/container.h"
+#include "tools/trace/autograd_links.h"
 
 namespace gpumem::report {
 namespace {
@@ -15,23 +17,12 @@ constexpr double kMinShareOfStretches = 0.8;
 // layer keeps its activations, so it frees well under half.
 constexpr double kMinFreedShare = 0.5;
 
-// Backward allocations carry a frame from the autograd link reader (autograd_links.h).
-bool IsBackwardFrame(const trace::Frame& frame) { return frame.filename == "<autograd>"; }
-
 }  // namespace
 
+// Backward allocations carry a frame from the autograd link reader (autograd_links.h).
 StepUnitCheck::StepUnitCheck(const trace::Trace& trace)
-    : trace_(trace), backward_stack_(trace.stacks.size(), 0) {
-  for (std::size_t s = 0; s < trace.stacks.size(); ++s) {
-    for (std::uint32_t f : trace.stacks[s]) {
-      if (f < trace.frames.size() && IsBackwardFrame(trace.frames[f])) {
-        backward_stack_[s] = 1;
-        has_backward_ = true;
-        break;
-      }
-    }
-  }
-}
+    : trace_(trace), backward_stack_(trace::BackwardStacks(trace)),
+      has_backward_(absl::c_linear_search(backward_stack_, true)) {}
 
 bool StepUnitCheck::LooksLikeSteps(const std::vector<std::size_t>& bounds) const {
   if (bounds.size() < 2) return false;

@@ -29,8 +29,8 @@ class StepUnitCheck {
   bool FreesMostOfWhatItAllocates(std::size_t begin, std::size_t end) const;
 
   const trace::Trace& trace_;
-  std::vector<char> backward_stack_;  // by stack id: it runs under an autograd node
-  bool has_backward_ = false;
+  const std::vector<bool> backward_stack_;  // by stack id: it runs under an autograd node
+  const bool has_backward_;
 };
 
 }  // namespace gpumem::report

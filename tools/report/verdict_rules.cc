@@ -232,16 +232,22 @@ std::optional<Growth> RecentSteadyGrowth(absl::Span<const double> steps,
   return std::nullopt;
 }
 
-bool HelperKeptExplains(const OomFigures& f) {
+namespace {
+// Whether the request would have fit had `bytes` of what was allocated not been held.
+bool FitsWithout(const OomFigures& f, std::uint64_t bytes) {
   const std::uint64_t need = f.allocated + f.request;
+  return need - std::min(need, bytes) <= f.capacity;
+}
+}  // namespace
+
+bool HelperKeptExplains(const OomFigures& f) {
   return f.finished_steps < kMinStepsForLeak && f.helper_kept_bytes > 0 &&
-         need - std::min(need, f.helper_kept_bytes) <= f.capacity;
+         FitsWithout(f, f.helper_kept_bytes);
 }
 
 OomClass ClassifyOom(const OomFigures& f) {
-  const std::uint64_t need = f.allocated + f.request;
-  const bool growth_explains = f.growth_suspected && f.grown_bytes > 0 &&
-                               need - std::min(need, f.grown_bytes) <= f.capacity;
+  const bool growth_explains =
+      f.growth_suspected && f.grown_bytes > 0 && FitsWithout(f, f.grown_bytes);
   if (growth_explains && f.finished_steps >= kMinStepsForLeak) return OomClass::kLeak;
   if (HelperKeptExplains(f)) return OomClass::kLeak;
   // Pieces too small only brought the end of an iteration too large a few calls closer.

@@ -1,5 +1,6 @@
 #include "tools/trace/autograd_links.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -30,8 +31,8 @@ AutogradSummary AttributeBackward(const std::vector<AutogradLink>& links, FrameT
     auto [dit, fresh] = display_frame.try_emplace(l.node_frame, 0);
     if (fresh) {
       const Frame& node = trace->frames[l.node_frame];
-      dit->second = table->Intern(Frame{"<autograd>", 0, absl::StrCat(node.function,
-                                                                       " (backward)")});
+      dit->second = table->Intern(Frame{std::string(kAutogradFile), 0,
+                                        absl::StrCat(node.function, " (backward)")});
     }
     Event& e = trace->events[l.event];
     // The node was created just before its op's kernels ran: they carry seq + 1. Else
@@ -52,6 +53,19 @@ AutogradSummary AttributeBackward(const std::vector<AutogradLink>& links, FrameT
     e.stack_id = table->InternStack(frames);
   }
   return summary;
+}
+
+std::vector<bool> BackwardStacks(const Trace& trace) {
+  std::vector<bool> backward(trace.stacks.size(), false);
+  for (std::size_t s = 0; s < trace.stacks.size(); ++s) {
+    for (std::uint32_t f : trace.stacks[s]) {
+      if (f < trace.frames.size() && trace.frames[f].filename == kAutogradFile) {
+        backward[s] = true;
+        break;
+      }
+    }
+  }
+  return backward;
 }
 
 }  // namespace gpumem::trace

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "tools/trace/frame_table.h"
@@ -29,11 +30,18 @@ struct AutogradSummary {
   std::size_t attributed = 0;  // ... of which found their forward op's stack
 };
 
+// The file of the frame that names a backward node in a stack.
+inline constexpr std::string_view kAutogradFile = "<autograd>";
+
 // Gives every backward event the stack: its own frames (native ones, if recorded), then
-// "<node> (backward)" (file "<autograd>"), then the Python stack of the forward op that
+// "<node> (backward)" (file kAutogradFile), then the Python stack of the forward op that
 // created the node where the trace has it. Events must still be in file order or any
 // order: the earliest forward event by time wins.
 AutogradSummary AttributeBackward(const std::vector<AutogradLink>& links, FrameTable* table,
                                   Trace* trace);
+
+// By stack id: whether the stack passes through a backward node (AttributeBackward's
+// frame), i.e. was allocated by autograd's backward.
+std::vector<bool> BackwardStacks(const Trace& trace);
 
 }  // namespace gpumem::trace
