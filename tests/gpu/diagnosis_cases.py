@@ -2466,5 +2466,84 @@ def prefetch_queue_while_the_first_step_compiles():
     train_from_an_unbounded_queue(torch.compile(model()))
 
 
+
+def prefetched(fields, depth, rows, ready_before=0.0):
+    """Batches of `fields` alike device tensors (a dict of `rows` x 1024 each), copied by a
+    loader thread into a queue bounded at `depth`, as prefetch_generator's
+    BackgroundGenerator does; errors go through the queue. The loop starts
+    `ready_before` seconds later (logging and checkpoint setup), the queue full by then."""
+    import queue
+    import threading
+    import time
+    ready, stop = queue.Queue(maxsize=depth), threading.Event()
+    host = torch.randn(rows, 1024).pin_memory()
+
+    def load():
+        try:
+            while not stop.is_set():
+                item = {f"view{i}": host.cuda(non_blocking=True) for i in range(fields)}
+                while not stop.is_set():
+                    try:
+                        ready.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        pass
+        except Exception as error:  # the loop re-raises it
+            ready.put(error)
+
+    threading.Thread(target=load, daemon=True).start()
+    time.sleep(ready_before)
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, Exception):
+                raise item
+            yield item
+    finally:
+        stop.set()
+
+
+@case("no leak")
+def bounded_prefetcher_of_many_view_batches():
+    """Multi-view batches (24 views of one shape) prefetched to the device two batches
+    ahead by a loader thread: 72-96 alike blocks live at any time, none of them kept."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step, views in zip(range(3000), prefetched(fields=24, depth=2, rows=256)):
+        fit(net, opt, torch.cat(list(views.values())))
+
+
+@case("genuine peak")
+def bounded_prefetcher_beside_a_first_step_too_large():
+    """The same loader, batches of 24 views of 5120 rows (480 MiB a batch, four of them
+    held: two queued, one waiting to be, one in use) for a step over all views at once
+    (activations of 480 MiB a layer): the step alone would fit, the step with the queue
+    does not. The queue is bounded, so nothing grows: an iteration too large for the
+    device as loaded, not a leak."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step, views in zip(range(100), prefetched(fields=24, depth=2, rows=5120,
+                                                  ready_before=2.0)):
+        fit(net, opt, torch.cat(list(views.values())))  # LEAK: the first step (a peak)
+
+
+@case("leak")
+def debug_records_buffered_with_output_values():
+    """Debug records buffered by a logging.handlers.MemoryHandler, to be written only if
+    an error is logged; each record keeps its arguments, here the first values of the
+    step's output: a view that keeps the whole output (8 MiB a step)."""
+    import logging
+    import logging.handlers
+    log = logging.getLogger("train")
+    log.setLevel(logging.DEBUG)
+    log.addHandler(logging.handlers.MemoryHandler(
+        capacity=1_000_000, flushLevel=logging.ERROR, target=logging.FileHandler(os.devnull)))
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for step in range(100000):
+        out, loss = fit(net, opt, batch())  # LEAK: each record keeps a view of the output
+        log.debug("step %d: loss %s, first outputs %s", step, loss.detach(), out[0, :4])
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
