@@ -22,9 +22,19 @@ void LiveBlocks::SubLive(std::int32_t device, std::uint64_t size) {
   if (InRange(device)) devices_[device].live.fetch_sub(size, std::memory_order_relaxed);
 }
 
+std::uint64_t LiveBlocks::CountLoopBytes(std::int32_t device, std::uint64_t size,
+                                         ThreadRole role) {
+  if (!InRange(device)) return 0;
+  std::atomic<std::uint64_t>& loop = devices_[device].loop_allocated;
+  if (role == ThreadRole::kHelper) return loop.load(std::memory_order_relaxed);
+  return loop.fetch_add(size, std::memory_order_relaxed) + size;
+}
+
 void LiveBlocks::Add(const Block& block, ThreadRole role) {
   KeyShard& shard = KeyShardOf(block.key);
   const std::uint32_t now = steps_.load(std::memory_order_relaxed);
+  const std::uint64_t loop_bytes =
+      CountLoopBytes(static_cast<std::int32_t>(block.key >> 32), block.size, role);
   const std::uint64_t main_allocs =
       role == ThreadRole::kMain ? main_allocs_.fetch_add(1, std::memory_order_relaxed) + 1
                                 : main_allocs_.load(std::memory_order_relaxed);
@@ -44,6 +54,7 @@ void LiveBlocks::Add(const Block& block, ThreadRole role) {
   bytes.first_size_blocks += block.size == bytes.first_size;
   bytes.steps.last = now;
   bytes.main_allocs.last = main_allocs;
+  bytes.loop_bytes_at_last = loop_bytes;
 }
 
 void LiveBlocks::Forget(const Block& block) {
@@ -181,8 +192,11 @@ absl::flat_hash_map<std::uint64_t, report::HelperKept> LiveBlocks::HelperKeptByK
     std::lock_guard<std::mutex> lock(shard.mu);
     for (const auto& [key, bytes] : shard.by_key) {
       if (!bytes.helper || bytes.blocks == 0) continue;
+      const std::int32_t device = static_cast<std::int32_t>(key >> 32);
+      const std::uint64_t loop_now =
+          InRange(device) ? devices_[device].loop_allocated.load(std::memory_order_relaxed) : 0;
       out[key] = {bytes.live, bytes.blocks, bytes.main_allocs.last - bytes.main_allocs.first,
-                  bytes.first_size_blocks};
+                  bytes.first_size_blocks, loop_now - bytes.loop_bytes_at_last};
     }
   }
   return out;

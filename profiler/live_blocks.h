@@ -87,6 +87,7 @@ class LiveBlocks {
     HelperClock main_allocs;   // helper keys only
     std::uint64_t first_size = 0;         // the size of its first block
     std::uint64_t first_size_blocks = 0;  // live blocks of that size
+    std::uint64_t loop_bytes_at_last = 0;  // its device's loop_allocated at its latest block
   };
   // Blocks sharded by address so that threads allocating at once rarely share a lock;
   // bytes sharded by key, so that a key's least live in a step is over all its blocks
@@ -104,7 +105,11 @@ class LiveBlocks {
   struct alignas(64) DeviceLive {
     std::atomic<std::uint64_t> live{0};
     std::atomic<std::uint64_t> peak{0};
+    // Bytes the loop's and autograd's threads allocated so far (report::HelperKept).
+    std::atomic<std::uint64_t> loop_allocated{0};
   };
+  // The device's loop_allocated after a block of `size` that a thread in `role` allocated.
+  std::uint64_t CountLoopBytes(std::int32_t device, std::uint64_t size, ThreadRole role);
   static constexpr std::size_t kShards = 32;
   Shard& ShardOf(std::uint64_t addr) {
     return shards_[((addr >> 9) * 0x9E3779B97F4A7C15ull) >> 59];

@@ -399,6 +399,10 @@ void LiveView::DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in
   for (const auto& [key, kept] : blocks_.HelperKeptByKey()) {
     if (DeviceOf(key) != device) continue;
     report::HelperKept& site = by_site[SiteOfLocked(static_cast<std::uint32_t>(key))];
+    // The site's latest block is its stacks' latest.
+    site.loop_bytes_since_last = site.blocks == 0 ? kept.loop_bytes_since_last
+                                                  : std::min(site.loop_bytes_since_last,
+                                                             kept.loop_bytes_since_last);
     site.bytes += kept.bytes;
     site.blocks += kept.blocks;
     site.main_allocs = std::max(site.main_allocs, kept.main_allocs);

@@ -260,6 +260,22 @@ def model_split_over_two_gpus_keeps_outputs():
     return outputs
 
 
+@case("leak", leak_in=train_keeping_outputs)
+def outputs_kept_on_the_second_gpu_made_current():
+    """torch.cuda.set_device(1) and then .cuda() and device="cuda" everywhere: every
+    block on cuda:1, none on cuda:0."""
+    two_gpus()
+    torch.cuda.set_device(1)
+    return train_keeping_outputs(model())
+
+
+@case("genuine peak", leak_in=does_not_fit_first_step)
+def first_step_too_large_on_the_second_gpu_made_current():
+    two_gpus()
+    torch.cuda.set_device(1)
+    does_not_fit_first_step()
+
+
 @case("genuine peak")
 def model_split_over_two_gpus_with_a_long_batch_late():
     """cuda:0 keeps 6 MiB of features a step (1.8 GiB by step 300, under its cap); the

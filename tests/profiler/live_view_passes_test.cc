@@ -316,12 +316,20 @@ TEST(LiveViewPasses, ThreadsAllocatingWhileAStepIsMarked) {
   EXPECT_EQ(in.figures.finished_steps, 1u);
 }
 
+// When the main thread's activations come against the thread's blocks.
+enum class LoopOrder {
+  kBeside,         // one after each block
+  kStillFilling,   // after 36 of them, one block after each tenth activation (a first
+                   // step that compiles, its loader still filling)
+  kAfterAllBlocks  // after all of them (a bounded queue full before the step)
+};
+
 // A first iteration that dies: the parameters, then 40 rounds in which a thread in
 // `role` allocates a block at one line (8 MiB, or with `weights` four sizes in turn) and
-// the main thread a 4 MiB activation at a line of its own (all of them after the
-// thread's, with `loop_after`). No step ends. Returns the verdict for a 128 MiB request on
-// a device with 320 MiB cached free in 8 MiB pieces.
-std::string HelperRounds(ThreadRole role, bool loop_after, bool weights = false) {
+// the main thread a 4 MiB activation at a line of its own, in `order`. No step ends.
+// Returns the verdict for a 128 MiB request on a device with 320 MiB cached free in 8
+// MiB pieces.
+std::string HelperRounds(ThreadRole role, LoopOrder order, bool weights = false) {
   constexpr std::uint32_t kParams = 1, kBatch = 2, kFirstLayer = 10;
   constexpr std::uint64_t kWeightSizes[] = {8 * kMiB, 8 * kMiB, 2 * kMiB, 12 * kMiB};
   LiveView view(/*warn_steps=*/8, [](std::uint32_t stack) {
@@ -333,12 +341,19 @@ std::string HelperRounds(ThreadRole role, bool loop_after, bool weights = false)
   auto main_round = [&](int round) {
     view.OnAlloc(0, addr += 64 * kMiB, 4 * kMiB, kFirstLayer + round);
   };
-  for (int round = 0; round < 40; ++round) {
+  auto thread_block = [&](int round) {
     view.OnAlloc(0, addr += 64 * kMiB, weights ? kWeightSizes[round % 4] : 8 * kMiB, kBatch,
                  role);
-    if (!loop_after) main_round(round);
+  };
+  const int still_filling = order == LoopOrder::kStillFilling ? 4 : 0;
+  for (int round = 0; round < 40 - still_filling; ++round) {
+    thread_block(round);
+    if (order == LoopOrder::kBeside) main_round(round);
   }
-  for (int round = 0; loop_after && round < 40; ++round) main_round(round);
+  for (int round = 0; order != LoopOrder::kBeside && round < 40; ++round) {
+    main_round(round);
+    if (still_filling > 0 && round % 10 == 9) thread_block(round);
+  }
   OomVerdictInput in;
   view.Describe(0, &in);
   EXPECT_LT(in.figures.finished_steps, report::kMinStepsForLeak);
@@ -350,10 +365,10 @@ std::string HelperRounds(ThreadRole role, bool loop_after, bool weights = false)
   return OomVerdictText(in, report::ClassifyOom(in.figures));
 }
 
-// Beside the loop, or before it allocates again (a first step that compiles).
+// Beside the loop, or mostly before it allocates again (a first step that compiles).
 TEST(LiveViewHelperThreads, BatchesAHelperQueuedAreALeakBeforeAnyStep) {
-  for (const bool loop_after : {false, true}) {
-    const std::string text = HelperRounds(ThreadRole::kHelper, loop_after);
+  for (const LoopOrder order : {LoopOrder::kBeside, LoopOrder::kStillFilling}) {
+    const std::string text = HelperRounds(ThreadRole::kHelper, order);
     EXPECT_THAT(text, HasSubstr("verdict: leak"));
     EXPECT_THAT(text, HasSubstr("a thread other than the loop's kept 40 blocks (320.00 MiB) "
                                 "at train.py:30 load, which the loop had not taken"));
@@ -361,10 +376,14 @@ TEST(LiveViewHelperThreads, BatchesAHelperQueuedAreALeakBeforeAnyStep) {
   }
 }
 
-TEST(LiveViewHelperThreads, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
-  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, /*loop_after=*/true, /*weights=*/true),
+// Weights loaded, a bounded queue full before the step (which then allocated half as much
+// as the queue holds), a backward thread's blocks.
+TEST(LiveViewHelperThreads, WeightsAPoolLoadedAFullQueueAndBackwardsBlocksAreNoLeak) {
+  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, LoopOrder::kAfterAllBlocks, /*weights=*/true),
               HasSubstr("verdict: fragmentation"));
-  EXPECT_THAT(HelperRounds(ThreadRole::kBackward, /*loop_after=*/false),
+  EXPECT_THAT(HelperRounds(ThreadRole::kHelper, LoopOrder::kAfterAllBlocks),
+              HasSubstr("verdict: fragmentation"));
+  EXPECT_THAT(HelperRounds(ThreadRole::kBackward, LoopOrder::kBeside),
               HasSubstr("verdict: fragmentation"));
 }
 

@@ -148,4 +148,16 @@ TEST(HelperKeptRule, AQueueIsManyBlocksAlikeOrKeptWhileTheLoopAllocated) {
                              .main_allocs = 100, .first_size_blocks = 31}));
 }
 
+// A thread that stopped while the training allocated half as much as it holds is waiting
+// for the loop: a bounded queue, full.
+TEST(HelperKeptRule, AThreadWaitingForTheLoopKeepsNothing) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  const HelperKept queue = {.bytes = 320 * kMiB, .blocks = 40, .first_size_blocks = 40};
+  HelperKept later = queue;
+  later.loop_bytes_since_last = 159 * kMiB;
+  EXPECT_TRUE(KeptByHelper(later));
+  later.loop_bytes_since_last = 160 * kMiB;
+  EXPECT_FALSE(KeptByHelper(later));
+}
+
 }  // namespace gpumem::report

@@ -126,6 +126,19 @@ TEST(RealTraces, GrowthOnTheFirstGpuDoesNotExplainTheSecondsOom) {
   EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
 }
 
+// A loader thread on an H200 put batches of 24 views (480 MiB a batch) in a queue bounded
+// at two and waited; the first step over all views at once needs more than the 4 GiB cap
+// beside the four batches the thread holds (1.88 GiB). The step had allocated as much
+// again since the thread's last block: the thread waits for the loop, the queue keeps
+// nothing that grows, and the OOM is a genuine peak.
+TEST(RealTraces, ABoundedQueueBesideAFirstStepTooLargeIsAPeak) {
+  trace::Trace t = Load("bounded_prefetcher_first_step_too_large.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 1u);
+  EXPECT_EQ(r.ooms[0].at.helper_site, "");
+  EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
+}
+
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
   absl::StatusOr<trace::Trace> t =
       trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");

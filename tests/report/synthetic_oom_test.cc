@@ -203,7 +203,9 @@ TEST(SyntheticOom, ALoopOfPlainTensorOperationsHasItsPassesFoundAndItsLeakNamed)
 // What a helper thread (200) allocated in a run that dies before any step ends (pid 100).
 enum class Helper {
   kQueueBesideTheLoop,   // a batch of 8 MiB a round, the main thread allocating between
-  kQueueWhileCompiling,  // the same batches, all before the main thread allocates again
+  kQueueWhileCompiling,  // the same batches, most before the main thread allocates again
+                         // and the rest one every ten of its allocations, the last after
+  kQueueFullBeforeTheStep,  // the same batches, all before the main thread allocates
   kWeightsLoaded,        // a model's weights, of four sizes, before the main thread goes on
   kBackward,             // the batches of the first, on a thread that runs backward nodes
   kLoopOnItsOwnThread,   // the batches of the second, on a thread noted as the loop's
@@ -239,11 +241,15 @@ trace::Trace HelperThreadBlocks(Helper helper) {
     next += 4 * kMiB;
   };
   const bool beside = helper == Helper::kQueueBesideTheLoop || helper == Helper::kBackward;
-  for (int round = 0; round < 40; ++round) {
+  const int still_filling = helper == Helper::kQueueWhileCompiling ? 4 : 0;
+  for (int round = 0; round < 40 - still_filling; ++round) {
     helper_block(round);
     if (beside) activation(round);
   }
-  for (int round = 0; !beside && round < 40; ++round) activation(round);
+  for (int round = 0; !beside && round < 40; ++round) {
+    activation(round);
+    if (still_filling > 0 && round % 10 == 9) helper_block(round);
+  }
   b.Oom(128 * kMiB, 0);
   return b.Take();
 }
@@ -269,12 +275,13 @@ TEST(SyntheticOom, BlocksAHelperThreadQueuedAreALeakBeforeAnyStep) {
   }
 }
 
-// Weights a thread pool loaded while the main thread waited, blocks of a thread that runs
-// backward nodes, and a loop's own on a thread of its own (Ray Tune's trainables): the
-// pieces are fragmentation, as before.
-TEST(SyntheticOom, WeightsAPoolLoadedAndBackwardsBlocksAreNoLeak) {
-  for (const Helper helper :
-       {Helper::kWeightsLoaded, Helper::kBackward, Helper::kLoopOnItsOwnThread}) {
+// Weights a thread pool loaded while the main thread waited, batches of a bounded queue
+// that was full before the step allocated half as much again, blocks of a thread that
+// runs backward nodes, and a loop's own on a thread of its own (Ray Tune's trainables):
+// the pieces are fragmentation, as before.
+TEST(SyntheticOom, WeightsAPoolLoadedAFullQueueAndBackwardsBlocksAreNoLeak) {
+  for (const Helper helper : {Helper::kWeightsLoaded, Helper::kQueueFullBeforeTheStep,
+                              Helper::kBackward, Helper::kLoopOnItsOwnThread}) {
     const trace::Trace t = HelperThreadBlocks(helper);
     const Report r = BuildReport(t, {});
     ASSERT_EQ(r.ooms.size(), 1u);

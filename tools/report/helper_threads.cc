@@ -30,15 +30,17 @@ HelperThreads::HelperThreads(const trace::Trace& trace, const SiteTable& sites)
 void HelperThreads::OnAlloc(const trace::Event& e) {
   if (!main_thread_) return;
   Forget(e.addr);  // an allocation at a live address: the old block is gone
-  if (OnLoopThread(e)) {
-    ++main_allocs_;
+  const std::uint64_t size = DeviceBytes(e.size);
+  const bool loop = OnLoopThread(e);
+  if (loop || backward_threads_.contains(e.thread)) {
+    main_allocs_ += loop;
+    loop_bytes_[e.device] += size;
     return;
   }
-  if (backward_threads_.contains(e.thread)) return;
   const std::uint32_t site = sites_.site_of_stack(e.stack_id);
   auto [it, first] = by_site_.try_emplace(Key(e.device, site));
   SiteState& s = it->second;
-  const std::uint64_t size = DeviceBytes(e.size);
+  s.loop_bytes_at_last = loop_bytes_[e.device];
   if (first) {
     s.first_main = main_allocs_;
     s.first_size = size;
@@ -72,10 +74,15 @@ void HelperThreads::Forget(std::uint64_t addr) {
 
 std::optional<HelperSite> HelperThreads::Kept(std::int32_t device) const {
   std::optional<HelperSite> best;
+  const auto loop_bytes = loop_bytes_.find(device);
   for (const auto& [key, s] : by_site_) {
-    if (static_cast<std::int32_t>(key >> 32) != device || !KeptByHelper(s.kept)) continue;
-    if (!best || s.kept.bytes > best->kept.bytes) {
-      best = HelperSite{static_cast<std::uint32_t>(key), s.kept};
+    if (static_cast<std::int32_t>(key >> 32) != device) continue;
+    HelperKept kept = s.kept;
+    kept.loop_bytes_since_last =
+        (loop_bytes == loop_bytes_.end() ? 0 : loop_bytes->second) - s.loop_bytes_at_last;
+    if (!KeptByHelper(kept)) continue;
+    if (!best || kept.bytes > best->kept.bytes) {
+      best = HelperSite{static_cast<std::uint32_t>(key), kept};
     }
   }
   return best;

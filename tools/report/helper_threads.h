@@ -43,6 +43,7 @@ class HelperThreads {
     HelperKept kept;
     std::uint64_t first_main = 0;  // main allocations so far at the site's first block
     std::uint64_t first_size = 0;  // the size of the site's first block
+    std::uint64_t loop_bytes_at_last = 0;  // loop_bytes_ on its device at its latest block
   };
   static std::uint64_t Key(std::int32_t device, std::uint32_t site) {
     return static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32 | site;
@@ -57,6 +58,8 @@ class HelperThreads {
   absl::flat_hash_map<std::uint32_t, std::int64_t> loop_since_us_;  // noted loop threads
   absl::flat_hash_set<std::uint32_t> backward_threads_;
   std::uint64_t main_allocs_ = 0;
+  // By device: bytes the loop's and autograd's threads allocated so far.
+  absl::flat_hash_map<std::int32_t, std::uint64_t> loop_bytes_;
   absl::flat_hash_map<std::uint64_t, Held> held_;          // live helper blocks by address
   absl::flat_hash_map<std::uint64_t, SiteState> by_site_;  // by Key(device, site)
 };

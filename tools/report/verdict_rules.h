@@ -109,6 +109,9 @@ struct HelperKept {
   std::uint64_t main_allocs = 0;  // the loop threads' allocations between the site's first
                                   // allocation and its last
   std::uint64_t first_size_blocks = 0;  // live blocks of the size of the site's first
+  // What the training's threads (the loop's and autograd's) allocated on the device since
+  // the site's latest block.
+  std::uint64_t loop_bytes_since_last = 0;
 };
 // A few batches queued ahead are a prefetcher doing its job. What tells a queue from
 // weights that a thread pool loads (while the main thread waits, allocating nothing) is
@@ -117,11 +120,17 @@ struct HelperKept {
 // seconds. Alike is seven in eight: a transformer's activations at the line that calls
 // it are about two thirds of one shape, by a count of what a Llama layer keeps for its
 // backward (not measured on a GPU), should a loop's thread go unnoted.
+// A thread that stopped adding blocks while the training went on to allocate at least
+// half as much as the thread holds is waiting for the loop (a bounded queue, full): what
+// it holds is a standing cost, as weights are. An unbounded queue is still filling when
+// memory runs out.
 inline constexpr std::uint64_t kMinHelperKeptBlocks = 32;
 inline constexpr std::uint64_t kMinLoopAllocs = 8;
 inline bool KeptByHelper(const HelperKept& k) {
   const bool alike = k.first_size_blocks * 8 >= k.blocks * 7;
-  return k.blocks >= kMinHelperKeptBlocks && (k.main_allocs >= kMinLoopAllocs || alike);
+  const bool waiting = k.loop_bytes_since_last * 2 >= k.bytes;
+  return k.blocks >= kMinHelperKeptBlocks && !waiting &&
+         (k.main_allocs >= kMinLoopAllocs || alike);
 }
 // The fix for such a leak.
 extern const char* const kHelperKeptFix;
