@@ -2561,5 +2561,79 @@ def debug_records_buffered_with_output_values():
         log.debug("step %d: loss %s, first outputs %s", step, loss.detach(), out[0, :4])
 
 
+
+@case("no leak")
+def long_batches_that_run_out_are_skipped():
+    """As fairseq and many trainers do: a step that runs out of memory on a rare, very
+    long batch is caught, its gradients dropped and the cache emptied, and training goes
+    on. Nothing is kept: the run ends normally."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    lengths = torch.Generator().manual_seed(0)
+    skipped = 0
+    for step in range(1500):
+        rows = 2048 * (200 if torch.rand((), generator=lengths) < 0.02 else 1)
+        try:
+            fit(net, opt, batch(rows))
+        except torch.OutOfMemoryError:
+            skipped += 1
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    print(f"skipped {skipped} batches that ran out of memory")
+
+
+@case("leak")
+def extension_takes_device_memory_each_step():
+    """A custom extension's scratch buffer taken from the driver (cuMemAlloc, outside
+    PyTorch's allocator) at every call and never given back: 256 MiB a step until the
+    device is full. Only the extension knows it ran out."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    net, scratch = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(100000):
+        ptr = ctypes.c_uint64()
+        status = driver.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(256 * MiB))  # LEAK
+        if status != 0:
+            raise RuntimeError(f"extension: cuMemAlloc failed with CUDA error {status}")
+        scratch.append(ptr.value)
+        fit(net, opt, batch())
+
+
+HOLDER = """
+import sys, time, torch
+held = []
+for size in (1 << 30, 64 << 20, 2 << 20):
+    while True:
+        try:
+            held.append(torch.empty(size, dtype=torch.uint8, device="cuda"))
+        except torch.OutOfMemoryError:
+            break
+print(f"holder: {sum(h.numel() for h in held) / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+time.sleep(float(sys.argv[1]))
+"""
+
+
+@case("out of memory outside the allocator")
+def another_process_fills_the_gpu_before_a_long_batch():
+    """A shared GPU: another job starts at step 200 and takes all the memory left; this
+    run needs no new memory until a long batch at step 400, which runs out. Its own
+    memory never grew: the device was full of the other process's."""
+    import subprocess
+    import time
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    holder = None
+    try:
+        for step in range(600):
+            if step == 200:
+                holder = subprocess.Popen([sys.executable, "-c", HOLDER, "120"])
+                time.sleep(10)  # until it holds the rest
+            fit(net, opt, batch(2048 * (4 if step == 400 else 1)))
+    finally:
+        if holder:
+            holder.kill()
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)
