@@ -92,6 +92,10 @@ void AddDriverFigures(OomVerdictInput& in) {
   if (!in.driver_free) in.driver_free = d->free;
   in.driver_total = d->total;
   in.processes = ProcessesThisStep(in.device);
+  // Other processes' memory is what the dying process can tell apart from its own; the
+  // report splits this process's by library.
+  in.figures.device_free = in.driver_free;
+  if (in.processes) in.figures.held_outside = in.processes->others_bytes();
 }
 
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).
@@ -126,6 +130,7 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::str
   in.figures.request = report.requested_bytes;
   in.figures.allocated = report.allocated_bytes;
   in.figures.capacity = report.capacity_bytes;
+  in.figures.headroom = report.headroom_bytes;
   in.figures.largest_free = report.largest_free_bytes;
   in.private_pools_free = report.other_pools_free_bytes;
   in.figures.free_cached = UsableCached(report.reserved_bytes, report.allocated_bytes,
@@ -159,7 +164,10 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
   Describe(in);  // fills allocated and the cap from the trace where still unknown
   in.figures.free_cached = UsableCached(reserved, in.figures.allocated, in.private_pools_free);
   if (reserved != 0) in.reserved = reserved;
-  if (in.figures.capacity == 0) in.figures.capacity = reserved + f.driver_free_bytes;
+  if (in.figures.capacity == 0) {
+    in.figures.capacity = reserved + f.driver_free_bytes;
+    in.figures.capacity_known = false;
+  }
   const report::OomClass cls = report::ClassifyOom(in.figures);
   Print(in, cls);
   return cls;

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "profiler/driver_memory.h"
 #include "profiler/package_notes.h"
 #include "profiler/native_stack.h"
 #include "profiler/python_stack.h"
@@ -262,6 +263,14 @@ RawRecord MakeRecord(format::RecordType type, std::int32_t device, std::uint64_t
   return r;
 }
 
+// What the driver has free on `device`, where its context is current (an allocator's OOM
+// is on its device's): the report tells a full device from a full cap by it.
+std::optional<std::uint64_t> DriverFreeOn(std::int32_t device) {
+  const std::optional<DriverMemory> d = SampleDriverMemory();
+  if (!d || d->device != device) return std::nullopt;
+  return d->free;
+}
+
 void SetExtra(RawRecord* r, std::optional<std::uint64_t> extra) {
   r->has_extra = extra.has_value();
   r->extra = extra.value_or(0);
@@ -433,6 +442,7 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   }
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
+  if (event.kind == AllocatorEventKind::kOom) SetExtra(&r, DriverFreeOn(event.device));
   Write(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {

@@ -2582,11 +2582,13 @@ def long_batches_that_run_out_are_skipped():
     print(f"skipped {skipped} batches that ran out of memory")
 
 
-@case("leak")
+@case("out of memory outside the allocator", "memory held outside the allocator")
 def extension_takes_device_memory_each_step():
     """A custom extension's scratch buffer taken from the driver (cuMemAlloc, outside
     PyTorch's allocator) at every call and never given back: 256 MiB a step until the
-    device is full. Only the extension knows it ran out."""
+    device is full. Under PyTorch's allocator, which needs nothing new in steady steps,
+    the extension's own call fails; gpumem's allocator, which keeps less cached, runs out
+    first, the device full of the extension's memory."""
     import ctypes
     driver = ctypes.CDLL("libcuda.so.1")
     net, scratch = model(), []
@@ -2614,7 +2616,7 @@ time.sleep(float(sys.argv[1]))
 """
 
 
-@case("out of memory outside the allocator")
+@case("memory held outside the allocator")
 def another_process_fills_the_gpu_before_a_long_batch():
     """A shared GPU: another job starts at step 200 and takes all the memory left; this
     run needs no new memory until a long batch at step 400, which runs out. Its own

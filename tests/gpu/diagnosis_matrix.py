@@ -78,8 +78,9 @@ def raised(stderr):
 
 def said_right_at_oom(expected, ended, at_oom):
     """Whether the dying process named the expected class (None: not judged, where the
-    run did not die of an OOM or the class is not one of the three)."""
-    if ended != "OOM" or expected not in ("leak", "genuine peak", "fragmentation"):
+    run did not die of an OOM or the class is not one of those judged)."""
+    if ended != "OOM" or expected not in ("leak", "genuine peak", "fragmentation",
+                                          "memory held outside the allocator"):
         return None
     return f"verdict: {expected}" in at_oom
 
@@ -175,7 +176,11 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     if expected == "completes":
         right_class, right_site = ended == "exit 0", True
     else:
-        right_class = verdict.startswith(expected) or expected in verdict.split(";")[0]
+        # A run that caught its OOMs and went on says so first: "the run did not die of an
+        # OOM it saw (...); no leak: ...".
+        right_class = verdict.startswith(expected) or expected in verdict.split(";")[0] or \
+            (verdict.startswith("the run did not die") and
+             verdict.split("; ", 1)[-1].startswith(expected))
         if expected == "no leak":  # and the script itself ran to its end
             right_class = right_class and ended == "exit 0"
         top = (report.get("leak_suspects") or [{}])[0]

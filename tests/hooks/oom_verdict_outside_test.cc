@@ -57,6 +57,28 @@ TEST(OomVerdictOutside, OtherProcessesApart) {
             std::string::npos);
 }
 
+// A shared GPU: the cap had room, the driver did not, and other processes held it.
+TEST(OomVerdictOutside, ADeviceFullOfOtherProcessesMemoryIsHeldOutside) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  OomVerdictInput in;
+  in.figures.request = 32 * kMiB;
+  in.figures.allocated = 129 * kMiB;
+  in.figures.capacity = 4 * kGiB;
+  in.figures.finished_steps = 400;
+  in.figures.device_free = 27 * kMiB;
+  in.figures.held_outside = 138 * kGiB;
+  const report::OomClass cls = report::ClassifyOom(in.figures);
+  ASSERT_EQ(cls, report::OomClass::kHeldOutside);
+  const std::string text = OomVerdictText(in, cls);
+  EXPECT_NE(text.find("verdict: memory held outside the allocator"), std::string::npos) << text;
+  EXPECT_NE(text.find("the request of 32.00 MiB was under the cap of 4.00 GiB (allocated "
+                      "129.00 MiB), but the driver had 27.00 MiB free while other processes "
+                      "held 138.00 GiB: without them it would have fit"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("nvidia-smi"), std::string::npos) << text;
+}
+
 // Graphs kept alive hold their pools' free memory: said, with the fix, where there is any.
 TEST(OomVerdictOutside, MemoryPrivatePoolsHoldIsSaid) {
   OomVerdictInput in = Peak();

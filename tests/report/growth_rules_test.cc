@@ -160,4 +160,53 @@ TEST(HelperKeptRule, AThreadWaitingForTheLoopKeepsNothing) {
   EXPECT_FALSE(KeptByHelper(later));
 }
 
+// The cap had room for the request, the device did not: what other processes (or unusual
+// libraries of this one) held is why, where giving it back would have made the room.
+TEST(HeldOutsideRule, TheDeviceFullOfOthersMemoryUnderTheCap) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  OomFigures f;
+  f.allocated = 129 * kMiB;
+  f.request = 32 * kMiB;
+  f.capacity = 4096 * kMiB;
+  f.device_free = 27 * kMiB;
+  f.held_outside = 138 * 1024 * kMiB;
+  EXPECT_TRUE(HeldOutsideExplains(f));
+  EXPECT_EQ(ClassifyOom(f), OomClass::kHeldOutside);
+  OomFigures room = f;  // the driver had the request: the allocator's own doing
+  room.device_free = 32 * kMiB;
+  EXPECT_FALSE(HeldOutsideExplains(room));
+  room.headroom = 256 * kMiB;  // but not gpumem's headroom on top of it
+  EXPECT_TRUE(HeldOutsideExplains(room));
+  OomFigures capped = f;  // the cap was what refused it
+  capped.allocated = 4080 * kMiB;
+  EXPECT_FALSE(HeldOutsideExplains(capped));
+  capped.capacity_known = false;  // a stand-in for a cap refuses nothing
+  EXPECT_TRUE(HeldOutsideExplains(capped));
+  OomFigures alone = f;  // nothing held outside: not its cause
+  alone.held_outside = 0;
+  EXPECT_FALSE(HeldOutsideExplains(alone));
+  OomFigures too_little = f;  // given back, still no room
+  too_little.held_outside = 4 * kMiB;
+  EXPECT_FALSE(HeldOutsideExplains(too_little));
+  OomFigures unsaid = f;  // the driver did not say
+  unsaid.device_free.reset();
+  EXPECT_FALSE(HeldOutsideExplains(unsaid));
+}
+
+// A leak comes first: the growth is what to fix.
+TEST(HeldOutsideRule, ALeakStaysALeak) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  OomFigures f;
+  f.finished_steps = 100;
+  f.allocated = 4000 * kMiB;
+  f.request = 200 * kMiB;
+  f.capacity = 4096 * kMiB;
+  f.growth_suspected = true;
+  f.grown_bytes = 3000 * kMiB;
+  f.capacity_known = false;
+  f.device_free = 0;
+  f.held_outside = 1024 * kMiB;
+  EXPECT_EQ(ClassifyOom(f), OomClass::kLeak);
+}
+
 }  // namespace gpumem::report

@@ -139,6 +139,22 @@ TEST(RealTraces, ABoundedQueueBesideAFirstStepTooLargeIsAPeak) {
   EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
 }
 
+// A run under profile-only mode on an H200 whose own memory never grew: another process
+// took the 138.85 GiB left of the GPU at step 200, and the long batch of step 401 found the
+// driver with 27.56 MiB free, under the 4 GiB cap. The NVML note the dying process wrote
+// names the other process.
+TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
+  trace::Trace t = Load("another_process_fills_the_gpu.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
+  EXPECT_NE(x.evidence.find("other processes held 138.85 GiB (pid 2848 138.85 GiB)"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_TRUE(r.leaks.suspects.empty());
+}
+
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
   absl::StatusOr<trace::Trace> t =
       trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");

@@ -169,6 +169,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
       // What the process could have held: what it held plus what the driver had free.
       x.capacity = p.reserved + p.device_free;
       x.capacity_source = "reserved + driver free at the OOM";
+      x.capacity_known = false;
     }
     x.free_cached = p.reserved > p.allocated ? p.reserved - p.allocated : 0;
     const DeviceGrowth growth = GrowthOnDevice(p, timeline, leaks);
@@ -184,6 +185,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     figures.allocated = p.allocated;
     figures.request = p.request;
     figures.capacity = x.capacity;
+    figures.capacity_known = x.capacity_known;
     figures.free_cached = x.free_cached;
     figures.largest_free = p.largest_free_piece;
     figures.growth_suspected = !leaks.suspects.empty();

@@ -37,6 +37,7 @@ struct OomExplanation {
   bool fatal = false;      // the OOM that ended the run
   std::uint64_t capacity = 0;
   std::string capacity_source;  // "--capacity", "trace", "reserved + driver free"
+  bool capacity_known = true;   // false: the stand-in, reserved + driver free
   std::uint64_t free_cached = 0;  // reserved - allocated
   std::uint64_t leaked_bytes = 0;  // added by the suspects since their first step end used
   double leak_bytes_per_step = 0;

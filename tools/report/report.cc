@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/capacity.h"
+#include "tools/report/held_outside.h"
 #include "tools/report/oom_fate.h"
 #include "tools/trace/unpaired_events.h"
 
@@ -126,6 +127,10 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   TakeFailedOutside(&r);
   const std::optional<OutsideEnd> death = Death(r);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
+  if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
+      r.ooms[*r.fatal_oom].at.device == r.outside.device) {
+    ExplainHeldOutside(*r.outside.end, &r.ooms[*r.fatal_oom]);
+  }
   r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);
   return r;

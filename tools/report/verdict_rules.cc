@@ -41,6 +41,16 @@ constexpr char kHeldApartFix[] =
     "outputs that refer to them), or capture them into one shared pool "
     "(torch.cuda.graph(g, pool=first_graph.pool())).";
 
+constexpr char kHeldOutsideFix[] =
+    "The device was full of memory this allocator does not hold. Another process on the "
+    "GPU: run where the GPU is yours (nvidia-smi shows who holds it; CUDA_VISIBLE_DEVICES "
+    "picks another); if it is this job's own (a DataLoader worker or another rank that "
+    "made a CUDA context here), call torch.cuda.set_device(local_rank) before the first "
+    "CUDA call and keep CUDA out of workers. A library of this process (a CUDA "
+    "extension's cudaMalloc, CuPy's or another framework's memory pool): free what it "
+    "holds (CuPy: cupy.get_default_memory_pool().free_all_blocks()), have it allocate "
+    "through PyTorch, and if it grows from step to step, find what it never frees.";
+
 // A site grows steadily: a good straight-line fit, rising at most step ends, and by an
 // amount that matters (MinLeakGrowth).
 constexpr double kMinR2 = 0.8;
@@ -81,6 +91,7 @@ const char* OomClassName(OomClass c) {
     case OomClass::kFragmentation: return "fragmentation";
     case OomClass::kPeak: return "peak";
     case OomClass::kHeldApart: return "held apart";
+    case OomClass::kHeldOutside: return "held outside";
   }
   return "peak";
 }
@@ -95,6 +106,7 @@ const char* OomVerdictName(OomClass c) {
   switch (c) {
     case OomClass::kPeak: return "genuine peak";
     case OomClass::kHeldApart: return "free memory held apart";
+    case OomClass::kHeldOutside: return "memory held outside the allocator";
     default: return OomClassName(c);
   }
 }
@@ -137,6 +149,7 @@ const char* OomFix(OomClass c, bool growth_in_graph_pools) {
     case OomClass::kFragmentation: return kFragmentationFix;
     case OomClass::kPeak: return kPeakFix;
     case OomClass::kHeldApart: return kHeldApartFix;
+    case OomClass::kHeldOutside: return kHeldOutsideFix;
   }
   return kPeakFix;
 }
@@ -245,11 +258,19 @@ bool HelperKeptExplains(const OomFigures& f) {
          FitsWithout(f, f.helper_kept_bytes);
 }
 
+bool HeldOutsideExplains(const OomFigures& f) {
+  const std::uint64_t need = f.request + f.headroom;
+  if (!f.device_free || *f.device_free >= need || f.held_outside == 0) return false;
+  const bool under_the_cap = !f.capacity_known || f.allocated + f.request <= f.capacity;
+  return under_the_cap && *f.device_free + f.held_outside >= need;
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
   const bool growth_explains =
       f.growth_suspected && f.grown_bytes > 0 && FitsWithout(f, f.grown_bytes);
   if (growth_explains && f.finished_steps >= kMinStepsForLeak) return OomClass::kLeak;
   if (HelperKeptExplains(f)) return OomClass::kLeak;
+  if (HeldOutsideExplains(f)) return OomClass::kHeldOutside;
   // Pieces too small only brought the end of an iteration too large a few calls closer.
   if (growth_explains && f.first_iteration_calls > 0) return OomClass::kPeak;
   // Without the largest piece, enough cached memory that the allocator could not use

@@ -20,11 +20,14 @@ namespace gpumem::report {
 
 // kHeldApart: free memory in pieces large enough, but not this request's to use (the
 // private pools of CUDA graphs or MemPools still alive; under PyTorch's allocator also
-// blocks cached for another stream).
-enum class OomClass { kLeak, kFragmentation, kPeak, kHeldApart };
-const char* OomClassName(OomClass c);  // "leak", "fragmentation", "peak", "held apart"
+// blocks cached for another stream). kHeldOutside: the allocator's budget had room, the
+// device did not: other processes, or a library of this one that is not CUDA's own
+// (a CUDA extension's cudaMalloc, another framework's pool), held it.
+enum class OomClass { kLeak, kFragmentation, kPeak, kHeldApart, kHeldOutside };
+// "leak", "fragmentation", "peak", "held apart", "held outside"
+const char* OomClassName(OomClass c);
 // The class as a verdict says it: "leak", "fragmentation", "genuine peak", "free memory
-// held apart".
+// held apart", "memory held outside the allocator".
 const char* OomVerdictName(OomClass c);
 // A growing site named with the call its kept blocks came through (CallApart, or the
 // caller of a call that returned while they stayed: CallReturns): "SITE, called from
@@ -153,7 +156,24 @@ struct OomFigures {
   std::size_t first_iteration_calls = 0;
   // Live bytes of the site a helper thread kept blocks at (KeptByHelper); 0: none.
   std::uint64_t helper_kept_bytes = 0;
+  // Whether `capacity` is a cap (set, or the device's total) and not a stand-in (what
+  // the process held plus what the driver had free).
+  bool capacity_known = true;
+  // What the driver had free on the device at the OOM; nullopt: it did not say.
+  std::optional<std::uint64_t> device_free;
+  // What was held on the device outside the allocator and outside what a training
+  // process holds there anyway (its CUDA context, cuBLAS, cuDNN and NCCL): other
+  // processes', and this process's other libraries'.
+  std::uint64_t held_outside = 0;
+  // gpumem's headroom, where keeping it free for other libraries refused the request:
+  // what the request needed the driver to have free on top of it.
+  std::uint64_t headroom = 0;
 };
+// Whether memory held outside the allocator took the room the request needed: the
+// device had less free than the request (and gpumem's headroom) needed, the cap (where
+// there is one) had room for it, and with what was held outside (OomFigures::held_outside)
+// given back the device would have had that room.
+bool HeldOutsideExplains(const OomFigures& f);
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
 // and not for growth over steps: too few steps had finished to measure growth, and
 // without those blocks the request would have fit.
