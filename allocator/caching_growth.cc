@@ -492,7 +492,8 @@ absl::Status CachingAllocator::Oom(std::size_t bytes, StreamId stream, PoolId po
   last_oom_.capacity_bytes = backend_.capacity();
   last_oom_.headroom_bytes = refused_for_headroom_ ? options_.headroom_bytes : 0;
   refused_for_headroom_ = false;
-  Notify(AllocatorEventKind::kOom, 0, bytes, stream);
+  // The event's address says the headroom that refused it (0: none), for the trace.
+  Notify(AllocatorEventKind::kOom, last_oom_.headroom_bytes, bytes, stream);
   // Caught or not, an OOM leaves the device full: what no live block uses goes back,
   // so the libraries that allocate next (a cuBLAS handle, an NCCL communicator) find it.
   // Only when something is idle: waiting for the device to fail a request is costly.

@@ -46,6 +46,7 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, OomExplanation* x) {
   f.capacity_known = x->capacity_known;
   if (x->at.device_free != 0) f.device_free = x->at.device_free;
   f.held_outside = OtherProcessesBytes(at_oom) + UnusualLibraryBytes(at_oom);
+  f.headroom = x->at.headroom;
   if (!HeldOutsideExplains(f)) return;
   x->cls = OomClass::kHeldOutside;
   const std::string budget =
@@ -53,7 +54,11 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, OomExplanation* x) {
                                       " (allocated ", Bytes(f.allocated), ")")
                        : std::string("needed memory from the driver");
   x->evidence = absl::StrCat("the request of ", Bytes(f.request), " ", budget,
-                             ", but the driver had ", Bytes(*f.device_free), " free: ",
+                             ", but the driver had ", Bytes(*f.device_free), " free",
+                             f.headroom == 0 ? std::string()
+                                             : absl::StrCat(" (gpumem keeps ", Bytes(f.headroom),
+                                                            " free for other libraries)"),
+                             ": ",
                              Holders(at_oom),
                              ". Without that memory the request would have fit.");
   x->fix = OomFix(OomClass::kHeldOutside);

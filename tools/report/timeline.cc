@@ -114,6 +114,7 @@ class TimelineBuilder {
     oom.allocated = state_.allocated_on(e.device);
     oom.reserved = state_.reserved_on(e.device);
     oom.device_free = e.device_free;
+    oom.headroom = e.addr;
     oom.allocs_after = t_.allocs;  // made relative in Finish()
     if (t_.ooms.size() < kOomsWithLayout) {
       FreePieces free = state_.FreePiecesOn(e.device);

@@ -35,6 +35,7 @@ struct OomPoint {
   std::uint64_t largest_free_piece = 0;  // inside held segments
   std::uint64_t free_in_segments = 0;
   std::uint64_t device_free = 0;  // what the driver said was free
+  std::uint64_t headroom = 0;     // gpumem's headroom, where keeping it refused the request
   std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM, every device's
   std::vector<std::uint64_t> site_live_on_device;  // the same on the OOM's device
   // The site whose blocks a helper thread kept (HelperThreads::Kept), named; empty: none.
