@@ -155,6 +155,29 @@ TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
   EXPECT_TRUE(r.leaks.suspects.empty());
 }
 
+// Under gpumem's allocator on an H200, an extension took 256 MiB a step from the driver
+// (cuMemAlloc through ctypes) and never gave it back; at step 554 the driver had 469 MiB
+// free, under the 512 MiB gpumem keeps for other libraries, and gpumem refused an 8 MiB
+// request far under its 4 GiB cap. The CUPTI trace beside it says who held the device.
+TEST(RealTraces, AnExtensionFillingTheGpuIsMemoryHeldOutside) {
+  trace::Trace t = Load("extension_fills_the_gpu.gpumem.xz");
+  trace::Trace cupti = Load("extension_fills_the_gpu.cupti.gpumem.xz");
+  ReportOptions options;
+  options.cupti = &cupti;
+  Report r = BuildReport(t, options);
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.at.headroom, 512u << 20);
+  EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
+  EXPECT_NE(x.evidence.find("(gpumem keeps 512.00 MiB free for other libraries): libraries "
+                            "of this process other than the allocator, NCCL, cuBLAS and "
+                            "cuDNN held 138.50 GiB"),
+            std::string::npos)
+      << x.evidence;
+  Report alone = BuildReport(t, {});  // without the CUPTI trace no one is seen to hold it
+  EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
+}
+
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
   absl::StatusOr<trace::Trace> t =
       trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");
