@@ -189,6 +189,35 @@ TEST(OutsideAllocator, CuptiTraceBesideTheMainOneIsLinedUpByClockOrigin) {
   EXPECT_EQ(Lib(*BuildReport(main, options).outside.peak, OutsideLibrary::kNccl), A::kNccl);
 }
 
+// The CUPTI tracer writes the driver calls that failed to its own trace: one after the
+// last step end there (a CUDA extension's cuMemAlloc) is the failure that ended the run,
+// on the main trace's clock.
+TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  trace::Trace cupti = synthetic::OutsideCuptiTrace();
+  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
+  trace::FailedAllocation failed;
+  failed.time_us = main.events.back().time_us + 10 - shift;
+  failed.size = 256 * A::kMiB;
+  failed.call = "cuMemAlloc";
+  failed.error = 2;
+  failed.device_free = 127 * A::kMiB;
+  cupti.failed_allocations.push_back(failed);
+  ReportOptions options;
+  options.cupti = &cupti;
+  const Report r = BuildReport(main, options);
+  ASSERT_TRUE(r.fatal_failed_outside.has_value());
+  const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
+  EXPECT_EQ(f.call.time_us, main.events.back().time_us + 10);
+  EXPECT_EQ(f.step, A::kSteps);
+  EXPECT_EQ(Verdict(r).rfind("out of memory outside the allocator in step 6: cuMemAlloc of "
+                             "256.00 MiB failed",
+                             0),
+            0u)
+      << Verdict(r);
+  EXPECT_FALSE(BuildReport(main, {}).fatal_failed_outside.has_value());  // unseen without it
+}
+
 TEST(OutsideAllocator, MergedTableHasTheOutsideColumn) {
   trace::Trace a = synthetic::OutsideAllocatorTrace(false);
   trace::Trace b = synthetic::PeakTrace();

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "tools/report/oom_fate.h"
+#include "tools/report/outside_changes.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
@@ -68,19 +69,37 @@ std::optional<FailedOutside> LibraryErrorAtExit(const trace::Trace& trace, const
 
 }  // namespace
 
-std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const SiteTable& sites,
-                                             const Steps& steps, const Timeline& timeline) {
+std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const trace::Trace* cupti,
+                                             const SiteTable& sites, const Steps& steps,
+                                             const Timeline& timeline) {
   std::vector<FailedOutside> out;
-  for (const trace::FailedAllocation& call : trace.failed_allocations) {
+  // Each call named by the sites of the trace that holds its stack, its time on the main
+  // trace's clock.
+  auto add = [&](const trace::FailedAllocation& call, const SiteTable& its_sites,
+                 std::size_t stacks, std::int64_t shift_us) {
     FailedOutside f;
     f.call = call;
+    f.call.time_us += shift_us;
     f.error_name = trace::FailedCallErrorName(call);
-    f.step = steps.StepOf(EventsBefore(trace, call.time_us));
-    if (call.stack_id < trace.stacks.size() && call.stack_id != 0) {
-      f.site = sites.name(sites.site_of_stack(call.stack_id));
+    f.step = steps.StepOf(EventsBefore(trace, f.call.time_us));
+    if (call.stack_id < stacks && call.stack_id != 0) {
+      f.site = its_sites.name(its_sites.site_of_stack(call.stack_id));
     }
-    StateBefore(timeline, call.time_us, &f);
+    StateBefore(timeline, f.call.time_us, &f);
     out.push_back(std::move(f));
+  };
+  for (const trace::FailedAllocation& call : trace.failed_allocations) {
+    add(call, sites, trace.stacks.size(), 0);
+  }
+  if (cupti != nullptr && !cupti->failed_allocations.empty()) {
+    const SiteTable cupti_sites(*cupti);
+    const std::int64_t shift = CuptiShiftUs(trace, *cupti);
+    for (const trace::FailedAllocation& call : cupti->failed_allocations) {
+      add(call, cupti_sites, cupti->stacks.size(), shift);
+    }
+    std::stable_sort(out.begin(), out.end(), [](const FailedOutside& a, const FailedOutside& b) {
+      return a.call.time_us < b.call.time_us;
+    });
   }
   if (!out.empty()) {
     out.back().ended_the_run =

@@ -30,11 +30,13 @@ struct FailedOutside {
   bool ended_the_run = false;
 };
 
-// Every failed call in time order; the last one ended the run when nothing but a dying
-// process's unwinding comes after it (no step end, no OOM, few allocations). Where none
-// did, the library error a dying process named in its note is the last.
-std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const SiteTable& sites,
-                                             const Steps& steps, const Timeline& timeline);
+// Every failed call in time order, the main trace's and its CUPTI trace's (`cupti`, or
+// null; where the CUPTI tracer writes them); the last one ended the run when nothing but
+// a dying process's unwinding comes after it (no step end, no OOM, few allocations).
+// Where none did, the library error a dying process named in its note is the last.
+std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const trace::Trace* cupti,
+                                             const SiteTable& sites, const Steps& steps,
+                                             const Timeline& timeline);
 
 // "cuMemAlloc of 32 MiB", or "NCCL error (size not recorded)" where only the dying
 // process's note names the failure.

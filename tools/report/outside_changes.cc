@@ -118,11 +118,6 @@ bool AddOutside(const trace::Trace& t, std::int64_t shift_us, int device, const 
   return any;
 }
 
-// Microseconds to add to the CUPTI trace's times to put them on the main trace's clock.
-std::int64_t ShiftUs(const trace::Trace& main, const trace::Trace& cupti) {
-  if (!main.run.clock_origin_ns || !cupti.run.clock_origin_ns) return 0;
-  return (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
-}
 
 std::vector<DriverSample> Samples(const trace::Trace& t, int device) {
   std::vector<DriverSample> out;
@@ -155,13 +150,18 @@ OutsideChanges CollectOutsideChanges(const trace::Trace& trace, const trace::Tra
   const OwnSpans own = AddReserved(trace, device, &out.changes);
   out.calls_recorded = AddOutside(trace, 0, device, own, &out.changes);
   if (cupti != nullptr) {
-    out.calls_recorded |= AddOutside(*cupti, ShiftUs(trace, *cupti), device, own, &out.changes);
+    out.calls_recorded |= AddOutside(*cupti, CuptiShiftUs(trace, *cupti), device, own, &out.changes);
   }
   std::stable_sort(
       out.changes.begin(), out.changes.end(),
       [](const MemoryChange& a, const MemoryChange& b) { return a.time_us < b.time_us; });
   out.samples = Samples(trace, device);
   return out;
+}
+
+std::int64_t CuptiShiftUs(const trace::Trace& main, const trace::Trace& cupti) {
+  if (!main.run.clock_origin_ns || !cupti.run.clock_origin_ns) return 0;
+  return (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
 }
 
 }  // namespace gpumem::report

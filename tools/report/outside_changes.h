@@ -36,6 +36,10 @@ struct OutsideChanges {
 };
 
 // `cupti` may be null.
+// Microseconds to add to the CUPTI trace's times to put them on the main trace's clock
+// (the headers' clock origins; 0 where either lacks one).
+std::int64_t CuptiShiftUs(const trace::Trace& main, const trace::Trace& cupti);
+
 OutsideChanges CollectOutsideChanges(const trace::Trace& trace, const trace::Trace* cupti,
                                      int device);
 

@@ -66,8 +66,8 @@ void AddWarnings(Report& r) {
 
 // A failed outside call that ended the run came after every OOM: the run died of it, not
 // of the OOM before it.
-void TakeFailedOutside(Report* r) {
-  r->failed_outside = ListFailedOutside(*r->trace, r->sites, r->steps, r->timeline);
+void TakeFailedOutside(Report* r, const trace::Trace* cupti) {
+  r->failed_outside = ListFailedOutside(*r->trace, cupti, r->sites, r->steps, r->timeline);
   if (r->failed_outside.empty() || !r->failed_outside.back().ended_the_run) return;
   r->fatal_failed_outside = r->failed_outside.size() - 1;
   if (!r->fatal_oom) return;
@@ -124,7 +124,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     if (r.ooms[i].fatal) r.fatal_oom = i;
     r.recovered_ooms += r.ooms[i].recovered;
   }
-  TakeFailedOutside(&r);
+  TakeFailedOutside(&r, options.cupti);
   const std::optional<OutsideEnd> death = Death(r);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
