@@ -191,7 +191,7 @@ TEST(OutsideAllocator, CuptiTraceBesideTheMainOneIsLinedUpByClockOrigin) {
 
 // The CUPTI tracer writes the driver calls that failed to its own trace: one after the
 // last step end there (a CUDA extension's cuMemAlloc) is the failure that ended the run,
-// on the main trace's clock.
+// on the main trace's clock, named by the line that made it.
 TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   const trace::Trace main = synthetic::OutsideMainTrace();
   trace::Trace cupti = synthetic::OutsideCuptiTrace();
@@ -202,6 +202,12 @@ TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   failed.call = "cuMemAlloc";
   failed.error = 2;
   failed.device_free = 127 * A::kMiB;
+  // Its stack: the tracer's API frame, then the line that made the call.
+  const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
+  cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
+  cupti.frames.push_back({"ext.py", 12, "scratch"});
+  failed.stack_id = static_cast<std::uint32_t>(cupti.stacks.size());
+  cupti.stacks.push_back({frame, frame + 1});
   cupti.failed_allocations.push_back(failed);
   ReportOptions options;
   options.cupti = &cupti;
@@ -210,6 +216,7 @@ TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
   EXPECT_EQ(f.call.time_us, main.events.back().time_us + 10);
   EXPECT_EQ(f.step, A::kSteps);
+  EXPECT_EQ(f.site, "ext.py:12 scratch");
   EXPECT_EQ(Verdict(r).rfind("out of memory outside the allocator in step 6: cuMemAlloc of "
                              "256.00 MiB failed",
                              0),

@@ -312,6 +312,9 @@ bool IsLibraryFile(absl::string_view file) {
   }
   // gpumem's own Python package run from a checkout: its wrappers around graph captures.
   if (absl::StrContains(file, "gpumem/_")) return true;
+  // The CUPTI tracer's API frames ("[cuda-driver]", "[cuda-runtime] via cuMemAlloc"): the
+  // call, not who made it.
+  if (absl::StartsWith(file, "[cuda-")) return true;
   // Code with no file is the interpreter's or generated (<frozen ...>, torch.fx's
   // <eval_with_key>.N), except what a user typed: IPython's cells and a script on stdin.
   if (absl::StartsWith(file, "<")) {
