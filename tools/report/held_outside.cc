@@ -19,8 +19,8 @@ std::uint64_t UnusualLibraryBytes(const OutsideMoment& m) {
   return m.by_library[static_cast<std::size_t>(OutsideLibrary::kOther)];
 }
 
-// "other processes held 138.85 GiB (pid 2848 138.85 GiB), a library of this process
-// outside CUDA's own 1.00 GiB".
+// "other processes held 138.85 GiB (pid 2848 138.85 GiB), and libraries of this process
+// other than the allocator, NCCL, cuBLAS and cuDNN held 1.00 GiB".
 std::string Holders(const OutsideMoment& m) {
   std::vector<std::string> parts;
   if (const std::uint64_t others = OtherProcessesBytes(m); others > 0) {
@@ -33,6 +33,21 @@ std::string Holders(const OutsideMoment& m) {
                                  Bytes(static_cast<double>(library))));
   }
   return absl::StrJoin(parts, ", and ");
+}
+
+// "the request of 8.00 MiB was under the cap of 4.00 GiB (allocated 97.03 MiB), but the
+// driver had 469.12 MiB free (gpumem keeps 512.00 MiB free for other libraries)".
+std::string RoomText(const OomFigures& f) {
+  const std::string budget =
+      f.capacity_known ? absl::StrCat("was under the cap of ", Bytes(f.capacity), " (allocated ",
+                                      Bytes(f.allocated), ")")
+                       : std::string("needed memory from the driver");
+  const std::string headroom =
+      f.headroom == 0
+          ? std::string()
+          : absl::StrCat(" (gpumem keeps ", Bytes(f.headroom), " free for other libraries)");
+  return absl::StrCat("the request of ", Bytes(f.request), " ", budget, ", but the driver had ",
+                      Bytes(*f.device_free), " free", headroom);
 }
 
 }  // namespace
@@ -49,17 +64,7 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, OomExplanation* x) {
   f.headroom = x->at.headroom;
   if (!HeldOutsideExplains(f)) return;
   x->cls = OomClass::kHeldOutside;
-  const std::string budget =
-      f.capacity_known ? absl::StrCat("was under the cap of ", Bytes(x->capacity),
-                                      " (allocated ", Bytes(f.allocated), ")")
-                       : std::string("needed memory from the driver");
-  x->evidence = absl::StrCat("the request of ", Bytes(f.request), " ", budget,
-                             ", but the driver had ", Bytes(*f.device_free), " free",
-                             f.headroom == 0 ? std::string()
-                                             : absl::StrCat(" (gpumem keeps ", Bytes(f.headroom),
-                                                            " free for other libraries)"),
-                             ": ",
-                             Holders(at_oom),
+  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom),
                              ". Without that memory the request would have fit.");
   x->fix = OomFix(OomClass::kHeldOutside);
 }
