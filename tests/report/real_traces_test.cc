@@ -158,7 +158,8 @@ TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
 // Under gpumem's allocator on an H200, an extension took 256 MiB a step from the driver
 // (cuMemAlloc through ctypes) and never gave it back; at step 554 the driver had 469 MiB
 // free, under the 512 MiB gpumem keeps for other libraries, and gpumem refused an 8 MiB
-// request far under its 4 GiB cap. The CUPTI trace beside it says who held the device.
+// request far under its 4 GiB cap. The CUPTI trace beside it says who held the device,
+// and from which line.
 TEST(RealTraces, AnExtensionFillingTheGpuIsMemoryHeldOutside) {
   trace::Trace t = Load("extension_fills_the_gpu.gpumem.xz");
   trace::Trace cupti = Load("extension_fills_the_gpu.cupti.gpumem.xz");
@@ -171,7 +172,8 @@ TEST(RealTraces, AnExtensionFillingTheGpuIsMemoryHeldOutside) {
   EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
   EXPECT_NE(x.evidence.find("(gpumem keeps 512.00 MiB free for other libraries): libraries "
                             "of this process other than the allocator, NCCL, cuBLAS and "
-                            "cuDNN held 138.50 GiB"),
+                            "cuDNN held 138.50 GiB, most of it from diagnosis_cases.py:2598 "
+                            "extension_takes_device_memory_each_step"),
             std::string::npos)
       << x.evidence;
   Report alone = BuildReport(t, {});  // without the CUPTI trace no one is seen to hold it

@@ -1,11 +1,15 @@
 #include "tools/report/held_outside.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tools/report/outside_changes.h"
 #include "tools/report/outside_library.h"
+#include "tools/report/sites.h"
 
 namespace gpumem::report {
 namespace {
@@ -20,8 +24,8 @@ std::uint64_t UnusualLibraryBytes(const OutsideMoment& m) {
 }
 
 // "other processes held 138.85 GiB (pid 2848 138.85 GiB), and libraries of this process
-// other than the allocator, NCCL, cuBLAS and cuDNN held 1.00 GiB".
-std::string Holders(const OutsideMoment& m) {
+// other than the allocator, NCCL, cuBLAS and cuDNN held 1.00 GiB, most of it from f.py:3 g".
+std::string Holders(const OutsideMoment& m, const std::string& library_site) {
   std::vector<std::string> parts;
   if (const std::uint64_t others = OtherProcessesBytes(m); others > 0) {
     parts.push_back(absl::StrCat("other processes held ", Bytes(static_cast<double>(others)),
@@ -30,7 +34,9 @@ std::string Holders(const OutsideMoment& m) {
   if (const std::uint64_t library = UnusualLibraryBytes(m); library > 0) {
     parts.push_back(absl::StrCat("libraries of this process other than the allocator, NCCL, "
                                  "cuBLAS and cuDNN held ",
-                                 Bytes(static_cast<double>(library))));
+                                 Bytes(static_cast<double>(library)),
+                                 library_site.empty() ? std::string()
+                                                      : ", most of it from " + library_site));
   }
   return absl::StrJoin(parts, ", and ");
 }
@@ -52,7 +58,33 @@ std::string RoomText(const OomFigures& f) {
 
 }  // namespace
 
-void ExplainHeldOutside(const OutsideMoment& at_oom, OomExplanation* x) {
+std::string UnusualLibrarySite(const trace::Trace& main, const trace::Trace& cupti, int device,
+                               std::int64_t time_us) {
+  const std::int64_t until = time_us - CuptiShiftUs(main, cupti);
+  absl::flat_hash_map<std::uint64_t, const trace::Event*> live;  // by address
+  for (const trace::Event& e : cupti.events) {
+    if (e.time_us > until) continue;
+    if (e.device != device) continue;
+    if (e.action == trace::Action::kSegmentFree) live.erase(e.addr);
+    if (e.action != trace::Action::kSegmentAlloc || !IsDriverCall(cupti, e.stack_id) ||
+        LibraryOfStack(cupti, e.stack_id) != OutsideLibrary::kOther) {
+      continue;
+    }
+    live[e.addr] = &e;
+  }
+  if (live.empty()) return "";
+  const SiteTable sites(cupti);
+  absl::flat_hash_map<std::uint32_t, std::uint64_t> by_site;
+  for (const auto& [addr, e] : live) by_site[sites.site_of_stack(e->stack_id)] += e->size;
+  const auto most = std::max_element(by_site.begin(), by_site.end(), [](const auto& a,
+                                                                        const auto& b) {
+    return a.second < b.second;
+  });
+  return most->first == 0 ? "" : sites.name(most->first);
+}
+
+void ExplainHeldOutside(const OutsideMoment& at_oom, const std::string& library_site,
+                        OomExplanation* x) {
   if (x->cls == OomClass::kLeak) return;
   OomFigures f;
   f.allocated = x->at.allocated;
@@ -64,7 +96,7 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, OomExplanation* x) {
   f.headroom = x->at.headroom;
   if (!HeldOutsideExplains(f)) return;
   x->cls = OomClass::kHeldOutside;
-  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom),
+  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom, library_site),
                              ". Without that memory the request would have fit.");
   x->fix = OomFix(OomClass::kHeldOutside);
 }

@@ -129,7 +129,12 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {
-    ExplainHeldOutside(*r.outside.end, &r.ooms[*r.fatal_oom]);
+    OomExplanation& x = r.ooms[*r.fatal_oom];
+    const std::string library_site =
+        options.cupti == nullptr
+            ? ""
+            : UnusualLibrarySite(trace, *options.cupti, x.at.device, x.at.time_us);
+    ExplainHeldOutside(*r.outside.end, library_site, &x);
   }
   r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);
