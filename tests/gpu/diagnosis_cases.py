@@ -2582,13 +2582,14 @@ def long_batches_that_run_out_are_skipped():
     print(f"skipped {skipped} batches that ran out of memory")
 
 
-@case("out of memory outside the allocator", "memory held outside the allocator")
+@case("out of memory outside the allocator", "leak")
 def extension_takes_device_memory_each_step():
     """A custom extension's scratch buffer taken from the driver (cuMemAlloc, outside
     PyTorch's allocator) at every call and never given back: 256 MiB a step until the
-    device is full. Under PyTorch's allocator, which needs nothing new in steady steps,
-    the extension's own call fails; gpumem's allocator, which keeps less cached, runs out
-    first, the device full of the extension's memory."""
+    device is full, a leak outside the allocator. Under PyTorch's allocator, which needs
+    nothing new in steady steps, the extension's own call fails (an out-of-memory outside
+    the allocator, whose verdict names the leak); gpumem's allocator, which keeps less
+    cached, runs out first, the device full of the extension's memory."""
     import ctypes
     driver = ctypes.CDLL("libcuda.so.1")
     net, scratch = model(), []

@@ -225,6 +225,47 @@ TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   EXPECT_FALSE(BuildReport(main, {}).fatal_failed_outside.has_value());  // unseen without it
 }
 
+// An extension's own cuMemAlloc of 256 MiB before every step end, never freed, and then
+// one that fails: a leak outside the allocator at the line that calls it.
+TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  trace::Trace cupti = synthetic::OutsideCuptiTrace();
+  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
+  const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
+  cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
+  cupti.frames.push_back({"/opt/ext/libext.so", 0, "ext_alloc"});
+  cupti.frames.push_back({"ext.py", 12, "scratch"});
+  const auto stack = static_cast<std::uint32_t>(cupti.stacks.size());
+  cupti.stacks.push_back({frame, frame + 1, frame + 2});
+  std::uint64_t addr = 0x7e0000000000ull;
+  for (const trace::Event& e : main.events) {
+    if (e.action != trace::Action::kStep) continue;
+    trace::Event kept;
+    kept.action = trace::Action::kSegmentAlloc;
+    kept.time_us = e.time_us - 5 - shift;
+    kept.addr = addr += 256 * A::kMiB;
+    kept.size = 256 * A::kMiB;
+    kept.stack_id = stack;
+    cupti.events.push_back(kept);
+  }
+  trace::FailedAllocation failed;
+  failed.time_us = main.events.back().time_us + 10 - shift;
+  failed.size = 256 * A::kMiB;
+  failed.call = "cuMemAlloc";
+  failed.error = 2;
+  failed.stack_id = stack;
+  cupti.failed_allocations.push_back(failed);
+  ReportOptions options;
+  options.cupti = &cupti;
+  const Report r = BuildReport(main, options);
+  ASSERT_TRUE(r.fatal_failed_outside.has_value());
+  EXPECT_EQ(r.failed_outside_holder.site, "ext.py:12 scratch");
+  EXPECT_NE(Verdict(r).find("step 6: leak outside the allocator at ext.py:12 scratch "
+                            "(+256.00 MiB/step); cuMemAlloc of 256.00 MiB failed"),
+            std::string::npos)
+      << Verdict(r);
+}
+
 TEST(OutsideAllocator, MergedTableHasTheOutsideColumn) {
   trace::Trace a = synthetic::OutsideAllocatorTrace(false);
   trace::Trace b = synthetic::PeakTrace();

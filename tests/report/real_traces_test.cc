@@ -159,8 +159,8 @@ TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
 // (cuMemAlloc through ctypes) and never gave it back; at step 554 the driver had 469 MiB
 // free, under the 512 MiB gpumem keeps for other libraries, and gpumem refused an 8 MiB
 // request far under its 4 GiB cap. The CUPTI trace beside it says who held the device,
-// and from which line.
-TEST(RealTraces, AnExtensionFillingTheGpuIsMemoryHeldOutside) {
+// from which line, and that it grew every step: a leak outside the allocator.
+TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAllocator) {
   trace::Trace t = Load("extension_fills_the_gpu.gpumem.xz");
   trace::Trace cupti = Load("extension_fills_the_gpu.cupti.gpumem.xz");
   ReportOptions options;
@@ -169,13 +169,16 @@ TEST(RealTraces, AnExtensionFillingTheGpuIsMemoryHeldOutside) {
   ASSERT_TRUE(r.fatal_oom.has_value());
   const OomExplanation& x = r.ooms[*r.fatal_oom];
   EXPECT_EQ(x.at.headroom, 512u << 20);
-  EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
-  EXPECT_NE(x.evidence.find("(gpumem keeps 512.00 MiB free for other libraries): libraries "
-                            "of this process other than the allocator, NCCL, cuBLAS and "
-                            "cuDNN held 138.50 GiB, most of it from diagnosis_cases.py:2598 "
-                            "extension_takes_device_memory_each_step"),
+  EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
+  EXPECT_NE(x.evidence.find("memory held outside the allocator grew: diagnosis_cases.py:2598 "
+                            "extension_takes_device_memory_each_step took 256.00 MiB per step "
+                            "from the driver and kept it"),
             std::string::npos)
       << x.evidence;
+  EXPECT_NE(x.evidence.find("(gpumem keeps 512.00 MiB free for other libraries)"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_EQ(x.fix, kOutsideLeakFix);
   Report alone = BuildReport(t, {});  // without the CUPTI trace no one is seen to hold it
   EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
 }

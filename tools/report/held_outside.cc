@@ -58,32 +58,88 @@ std::string RoomText(const OomFigures& f) {
 
 }  // namespace
 
-std::string UnusualLibrarySite(const trace::Trace& main, const trace::Trace& cupti, int device,
-                               std::int64_t time_us) {
-  const std::int64_t until = time_us - CuptiShiftUs(main, cupti);
-  absl::flat_hash_map<std::uint64_t, const trace::Event*> live;  // by address
-  for (const trace::Event& e : cupti.events) {
-    if (e.time_us > until) continue;
-    if (e.device != device) continue;
-    if (e.action == trace::Action::kSegmentFree) live.erase(e.addr);
-    if (e.action != trace::Action::kSegmentAlloc || !IsDriverCall(cupti, e.stack_id) ||
-        LibraryOfStack(cupti, e.stack_id) != OutsideLibrary::kOther) {
-      continue;
-    }
-    live[e.addr] = &e;
+namespace {
+
+// The times at which steps ended, up to `until`: the state after events [0, end).
+std::vector<std::int64_t> StepEndTimes(const trace::Trace& main, const Steps& steps,
+                                       std::int64_t until) {
+  std::vector<std::int64_t> times;
+  for (const std::size_t end : steps.ends) {
+    if (end == 0 || end > main.events.size()) continue;
+    const std::int64_t t = main.events[end - 1].time_us;
+    if (t <= until) times.push_back(t);
   }
-  if (live.empty()) return "";
-  const SiteTable sites(cupti);
-  absl::flat_hash_map<std::uint32_t, std::uint64_t> by_site;
-  for (const auto& [addr, e] : live) by_site[sites.site_of_stack(e->stack_id)] += e->size;
-  const auto most = std::max_element(by_site.begin(), by_site.end(), [](const auto& a,
-                                                                        const auto& b) {
-    return a.second < b.second;
-  });
-  return most->first == 0 ? "" : sites.name(most->first);
+  return times;
 }
 
-void ExplainHeldOutside(const OutsideMoment& at_oom, const std::string& library_site,
+// The CUPTI trace's device allocations by unusual libraries on `device`, in time order.
+std::vector<const trace::Event*> UnusualCalls(const trace::Trace& cupti, int device) {
+  std::vector<const trace::Event*> calls;
+  for (const trace::Event& e : cupti.events) {
+    if (e.device != device) continue;
+    const bool alloc = e.action == trace::Action::kSegmentAlloc;
+    if (!alloc && e.action != trace::Action::kSegmentFree) continue;
+    if (alloc && (!IsDriverCall(cupti, e.stack_id) ||
+                  LibraryOfStack(cupti, e.stack_id) != OutsideLibrary::kOther)) {
+      continue;
+    }
+    calls.push_back(&e);
+  }
+  std::stable_sort(calls.begin(), calls.end(), [](const trace::Event* a, const trace::Event* b) {
+    return a->time_us < b->time_us;
+  });
+  return calls;
+}
+
+}  // namespace
+
+UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
+                                const Steps& steps, int device, std::int64_t time_us) {
+  const std::int64_t shift = CuptiShiftUs(main, cupti);
+  const std::vector<std::int64_t> ends = StepEndTimes(main, steps, time_us);
+  const SiteTable sites(cupti);
+  absl::flat_hash_map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> live;  // addr
+  absl::flat_hash_map<std::uint32_t, std::uint64_t> by_site;
+  absl::flat_hash_map<std::uint32_t, std::vector<std::uint64_t>> at_ends;  // [site][end]
+  std::size_t next_end = 0;
+  auto sample_until = [&](std::int64_t t) {
+    for (; next_end < ends.size() && ends[next_end] < t; ++next_end) {
+      for (const auto& [site, bytes] : by_site) at_ends[site].resize(next_end + 1, 0);
+      for (const auto& [site, bytes] : by_site) at_ends[site][next_end] = bytes;
+    }
+  };
+  for (const trace::Event* e : UnusualCalls(cupti, device)) {
+    if (e->time_us + shift > time_us) break;
+    sample_until(e->time_us + shift);
+    if (e->action == trace::Action::kSegmentFree) {
+      if (auto it = live.find(e->addr); it != live.end()) {
+        by_site[it->second.first] -= it->second.second;
+        live.erase(it);
+      }
+      continue;
+    }
+    const std::uint32_t site = sites.site_of_stack(e->stack_id);
+    live[e->addr] = {site, e->size};
+    by_site[site] += e->size;
+  }
+  sample_until(time_us + 1);
+  UnusualHolder holder;
+  holder.samples = ends.size();
+  for (const auto& [site, bytes] : by_site) {
+    if (site != 0 && bytes > holder.bytes) {
+      holder.site = sites.name(site);
+      holder.bytes = bytes;
+      std::vector<std::uint64_t> samples = at_ends[site];
+      samples.resize(ends.size(), 0);
+      std::vector<double> step_numbers(samples.size());
+      for (std::size_t i = 0; i < samples.size(); ++i) step_numbers[i] = static_cast<double>(i);
+      holder.growth = SteadyGrowth(step_numbers, samples, MinLeakGrowth(bytes));
+    }
+  }
+  return holder;
+}
+
+void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder,
                         OomExplanation* x) {
   if (x->cls == OomClass::kLeak) return;
   OomFigures f;
@@ -95,8 +151,19 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, const std::string& library_
   f.held_outside = OtherProcessesBytes(at_oom) + UnusualLibraryBytes(at_oom);
   f.headroom = x->at.headroom;
   if (!HeldOutsideExplains(f)) return;
+  if (holder.growth) {
+    x->cls = OomClass::kLeak;
+    x->evidence = absl::StrCat(
+        "memory held outside the allocator grew: ", holder.site, " took ",
+        Bytes(holder.growth->bytes_per_step), " per step from the driver and kept it, over the last ",
+        holder.samples - holder.growth->from, " step ends (",
+        Bytes(static_cast<double>(holder.bytes)), " at the OOM); ", RoomText(f),
+        ". Without that memory the request would have fit.");
+    x->fix = kOutsideLeakFix;
+    return;
+  }
   x->cls = OomClass::kHeldOutside;
-  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom, library_site),
+  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom, holder.site),
                              ". Without that memory the request would have fit.");
   x->fix = OomFix(OomClass::kHeldOutside);
 }

@@ -4,20 +4,34 @@
 // (report::HeldOutsideExplains). A leak stays a leak.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <string>
+
 #include "tools/report/oom_explain.h"
 #include "tools/report/outside_allocator.h"
+#include "tools/report/steps.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
 
 // The line whose driver calls held most of what libraries other than the allocator,
-// NCCL, cuBLAS and cuDNN held on `device` at `time_us` (the main trace's clock), by the
-// CUPTI trace beside `main`; empty where none held any.
-std::string UnusualLibrarySite(const trace::Trace& main, const trace::Trace& cupti, int device,
-                               std::int64_t time_us);
+// NCCL, cuBLAS and cuDNN held on a device at a moment, by the CUPTI trace beside the main
+// one, and how that line's memory grew over the step ends before it.
+struct UnusualHolder {
+  std::string site;              // "file:line function"; empty where none held any
+  std::uint64_t bytes = 0;       // what it held at the moment
+  std::optional<Growth> growth;  // steady growth over the step ends (SteadyGrowth)
+  std::size_t samples = 0;       // step ends before the moment
+};
+// `time_us` on the main trace's clock.
+UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
+                                const Steps& steps, int device, std::int64_t time_us);
 
-// `at_oom`: the outside figures taken at `x`'s OOM; `library_site`: UnusualLibrarySite
-// there (or empty).
-void ExplainHeldOutside(const OutsideMoment& at_oom, const std::string& library_site,
+// `at_oom`: the outside figures taken at `x`'s OOM; `holder`: FindUnusualHolder there (or
+// none). Where that holder's memory grew steadily, the OOM is a leak outside the
+// allocator at its line.
+void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder,
                         OomExplanation* x);
 
 }  // namespace gpumem::report

@@ -156,7 +156,12 @@ std::string Verdict(const Report& r) {
                          " caught and recovered from");
   if (r.fatal_failed_outside) {
     const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
-    return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ",
+    const UnusualHolder& leak = r.failed_outside_holder;
+    const std::string grew =
+        leak.growth ? absl::StrCat("leak outside the allocator at ", leak.site, " (+",
+                                   Bytes(leak.growth->bytes_per_step), "/step); ")
+                    : std::string();
+    return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ", grew,
                         FailedCall(f), " failed while the allocator held ",
                         Bytes(f.idle), " idle",
                         recovered.empty() ? "" : absl::StrCat(" (before it, ", recovered, ")"),

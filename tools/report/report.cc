@@ -125,16 +125,20 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.recovered_ooms += r.ooms[i].recovered;
   }
   TakeFailedOutside(&r, options.cupti);
+  if (r.fatal_failed_outside && options.cupti != nullptr) {
+    const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
+    r.failed_outside_holder = FindUnusualHolder(trace, *options.cupti, r.steps, f.device, f.time_us);
+  }
   const std::optional<OutsideEnd> death = Death(r);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {
     OomExplanation& x = r.ooms[*r.fatal_oom];
-    const std::string library_site =
+    const UnusualHolder holder =
         options.cupti == nullptr
-            ? ""
-            : UnusualLibrarySite(trace, *options.cupti, x.at.device, x.at.time_us);
-    ExplainHeldOutside(*r.outside.end, library_site, &x);
+            ? UnusualHolder{}
+            : FindUnusualHolder(trace, *options.cupti, r.steps, x.at.device, x.at.time_us);
+    ExplainHeldOutside(*r.outside.end, holder, &x);
   }
   r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);

@@ -9,6 +9,7 @@
 
 #include "tools/report/cache_pressure.h"
 #include "tools/report/failed_outside.h"
+#include "tools/report/held_outside.h"
 #include "tools/report/leaks.h"
 #include "tools/report/oom_explain.h"
 #include "tools/report/outside_allocator.h"
@@ -42,6 +43,9 @@ struct Report {
   std::vector<FailedOutside> failed_outside;  // failed device-memory calls of other libraries
   // Index into failed_outside: the failure that ended the run, after any OOM.
   std::optional<std::size_t> fatal_failed_outside;
+  // Where a failed outside call ended the run: the line whose unusual libraries' memory
+  // held most then, by the CUPTI trace, and its growth (a leak outside the allocator).
+  UnusualHolder failed_outside_holder;
   std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based

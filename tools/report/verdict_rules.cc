@@ -125,6 +125,13 @@ const char* const kGraphPoolLeakFix =
     "make_graphed_callables refers to itself: one dropped is freed only by the cycle "
     "collector, so graph it once, or call gc.collect() after dropping it.";
 
+const char* const kOutsideLeakFix =
+    "A library of this process takes device memory from the driver every step and keeps "
+    "it, outside PyTorch's allocator (a CUDA extension's cudaMalloc or cuMemAlloc without "
+    "its free, another framework's pool that grows): free what it allocates once done "
+    "with it (or reuse one buffer), or allocate through PyTorch (torch.empty) so that "
+    "the allocator and its tools see it.";
+
 const char* const kHelperKeptFix =
     "A thread other than the training loop's puts tensors on the device faster than the "
     "loop takes them (a prefetch queue without a bound, a cache a loader fills): bound the "

@@ -174,6 +174,8 @@ struct OomFigures {
 // there is one) had room for it, and with what was held outside (OomFigures::held_outside)
 // given back the device would have had that room.
 bool HeldOutsideExplains(const OomFigures& f);
+// The fix where that memory is a library of this process that grows from step to step.
+extern const char* const kOutsideLeakFix;
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
 // and not for growth over steps: too few steps had finished to measure growth, and
 // without those blocks the request would have fit.
