@@ -12,6 +12,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 [ "$(grep -c $'\talloc\t' "$dir/out")" = 100 ] || fail "expected 100 alloc lines"
 grep -q $'\tfree_requested\t.*addr=0x7f0000000000' "$dir/out" || fail "free line missing"
 grep -q $'\tstep\t.*step=1' "$dir/out" || fail "step line missing"
+grep -q $'\tfailed_alloc\tdevice=0\tcuMemAlloc\tsize=268435456\tCUDA_ERROR_OUT_OF_MEMORY' "$dir/out" \
+  || fail "failed call line missing: $(grep failed "$dir/out")"
 grep -q '    at Linear.forward (model.py:42)' "$dir/out" || fail "--stacks frame missing"
 grep -q '^# pid=' "$dir/out" || fail "header missing"
 [ -s "$dir/err" ] && fail "unexpected stderr: $(cat "$dir/err")"

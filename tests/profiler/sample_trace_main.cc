@@ -1,5 +1,5 @@
-// Writes a small gpumem trace for the `gpumem dump` CLI test: alloc, free, a step, an
-// OOM, each alloc with a two-frame Python-like stack.  Usage: sample_trace PATH [killed]
+// Writes a small gpumem trace for the `gpumem dump` CLI test: alloc, free, a step, a
+// failed driver call, each alloc with a two-frame Python-like stack.  Usage: sample_trace PATH [killed]
 // With `killed` the program dies by SIGKILL after the allocs (small journal ring, no
 // flush after the 50th alloc): of the last 50, those not drained yet are only in the raw
 // journal.
@@ -49,5 +49,9 @@ int main(int argc, char** argv) {
   if (killed) kill(getpid(), SIGKILL);
   record(gpumem::format::RecordType::kFree, 0x7f0000000000, 4096, 0);
   record(gpumem::format::RecordType::kStep, 0, 1, 0);
+  // A library's cuMemAlloc of 256 MiB that failed (CUDA_ERROR_OUT_OF_MEMORY).
+  record(gpumem::format::RecordType::kFailedAlloc,
+         gpumem::format::FailedCallWord(gpumem::format::MemoryApiOf("cuMemAlloc"), 2),
+         256u << 20, stack);
   return (*writer)->Close().ok() ? 0 : 1;
 }

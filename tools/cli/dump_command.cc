@@ -1,5 +1,6 @@
 // gpumem dump TRACE: every event of a trace as one line of text, optionally with its
 // stack; for gpumem traces the file header first. Any trace format LoadTrace reads works.
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
@@ -74,22 +75,35 @@ void PrintAnnotation(const trace::Annotation& an) {
               an.device, an.start ? "start" : "end", an.name.c_str());
 }
 
-// The first `limit` events (0: all, then every annotation), each annotation before the
-// first event that comes after it.
+// A device-memory call of another library that failed (the CUPTI tracer's records).
+void PrintFailed(const trace::Trace& t, const trace::FailedAllocation& f, bool stacks) {
+  std::string line = absl::StrFormat("%d\tfailed_alloc\tdevice=%d\t%s\tsize=%d\t%s", f.time_us,
+                                     f.device, f.call, f.size, trace::FailedCallErrorName(f));
+  if (f.device_free) absl::StrAppendFormat(&line, "\tdevice_free=%d", *f.device_free);
+  if (f.stack_id != 0) absl::StrAppendFormat(&line, "\tstack=%d", f.stack_id);
+  std::printf("%s\n", line.c_str());
+  if (stacks && f.stack_id != 0) PrintStack(t, f.stack_id);
+}
+
+// The first `limit` events (0: all, then every annotation and failed call), each
+// annotation and failed call before the first event that comes after it.
 void PrintEvents(const trace::Trace& t, std::size_t limit, bool stacks) {
   std::printf("# time_us\taction\tdevice\tstream\tthread\taddr/step\tsize\tstack\n");
-  std::size_t a = 0;
-  const std::size_t n = limit == 0 ? t.events.size() : std::min(limit, t.events.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const trace::Event& e = t.events[i];
-    for (; a < t.annotations.size() && t.annotations[a].time_us <= e.time_us; ++a) {
+  std::size_t a = 0, f = 0;
+  auto print_until = [&](std::int64_t time_us) {
+    for (; a < t.annotations.size() && t.annotations[a].time_us <= time_us; ++a) {
       PrintAnnotation(t.annotations[a]);
     }
-    PrintEvent(t, e, stacks);
+    for (; f < t.failed_allocations.size() && t.failed_allocations[f].time_us <= time_us; ++f) {
+      PrintFailed(t, t.failed_allocations[f], stacks);
+    }
+  };
+  const std::size_t n = limit == 0 ? t.events.size() : std::min(limit, t.events.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    print_until(t.events[i].time_us);
+    PrintEvent(t, t.events[i], stacks);
   }
-  if (limit == 0) {
-    for (; a < t.annotations.size(); ++a) PrintAnnotation(t.annotations[a]);
-  }
+  if (limit == 0) print_until(INT64_MAX);
 }
 
 int RunDump(const DumpArgs& args) {
@@ -117,8 +131,9 @@ int RunDump(const DumpArgs& args) {
 void AddDumpCommand(CLI::App& app, int* status) {
   auto args = std::make_shared<DumpArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "dump", "Print a trace's events as text, one a line (gpumem traces, PyTorch snapshot "
-              "pickles, .tsv traces). Recovered-data warnings go to stderr.");
+      "dump", "Print a trace's events, annotations and failed driver calls as text, one a "
+              "line (gpumem traces, PyTorch snapshot pickles, .tsv traces). Recovered-data "
+              "warnings go to stderr.");
   cmd->add_option("TRACE", args->path, "trace file")->required();
   cmd->add_flag("--stacks", args->stacks, "print each event's frames below it");
   cmd->add_option("--limit", args->limit, "print only the first N events (0: all)");
