@@ -37,6 +37,16 @@ TEST(TsvReaderTest, ReadsEventsAndInternsStacks) {
   EXPECT_EQ(trace->frames.size(), 2u);
 }
 
+// An OOM row carries the device's free bytes in its address column; the event's address
+// (the headroom that refused it, in gpumem traces) is then unknown.
+TEST(TsvReaderTest, AnOomRowsAddressIsTheDevicesFreeBytes) {
+  auto trace = ParseTsvTrace("0\toom\t1048576\t4096\t0\t10\t0\n", "t.tsv");
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->events.size(), 1u);
+  EXPECT_EQ(trace->events[0].device_free, 1048576u);
+  EXPECT_EQ(trace->events[0].addr, 0u);
+}
+
 TEST(TsvReaderTest, BadLinesAreNamed) {
   auto unknown = ParseTsvTrace("0\tmalloc\t1\t2\t0\t3\t0\n", "t.tsv");
   EXPECT_EQ(unknown.status().message(), "t.tsv: line 1: unknown action 'malloc'");

@@ -198,7 +198,12 @@ class TsvParser {
         !ParseInt(f[5], &e.time_us) || !ParseInt(f[6], &stack)) {
       return error("a numeric field is not a number");
     }
-    if (e.action == Action::kOom) e.device_free = e.addr;
+    // An OOM row's address column is the device's free bytes; a gpumem trace's OOM address
+    // is the headroom that refused it, which a .tsv does not record.
+    if (e.action == Action::kOom) {
+      e.device_free = e.addr;
+      e.addr = 0;
+    }
     e.stack_id = static_cast<std::uint32_t>(stack);  // the file's id until Finish()
     events_.push_back(e);
     last_time_us_ = e.time_us;
