@@ -86,13 +86,8 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
                           "), and allocated ", Bytes(f.allocated), " is under the cap of ",
                           Bytes(f.capacity), ", yet the request was refused", driver);
     case OomClass::kHeldOutside:
-      return absl::StrCat(
-          "the request of ", Bytes(f.request),
-          f.capacity_known ? absl::StrCat(" was under the cap of ", Bytes(f.capacity),
-                                          " (allocated ", Bytes(f.allocated), ")")
-                           : std::string(" needed memory from the driver"),
-          ", but the driver had ", Bytes(*f.device_free), " free while other processes held ",
-          Bytes(f.held_outside), ": without them it would have fit");
+      return absl::StrCat(report::HeldOutsideRoomText(f), " while other processes held ",
+                          Bytes(f.held_outside), ": without them it would have fit");
     case OomClass::kPeak:
       break;
   }

@@ -41,24 +41,13 @@ std::string Holders(const OutsideMoment& m, const std::string& library_site) {
   return absl::StrJoin(parts, ", and ");
 }
 
-// "the request of 8.00 MiB was under the cap of 4.00 GiB (allocated 97.03 MiB), but the
+// HeldOutsideRoomText, with gpumem's headroom where that refused the request: "... but the
 // driver had 469.12 MiB free (gpumem keeps 512.00 MiB free for other libraries)".
 std::string RoomText(const OomFigures& f) {
-  const std::string budget =
-      f.capacity_known ? absl::StrCat("was under the cap of ", Bytes(f.capacity), " (allocated ",
-                                      Bytes(f.allocated), ")")
-                       : std::string("needed memory from the driver");
-  const std::string headroom =
-      f.headroom == 0
-          ? std::string()
-          : absl::StrCat(" (gpumem keeps ", Bytes(f.headroom), " free for other libraries)");
-  return absl::StrCat("the request of ", Bytes(f.request), " ", budget, ", but the driver had ",
-                      Bytes(*f.device_free), " free", headroom);
+  if (f.headroom == 0) return HeldOutsideRoomText(f);
+  return absl::StrCat(HeldOutsideRoomText(f), " (gpumem keeps ", Bytes(f.headroom),
+                      " free for other libraries)");
 }
-
-}  // namespace
-
-namespace {
 
 // The times at which steps ended, up to `until`: the state after events [0, end).
 std::vector<std::int64_t> StepEndTimes(const trace::Trace& main, const Steps& steps,
@@ -104,8 +93,11 @@ UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cu
   std::size_t next_end = 0;
   auto sample_until = [&](std::int64_t t) {
     for (; next_end < ends.size() && ends[next_end] < t; ++next_end) {
-      for (const auto& [site, bytes] : by_site) at_ends[site].resize(next_end + 1, 0);
-      for (const auto& [site, bytes] : by_site) at_ends[site][next_end] = bytes;
+      for (const auto& [site, bytes] : by_site) {
+        std::vector<std::uint64_t>& samples = at_ends[site];
+        samples.resize(next_end + 1, 0);
+        samples[next_end] = bytes;
+      }
     }
   };
   for (const trace::Event* e : UnusualCalls(cupti, device)) {
@@ -125,17 +117,20 @@ UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cu
   sample_until(time_us + 1);
   UnusualHolder holder;
   holder.samples = ends.size();
+  std::uint32_t top = 0;
   for (const auto& [site, bytes] : by_site) {
     if (site != 0 && bytes > holder.bytes) {
-      holder.site = sites.name(site);
+      top = site;
       holder.bytes = bytes;
-      std::vector<std::uint64_t> samples = at_ends[site];
-      samples.resize(ends.size(), 0);
-      std::vector<double> step_numbers(samples.size());
-      for (std::size_t i = 0; i < samples.size(); ++i) step_numbers[i] = static_cast<double>(i);
-      holder.growth = SteadyGrowth(step_numbers, samples, MinLeakGrowth(bytes));
     }
   }
+  if (top == 0) return holder;
+  holder.site = sites.name(top);
+  std::vector<std::uint64_t>& samples = at_ends[top];
+  samples.resize(ends.size(), 0);
+  std::vector<double> step_numbers(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) step_numbers[i] = static_cast<double>(i);
+  holder.growth = SteadyGrowth(step_numbers, samples, MinLeakGrowth(holder.bytes));
   return holder;
 }
 

@@ -272,6 +272,15 @@ bool HeldOutsideExplains(const OomFigures& f) {
   return under_the_cap && *f.device_free + f.held_outside >= need;
 }
 
+std::string HeldOutsideRoomText(const OomFigures& f) {
+  const std::string budget =
+      f.capacity_known ? absl::StrCat("was under the cap of ", Bytes(f.capacity), " (allocated ",
+                                      Bytes(f.allocated), ")")
+                       : std::string("needed memory from the driver");
+  return absl::StrCat("the request of ", Bytes(f.request), " ", budget, ", but the driver had ",
+                      Bytes(f.device_free.value_or(0)), " free");
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
   const bool growth_explains =
       f.growth_suspected && f.grown_bytes > 0 && FitsWithout(f, f.grown_bytes);

@@ -176,6 +176,10 @@ struct OomFigures {
 bool HeldOutsideExplains(const OomFigures& f);
 // The fix where that memory is a library of this process that grows from step to step.
 extern const char* const kOutsideLeakFix;
+// Such an OOM's room as both verdicts say it: "the request of 32.00 MiB was under the cap
+// of 4.00 GiB (allocated 129.03 MiB), but the driver had 27.56 MiB free" ("needed memory
+// from the driver" where there was no cap). Needs f.device_free.
+std::string HeldOutsideRoomText(const OomFigures& f);
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
 // and not for growth over steps: too few steps had finished to measure growth, and
 // without those blocks the request would have fit.
