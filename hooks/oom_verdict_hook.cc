@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "hooks/trace_hook.h"
+#include "hooks/tracer_libraries.h"
 #include "profiler/driver_memory.h"
 #include "profiler/live_view.h"
 #include "profiler/oom_verdict.h"
@@ -27,6 +28,13 @@ std::uint64_t UsableCached(std::uint64_t reserved, std::uint64_t allocated,
 
 std::mutex g_mu;
 SiteHistory g_totals;  // device totals at step ends, under kPinnedLow keys
+// What this process's own unusual libraries held at step ends (TracerLibraryDevices), by
+// device under kPinnedLow keys.
+SiteHistory g_libraries;
+
+std::uint64_t DeviceKey(std::int32_t device) {
+  return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
+}
 std::uint64_t g_steps = 0;
 
 // One full verdict per device, step and class: a program that catches OOMs (cuDNN's
@@ -84,18 +92,35 @@ std::optional<DeviceProcesses> ProcessesThisStep(int device) {
   return it->second.processes;
 }
 
-// The driver's count of the device's memory and NVML's of its processes, where they can
-// say (never initializes CUDA).
-void AddDriverFigures(OomVerdictInput& in) {
+// What this process's own unusual libraries hold on the device now (the CUPTI tracer's
+// count), and how that grew over the step ends.
+void AddLibraryHoldings(OomVerdictInput& in) {
+  const std::optional<TracerLibraryHolding> now = ReadTracerLibraries(in.device);
+  if (!now || now->bytes == 0) return;
+  in.libraries.bytes = now->bytes;
+  in.libraries.site = now->site;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (const auto g = g_libraries.GrowthOf(DeviceKey(in.device), report::MinLeakGrowth(now->bytes))) {
+    in.libraries.growth = g->growth;
+    in.libraries.growth_steps = g->step_ends;
+  }
+}
+
+// The driver's count of the device's memory, NVML's of its processes, and the tracer's of
+// this process's unusual libraries, where they can say (never initializes CUDA). Others'
+// memory and those libraries' are what the dying process can tell apart from the rest of
+// its own; the report splits all of it by library.
+void AddOutsideFigures(OomVerdictInput& in) {
   const std::optional<DriverMemory> d = SampleDriverMemory();
-  if (!d || d->device != in.device) return;
-  if (!in.driver_free) in.driver_free = d->free;
-  in.driver_total = d->total;
-  in.processes = ProcessesThisStep(in.device);
-  // Other processes' memory is what the dying process can tell apart from its own; the
-  // report splits this process's by library.
+  if (d && d->device == in.device) {
+    if (!in.driver_free) in.driver_free = d->free;
+    in.driver_total = d->total;
+    in.processes = ProcessesThisStep(in.device);
+  }
+  AddLibraryHoldings(in);
   in.figures.device_free = in.driver_free;
-  if (in.processes) in.figures.held_outside = in.processes->others_bytes();
+  in.figures.held_outside =
+      (in.processes ? in.processes->others_bytes() : 0) + in.libraries.bytes;
 }
 
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).
@@ -136,9 +161,9 @@ void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::str
   in.figures.free_cached = UsableCached(report.reserved_bytes, report.allocated_bytes,
                                         in.private_pools_free);
   in.reserved = report.reserved_bytes;
-  AddDriverFigures(in);
+  AddOutsideFigures(in);
   Describe(in);
-  Print(in, report::ClassifyOom(in.figures), headline.empty() ? headline : headline + "\n");
+  Print(in, ClassifyDyingOom(in), headline.empty() ? headline : headline + "\n");
 }
 
 report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
@@ -160,7 +185,7 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
     if (!in.figures.largest_free) in.figures.largest_free = a.largest_free_bytes;
     in.private_pools_free = a.private_pools_free_bytes;
   }
-  AddDriverFigures(in);  // before Describe, which flushes the trace
+  AddOutsideFigures(in);  // before Describe, which flushes the trace
   Describe(in);  // fills allocated and the cap from the trace where still unknown
   in.figures.free_cached = UsableCached(reserved, in.figures.allocated, in.private_pools_free);
   if (reserved != 0) in.reserved = reserved;
@@ -168,7 +193,7 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
     in.figures.capacity = reserved + f.driver_free_bytes;
     in.figures.capacity_known = false;
   }
-  const report::OomClass cls = report::ClassifyOom(in.figures);
+  const report::OomClass cls = ClassifyDyingOom(in);
   Print(in, cls);
   return cls;
 }
@@ -177,13 +202,21 @@ void SampleStepTotals(std::uint64_t step) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;
   std::vector<std::uint64_t> pinned;
   ForEachStartedDevice([&](DeviceState& s) {
-    const std::uint64_t key = LiveBlocks::Key(s.device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
-    live[key] = s.allocator->stats().allocated_bytes;
-    pinned.push_back(key);
+    live[DeviceKey(s.device)] = s.allocator->stats().allocated_bytes;
+    pinned.push_back(DeviceKey(s.device));
   });
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> libraries;
+  std::vector<std::uint64_t> library_keys;
+  const std::uint64_t devices = TracerLibraryDevices();
+  for (int device = 0; device < 64; ++device) {
+    if ((devices >> device & 1) == 0) continue;
+    libraries[DeviceKey(device)] = TracerLibraryBytes(device);
+    library_keys.push_back(DeviceKey(device));
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   g_steps = step;
   g_totals.Add(step, live, pinned);
+  if (!library_keys.empty()) g_libraries.Add(step, libraries, library_keys);
 }
 
 }  // namespace gpumem::hooks

@@ -24,37 +24,6 @@ std::uint64_t TotalKey(std::int32_t device) {
 
 std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
 
-// A site's growth, its rate fitted over its last step ends or, failing that, over its
-// coarse series (SiteHistory); where it began, what it had then and how many step ends
-// it spans from the series that reaches back furthest, so that a leak of many steps
-// counts all it added by an OOM.
-struct FoundGrowth {
-  report::Growth growth;
-  std::uint64_t live_then = 0;
-  std::size_t step_ends = 0;
-};
-std::optional<FoundGrowth> GrowthOf(const SiteHistory& history, std::uint64_t key,
-                                    double min_growth) {
-  const report::FillLevel fill = history.FillOf(key);
-  std::optional<FoundGrowth> found;
-  for (const SiteHistory::Series& s : {history.Of(key), history.CoarseOf(key)}) {
-    const std::optional<report::Growth> g =
-        report::RecentSteadyGrowth(s.steps, s.live, min_growth, &fill);
-    if (!g) continue;
-    const FoundGrowth here{*g, s.live[g->from],
-                           static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};
-    if (!found) {
-      found = here;
-    } else if (here.live_then < found->live_then) {
-      // The rate stays the recent one; what the growth added is counted from where the
-      // series that reaches back furthest saw it begin.
-      found->live_then = here.live_then;
-      found->step_ends = here.step_ends;
-    }
-  }
-  return found;
-}
-
 }  // namespace
 
 LiveView::LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer,
@@ -368,7 +337,7 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
     if (DeviceOf(key) != device || (key & 0xFFFFFFFFu) == SiteHistory::kPinnedLow) continue;
     VerdictSite site{site_names_[static_cast<std::uint32_t>(key)], bytes, 0,
                      pool_sites.contains(key)};
-    if (const std::optional<FoundGrowth> g = GrowthOf(history_, key, min_growth)) {
+    if (const std::optional<SiteHistory::FoundGrowth> g = history_.GrowthOf(key, min_growth)) {
       site.bytes_per_step = g->growth.bytes_per_step;
       in->growth_per_step += g->growth.bytes_per_step;
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
@@ -418,8 +387,8 @@ void LiveView::DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in
 
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
                          std::uint64_t allocated_now, OomVerdictInput* in) {
-  const std::optional<FoundGrowth> g =
-      GrowthOf(history, TotalKey(device), report::MinLeakGrowth(allocated_now));
+  const std::optional<SiteHistory::FoundGrowth> g =
+      history.GrowthOf(TotalKey(device), report::MinLeakGrowth(allocated_now));
   if (!g) return;
   in->figures.growth_suspected = true;
   in->growth_per_step = g->growth.bytes_per_step;

@@ -60,9 +60,31 @@ std::string HelperEvidence(const OomVerdictInput& in) {
       Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
 }
 
+// A leak told by this process's libraries' memory outside the allocator (ClassifyDyingOom).
+bool OutsideLeak(const OomVerdictInput& in, OomClass cls) {
+  return cls == OomClass::kLeak && in.libraries.growth &&
+         report::ClassifyOom(in.figures) == OomClass::kHeldOutside;
+}
+
+std::string HeldOutsideEvidence(const OomVerdictInput& in, OomClass cls) {
+  const report::OomFigures& f = in.figures;
+  const LibraryHolding& lib = in.libraries;
+  if (OutsideLeak(in, cls)) {
+    return absl::StrCat(report::OutsideLeakText(lib.site, lib.growth->bytes_per_step,
+                                                lib.growth_steps, lib.bytes, f),
+                        ". Without that memory the request would have fit");
+  }
+  const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
+  const std::string named = others > 0 ? ProcessesText(in.processes->others) : "";
+  return absl::StrCat(report::HeldOutsideRoomText(f), ": ",
+                      report::HeldOutsideHolders(others, named, lib.bytes, lib.site),
+                      ". Without that memory the request would have fit");
+}
+
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   if (HelperLeak(in, cls)) return HelperEvidence(in);
+  if (OutsideLeak(in, cls)) return HeldOutsideEvidence(in, cls);
   const std::string driver =
       in.driver_free ? absl::StrCat("; the driver had ", Bytes(*in.driver_free), " free") : "";
   const char* unit = Unit(in);
@@ -86,8 +108,7 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
                           "), and allocated ", Bytes(f.allocated), " is under the cap of ",
                           Bytes(f.capacity), ", yet the request was refused", driver);
     case OomClass::kHeldOutside:
-      return absl::StrCat(report::HeldOutsideRoomText(f), " while other processes held ",
-                          Bytes(f.held_outside), ": without them it would have fit");
+      return HeldOutsideEvidence(in, cls);
     case OomClass::kPeak:
       break;
   }
@@ -122,9 +143,14 @@ void AppendOutside(const OomVerdictInput& in, std::string* out) {
   const std::uint64_t used = *in.driver_total - std::min(*in.driver_total, *in.driver_free);
   const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
   const std::uint64_t outside = used - std::min(used, *in.reserved + others);
+  const std::string libraries =
+      in.libraries.bytes == 0
+          ? std::string()
+          : absl::StrCat(", of it ", Bytes(static_cast<double>(in.libraries.bytes)),
+                         " by this process's other libraries");
   absl::StrAppend(out, "gpumem:   memory: the allocator held ", Bytes(*in.reserved),
                   ", outside it ", Bytes(outside),
-                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces)",
+                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces", libraries, ")",
                   others != 0 ? absl::StrCat(", other processes ", Bytes(others)) : "", " of ",
                   Bytes(*in.driver_total),
                   "; `gpumem report` on the trace splits it by library\n");
@@ -169,6 +195,11 @@ void AppendPageNote(const OomVerdictInput& in, OomClass cls, std::string* out) {
 
 }  // namespace
 
+OomClass ClassifyDyingOom(const OomVerdictInput& in) {
+  const OomClass cls = report::ClassifyOom(in.figures);
+  return cls == OomClass::kHeldOutside && in.libraries.growth ? OomClass::kLeak : cls;
+}
+
 void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in) {
   if (!in->figures.growth_suspected) return;
   in->figures.first_iteration_calls = calls;
@@ -188,8 +219,9 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ",
-                  HelperLeak(in, cls) ? report::kHelperKeptFix
-                                      : report::OomFix(cls, GrowsInGraphPools(in)),
+                  HelperLeak(in, cls)    ? report::kHelperKeptFix
+                  : OutsideLeak(in, cls) ? report::kOutsideLeakFix
+                                         : report::OomFix(cls, GrowsInGraphPools(in)),
                   "\n");
   if (in.figures.first_iteration_calls > 0 && cls == OomClass::kPeak) {
     absl::StrAppend(&out, "gpumem:   iteration: ", report::kFirstIterationFix, "\n");

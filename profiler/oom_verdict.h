@@ -21,6 +21,16 @@ struct VerdictSite {
   bool holds_graph_pools = false;  // its live bytes include CUDA graph pools' memory
 };
 
+// What this process's own libraries other than the allocator, NCCL, cuBLAS and cuDNN held
+// on the device (the CUPTI tracer's count, profiler/library_holdings.h): the site holding
+// most, and the steady growth of what they held over the step ends.
+struct LibraryHolding {
+  std::uint64_t bytes = 0;
+  std::string site;
+  std::optional<report::Growth> growth;
+  std::size_t growth_steps = 0;  // the step ends the growth spans
+};
+
 struct OomVerdictInput {
   std::int32_t device = 0;
   report::OomFigures figures;
@@ -37,6 +47,7 @@ struct OomVerdictInput {
   // NVML's figures of the device's processes: what other processes hold is not this
   // process's to give back.
   std::optional<DeviceProcesses> processes;
+  LibraryHolding libraries;
   bool sites_recorded = false;    // a trace is open: the sites below have names
   std::vector<VerdictSite> sites;  // growing ones first, then the largest
   double growth_per_step = 0;     // the growing sites together (or the total's)
@@ -57,6 +68,10 @@ struct OomVerdictInput {
 // (figures.first_iteration_calls; the figures' steps are then calls), and no step has
 // finished.
 void CountAsFirstIteration(std::size_t calls, OomVerdictInput* in);
+
+// report::ClassifyOom; then memory held outside the allocator that this process's own
+// libraries grew step by step is a leak (outside the allocator).
+report::OomClass ClassifyDyingOom(const OomVerdictInput& in);
 
 // Several lines, each starting "gpumem: ", ending in '\n'.
 std::string OomVerdictText(const OomVerdictInput& in, report::OomClass cls);

@@ -128,6 +128,14 @@ std::string CallApartName(const std::vector<StackTable::NamedFrame>& kept,
 }
 }  // namespace
 
+std::vector<StackTable::NamedFrame> Recorder::StackFrames(std::uint32_t stack) const {
+  return ring_->stacks().Frames(stack);
+}
+
+std::string Recorder::SiteOf(const std::vector<StackTable::NamedFrame>& frames) {
+  return SiteName(frames);
+}
+
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
     : writer_(ring->current()),
       options_(std::move(options)),

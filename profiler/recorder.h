@@ -113,6 +113,12 @@ class alignas(64) Recorder final : public AllocatorObserver {
   std::uint32_t CaptureStack(std::uint32_t api_frame, std::size_t skip,
                              bool may_take_gil = true, bool with_native = false);
 
+  // Stack `stack`'s frames, innermost first, named (native ones symbolized now).
+  std::vector<StackTable::NamedFrame> StackFrames(std::uint32_t stack) const;
+  // The site a stack's frames name, as the report names it: its innermost frame outside
+  // library code.
+  static std::string SiteOf(const std::vector<StackTable::NamedFrame>& frames);
+
   // Captures the calling thread's stack before the allocator takes its lock, for the
   // events this thread reports until the scope ends: under the allocator's lock the GIL
   // cannot be taken (a thread holding the GIL may be waiting for that lock), and PyTorch

@@ -112,4 +112,26 @@ std::vector<std::uint64_t> SiteHistory::Keys() const {
   return keys;
 }
 
+// A leak of many steps counts all it added by an OOM: where it began is taken from the
+// series that reaches back furthest, the rate from the recent one.
+std::optional<SiteHistory::FoundGrowth> SiteHistory::GrowthOf(std::uint64_t key,
+                                                              double min_growth) const {
+  const report::FillLevel fill = FillOf(key);
+  std::optional<FoundGrowth> found;
+  for (const Series& s : {Of(key), CoarseOf(key)}) {
+    const std::optional<report::Growth> g =
+        report::RecentSteadyGrowth(s.steps, s.live, min_growth, &fill);
+    if (!g) continue;
+    const FoundGrowth here{*g, s.live[g->from],
+                           static_cast<std::size_t>(s.steps.back() - s.steps[g->from]) + 1};
+    if (!found) {
+      found = here;
+    } else if (here.live_then < found->live_then) {
+      found->live_then = here.live_then;
+      found->step_ends = here.step_ends;
+    }
+  }
+  return found;
+}
+
 }  // namespace gpumem

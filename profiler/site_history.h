@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -41,6 +42,16 @@ class SiteHistory {
   // whether a rise refills what it gave back before (report::FillLevel).
   report::FillLevel FillOf(std::uint64_t key) const;
   std::vector<std::uint64_t> Keys() const;
+
+  // The site's steady growth (report::RecentSteadyGrowth) over its ring or its coarse
+  // series: the recent rate, counted from where the series reaching back furthest saw it
+  // begin (`live_then`, `step_ends` since).
+  struct FoundGrowth {
+    report::Growth growth;
+    std::uint64_t live_then = 0;
+    std::size_t step_ends = 0;
+  };
+  std::optional<FoundGrowth> GrowthOf(std::uint64_t key, double min_growth) const;
   std::uint64_t last_step() const { return count_ == 0 ? 0 : steps_[head_]; }
   // Whether the last Add took a coarse sample of `key` (every stride-th step end).
   bool coarse_sampled(std::uint64_t key) const;

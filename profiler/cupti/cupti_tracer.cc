@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -20,8 +21,10 @@
 #include "profiler/cupti/tracer_options.h"
 #include "profiler/driver_memory.h"
 #include "profiler/fork_advice.h"
+#include "profiler/library_holdings.h"
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
+#include "tools/report/library_kind.h"
 
 namespace gpumem::cupti {
 namespace {
@@ -40,8 +43,12 @@ struct Tracer {
   std::string path_pattern;
   std::string parent_path;
   RecorderOptions options;
-  std::mutex mu;  // guards `live`
+  std::mutex mu;  // guards `live` and `unusual_site`
   absl::flat_hash_map<std::uint64_t, LiveBlock> live;
+  // By stack: the site of a library other than the allocator, NCCL, cuBLAS and cuDNN,
+  // or nullopt for theirs (classed once per stack).
+  absl::flat_hash_map<std::uint32_t, std::optional<std::string>> unusual_site;
+  LibraryHoldings libraries;  // for the dying process (gpumem_cupti_library_*)
 };
 Tracer* g_tracer = nullptr;
 std::atomic<bool> g_forked_child{false};
@@ -176,6 +183,36 @@ __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti
                         DriverFreeBytes(), /*skip=*/2, /*with_native=*/true);
 }
 
+// The site that made an allocation with stack `stack`, where a library other than the
+// allocator, NCCL, cuBLAS and cuDNN made it (its first native frame past the CUDA
+// plumbing, as the report classes it); nullopt for theirs, or where no native frame says.
+std::optional<std::string> UnusualSite(Recorder* recorder, std::uint32_t stack) {
+  std::lock_guard<std::mutex> lock(g_tracer->mu);
+  auto [it, added] = g_tracer->unusual_site.try_emplace(stack);
+  if (!added) return it->second;
+  const std::vector<StackTable::NamedFrame> frames = recorder->StackFrames(stack);
+  for (const StackTable::NamedFrame& f : frames) {
+    const report::OutsideLibrary library = report::LibraryOfFrame(f.filename, f.line);
+    if (library == report::OutsideLibrary::kUnknown) continue;
+    if (library == report::OutsideLibrary::kOther) it->second = Recorder::SiteOf(frames);
+    break;
+  }
+  return it->second;
+}
+
+// Device memory the process's own unusual libraries take and give back.
+void CountLibraryHolding(Recorder* recorder, const MemoryCall& call, std::uint64_t key,
+                         std::int32_t device, std::uint64_t size, std::uint32_t stack) {
+  if (call.frees) {
+    g_tracer->libraries.OnFree(key);
+    return;
+  }
+  if (!NamesItsLibrary(call)) return;
+  if (const std::optional<std::string> site = UnusualSite(recorder, stack)) {
+    g_tracer->libraries.OnAlloc(key, device, size, *site);
+  }
+}
+
 // Out of line: native stacks leave out exactly this frame and OnCallback's.
 __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_CallbackData* cb,
                                       const char* runtime_api) {
@@ -197,9 +234,12 @@ __attribute__((noinline)) void Record(const MemoryCall& call, const CUpti_Callba
       }
     }
   }
-  recorder->RecordEvent(call.type, device, call.addr, size, call.stream,
-                        ApiFrame(recorder, call, runtime_api), std::nullopt, /*skip=*/2,
-                        NamesItsLibrary(call));
+  // Skips OnCallback's frame (CaptureStack leaves out its own and this one).
+  const std::uint32_t stack = recorder->CaptureStack(ApiFrame(recorder, call, runtime_api),
+                                                     /*skip=*/1, /*may_take_gil=*/true,
+                                                     NamesItsLibrary(call));
+  recorder->RecordWithStack(call.type, device, call.addr, size, call.stream, stack);
+  CountLibraryHolding(recorder, call, key, device, size, stack);
 }
 
 __attribute__((noinline)) void CUPTIAPI OnCallback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
@@ -255,6 +295,34 @@ void Shutdown() {
 
 }  // namespace
 }  // namespace gpumem::cupti
+
+// What this process's own unusual libraries hold (profiler/library_holdings.h), for the
+// verdict at an OOM: libgpumem.so finds these through CUDA_INJECTION64_PATH.
+#define GPUMEM_CUPTI_EXPORT extern "C" __attribute__((visibility("default")))
+
+// Devices 0..63 on which such libraries ever held memory, one bit each.
+GPUMEM_CUPTI_EXPORT std::uint64_t gpumem_cupti_library_devices() {
+  return gpumem::cupti::g_tracer == nullptr ? 0 : gpumem::cupti::g_tracer->libraries.Devices();
+}
+
+GPUMEM_CUPTI_EXPORT std::uint64_t gpumem_cupti_library_bytes(int device) {
+  return gpumem::cupti::g_tracer == nullptr ? 0
+                                            : gpumem::cupti::g_tracer->libraries.Bytes(device);
+}
+
+// The site holding most on the device, NUL-terminated into `buf` (cut to fit); returns
+// its whole length.
+GPUMEM_CUPTI_EXPORT std::size_t gpumem_cupti_library_site(int device, char* buf,
+                                                          std::size_t len) {
+  const std::string site =
+      gpumem::cupti::g_tracer == nullptr ? "" : gpumem::cupti::g_tracer->libraries.TopSite(device);
+  if (len > 0) {
+    const std::size_t n = std::min(site.size(), len - 1);
+    site.copy(buf, n);
+    buf[n] = '\0';
+  }
+  return site.size();
+}
 
 // The entry point the CUDA driver calls when CUDA_INJECTION64_PATH names this library.
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {

@@ -2638,5 +2638,63 @@ def another_process_fills_the_gpu_before_a_long_batch():
             holder.kill()
 
 
+@case("memory held outside the allocator")
+def extension_workspace_fills_the_device_before_a_long_batch():
+    """A custom extension takes one workspace from the driver at step 200 (cuMemAlloc,
+    outside PyTorch's allocator), as much as the device has left but 256 MiB, and keeps it
+    for the rest of the run, as a library that sizes its workspace to the free memory does.
+    The run needs no new memory until a long batch at step 400, which runs out: this
+    process's own library held the device, and it did not grow from step to step."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    workspace = ctypes.c_uint64()
+    for step in range(600):
+        if step == 200:
+            free, total = ctypes.c_size_t(), ctypes.c_size_t()
+            driver.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total))
+            size = ctypes.c_size_t(free.value - 256 * MiB)
+            status = driver.cuMemAlloc_v2(ctypes.byref(workspace), size)  # the workspace
+            if status != 0:
+                raise RuntimeError(f"extension: cuMemAlloc failed with CUDA error {status}")
+        fit(net, opt, batch(2048 * (4 if step == 400 else 1)))
+
+
+@case("leak")
+def raw_blocks_from_the_caching_allocator_kept():
+    """Scratch buffers taken with torch.cuda.caching_allocator_alloc (as a library that
+    borrows PyTorch's allocator does) and never handed back with caching_allocator_delete:
+    32 MiB kept every step."""
+    net = model()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    scratch = []
+    for _ in range(100000):
+        scratch.append(torch.cuda.caching_allocator_alloc(32 * MiB))  # LEAK
+        fit(net, opt, batch())
+
+
+@case("no leak")
+def module_keeps_its_last_input_for_debugging():
+    """A module that keeps its latest input and output for debugging (self.last_input,
+    self.last_output): each step replaces the ones before, a standing cost of one batch,
+    not a leak."""
+    class Recording(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = linear_layers(1024, 4)
+
+        def forward(self, x):
+            self.last_input = x
+            self.last_output = self.body(x)
+            return self.last_output
+
+    torch.manual_seed(0)
+    net = Recording().cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(600):
+        fit(net, opt, batch())
+
+
 if __name__ == "__main__":
     CASES.main(before_run=cap_device)

@@ -67,16 +67,71 @@ TEST(OomVerdictOutside, ADeviceFullOfOtherProcessesMemoryIsHeldOutside) {
   in.figures.finished_steps = 400;
   in.figures.device_free = 27 * kMiB;
   in.figures.held_outside = 138 * kGiB;
-  const report::OomClass cls = report::ClassifyOom(in.figures);
+  in.processes = DeviceProcesses{0, {{2848, 138 * kGiB}}};
+  const report::OomClass cls = ClassifyDyingOom(in);
   ASSERT_EQ(cls, report::OomClass::kHeldOutside);
   const std::string text = OomVerdictText(in, cls);
   EXPECT_NE(text.find("verdict: memory held outside the allocator"), std::string::npos) << text;
   EXPECT_NE(text.find("the request of 32.00 MiB was under the cap of 4.00 GiB (allocated "
-                      "129.00 MiB), but the driver had 27.00 MiB free while other processes "
-                      "held 138.00 GiB: without them it would have fit"),
+                      "129.00 MiB), but the driver had 27.00 MiB free: other processes "
+                      "held 138.00 GiB (pid 2848 138.00 GiB). Without that memory the request "
+                      "would have fit."),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("nvidia-smi"), std::string::npos) << text;
+}
+
+// What this process's own unusual libraries held (the CUPTI tracer's count) is memory held
+// outside the allocator too, named by the site holding most; where it grew from step to
+// step, the OOM is a leak outside the allocator, with that fix.
+OomVerdictInput HeldByAnExtension() {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  OomVerdictInput in;
+  in.gpumem_allocator = true;
+  in.figures.request = 64 * kMiB;
+  in.figures.allocated = 100 * kMiB;
+  in.figures.capacity = 139 * kGiB;
+  in.figures.finished_steps = 550;
+  in.figures.device_free = 300 * kMiB;
+  in.figures.headroom = 512 * kMiB;
+  in.libraries.bytes = 138 * kGiB;
+  in.libraries.site = "ext.py:12 grow";
+  in.figures.held_outside = in.libraries.bytes;
+  return in;
+}
+
+TEST(OomVerdictOutside, AnExtensionsMemoryIsHeldOutside) {
+  const OomVerdictInput in = HeldByAnExtension();
+  const report::OomClass cls = ClassifyDyingOom(in);
+  ASSERT_EQ(cls, report::OomClass::kHeldOutside);
+  const std::string text = OomVerdictText(in, cls);
+  EXPECT_NE(text.find("but the driver had 300.00 MiB free (gpumem keeps 512.00 MiB free for "
+                      "other libraries): libraries of this process other than the allocator, "
+                      "NCCL, cuBLAS and cuDNN held 138.00 GiB, most of it from ext.py:12 "
+                      "grow. Without that memory"),
+            std::string::npos)
+      << text;
+}
+
+TEST(OomVerdictOutside, AnExtensionsMemoryThatGrewIsALeakOutsideTheAllocator) {
+  OomVerdictInput in = HeldByAnExtension();
+  in.libraries.growth = report::Growth{.bytes_per_step = 256 << 20, .r2 = 1};
+  in.libraries.growth_steps = 32;
+  const report::OomClass cls = ClassifyDyingOom(in);
+  ASSERT_EQ(cls, report::OomClass::kLeak);
+  const std::string text = OomVerdictText(in, cls);
+  EXPECT_NE(text.find("verdict: leak\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("evidence: memory held outside the allocator grew: ext.py:12 grow took "
+                      "256.00 MiB per step from the driver and kept it, over the last 32 step "
+                      "ends (138.00 GiB at the OOM); the request of 64.00 MiB"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find(report::kOutsideLeakFix), std::string::npos) << text;
+
+  // The cap refused it: the allocator's own figures decide, whatever grew outside.
+  in.figures.allocated = 139 * kGiB;
+  EXPECT_EQ(ClassifyDyingOom(in), report::OomClass::kPeak);
+  EXPECT_EQ(OomVerdictText(in, report::OomClass::kPeak).find("grew: ext.py"), std::string::npos);
 }
 
 // Graphs kept alive hold their pools' free memory: said, with the fix, where there is any.

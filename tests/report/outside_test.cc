@@ -49,6 +49,19 @@ TEST(OutsideLibrary, NamedByTheSharedObject) {
   EXPECT_EQ(LibraryOfFile("/x/libgpumem_cupti.so"), OutsideLibrary::kUnknown);
 }
 
+// A frame names a library only where it is native (a shared object, line 0) and past the
+// CUDA plumbing: Python and API frames say nothing of it.
+TEST(OutsideLibrary, OnlyNativeFramesNameTheLibrary) {
+  EXPECT_EQ(LibraryOfFrame("/x/libnccl.so.2", 0), OutsideLibrary::kNccl);
+  EXPECT_EQ(LibraryOfFrame("/x/libffi.so.8", 0), OutsideLibrary::kOther);
+  EXPECT_EQ(LibraryOfFrame("/x/libcuda.so.1", 0), OutsideLibrary::kUnknown);
+  EXPECT_EQ(LibraryOfFrame("train.py", 0), OutsideLibrary::kUnknown);
+  EXPECT_EQ(LibraryOfFrame("/x/ext.so", 12), OutsideLibrary::kUnknown);
+  EXPECT_EQ(LibraryOfFrame("[cuda-driver]", 0), OutsideLibrary::kUnknown);
+  EXPECT_EQ(LibraryOfFrame("<frozen runpy>", 0), OutsideLibrary::kUnknown);
+  EXPECT_EQ(LibraryOfFrame("", 0), OutsideLibrary::kUnknown);
+}
+
 TEST(OutsideAllocator, PeakIsTheStepWithMostDriverMemoryInUse) {
   const trace::Trace t = synthetic::OutsideAllocatorTrace(false);
   const Report r = BuildReport(t, {});

@@ -6,7 +6,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "tools/report/outside_changes.h"
 #include "tools/report/outside_library.h"
 #include "tools/report/sites.h"
@@ -23,30 +22,11 @@ std::uint64_t UnusualLibraryBytes(const OutsideMoment& m) {
   return m.by_library[static_cast<std::size_t>(OutsideLibrary::kOther)];
 }
 
-// "other processes held 138.85 GiB (pid 2848 138.85 GiB), and libraries of this process
-// other than the allocator, NCCL, cuBLAS and cuDNN held 1.00 GiB, most of it from f.py:3 g".
+// Who held it, as HeldOutsideHolders says it.
 std::string Holders(const OutsideMoment& m, const std::string& library_site) {
-  std::vector<std::string> parts;
-  if (const std::uint64_t others = OtherProcessesBytes(m); others > 0) {
-    parts.push_back(absl::StrCat("other processes held ", Bytes(static_cast<double>(others)),
-                                 " (", ProcessesText(m.processes->note.processes.others), ")"));
-  }
-  if (const std::uint64_t library = UnusualLibraryBytes(m); library > 0) {
-    parts.push_back(absl::StrCat("libraries of this process other than the allocator, NCCL, "
-                                 "cuBLAS and cuDNN held ",
-                                 Bytes(static_cast<double>(library)),
-                                 library_site.empty() ? std::string()
-                                                      : ", most of it from " + library_site));
-  }
-  return absl::StrJoin(parts, ", and ");
-}
-
-// HeldOutsideRoomText, with gpumem's headroom where that refused the request: "... but the
-// driver had 469.12 MiB free (gpumem keeps 512.00 MiB free for other libraries)".
-std::string RoomText(const OomFigures& f) {
-  if (f.headroom == 0) return HeldOutsideRoomText(f);
-  return absl::StrCat(HeldOutsideRoomText(f), " (gpumem keeps ", Bytes(f.headroom),
-                      " free for other libraries)");
+  const std::uint64_t others = OtherProcessesBytes(m);
+  const std::string named = others > 0 ? ProcessesText(m.processes->note.processes.others) : "";
+  return HeldOutsideHolders(others, named, UnusualLibraryBytes(m), library_site);
 }
 
 // The times at which steps ended, up to `until`: the state after events [0, end).
@@ -149,16 +129,14 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder
   if (holder.growth) {
     x->cls = OomClass::kLeak;
     x->evidence = absl::StrCat(
-        "memory held outside the allocator grew: ", holder.site, " took ",
-        Bytes(holder.growth->bytes_per_step), " per step from the driver and kept it, over the last ",
-        holder.samples - holder.growth->from, " step ends (",
-        Bytes(static_cast<double>(holder.bytes)), " at the OOM); ", RoomText(f),
+        OutsideLeakText(holder.site, holder.growth->bytes_per_step,
+                        holder.samples - holder.growth->from, holder.bytes, f),
         ". Without that memory the request would have fit.");
     x->fix = kOutsideLeakFix;
     return;
   }
   x->cls = OomClass::kHeldOutside;
-  x->evidence = absl::StrCat(RoomText(f), ": ", Holders(at_oom, holder.site),
+  x->evidence = absl::StrCat(HeldOutsideRoomText(f), ": ", Holders(at_oom, holder.site),
                              ". Without that memory the request would have fit.");
   x->fix = OomFix(OomClass::kHeldOutside);
 }

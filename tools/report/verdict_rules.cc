@@ -277,8 +277,37 @@ std::string HeldOutsideRoomText(const OomFigures& f) {
       f.capacity_known ? absl::StrCat("was under the cap of ", Bytes(f.capacity), " (allocated ",
                                       Bytes(f.allocated), ")")
                        : std::string("needed memory from the driver");
+  const std::string headroom =
+      f.headroom == 0 ? std::string()
+                      : absl::StrCat(" (gpumem keeps ", Bytes(f.headroom),
+                                     " free for other libraries)");
   return absl::StrCat("the request of ", Bytes(f.request), " ", budget, ", but the driver had ",
-                      Bytes(f.device_free.value_or(0)), " free");
+                      Bytes(f.device_free.value_or(0)), " free", headroom);
+}
+
+std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view processes,
+                               std::uint64_t libraries, absl::string_view library_site) {
+  std::vector<std::string> parts;
+  if (other_processes > 0) {
+    parts.push_back(absl::StrCat("other processes held ",
+                                 Bytes(static_cast<double>(other_processes)), " (", processes,
+                                 ")"));
+  }
+  if (libraries > 0) {
+    parts.push_back(absl::StrCat(
+        "libraries of this process other than the allocator, NCCL, cuBLAS and cuDNN held ",
+        Bytes(static_cast<double>(libraries)),
+        library_site.empty() ? "" : absl::StrCat(", most of it from ", library_site)));
+  }
+  return absl::StrJoin(parts, ", and ");
+}
+
+std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
+                            std::size_t step_ends, std::uint64_t held, const OomFigures& f) {
+  return absl::StrCat("memory held outside the allocator grew: ", site, " took ",
+                      Bytes(bytes_per_step), " per step from the driver and kept it, over the last ",
+                      step_ends, " step ends (", Bytes(static_cast<double>(held)),
+                      " at the OOM); ", HeldOutsideRoomText(f));
 }
 
 OomClass ClassifyOom(const OomFigures& f) {

@@ -178,8 +178,19 @@ bool HeldOutsideExplains(const OomFigures& f);
 extern const char* const kOutsideLeakFix;
 // Such an OOM's room as both verdicts say it: "the request of 32.00 MiB was under the cap
 // of 4.00 GiB (allocated 129.03 MiB), but the driver had 27.56 MiB free" ("needed memory
-// from the driver" where there was no cap). Needs f.device_free.
+// from the driver" where there was no cap), and "(gpumem keeps 512.00 MiB free for other
+// libraries)" where gpumem's headroom refused it. Needs f.device_free.
 std::string HeldOutsideRoomText(const OomFigures& f);
+// Who held it: "other processes held 138.85 GiB (pid 2848 138.85 GiB), and libraries of
+// this process other than the allocator, NCCL, cuBLAS and cuDNN held 1.00 GiB, most of it
+// from f.py:3 g" (`processes`: ProcessesText of the others; each part where non-zero).
+std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view processes,
+                               std::uint64_t libraries, absl::string_view library_site);
+// A leak outside the allocator: "memory held outside the allocator grew: f.py:3 g took
+// 256.00 MiB per step from the driver and kept it, over the last 40 step ends (10.00 GiB
+// at the OOM); " then the room.
+std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
+                            std::size_t step_ends, std::uint64_t held, const OomFigures& f);
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
 // and not for growth over steps: too few steps had finished to measure growth, and
 // without those blocks the request would have fit.

@@ -1,0 +1,51 @@
+// What this process's own libraries other than the allocator, NCCL, cuBLAS and cuDNN
+// (report::OutsideLibrary::kOther: a CUDA extension, another framework's pool) hold on each
+// device, by the site that took it. The CUPTI tracer keeps it as it records their driver
+// allocations; the dying process adds it to what other processes hold when it asks whether
+// memory held outside the allocator ended the run (report::HeldOutsideExplains).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace gpumem {
+
+class LibraryHoldings {
+ public:
+  static constexpr int kMaxDevices = 64;
+
+  // A device allocation known by `key` (its address, or its handle) that `site` made.
+  void OnAlloc(std::uint64_t key, std::int32_t device, std::uint64_t bytes,
+               const std::string& site);
+  // Its release; a key never counted is ignored.
+  void OnFree(std::uint64_t key);
+
+  std::uint64_t Bytes(std::int32_t device) const;
+  // The site whose allocations hold most on the device; empty where none hold any.
+  std::string TopSite(std::int32_t device) const;
+  // Devices 0..kMaxDevices-1 that ever held any, one bit each.
+  std::uint64_t Devices() const;
+
+ private:
+  void OnFreeLocked(std::uint64_t key);
+
+  struct Block {
+    std::int32_t device = 0;
+    std::uint64_t bytes = 0;
+    std::uint32_t site = 0;
+  };
+  mutable std::mutex mu_;
+  absl::flat_hash_map<std::uint64_t, Block> blocks_;
+  std::vector<std::string> sites_;
+  absl::flat_hash_map<std::string, std::uint32_t> site_ids_;
+  absl::flat_hash_map<std::pair<std::int32_t, std::uint32_t>, std::uint64_t> by_site_;
+  absl::flat_hash_map<std::int32_t, std::uint64_t> by_device_;
+  std::uint64_t devices_ = 0;
+};
+
+}  // namespace gpumem
