@@ -555,6 +555,7 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   void ReleaseCachedOf(HeapFilter which);
   void CollectIdleOf(HeapFilter which);
   void GiveBackIdle();
+  void GiveBackIdleForOthers();
   bool HoldsIdle() const;
   // The largest request into `pool` that its heaps could serve now without new memory.
   std::uint64_t LargestFree(PoolId pool) const;
@@ -644,6 +645,10 @@ class CachingAllocator final : public DeviceAllocator, private ThreadCacheOwner 
   std::vector<DeferredFree> capture_deferred_;  // RecordStream'd frees during a capture
   std::uint64_t stitched_bytes_ = 0;  // bytes of idle pages ever remapped: raises the budget
   bool refused_for_headroom_ = false;  // the last growth would have eaten the headroom
+  // Reserved bytes when idle memory last went back for other libraries (KeepHeadroom,
+  // ReleaseIdle), the most of them: growth back to it takes the headroom only because
+  // those libraries took the memory this allocator had held (HeadroomFor).
+  std::uint64_t given_for_others_ = 0;
 };
 
 }  // namespace gpumem

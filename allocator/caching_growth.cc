@@ -37,7 +37,8 @@ void CachingAllocator::EmptyCache() {
 
 void CachingAllocator::ReleaseIdle() {
   if (t_growing == this) return;  // our own driver call failed: the slow path handles it
-  EmptyCache();
+  std::lock_guard lock(mu_);
+  GiveBackIdleForOthers();
 }
 
 // One free-memory query per outside allocation: those are rare (handles, communicators,
@@ -45,7 +46,17 @@ void CachingAllocator::ReleaseIdle() {
 void CachingAllocator::KeepHeadroom() {
   if (options_.headroom_bytes == 0 || t_growing == this) return;
   std::lock_guard lock(mu_);
-  if (backend_.DeviceFreeBytes() < options_.headroom_bytes && HoldsIdle()) GiveBackIdle();
+  if (backend_.DeviceFreeBytes() < options_.headroom_bytes && HoldsIdle()) {
+    GiveBackIdleForOthers();
+  }
+}
+
+// Memory handed to other libraries was this allocator's working set: where the steps
+// need it again, it may come back even though the driver is then under the headroom
+// (HeadroomFor), as it would never have left PyTorch's cache.
+void CachingAllocator::GiveBackIdleForOthers() {
+  given_for_others_ = std::max(given_for_others_, pages_.reserved_bytes());
+  GiveBackIdle();
 }
 
 OomReport CachingAllocator::last_oom() const {
@@ -258,7 +269,10 @@ CachingAllocator::HeadroomUse CachingAllocator::HeadroomFor(StreamHeap& h,
   if (created == 0) return HeadroomUse::kKept;
   const std::uint64_t free = backend_.DeviceFreeBytes();
   if (free < created) return HeadroomUse::kBeyondDevice;
-  return free - created < options_.headroom_bytes ? HeadroomUse::kEaten : HeadroomUse::kKept;
+  if (free - created >= options_.headroom_bytes) return HeadroomUse::kKept;
+  // Taking back what went to other libraries: they had their room when they needed it.
+  return pages_.reserved_bytes() + created <= given_for_others_ ? HeadroomUse::kKept
+                                                                : HeadroomUse::kEaten;
 }
 
 // At most the memory growth for `bytes` creates: the pages that the page cache lacks,

@@ -134,6 +134,40 @@ TEST(HeadroomTest, KeepHeadroomGivesIdleBackOnlyWhenTheReserveIsShort) {
   EXPECT_EQ(a->stats().reserved_bytes, 0u);
 }
 
+// A library sized its workspace to nearly all the device had free: the idle memory went
+// back so that it found room, and the steps that need that memory again take it back
+// from the driver, reserve or not, as PyTorch's allocator would never have let it go.
+// Growth beyond what went back still keeps the reserve.
+TEST(HeadroomTest, MemoryGivenBackForOtherLibrariesComesBackForTheSteps) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 512 * kMiB);
+  sim.set_other_users_bytes(600 * kMiB);  // 168 MiB free: under the reserve
+  a->KeepHeadroom();
+  ASSERT_EQ(a->stats().reserved_bytes, 0u);
+  absl::StatusOr<DevicePtr> p = a->Allocate(256 * kMiB, kS1);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(a->Allocate(64 * kMiB, kS1).ok());  // more than went back: the reserve holds
+  EXPECT_EQ(a->last_oom().headroom_bytes, 512 * kMiB);
+  a->Free(*p);
+}
+
+TEST(HeadroomTest, MemoryReleasedForAFailedLibraryCallComesBackToo) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 512 * kMiB);
+  a->ReleaseIdle();  // a library's cuMemAlloc failed; it retries and takes 600 MiB
+  sim.set_other_users_bytes(600 * kMiB);
+  EXPECT_TRUE(a->Allocate(256 * kMiB, kS1).ok());
+}
+
+// What torch.cuda.empty_cache() gives back went to no one: growth keeps the reserve.
+TEST(HeadroomTest, EmptyCacheLeavesTheReserveAsItWas) {
+  SimBackend sim(OneGiB());
+  auto a = WithIdle(sim, 512 * kMiB);
+  a->EmptyCache();
+  sim.set_other_users_bytes(600 * kMiB);
+  EXPECT_FALSE(a->Allocate(256 * kMiB, kS1).ok());
+}
+
 TEST(HeadroomTest, ReleaseIdleGivesIdleMemoryBack) {
   SimBackend sim(OneGiB());
   auto a = WithIdle(sim, 0);

@@ -2658,7 +2658,7 @@ def extension_workspace_fills_the_device_before_a_long_batch():
             status = driver.cuMemAlloc_v2(ctypes.byref(workspace), size)  # the workspace
             if status != 0:
                 raise RuntimeError(f"extension: cuMemAlloc failed with CUDA error {status}")
-        fit(net, opt, batch(2048 * (4 if step == 400 else 1)))
+        fit(net, opt, batch(2048 * (16 if step == 400 else 1)))
 
 
 @case("leak")
