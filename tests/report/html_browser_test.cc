@@ -266,6 +266,30 @@ std::string BodyAttr(const std::string& dom, const std::string& name) {
 // size, drawn within the 3 s target, axis in steps and seconds, the projected OOM on the
 // timeline, a band's stack and size on hover, a redraw on zoom well under a frame budget
 // of a slow machine.
+// A leak outside the allocator (the CUPTI trace's) is a suspect row of its own, without
+// the blocks and stack the allocator's suspects have.
+TEST(HtmlInBrowser, ALeakOutsideTheAllocatorIsASuspectRow) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  const std::string data = std::string(GPUMEM_TEST_DATA) + "/";
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(data + "extension_fills_the_gpu.gpumem.xz");
+  absl::StatusOr<trace::Trace> cupti =
+      trace::LoadTrace(data + "extension_fills_the_gpu.cupti.gpumem.xz");
+  ASSERT_TRUE(t.ok() && cupti.ok());
+  ReportOptions options;
+  options.cupti = &*cupti;
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(*t, options));
+  const nlohmann::json j = ReportToJson(reports[0]);
+  ASSERT_EQ(j["leak_suspects"].size(), 1u);
+  Page page = Load(chromium, reports, "outside_leak");
+  ExpectNoConsoleErrors(page);
+  const std::string site = j["leak_suspects"][0]["site"].get<std::string>();
+  EXPECT_NE(page.dom.find("class=\"suspect\" data-site=\"" + site + "\""), std::string::npos);
+  EXPECT_NE(page.dom.find(site + " (outside the allocator)"), std::string::npos);
+  EXPECT_NE(page.dom.find("in the CUPTI trace"), std::string::npos);
+}
+
 TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
   const std::string chromium = FindChromium();
   if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";

@@ -11,6 +11,7 @@
 #include "tools/report/merge.h"
 #include "tools/report/outside_format.h"
 #include "tools/report/outside_library.h"
+#include "tools/report/rank_summary.h"
 #include "tools/report/report.h"
 #include "tools/report/synthetic.h"
 #include "tools/report/synthetic_builder.h"
@@ -238,17 +239,16 @@ TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   EXPECT_FALSE(BuildReport(main, {}).fatal_failed_outside.has_value());  // unseen without it
 }
 
-// An extension's own cuMemAlloc of 256 MiB before every step end, never freed, and then
-// one that fails: a leak outside the allocator at the line that calls it.
-TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
-  const trace::Trace main = synthetic::OutsideMainTrace();
+// The CUPTI trace beside `main` with an extension's own cuMemAlloc of 256 MiB before
+// every step end, never freed, at ext.py:12 (through libext.so).
+trace::Trace CuptiOfAnExtensionThatKeeps(const trace::Trace& main, std::uint32_t* stack) {
   trace::Trace cupti = synthetic::OutsideCuptiTrace();
   const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
   const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
   cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
   cupti.frames.push_back({"libext.so", 0, "ext_alloc"});
   cupti.frames.push_back({"ext.py", 12, "scratch"});
-  const auto stack = static_cast<std::uint32_t>(cupti.stacks.size());
+  *stack = static_cast<std::uint32_t>(cupti.stacks.size());
   cupti.stacks.push_back({frame, frame + 1, frame + 2});
   std::uint64_t addr = 0x7e0000000000ull;
   for (const trace::Event& e : main.events) {
@@ -258,9 +258,19 @@ TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator
     kept.time_us = e.time_us - 5 - shift;
     kept.addr = addr += 256 * A::kMiB;
     kept.size = 256 * A::kMiB;
-    kept.stack_id = stack;
+    kept.stack_id = *stack;
     cupti.events.push_back(kept);
   }
+  return cupti;
+}
+
+// ... and then one that fails: a leak outside the allocator at the line that calls it,
+// among the leak suspects too.
+TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  std::uint32_t stack = 0;
+  trace::Trace cupti = CuptiOfAnExtensionThatKeeps(main, &stack);
+  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
   trace::FailedAllocation failed;
   failed.time_us = main.events.back().time_us + 10 - shift;
   failed.size = 256 * A::kMiB;
@@ -272,11 +282,42 @@ TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator
   options.cupti = &cupti;
   const Report r = BuildReport(main, options);
   ASSERT_TRUE(r.fatal_failed_outside.has_value());
-  EXPECT_EQ(r.failed_outside_holder.site, "ext.py:12 scratch");
+  EXPECT_EQ(r.outside_holder.site, "ext.py:12 scratch");
   EXPECT_NE(Verdict(r).find("step 6: leak outside the allocator at ext.py:12 scratch "
                             "(+256.00 MiB/step); cuMemAlloc of 256.00 MiB failed"),
             std::string::npos)
       << Verdict(r);
+  const nlohmann::json suspects = ReportToJson(r)["leak_suspects"];
+  ASSERT_FALSE(suspects.empty());
+  EXPECT_EQ(suspects[0]["site"], "ext.py:12 scratch");
+  EXPECT_EQ(suspects[0]["outside_allocator"], true);
+  EXPECT_EQ(suspects[0]["bytes_per_step"], 256.0 * A::kMiB);
+}
+
+// A run that ends before the leak outside the allocator fills the device: its verdict is
+// that leak, the suspects name its line, and the merged table's rank carries it.
+TEST(OutsideAllocator, ALeakOutsideTheAllocatorIsSaidWhereTheRunEndsWell) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  std::uint32_t stack = 0;
+  const trace::Trace cupti = CuptiOfAnExtensionThatKeeps(main, &stack);
+  ReportOptions options;
+  options.cupti = &cupti;
+  const Report r = BuildReport(main, options);
+  EXPECT_EQ(Verdict(r).rfind("leak outside the allocator at ext.py:12 scratch (+256.00 "
+                             "MiB/step): a library of this process took device memory",
+                             0),
+            0u)
+      << Verdict(r);
+  const std::string text = FormatTerminal(r, false);
+  EXPECT_NE(text.find("Leak suspects:\n  outside the allocator: ext.py:12 scratch\n     "
+                      "+256.00 MiB/step"),
+            std::string::npos)
+      << text;
+  const RankSummary rank = SummarizeRank(r, 0);
+  EXPECT_EQ(rank.leak_site, "ext.py:12 scratch (outside the allocator)");
+  EXPECT_EQ(rank.leak_bytes_per_step, 256.0 * A::kMiB);
+  // Without the CUPTI trace nothing outside the allocator is seen.
+  EXPECT_EQ(Verdict(BuildReport(main, {})).find("outside the allocator"), std::string::npos);
 }
 
 TEST(OutsideAllocator, MergedTableHasTheOutsideColumn) {

@@ -4,6 +4,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
+#include "tools/report/json_report.h"
 #include "tools/report/report.h"
 #include "tools/trace/load.h"
 
@@ -179,6 +180,11 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
             std::string::npos)
       << x.evidence;
   EXPECT_EQ(x.fix, kOutsideLeakFix);
+  // The leak suspects name that line, as the only one that grew.
+  const nlohmann::json suspects = ReportToJson(r)["leak_suspects"];
+  ASSERT_EQ(suspects.size(), 1u) << suspects.dump();
+  EXPECT_EQ(suspects[0]["outside_allocator"], true);
+  EXPECT_EQ(suspects[0]["bytes_per_step"], 256.0 * (1 << 20));
   Report alone = BuildReport(t, {});  // without the CUPTI trace no one is seen to hold it
   EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
 }

@@ -114,6 +114,12 @@ UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cu
   return holder;
 }
 
+std::string OutsideLeakPhrase(const UnusualHolder& holder) {
+  if (!holder.growth) return "";
+  return absl::StrCat("leak outside the allocator at ", holder.site, " (+",
+                      Bytes(holder.growth->bytes_per_step), "/step)");
+}
+
 void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder,
                         OomExplanation* x) {
   if (x->cls == OomClass::kLeak) return;

@@ -28,6 +28,10 @@ struct UnusualHolder {
 UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
                                 const Steps& steps, int device, std::int64_t time_us);
 
+// "leak outside the allocator at f.py:3 g (+256.00 MiB/step)" where the holder's memory
+// grew; empty where it did not.
+std::string OutsideLeakPhrase(const UnusualHolder& holder);
+
 // `at_oom`: the outside figures taken at `x`'s OOM; `holder`: FindUnusualHolder there (or
 // none). Where that holder's memory grew steadily, the OOM is a leak outside the
 // allocator at its line.

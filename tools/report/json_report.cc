@@ -1,6 +1,8 @@
 #include "tools/report/json_report.h"
 
+#include <algorithm>
 #include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tools/report/oom_explain.h"
@@ -19,11 +21,18 @@ std::string ClassText(OomClass c) {
   return c == OomClass::kPeak ? "a genuine peak" : OomVerdictName(c);
 }
 
+// A leak outside the allocator is said after the allocator's own, or alone.
 std::string LeakVerdict(const Report& r) {
+  const std::string outside = OutsideLeakPhrase(r.outside_holder);
   if (!r.leaks.suspects.empty()) {
     return absl::StrCat("leak: memory kept from step to step grows ",
                         Bytes(r.leaks.bytes_per_step), " per step, mostly at ",
-                        SuspectText(r.leaks.suspects.front()));
+                        SuspectText(r.leaks.suspects.front()),
+                        outside.empty() ? "" : "; and a " + outside);
+  }
+  if (!outside.empty()) {
+    return absl::StrCat(outside, ": a library of this process took device memory from the "
+                                 "driver every step and kept it");
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
   return "no leak: memory kept from step to step does not grow";
@@ -57,9 +66,9 @@ std::string WhoHeld(const Report& r) {
   return part.empty() ? "" : absl::StrCat("; ", part);
 }
 
-nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s, std::size_t rank) {
+// Without its rank (SuspectsJson numbers them).
+nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s) {
   nlohmann::json j;
-  j["rank"] = rank;
   j["site"] = s.name;
   if (!s.kept_through.empty()) j["kept_through"] = s.kept_through;
   if (s.holds_graph_pools) j["holds_graph_pools"] = true;
@@ -72,6 +81,39 @@ nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s, std::siz
   j["bytes_never_freed"] = s.bytes_never_freed;
   j["stack"] = StackNames(t, s.stack);
   return j;
+}
+
+// A leak outside the allocator, among the suspects: what the CUPTI trace shows a library
+// of this process kept (no stack in the main trace).
+nlohmann::json OutsideSuspectJson(const UnusualHolder& h) {
+  nlohmann::json j;
+  j["site"] = h.site;
+  j["outside_allocator"] = true;
+  j["bytes_per_step"] = h.growth->bytes_per_step;
+  j["fit_r2"] = h.growth->r2;
+  j["rising_share"] = h.growth->rising_share;
+  j["growth_bytes"] = h.growth->grown;
+  j["held"] = h.bytes;
+  return j;
+}
+
+// The suspects ranked by growth per step, a leak outside the allocator among them.
+nlohmann::json SuspectsJson(const Report& r) {
+  std::vector<nlohmann::json> all;
+  for (const LeakSuspect& s : r.leaks.suspects) all.push_back(SuspectJson(*r.trace, s));
+  if (r.outside_holder.growth) {
+    nlohmann::json outside = OutsideSuspectJson(r.outside_holder);
+    auto at = std::find_if(all.begin(), all.end(), [&](const nlohmann::json& s) {
+      return s["bytes_per_step"].get<double>() < r.outside_holder.growth->bytes_per_step;
+    });
+    all.insert(at, std::move(outside));
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    all[i]["rank"] = i + 1;
+    out.push_back(std::move(all[i]));
+  }
+  return out;
 }
 
 nlohmann::json OomJson(const OomExplanation& x) {
@@ -156,11 +198,8 @@ std::string Verdict(const Report& r) {
                          " caught and recovered from");
   if (r.fatal_failed_outside) {
     const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
-    const UnusualHolder& leak = r.failed_outside_holder;
-    const std::string grew =
-        leak.growth ? absl::StrCat("leak outside the allocator at ", leak.site, " (+",
-                                   Bytes(leak.growth->bytes_per_step), "/step); ")
-                    : std::string();
+    const std::string leak = OutsideLeakPhrase(r.outside_holder);
+    const std::string grew = leak.empty() ? leak : leak + "; ";
     return absl::StrCat("out of memory outside the allocator in step ", f.step + 1, ": ", grew,
                         FailedCall(f), " failed while the allocator held ",
                         Bytes(f.idle), " idle",
@@ -199,11 +238,7 @@ nlohmann::json ReportToJson(const Report& r) {
   out["capacity"] = OrNull(r.capacity);
   out["capacity_source"] = r.capacity_source;
   out["devices"] = DevicePeaksJson(r);
-  json suspects = json::array();
-  for (std::size_t i = 0; i < r.leaks.suspects.size(); ++i) {
-    suspects.push_back(SuspectJson(t, r.leaks.suspects[i], i + 1));
-  }
-  out["leak_suspects"] = std::move(suspects);
+  out["leak_suspects"] = SuspectsJson(r);
   // Absolute site paths are shown relative to this folder; the stacks keep them whole.
   out["sites_relative_to"] = r.sites.common_dir().empty() ? json(nullptr) : json(r.sites.common_dir());
   out["leak_bytes_per_step"] = r.leaks.bytes_per_step;

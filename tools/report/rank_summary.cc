@@ -58,6 +58,13 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
   }
   s.leak_bytes_per_step = report.leaks.bytes_per_step;
   if (!report.leaks.suspects.empty()) s.leak_site = SuspectText(report.leaks.suspects.front());
+  // A leak outside the allocator counts with the rank's own, named where it is the faster.
+  if (const std::optional<Growth>& outside = report.outside_holder.growth) {
+    if (outside->bytes_per_step > report.leaks.bytes_per_step) {
+      s.leak_site = report.outside_holder.site + " (outside the allocator)";
+    }
+    s.leak_bytes_per_step += outside->bytes_per_step;
+  }
   s.projected_oom_step = report.projected_oom_step;
   s.ooms = report.ooms.size();
   if (!report.ooms.empty()) s.first_oom_step = report.ooms.front().at.step;

@@ -86,6 +86,25 @@ std::size_t SamplesBeforeDeath(const Timeline& timeline, const Steps& steps,
       timeline.sample_step.begin());
 }
 
+// The unusual libraries' top holder where the run died of memory (the failed call's or
+// the OOM's device and time), else at its end on the main device.
+UnusualHolder FindOutsideHolder(const Report& r, const trace::Trace& cupti) {
+  const trace::Trace& t = *r.trace;
+  if (t.events.empty()) return {};
+  std::int32_t device = MainDevice(t);
+  std::int64_t time_us = t.events.back().time_us;
+  if (r.fatal_failed_outside) {
+    const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
+    device = f.device;
+    time_us = f.time_us;
+  } else if (r.fatal_oom) {
+    const OomPoint& p = r.ooms[*r.fatal_oom].at;
+    device = p.device;
+    time_us = p.time_us;
+  }
+  return FindUnusualHolder(t, cupti, r.steps, device, time_us);
+}
+
 // Where the run died of memory, if it did: the outside figures are taken there.
 std::optional<OutsideEnd> Death(const Report& r) {
   if (r.fatal_failed_outside) {
@@ -125,20 +144,12 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.recovered_ooms += r.ooms[i].recovered;
   }
   TakeFailedOutside(&r, options.cupti);
-  if (r.fatal_failed_outside && options.cupti != nullptr) {
-    const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
-    r.failed_outside_holder = FindUnusualHolder(trace, *options.cupti, r.steps, f.device, f.time_us);
-  }
+  if (options.cupti != nullptr) r.outside_holder = FindOutsideHolder(r, *options.cupti);
   const std::optional<OutsideEnd> death = Death(r);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {
-    OomExplanation& x = r.ooms[*r.fatal_oom];
-    const UnusualHolder holder =
-        options.cupti == nullptr
-            ? UnusualHolder{}
-            : FindUnusualHolder(trace, *options.cupti, r.steps, x.at.device, x.at.time_us);
-    ExplainHeldOutside(*r.outside.end, holder, &x);
+    ExplainHeldOutside(*r.outside.end, r.outside_holder, &r.ooms[*r.fatal_oom]);
   }
   r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);

@@ -43,9 +43,10 @@ struct Report {
   std::vector<FailedOutside> failed_outside;  // failed device-memory calls of other libraries
   // Index into failed_outside: the failure that ended the run, after any OOM.
   std::optional<std::size_t> fatal_failed_outside;
-  // Where a failed outside call ended the run: the line whose unusual libraries' memory
-  // held most then, by the CUPTI trace, and its growth (a leak outside the allocator).
-  UnusualHolder failed_outside_holder;
+  // The line whose unusual libraries' memory held most where the run died of memory (a
+  // failed outside call, an OOM) or else at its end, by the CUPTI trace, and its growth
+  // over the step ends: a leak outside the allocator where it grew.
+  UnusualHolder outside_holder;
   std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based

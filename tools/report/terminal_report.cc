@@ -129,8 +129,26 @@ void AppendSuspectStack(const Report& r, const LeakSuspect& s, std::string* out)
   }
 }
 
+// A leak outside the allocator, after the allocator's own suspects: a library of this
+// process kept driver memory (the CUPTI trace's), with no stack in this trace.
+void AppendOutsideSuspect(const Report& r, bool color, std::string* out) {
+  const UnusualHolder& h = r.outside_holder;
+  if (!h.growth) return;
+  absl::StrAppend(out, absl::StrFormat("  outside the allocator: %s\n     +%s/step  R²=%.3f  "
+                                       "over %zu step ends; %s held at the end, taken from "
+                                       "the driver and kept\n",
+                                       Paint(color, "1", h.site), Bytes(h.growth->bytes_per_step),
+                                       h.growth->r2, h.samples - h.growth->from,
+                                       Bytes(static_cast<double>(h.bytes))));
+}
+
 void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
-  if (r.leaks.suspects.empty()) return;
+  if (r.leaks.suspects.empty()) {
+    if (!r.outside_holder.growth) return;
+    absl::StrAppend(out, "\nLeak suspects:\n");
+    AppendOutsideSuspect(r, color, out);
+    return;
+  }
   absl::StrAppend(out, "\nLeak suspects (ranked by bytes leaked per step; fit over ",
                   r.leaks.samples_used, " step ends",
                   r.sites.common_dir().empty() ? "" : absl::StrCat("; sites in ", r.sites.common_dir()),
@@ -151,6 +169,7 @@ void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
   if (r.leaks.suspects.size() > kTopSuspects) {
     absl::StrAppend(out, "  ... and ", r.leaks.suspects.size() - kTopSuspects, " more (--json lists all)\n");
   }
+  AppendOutsideSuspect(r, color, out);
   if (r.projected_oom_step) {
     const std::int32_t device = LeakDevice(r.timeline, r.leaks);
     absl::StrAppend(out, "  At this rate the run runs out of ", Bytes(*r.capacity),
@@ -166,7 +185,8 @@ void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
 std::string FormatTerminal(const Report& r, bool color) {
   std::string out;
   AppendHeader(r, color, &out);
-  const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty() || !r.failed_outside.empty();
+  const bool bad = !r.ooms.empty() || !r.leaks.suspects.empty() || !r.failed_outside.empty() ||
+                   r.outside_holder.growth.has_value();
   absl::StrAppend(&out, Paint(color, bad ? "1;31" : "1;32", absl::StrCat("Verdict: ", Verdict(r))), "\n");
   if (r.cache_pressure) {
     absl::StrAppend(&out, "\nCache pressure: ", CachePressureText(*r.cache_pressure), "\n");
