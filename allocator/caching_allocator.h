@@ -64,6 +64,11 @@ struct CachingAllocatorOptions {
   // gpt2, resnet50 and leaky_mlp, at ratios <= 1.017; negative values: always stitch.
   double new_page_headroom = 0.0125;
   double max_new_page_headroom = 0.0175;
+  // The most that budget ever stops at is at least this many pages above the peak: a
+  // small working set (a few hundred MiB), whose 1.75 % is under one block it needs, would
+  // otherwise stitch that block every step (a few driver calls on a step of a
+  // millisecond or two).
+  std::size_t min_budget_pages = 16;
   // Device memory kept free for the rest of the process (cuBLAS and cuDNN handles and
   // workspaces, NCCL communicators, ...), as the driver counts it (Backend::
   // DeviceFreeBytes, asked only when growth is about to create memory). When creating

@@ -403,9 +403,10 @@ bool CachingAllocator::NewPagesFit(const StreamHeap& h, std::size_t pages,
       static_cast<double>(pages_.reserved_bytes() + pages * pages_.page_bytes());
   const double learned = peak * (1.0 + options_.new_page_headroom) +
                          static_cast<double>(stitched_bytes_);
-  const double budget = std::min(
-      learned,
-      peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)));
+  const double most = std::max(
+      peak * (1.0 + std::max(options_.max_new_page_headroom, options_.new_page_headroom)),
+      peak + static_cast<double>(options_.min_budget_pages * pages_.page_bytes()));
+  const double budget = std::min(learned, most);
   return after <= budget && after <= static_cast<double>(backend_.capacity());
 }
 

@@ -618,12 +618,13 @@ TEST(CachingAllocatorTest, StitchesWhenTheDeviceRefusesPagesWithinTheBudget) {
 }
 
 // A shortage that needed stitching once raises the budget for new pages, so the same
-// shortage later (the next training step) does not unmap again, up to the maximum.
+// shortage later (the next training step) does not unmap again, up to the maximum
+// (here without its floor of pages).
 TEST(CachingAllocatorTest, StitchingRaisesTheBudgetForNewPages) {
   for (double max_headroom : {0.0, 1.0}) {
     SimBackend sim;
     auto alloc = MakeCachingAllocator(
-        sim, {.new_page_headroom = 0, .max_new_page_headroom = max_headroom});
+        sim, {.new_page_headroom = 0, .max_new_page_headroom = max_headroom, .min_budget_pages = 0});
     std::vector<DevicePtr> live;
     GrowPastScatteredIdlePages(*alloc, &live);
     ASSERT_EQ(alloc->stats().stitch_count, 1u);
