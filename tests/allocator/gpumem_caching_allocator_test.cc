@@ -623,8 +623,9 @@ TEST(CachingAllocatorTest, StitchesWhenTheDeviceRefusesPagesWithinTheBudget) {
 TEST(CachingAllocatorTest, StitchingRaisesTheBudgetForNewPages) {
   for (double max_headroom : {0.0, 1.0}) {
     SimBackend sim;
-    auto alloc = MakeCachingAllocator(
-        sim, {.new_page_headroom = 0, .max_new_page_headroom = max_headroom, .min_budget_pages = 0});
+    auto alloc = MakeCachingAllocator(sim, {.new_page_headroom = 0,
+                                            .max_new_page_headroom = max_headroom,
+                                            .min_budget_pages = 0});
     std::vector<DevicePtr> live;
     GrowPastScatteredIdlePages(*alloc, &live);
     ASSERT_EQ(alloc->stats().stitch_count, 1u);
@@ -639,6 +640,21 @@ TEST(CachingAllocatorTest, StitchingRaisesTheBudgetForNewPages) {
       EXPECT_EQ(alloc->stats().stitch_count, 2u);
       EXPECT_EQ(sim.counters().physical_bytes, 8 * kPage);
     }
+  }
+}
+
+// A working set so small that its share of the peak is under a page: the budget's floor
+// of pages lets the same shortage grow instead of stitching again each step.
+TEST(CachingAllocatorTest, TheBudgetsFloorOfPagesServesSmallWorkingSets) {
+  for (std::size_t floor : {std::size_t{0}, std::size_t{16}}) {
+    SimBackend sim;
+    auto alloc = MakeCachingAllocator(
+        sim, {.new_page_headroom = 0, .max_new_page_headroom = 0, .min_budget_pages = floor});
+    std::vector<DevicePtr> live;
+    GrowPastScatteredIdlePages(*alloc, &live);
+    for (DevicePtr p : live) alloc->Free(p);
+    ASSERT_TRUE(alloc->Allocate(5 * kPage, kS1).ok());
+    EXPECT_EQ(alloc->stats().stitch_count, floor == 0 ? 2u : 1u) << floor;
   }
 }
 

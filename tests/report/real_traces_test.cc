@@ -189,6 +189,32 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
   EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
 }
 
+// An extension sized its workspace at step 200 to the device's free memory but 256 MiB
+// (cuMemAlloc, PyTorch's allocator beside it) and kept it; a long batch at step 401 ran
+// out far under the 4 GiB cap. Held outside by this process's own library, named at its
+// line; it did not grow, so no leak. H200, profile-only mode.
+TEST(RealTraces, AnExtensionsWorkspaceIsMemoryHeldOutside) {
+  trace::Trace t = Load("extension_workspace_fills_the_gpu.gpumem.xz");
+  trace::Trace cupti = Load("extension_workspace_fills_the_gpu.cupti.gpumem.xz");
+  ReportOptions options;
+  options.cupti = &cupti;
+  Report r = BuildReport(t, options);
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
+  EXPECT_NE(x.evidence.find("libraries of this process other than the allocator, NCCL, cuBLAS "
+                            "and cuDNN held 138.62 GiB"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_NE(x.evidence.find("most of it from diagnosis_cases.py:2658 "
+                            "extension_workspace_fills_the_device_before_a_long_batch"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_FALSE(r.outside_holder.growth.has_value());
+  EXPECT_TRUE(ReportToJson(r)["leak_suspects"].empty());
+  EXPECT_EQ(BuildReport(t, {}).ooms[*r.fatal_oom].cls, OomClass::kPeak);  // unseen without it
+}
+
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
   absl::StatusOr<trace::Trace> t =
       trace::LoadTrace(std::string(GPUMEM_TEST_DATA) + "/leaky_mlp.pickle.xz");
