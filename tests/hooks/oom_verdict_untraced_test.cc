@@ -1,6 +1,10 @@
 // The verdict at an out-of-memory without a trace: no sites, so the class comes from the
 // allocator's figures and the growth of its total at step marks, with the hint that
-// GPUMEM_TRACE would name the site.
+// GPUMEM_TRACE would name the site. What this process's own unusual libraries hold (the
+// CUPTI tracer's count, read through CUDA_INJECTION64_PATH; here a stand-in tracer) is
+// memory held outside the allocator, and its growth over step marks a leak outside it.
+#include <dlfcn.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -14,6 +18,7 @@ namespace gpumem::hooks {
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
+constexpr std::uint64_t kGiB = 1ull << 30;
 
 class Environment : public ::testing::Environment {
  public:
@@ -50,6 +55,74 @@ TEST(OomVerdictUntracedTest, TooBigRequestIsGenuinePeak) {
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("verdict: genuine peak"), std::string::npos) << err;
   EXPECT_NE(err.find("GPUMEM_TRACE=<file>"), std::string::npos) << err;
+}
+
+using Hold = void (*)(int, std::uint64_t, const char*);
+
+// The fake tracer, loaded privately as CUDA loads the real one.
+Hold FakeTracer() {
+  static Hold hold = [] {
+    setenv("CUDA_INJECTION64_PATH", FAKE_TRACER_PATH, 1);
+    void* handle = dlopen(FAKE_TRACER_PATH, RTLD_NOW | RTLD_LOCAL);
+    return handle == nullptr ? nullptr : reinterpret_cast<Hold>(dlsym(handle, "fake_tracer_hold"));
+  }();
+  return hold;
+}
+
+// PyTorch's allocator ran out with 20 MiB free on the device and 100 MiB reserved.
+std::string ExplainOomOn(int device, int* cls) {
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = 64 * kMiB;
+  f.reserved_bytes = 100 * kMiB;
+  f.allocated_bytes = 100 * kMiB;
+  f.driver_free_bytes = 20 * kMiB;
+  ::testing::internal::CaptureStderr();
+  *cls = gpumem_explain_oom(device, &f);
+  return ::testing::internal::GetCapturedStderr();
+}
+
+TEST(OomVerdictLibraries, AnExtensionThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
+  const Hold hold = FakeTracer();
+  ASSERT_NE(hold, nullptr) << dlerror();
+  for (int step = 1; step <= 40; ++step) {
+    hold(2, step * 256 * kMiB, "ext.py:12 grow");
+    gpumem_step();
+  }
+  int cls = -1;
+  const std::string err = ExplainOomOn(2, &cls);
+  EXPECT_EQ(cls, 0) << err;  // a leak
+  EXPECT_NE(err.find("verdict: leak\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("memory held outside the allocator grew: ext.py:12 grow took 256.00 MiB per "
+                     "step from the driver and kept it"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("(10.00 GiB at the OOM)"), std::string::npos) << err;
+}
+
+TEST(OomVerdictLibraries, AnExtensionsSteadyMemoryIsHeldOutside) {
+  const Hold hold = FakeTracer();
+  ASSERT_NE(hold, nullptr) << dlerror();
+  for (int step = 1; step <= 40; ++step) {
+    hold(5, 12 * kGiB, "ext.py:40 workspace");
+    gpumem_step();
+  }
+  int cls = -1;
+  const std::string err = ExplainOomOn(5, &cls);
+  EXPECT_EQ(cls, 4) << err;  // held outside
+  EXPECT_NE(err.find("verdict: memory held outside the allocator"), std::string::npos) << err;
+  EXPECT_NE(err.find("libraries of this process other than the allocator, NCCL, cuBLAS and "
+                     "cuDNN held 12.00 GiB, most of it from ext.py:40 workspace"),
+            std::string::npos)
+      << err;
+}
+
+// Where the tracer's libraries hold nothing, the verdict is what the allocator's figures say.
+TEST(OomVerdictLibraries, NothingHeldChangesNothing) {
+  ASSERT_NE(FakeTracer(), nullptr) << dlerror();
+  int cls = -1;
+  const std::string err = ExplainOomOn(7, &cls);
+  EXPECT_EQ(cls, 2) << err;  // a genuine peak
+  EXPECT_EQ(err.find("libraries of this process"), std::string::npos) << err;
 }
 
 }  // namespace

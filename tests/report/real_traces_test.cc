@@ -19,6 +19,19 @@ trace::Trace Load(const std::string& name) {
   return t.ok() ? std::move(*t) : trace::Trace();
 }
 
+// A run's trace and the CUPTI tracer's beside it ("NAME.gpumem.xz", "NAME.cupti.gpumem.xz").
+struct WithCupti {
+  trace::Trace main;
+  trace::Trace cupti;
+  explicit WithCupti(const std::string& name)
+      : main(Load(name + ".gpumem.xz")), cupti(Load(name + ".cupti.gpumem.xz")) {}
+  Report Build() const {
+    ReportOptions options;
+    options.cupti = &cupti;
+    return BuildReport(main, options);
+  }
+};
+
 bool HasFrame(const trace::Trace& t, std::uint32_t stack, const std::string& file, int line) {
   for (std::uint32_t f : t.stacks[stack]) {
     if (t.frames[f].filename == file && t.frames[f].line == line) return true;
@@ -162,11 +175,8 @@ TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
 // request far under its 4 GiB cap. The CUPTI trace beside it says who held the device,
 // from which line, and that it grew every step: a leak outside the allocator.
 TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAllocator) {
-  trace::Trace t = Load("extension_fills_the_gpu.gpumem.xz");
-  trace::Trace cupti = Load("extension_fills_the_gpu.cupti.gpumem.xz");
-  ReportOptions options;
-  options.cupti = &cupti;
-  Report r = BuildReport(t, options);
+  const WithCupti run("extension_fills_the_gpu");
+  Report r = run.Build();
   ASSERT_TRUE(r.fatal_oom.has_value());
   const OomExplanation& x = r.ooms[*r.fatal_oom];
   EXPECT_EQ(x.at.headroom, 512u << 20);
@@ -185,7 +195,7 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
   ASSERT_EQ(suspects.size(), 1u) << suspects.dump();
   EXPECT_EQ(suspects[0]["outside_allocator"], true);
   EXPECT_EQ(suspects[0]["bytes_per_step"], 256.0 * (1 << 20));
-  Report alone = BuildReport(t, {});  // without the CUPTI trace no one is seen to hold it
+  Report alone = BuildReport(run.main, {});  // without the CUPTI trace no one holds it
   EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
 }
 
@@ -194,11 +204,8 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
 // out far under the 4 GiB cap. Held outside by this process's own library, named at its
 // line; it did not grow, so no leak. H200, profile-only mode.
 TEST(RealTraces, AnExtensionsWorkspaceIsMemoryHeldOutside) {
-  trace::Trace t = Load("extension_workspace_fills_the_gpu.gpumem.xz");
-  trace::Trace cupti = Load("extension_workspace_fills_the_gpu.cupti.gpumem.xz");
-  ReportOptions options;
-  options.cupti = &cupti;
-  Report r = BuildReport(t, options);
+  const WithCupti run("extension_workspace_fills_the_gpu");
+  Report r = run.Build();
   ASSERT_TRUE(r.fatal_oom.has_value());
   const OomExplanation& x = r.ooms[*r.fatal_oom];
   EXPECT_EQ(x.cls, OomClass::kHeldOutside) << x.evidence;
@@ -212,7 +219,8 @@ TEST(RealTraces, AnExtensionsWorkspaceIsMemoryHeldOutside) {
       << x.evidence;
   EXPECT_FALSE(r.outside_holder.growth.has_value());
   EXPECT_TRUE(ReportToJson(r)["leak_suspects"].empty());
-  EXPECT_EQ(BuildReport(t, {}).ooms[*r.fatal_oom].cls, OomClass::kPeak);  // unseen without it
+  // Without the CUPTI trace no one is seen to hold it.
+  EXPECT_EQ(BuildReport(run.main, {}).ooms[*r.fatal_oom].cls, OomClass::kPeak);
 }
 
 TEST(RealTraces, LeakyMlpPickleUsesAnnotations) {
