@@ -83,6 +83,10 @@ void ReportForkedChild(const char* function) {
   // Annotations are not journaled: make this one durable now, the worker may die soon.
   (*recorder)->Flush();
   std::call_once(g_tracer->open_once, [] {});  // the parent's trace is never opened here
+  {
+    std::lock_guard<std::mutex> lock(g_tracer->mu);
+    g_tracer->unusual_site.clear();  // its stack ids were the parent recorder's
+  }
   g_tracer->recorder = recorder->release();
   g_forked_child.store(false);  // from now on this process records into its own trace
 }

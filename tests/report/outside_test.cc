@@ -313,8 +313,19 @@ TEST(OutsideAllocator, ALeakOutsideTheAllocatorIsSaidWhereTheRunEndsWell) {
                       "+256.00 MiB/step"),
             std::string::npos)
       << text;
+  // The driver had 70,600 MiB free at the last of the 5 step ends: at 256 MiB a step the
+  // device is full 276 steps later.
+  ASSERT_TRUE(r.outside.end && r.outside.end->driver_used);
+  ASSERT_EQ(A::kTotal - *r.outside.end->driver_used, 70600 * A::kMiB);
+  ASSERT_TRUE(r.outside_projected_oom_step.has_value());
+  EXPECT_EQ(*r.outside_projected_oom_step + 1, 281u);
+  EXPECT_NE(text.find("At this rate the device has no free memory left in step 281."),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(ReportToJson(r)["outside_projected_oom_step"], 281);
   const RankSummary rank = SummarizeRank(r, 0);
   EXPECT_EQ(rank.leak_site, "ext.py:12 scratch (outside the allocator)");
+  EXPECT_EQ(rank.projected_oom_step, r.outside_projected_oom_step);
   EXPECT_EQ(rank.leak_bytes_per_step, 256.0 * A::kMiB);
   // Without the CUPTI trace nothing outside the allocator is seen.
   EXPECT_EQ(Verdict(BuildReport(main, {})).find("outside the allocator"), std::string::npos);

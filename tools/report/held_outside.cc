@@ -1,6 +1,7 @@
 #include "tools/report/held_outside.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,19 @@ std::string OutsideLeakPhrase(const UnusualHolder& holder) {
   if (!holder.growth) return "";
   return absl::StrCat("leak outside the allocator at ", holder.site, " (+",
                       Bytes(holder.growth->bytes_per_step), "/step)");
+}
+
+std::optional<std::size_t> ProjectOutsideOomStep(const UnusualHolder& holder,
+                                                 const OutsideMoment& end,
+                                                 std::size_t steps_done) {
+  if (!holder.growth || holder.growth->bytes_per_step <= 0 || !end.driver_total ||
+      !end.driver_used || steps_done == 0) {
+    return std::nullopt;
+  }
+  const double free =
+      static_cast<double>(*end.driver_total - std::min(*end.driver_total, *end.driver_used));
+  return steps_done - 1 +
+         static_cast<std::size_t>(std::ceil(free / holder.growth->bytes_per_step));
 }
 
 void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder,

@@ -32,6 +32,13 @@ UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cu
 // grew; empty where it did not.
 std::string OutsideLeakPhrase(const UnusualHolder& holder);
 
+// The step (0-based) in which a leak outside the allocator, growing at its rate, would
+// leave the device no free memory: from the driver's free bytes at `end`, after
+// `steps_done` steps. nullopt without a leak or the driver's figures.
+std::optional<std::size_t> ProjectOutsideOomStep(const UnusualHolder& holder,
+                                                 const OutsideMoment& end,
+                                                 std::size_t steps_done);
+
 // `at_oom`: the outside figures taken at `x`'s OOM; `holder`: FindUnusualHolder there (or
 // none). Where that holder's memory grew steadily, the OOM is a leak outside the
 // allocator at its line.

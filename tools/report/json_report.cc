@@ -261,6 +261,8 @@ nlohmann::json ReportToJson(const Report& r) {
     out["cache_pressure"] = nullptr;
   }
   out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
+  out["outside_projected_oom_step"] =
+      r.outside_projected_oom_step ? json(*r.outside_projected_oom_step + 1) : json(nullptr);
   const std::int32_t leak_device = LeakDevice(r.timeline, r.leaks);
   out["projected_oom_device"] =
       r.projected_oom_step && leak_device >= 0 ? json(leak_device) : json(nullptr);

@@ -1,5 +1,6 @@
 #include "tools/report/rank_summary.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "tools/report/outside_format.h"
@@ -66,6 +67,9 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
     s.leak_bytes_per_step += outside->bytes_per_step;
   }
   s.projected_oom_step = report.projected_oom_step;
+  if (const std::optional<std::size_t>& outside = report.outside_projected_oom_step) {
+    s.projected_oom_step = std::min(s.projected_oom_step.value_or(*outside), *outside);
+  }
   s.ooms = report.ooms.size();
   if (!report.ooms.empty()) s.first_oom_step = report.ooms.front().at.step;
   if (!report.trace->warnings.empty()) s.damage = report.trace->warnings.front();

@@ -151,6 +151,10 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {
     ExplainHeldOutside(*r.outside.end, r.outside_holder, &r.ooms[*r.fatal_oom]);
   }
+  if (!death && r.outside.end) {
+    r.outside_projected_oom_step =
+        ProjectOutsideOomStep(r.outside_holder, *r.outside.end, r.steps.count);
+  }
   r.cache_pressure = FindCachePressure(r.timeline, r.capacity, death.has_value());
   AddWarnings(r);
   return r;

@@ -50,6 +50,9 @@ struct Report {
   std::optional<std::uint64_t> capacity;  // at the trace's end, on the main device
   std::string capacity_source;  // "--capacity", "trace: <what set it>", or empty
   std::optional<std::size_t> projected_oom_step;  // 0-based
+  // 0-based: where the leak outside the allocator (outside_holder) would fill the device,
+  // for a run that did not die of memory (ProjectOutsideOomStep).
+  std::optional<std::size_t> outside_projected_oom_step;
   OutsideAllocator outside;  // device memory outside the allocator, at the peak and the end
   // A run that lived with its cache pressed against the cap by pieces (fragmentation).
   std::optional<CachePressure> cache_pressure;

@@ -140,6 +140,10 @@ void AppendOutsideSuspect(const Report& r, bool color, std::string* out) {
                                        Paint(color, "1", h.site), Bytes(h.growth->bytes_per_step),
                                        h.growth->r2, h.samples - h.growth->from,
                                        Bytes(static_cast<double>(h.bytes))));
+  if (r.outside_projected_oom_step) {
+    absl::StrAppend(out, "     At this rate the device has no free memory left in step ",
+                    *r.outside_projected_oom_step + 1, ".\n");
+  }
 }
 
 void AppendLeakSuspects(const Report& r, bool color, std::string* out) {
