@@ -20,29 +20,30 @@ void Find(void* handle, const char* name, Fn* fn) {
   *fn = reinterpret_cast<Fn>(dlsym(handle, name));
 }
 
-// Looked for until found: CUDA loads the tracer when it initializes, which may come after
-// the first step mark. Never found where CUDA_INJECTION64_PATH is unset.
+// Looked for until CUDA has loaded the injection library (when it initializes, which may
+// come after the first step mark), then settled: ours, or another one (a profiler's, an
+// older tracer) that never will be. Never found where CUDA_INJECTION64_PATH is unset.
 const TracerFunctions* Functions() {
   static std::mutex mu;
   static TracerFunctions found;
-  static bool loaded = false;
+  static bool settled = false;
   std::lock_guard<std::mutex> lock(mu);
-  if (loaded) return &found;
+  if (settled) return found.devices == nullptr ? nullptr : &found;
   const char* path = std::getenv("CUDA_INJECTION64_PATH");
   if (path == nullptr || *path == '\0') return nullptr;
   // RTLD_NOLOAD: a handle only if CUDA has loaded it already; never loads it here.
   void* handle = dlopen(path, RTLD_LAZY | RTLD_NOLOAD);
   if (handle == nullptr) return nullptr;
+  settled = true;
   TracerFunctions f;
   Find(handle, "gpumem_cupti_library_devices", &f.devices);
   Find(handle, "gpumem_cupti_library_bytes", &f.bytes);
   Find(handle, "gpumem_cupti_library_site", &f.site);
   if (f.devices == nullptr || f.bytes == nullptr || f.site == nullptr) {
-    dlclose(handle);  // another injection library, or an older tracer
+    dlclose(handle);
     return nullptr;
   }
   found = f;
-  loaded = true;
   return &found;
 }
 
