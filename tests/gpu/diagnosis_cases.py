@@ -2638,6 +2638,24 @@ def another_process_fills_the_gpu_before_a_long_batch():
             holder.kill()
 
 
+@case("leak")
+def extension_keeps_device_memory_in_a_run_that_ends():
+    """A custom extension's cuMemAlloc of 64 MiB at every step, never freed, in a run of
+    300 steps that ends before the device fills (18.75 GiB kept): a leak outside the
+    allocator at the line that calls it, with the step the device would run out in."""
+    import ctypes
+    driver = ctypes.CDLL("libcuda.so.1")
+    net, kept = model(), []
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    for _ in range(300):
+        ptr = ctypes.c_uint64()
+        status = driver.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(64 * MiB))  # LEAK
+        if status != 0:
+            raise RuntimeError(f"extension: cuMemAlloc failed with CUDA error {status}")
+        kept.append(ptr.value)
+        fit(net, opt, batch())
+
+
 @case("memory held outside the allocator")
 def extension_workspace_fills_the_device_before_a_long_batch():
     """A custom extension takes one workspace from the driver at step 200 (cuMemAlloc,
