@@ -290,6 +290,26 @@ TEST(HtmlInBrowser, ALeakOutsideTheAllocatorIsASuspectRow) {
   EXPECT_NE(page.dom.find("in the CUPTI trace"), std::string::npos);
 }
 
+// A run that ends well with a leak outside the allocator: the step the device would fill.
+TEST(HtmlInBrowser, ALeakOutsideTheAllocatorProjectsTheStepTheDeviceFills) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  std::uint32_t stack = 0;
+  const trace::Trace cupti = synthetic::OutsideCuptiTraceOfAnExtensionThatKeeps(main, &stack);
+  ReportOptions options;
+  options.cupti = &cupti;
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(main, options));
+  const nlohmann::json j = ReportToJson(reports[0]);
+  ASSERT_FALSE(j["outside_projected_oom_step"].is_null());
+  Page page = Load(chromium, reports, "outside_projection");
+  ExpectNoConsoleErrors(page);
+  EXPECT_NE(page.dom.find("the device has no free memory left in step " +
+                          j["outside_projected_oom_step"].dump() + "."),
+            std::string::npos);
+}
+
 TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
   const std::string chromium = FindChromium();
   if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";

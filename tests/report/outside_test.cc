@@ -239,37 +239,13 @@ TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
   EXPECT_FALSE(BuildReport(main, {}).fatal_failed_outside.has_value());  // unseen without it
 }
 
-// The CUPTI trace beside `main` with an extension's own cuMemAlloc of 256 MiB before
-// every step end, never freed, at ext.py:12 (through libext.so).
-trace::Trace CuptiOfAnExtensionThatKeeps(const trace::Trace& main, std::uint32_t* stack) {
-  trace::Trace cupti = synthetic::OutsideCuptiTrace();
-  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
-  const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
-  cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
-  cupti.frames.push_back({"libext.so", 0, "ext_alloc"});
-  cupti.frames.push_back({"ext.py", 12, "scratch"});
-  *stack = static_cast<std::uint32_t>(cupti.stacks.size());
-  cupti.stacks.push_back({frame, frame + 1, frame + 2});
-  std::uint64_t addr = 0x7e0000000000ull;
-  for (const trace::Event& e : main.events) {
-    if (e.action != trace::Action::kStep) continue;
-    trace::Event kept;
-    kept.action = trace::Action::kSegmentAlloc;
-    kept.time_us = e.time_us - 5 - shift;
-    kept.addr = addr += 256 * A::kMiB;
-    kept.size = 256 * A::kMiB;
-    kept.stack_id = *stack;
-    cupti.events.push_back(kept);
-  }
-  return cupti;
-}
-
-// ... and then one that fails: a leak outside the allocator at the line that calls it,
-// among the leak suspects too.
+// An extension's own cuMemAlloc of 256 MiB before every step end, never freed, and then one
+// that fails: a leak outside the allocator at the line that calls it, among the leak
+// suspects too.
 TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
   const trace::Trace main = synthetic::OutsideMainTrace();
   std::uint32_t stack = 0;
-  trace::Trace cupti = CuptiOfAnExtensionThatKeeps(main, &stack);
+  trace::Trace cupti = synthetic::OutsideCuptiTraceOfAnExtensionThatKeeps(main, &stack);
   const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
   trace::FailedAllocation failed;
   failed.time_us = main.events.back().time_us + 10 - shift;
@@ -299,7 +275,7 @@ TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator
 TEST(OutsideAllocator, ALeakOutsideTheAllocatorIsSaidWhereTheRunEndsWell) {
   const trace::Trace main = synthetic::OutsideMainTrace();
   std::uint32_t stack = 0;
-  const trace::Trace cupti = CuptiOfAnExtensionThatKeeps(main, &stack);
+  const trace::Trace cupti = synthetic::OutsideCuptiTraceOfAnExtensionThatKeeps(main, &stack);
   ReportOptions options;
   options.cupti = &cupti;
   const Report r = BuildReport(main, options);

@@ -39,4 +39,10 @@ trace::Trace OutsideAllocatorTrace(bool oom, std::int32_t device = 0);
 trace::Trace OutsideMainTrace();
 trace::Trace OutsideCuptiTrace();
 
+// OutsideCuptiTrace with an extension's own cuMemAlloc of 256 MiB before every step end
+// of `main`, never freed, at ext.py:12 through libext.so: a leak outside the allocator.
+// `stack`: the calls' stack id.
+trace::Trace OutsideCuptiTraceOfAnExtensionThatKeeps(const trace::Trace& main,
+                                                     std::uint32_t* stack);
+
 }  // namespace gpumem::report::synthetic
