@@ -10,6 +10,7 @@
 #include "hooks/trace_hook.h"
 #include "hooks/tracer_libraries.h"
 #include "profiler/driver_memory.h"
+#include "profiler/library_holdings.h"
 #include "profiler/live_view.h"
 #include "profiler/oom_verdict.h"
 #include "profiler/process_note.h"
@@ -31,10 +32,6 @@ SiteHistory g_totals;  // device totals at step ends, under kPinnedLow keys
 // What this process's own unusual libraries held at step ends (TracerLibraryDevices), by
 // device under kPinnedLow keys.
 SiteHistory g_libraries;
-
-std::uint64_t DeviceKey(std::int32_t device) {
-  return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
-}
 std::uint64_t g_steps = 0;
 
 // One full verdict per device, step and class: a program that catches OOMs (cuDNN's
@@ -100,7 +97,8 @@ void AddLibraryHoldings(OomVerdictInput& in) {
   in.libraries.bytes = now->bytes;
   in.libraries.site = now->site;
   std::lock_guard<std::mutex> lock(g_mu);
-  if (const auto g = g_libraries.GrowthOf(DeviceKey(in.device), report::MinLeakGrowth(now->bytes))) {
+  const double min_growth = report::MinLeakGrowth(now->bytes);
+  if (const auto g = g_libraries.GrowthOf(DeviceTotalKey(in.device), min_growth)) {
     in.libraries.growth = g->growth;
     in.libraries.growth_steps = g->step_ends;
   }
@@ -202,16 +200,16 @@ void SampleStepTotals(std::uint64_t step) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;
   std::vector<std::uint64_t> pinned;
   ForEachStartedDevice([&](DeviceState& s) {
-    live[DeviceKey(s.device)] = s.allocator->stats().allocated_bytes;
-    pinned.push_back(DeviceKey(s.device));
+    live[DeviceTotalKey(s.device)] = s.allocator->stats().allocated_bytes;
+    pinned.push_back(DeviceTotalKey(s.device));
   });
   absl::flat_hash_map<std::uint64_t, std::uint64_t> libraries;
   std::vector<std::uint64_t> library_keys;
   const std::uint64_t devices = TracerLibraryDevices();
-  for (int device = 0; device < 64; ++device) {
+  for (int device = 0; device < LibraryHoldings::kMaxDevices; ++device) {
     if ((devices >> device & 1) == 0) continue;
-    libraries[DeviceKey(device)] = TracerLibraryBytes(device);
-    library_keys.push_back(DeviceKey(device));
+    libraries[DeviceTotalKey(device)] = TracerLibraryBytes(device);
+    library_keys.push_back(DeviceTotalKey(device));
   }
   std::lock_guard<std::mutex> lock(g_mu);
   g_steps = step;

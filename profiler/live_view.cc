@@ -18,9 +18,6 @@ constexpr std::size_t kVerdictSites = 5;
 // Stacks asked whether a site's call returned (LiveView::ReturnedLocked).
 constexpr std::size_t kReturnStacks = 2000;
 
-std::uint64_t TotalKey(std::int32_t device) {
-  return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
-}
 
 std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
 
@@ -62,7 +59,7 @@ absl::flat_hash_map<std::uint64_t, std::uint64_t> LiveView::BySiteLocked(
   for (const auto& [key, bytes] : by_stack) {
     const std::int32_t device = DeviceOf(key);
     out[LiveBlocks::Key(device, SiteOfLocked(static_cast<std::uint32_t>(key)))] += bytes;
-    out[TotalKey(device)] += bytes;
+    out[DeviceTotalKey(device)] += bytes;
   }
   return out;
 }
@@ -385,10 +382,14 @@ void LiveView::DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in
   }
 }
 
+std::uint64_t DeviceTotalKey(std::int32_t device) {
+  return LiveBlocks::Key(device, static_cast<std::uint32_t>(SiteHistory::kPinnedLow));
+}
+
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,
                          std::uint64_t allocated_now, OomVerdictInput* in) {
   const std::optional<SiteHistory::FoundGrowth> g =
-      history.GrowthOf(TotalKey(device), report::MinLeakGrowth(allocated_now));
+      history.GrowthOf(DeviceTotalKey(device), report::MinLeakGrowth(allocated_now));
   if (!g) return;
   in->figures.growth_suspected = true;
   in->growth_per_step = g->growth.bytes_per_step;

@@ -154,6 +154,10 @@ class LiveView {
   std::atomic<bool> has_found_{false};
 };
 
+// A device's key among a SiteHistory's sites for a figure of the whole device (its total
+// live bytes, what its unusual libraries hold): pinned, never a site (kPinnedLow).
+std::uint64_t DeviceTotalKey(std::int32_t device);
+
 // Total live bytes of `device` at step ends (`history`'s pinned key): when they grow
 // steadily, the growth figures of `in` (for a verdict without sites).
 void DescribeTotalGrowth(const SiteHistory& history, std::int32_t device,

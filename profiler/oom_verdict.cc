@@ -70,15 +70,12 @@ std::string HeldOutsideEvidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   const LibraryHolding& lib = in.libraries;
   if (OutsideLeak(in, cls)) {
-    return absl::StrCat(report::OutsideLeakText(lib.site, lib.growth->bytes_per_step,
-                                                lib.growth_steps, lib.bytes, f),
-                        ". Without that memory the request would have fit");
+    return report::OutsideLeakText(lib.site, lib.growth->bytes_per_step, lib.growth_steps,
+                                   lib.bytes, f);
   }
   const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
   const std::string named = others > 0 ? ProcessesText(in.processes->others) : "";
-  return absl::StrCat(report::HeldOutsideRoomText(f), ": ",
-                      report::HeldOutsideHolders(others, named, lib.bytes, lib.site),
-                      ". Without that memory the request would have fit");
+  return report::HeldOutsideText(f, report::HeldOutsideHolders(others, named, lib.bytes, lib.site));
 }
 
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {

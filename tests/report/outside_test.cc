@@ -203,25 +203,34 @@ TEST(OutsideAllocator, CuptiTraceBesideTheMainOneIsLinedUpByClockOrigin) {
   EXPECT_EQ(Lib(*BuildReport(main, options).outside.peak, OutsideLibrary::kNccl), A::kNccl);
 }
 
-// The CUPTI tracer writes the driver calls that failed to its own trace: one after the
-// last step end there (a CUDA extension's cuMemAlloc) is the failure that ended the run,
-// on the main trace's clock, named by the line that made it.
-TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
-  const trace::Trace main = synthetic::OutsideMainTrace();
-  trace::Trace cupti = synthetic::OutsideCuptiTrace();
+// A cuMemAlloc of 256 MiB with `stack` that failed (out of memory) 10 us after `main`'s
+// last event, as the CUPTI trace `cupti` records it (on its own clock).
+trace::FailedAllocation FailedAfterTheLastEvent(const trace::Trace& main,
+                                                const trace::Trace& cupti, std::uint32_t stack) {
   const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
   trace::FailedAllocation failed;
   failed.time_us = main.events.back().time_us + 10 - shift;
   failed.size = 256 * A::kMiB;
   failed.call = "cuMemAlloc";
   failed.error = 2;
-  failed.device_free = 127 * A::kMiB;
+  failed.stack_id = stack;
+  return failed;
+}
+
+// The CUPTI tracer writes the driver calls that failed to its own trace: one after the
+// last step end there (a CUDA extension's cuMemAlloc) is the failure that ended the run,
+// on the main trace's clock, named by the line that made it.
+TEST(OutsideAllocator, AFailedCallInTheCuptiTraceEndsTheRun) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  trace::Trace cupti = synthetic::OutsideCuptiTrace();
   // Its stack: the tracer's API frame, then the line that made the call.
   const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
   cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
   cupti.frames.push_back({"ext.py", 12, "scratch"});
-  failed.stack_id = static_cast<std::uint32_t>(cupti.stacks.size());
+  const auto stack = static_cast<std::uint32_t>(cupti.stacks.size());
   cupti.stacks.push_back({frame, frame + 1});
+  trace::FailedAllocation failed = FailedAfterTheLastEvent(main, cupti, stack);
+  failed.device_free = 127 * A::kMiB;
   cupti.failed_allocations.push_back(failed);
   ReportOptions options;
   options.cupti = &cupti;
@@ -246,14 +255,7 @@ TEST(OutsideAllocator, ALibraryThatKeepsMemoryEachStepIsALeakOutsideTheAllocator
   const trace::Trace main = synthetic::OutsideMainTrace();
   std::uint32_t stack = 0;
   trace::Trace cupti = synthetic::OutsideCuptiTraceOfAnExtensionThatKeeps(main, &stack);
-  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
-  trace::FailedAllocation failed;
-  failed.time_us = main.events.back().time_us + 10 - shift;
-  failed.size = 256 * A::kMiB;
-  failed.call = "cuMemAlloc";
-  failed.error = 2;
-  failed.stack_id = stack;
-  cupti.failed_allocations.push_back(failed);
+  cupti.failed_allocations.push_back(FailedAfterTheLastEvent(main, cupti, stack));
   ReportOptions options;
   options.cupti = &cupti;
   const Report r = BuildReport(main, options);

@@ -148,16 +148,14 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder
   if (!HeldOutsideExplains(f)) return;
   if (holder.growth) {
     x->cls = OomClass::kLeak;
-    x->evidence = absl::StrCat(
-        OutsideLeakText(holder.site, holder.growth->bytes_per_step,
-                        holder.samples - holder.growth->from, holder.bytes, f),
-        ". Without that memory the request would have fit.");
+    x->evidence = OutsideLeakText(holder.site, holder.growth->bytes_per_step,
+                                  holder.samples - holder.growth->from, holder.bytes, f) +
+                  ".";
     x->fix = kOutsideLeakFix;
     return;
   }
   x->cls = OomClass::kHeldOutside;
-  x->evidence = absl::StrCat(HeldOutsideRoomText(f), ": ", Holders(at_oom, holder.site),
-                             ". Without that memory the request would have fit.");
+  x->evidence = HeldOutsideText(f, Holders(at_oom, holder.site)) + ".";
   x->fix = OomFix(OomClass::kHeldOutside);
 }
 

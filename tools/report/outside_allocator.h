@@ -58,6 +58,7 @@ struct OutsideAllocator {
 
 // Where the run ended, when it died of memory: the figures are taken there.
 struct OutsideEnd {
+  std::int32_t device = 0;
   std::int64_t time_us = 0;
   std::optional<std::uint64_t> driver_free;
   std::string what;  // "OOM", "failed allocation"

@@ -86,36 +86,27 @@ std::size_t SamplesBeforeDeath(const Timeline& timeline, const Steps& steps,
       timeline.sample_step.begin());
 }
 
-// The unusual libraries' top holder where the run died of memory (the failed call's or
-// the OOM's device and time), else at its end on the main device.
-UnusualHolder FindOutsideHolder(const Report& r, const trace::Trace& cupti) {
-  const trace::Trace& t = *r.trace;
-  if (t.events.empty()) return {};
-  std::int32_t device = MainDevice(t);
-  std::int64_t time_us = t.events.back().time_us;
-  if (r.fatal_failed_outside) {
-    const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
-    device = f.device;
-    time_us = f.time_us;
-  } else if (r.fatal_oom) {
-    const OomPoint& p = r.ooms[*r.fatal_oom].at;
-    device = p.device;
-    time_us = p.time_us;
-  }
-  return FindUnusualHolder(t, cupti, r.steps, device, time_us);
-}
-
 // Where the run died of memory, if it did: the outside figures are taken there.
 std::optional<OutsideEnd> Death(const Report& r) {
   if (r.fatal_failed_outside) {
     const trace::FailedAllocation& f = r.failed_outside[*r.fatal_failed_outside].call;
-    return OutsideEnd{f.time_us, f.device_free, "failed allocation"};
+    return OutsideEnd{f.device, f.time_us, f.device_free, "failed allocation"};
   }
   if (!r.fatal_oom) return std::nullopt;
   const OomPoint& p = r.ooms[*r.fatal_oom].at;
   std::optional<std::uint64_t> free;
   if (p.device_free != 0) free = p.device_free;
-  return OutsideEnd{p.time_us, free, "OOM"};
+  return OutsideEnd{p.device, p.time_us, free, "OOM"};
+}
+
+// The unusual libraries' top holder where the run died of memory (`death`), else at its
+// end on the main device.
+UnusualHolder FindOutsideHolder(const Report& r, const trace::Trace& cupti,
+                                const std::optional<OutsideEnd>& death) {
+  const trace::Trace& t = *r.trace;
+  if (t.events.empty()) return {};
+  return death ? FindUnusualHolder(t, cupti, r.steps, death->device, death->time_us)
+               : FindUnusualHolder(t, cupti, r.steps, MainDevice(t), t.events.back().time_us);
 }
 
 }  // namespace
@@ -144,8 +135,8 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
     r.recovered_ooms += r.ooms[i].recovered;
   }
   TakeFailedOutside(&r, options.cupti);
-  if (options.cupti != nullptr) r.outside_holder = FindOutsideHolder(r, *options.cupti);
   const std::optional<OutsideEnd> death = Death(r);
+  if (options.cupti != nullptr) r.outside_holder = FindOutsideHolder(r, *options.cupti, death);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {

@@ -302,12 +302,20 @@ std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view 
   return absl::StrJoin(parts, ", and ");
 }
 
+namespace {
+constexpr absl::string_view kWouldHaveFit = ". Without that memory the request would have fit";
+}  // namespace
+
+std::string HeldOutsideText(const OomFigures& f, absl::string_view holders) {
+  return absl::StrCat(HeldOutsideRoomText(f), ": ", holders, kWouldHaveFit);
+}
+
 std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
                             std::size_t step_ends, std::uint64_t held, const OomFigures& f) {
   return absl::StrCat("memory held outside the allocator grew: ", site, " took ",
                       Bytes(bytes_per_step), " per step from the driver and kept it, over the last ",
                       step_ends, " step ends (", Bytes(static_cast<double>(held)),
-                      " at the OOM); ", HeldOutsideRoomText(f));
+                      " at the OOM); ", HeldOutsideRoomText(f), kWouldHaveFit);
 }
 
 OomClass ClassifyOom(const OomFigures& f) {

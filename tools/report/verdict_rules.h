@@ -186,9 +186,12 @@ std::string HeldOutsideRoomText(const OomFigures& f);
 // from f.py:3 g" (`processes`: ProcessesText of the others; each part where non-zero).
 std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view processes,
                                std::uint64_t libraries, absl::string_view library_site);
+// Such an OOM's evidence, both verdicts' (without the closing full stop): the room, who
+// held it (HeldOutsideHolders), and that without that memory the request would have fit.
+std::string HeldOutsideText(const OomFigures& f, absl::string_view holders);
 // A leak outside the allocator: "memory held outside the allocator grew: f.py:3 g took
 // 256.00 MiB per step from the driver and kept it, over the last 40 step ends (10.00 GiB
-// at the OOM); " then the room.
+// at the OOM); " then the room, and that without it the request would have fit.
 std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
                             std::size_t step_ends, std::uint64_t held, const OomFigures& f);
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
