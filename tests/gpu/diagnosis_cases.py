@@ -1023,6 +1023,26 @@ def side_stream_copies_kept():
         out.record_stream(side)
 
 
+@case("no leak")
+def auxiliary_loss_on_a_stream_made_each_step():
+    """An auxiliary head runs on a side stream made inside the loop, to overlap the main
+    forward. PyTorch hands out its pool's 32 streams in turn, and cuBLAS keeps a
+    workspace for each stream it ran on: memory grows for 32 steps, then stays."""
+    net, head = model(), torch.nn.Linear(1024, 256).cuda()
+    opt = torch.optim.SGD(list(net.parameters()) + list(head.parameters()), lr=1e-3)
+    for _ in range(600):
+        x = batch()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            aux = head(x).pow(2).mean()
+        torch.cuda.current_stream().wait_stream(side)
+        loss = net(x).pow(2).mean() + 0.1 * aux
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
 class DeviceCachingDataset(torch.utils.data.Dataset):
     """A Dataset that makes each sample on the device and caches it, so the next epoch
     is faster: the dataset is larger than the device."""

@@ -180,6 +180,10 @@ def main():
     ap.add_argument("--touch-device0", action="store_true",
                     help="every rank touches cuda:0 before set_device (the classic mistake: "
                          "a CUDA context of each rank on GPU 0)")
+    ap.add_argument("--group-each-step", action="store_true",
+                    help="every rank averages its loss for the log over a process group "
+                         "it makes each step and never destroys (an NCCL communicator a "
+                         "step, outside the allocator)")
     ap.add_argument("--phases", action="store_true",
                     help="time each step's forward, backward, optimizer and loss read")
     args = ap.parse_args()
@@ -231,6 +235,10 @@ def main():
         opt.step()
         opt.zero_grad(set_to_none=True)
         mark("optimizer")
+        if args.group_each_step:
+            group = dist.new_group()  # GROUP: a communicator each step, never destroyed
+            logged = loss.detach().clone()
+            dist.all_reduce(logged, group=group)  # GROUP: its first collective
         losses.append(loss.item())
         mark("loss read")
         torch.cuda.synchronize()

@@ -11,11 +11,13 @@ multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
    run out.
 3. profile-only, every rank touching cuda:0 before set_device: the merged report
    must name the other ranks' CUDA contexts on rank 0's GPU, by rank, with the fix.
+4. (--checks groups) each mode, every rank making a process group each step and never
+   destroying it: every rank leaks outside the allocator, at the group's line.
 
 Prints a Markdown summary; exit 1 when a check fails.
 
 usage: rank_diagnosis_check.py GPUMEM_CLI [--layout L] [--steps 60] [--gpus N]
-       [--checks leak,oom,contexts] [--cap-fraction F]
+       [--checks leak,oom,contexts,groups] [--cap-fraction F]
 """
 import argparse
 import glob
@@ -30,11 +32,16 @@ ENV = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1
            NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1", GPUMEM_STACKS="python")
 
 
+def marked_lines(mark):
+    """The lines of multi_gpu_train.py that carry `# MARK`."""
+    with open(os.path.join(HERE, "multi_gpu_train.py")) as f:
+        return [i + 1 for i, line in enumerate(f) if f"# {mark}" in line]
+
+
 def leak_line():
     """The line that allocates what the leak keeps (a trace names where memory was made;
     the view kept at `# LEAK` allocates nothing)."""
-    with open(os.path.join(HERE, "multi_gpu_train.py")) as f:
-        return next(i + 1 for i, line in enumerate(f) if "# LOGITS" in line)
+    return marked_lines("LOGITS")[0]
 
 
 def job(cli, mode, folder, gpus, extra):
@@ -160,6 +167,33 @@ def check_contexts(cli, args, folder):
     return bool(ok)
 
 
+def check_groups(cli, args, folder, mode):
+    """Every rank makes a process group each step and never destroys it: each step's
+    NCCL communicator is memory outside the allocator that grows. Every rank must be
+    called leaking outside the allocator, at the line that makes the group or its first
+    collective (`# GROUP`), the run ending well."""
+    os.makedirs(os.path.join(folder, mode))
+    p, traces, report = job(cli, mode, os.path.join(folder, mode), args.gpus,
+                            [args.layout, "--steps", "30", "--group-each-step"])
+    ranks = report.get("merged", {}).get("ranks", [])
+    sites = [f"multi_gpu_train.py:{n}" for n in marked_lines("GROUP")]
+    named = [r["rank"] for r in ranks if "(outside the allocator)" in r.get("leak_site", "")
+             and any(s in r["leak_site"] for s in sites)]
+    ok = p.returncode == 0 and len(traces) == args.gpus and len(named) == args.gpus
+    print(f"- a process group made each step ({mode}): {'right' if ok else 'WRONG'}; "
+          f"ranks named leaking outside at the group's line: {named}; run exit "
+          f"{p.returncode}")
+    for r in ranks:
+        print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, leak/step "
+              f"{r['leak_bytes_per_step']}, outside the allocator {r['outside_allocator']}, "
+              f"verdict {r.get('verdict', '')[:200]!r}")
+    for t in report.get("traces", []):
+        print(driver_line(t.get("outside_allocator") or {}))
+        print(f"    verdict: {t.get('verdict', '')!s:.300}")
+    print_errors(p.stderr + report.get("error", ""))  # warnings too, where it ends well
+    return bool(ok)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("cli")
@@ -168,7 +202,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--gpus", type=int, default=0)
     ap.add_argument("--checks", default="leak,oom,contexts",
-                    help="which checks to run: leak, oom, contexts")
+                    help="which checks to run: leak, oom, contexts, groups")
     ap.add_argument("--cap-fraction", type=float, default=0,
                     help="the capped rank's share of its GPU (default: half of a healthy "
                          "rank's peak allocated in the leak run)")
@@ -178,7 +212,7 @@ def main():
     args.layout = args.layout or ("2d" if args.gpus >= 4 and args.gpus % 2 == 0 else "fsdp2")
     last = args.gpus - 1
     print(f"### {args.gpus} ranks, layout {args.layout}\n")
-    leak_ok, oom_ok, contexts_ok, ranks = True, True, True, []
+    leak_ok, oom_ok, contexts_ok, groups_ok, ranks = True, True, True, True, []
     if "leak" in args.checks:
         leak_ok, ranks = check_leak(cli=args.cli, args=args, folder=tempfile.mkdtemp(),
                                     leak_rank=last)
@@ -187,7 +221,11 @@ def main():
                            cap_rank=last // 2, fraction=cap_fraction(args, ranks, last))
     if "contexts" in args.checks:
         contexts_ok = check_contexts(cli=args.cli, args=args, folder=tempfile.mkdtemp())
-    return 0 if leak_ok and oom_ok and contexts_ok else 1
+    if "groups" in args.checks:
+        folder = tempfile.mkdtemp()
+        groups_ok = all([check_groups(args.cli, args, folder, mode)
+                         for mode in ("profile", "gpumem")])
+    return 0 if leak_ok and oom_ok and contexts_ok and groups_ok else 1
 
 
 if __name__ == "__main__":

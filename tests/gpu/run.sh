@@ -31,7 +31,8 @@
 #        MULTIGPU_TURNS=N: native and gpumem jobs at once, taking turns N steps at a time;
 #        MULTIGPU_TRAIN_ARGS: more multi_gpu_train.py arguments, e.g. "--dim 2048"); ranks:
 #        tests/gpu/rank_diagnosis_check.py, a leak on one rank and an OOM on another, the
-#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs); processes:
+#        merged report checked (RANKS_LAYOUT; default 2d on 4+ GPUs; RANKS_CHECKS, e.g.
+#        "groups": tests/gpu/rank_diagnosis_check.py --checks); processes:
 #        tests/gpu/other_process_check.py, another process's memory on the GPU named in
 #        the report (NVML) and in the OOM verdict; snaprace:
 #        tests/gpu/snapshot_race_check.py, gpumem.snapshot() beside allocating threads;
@@ -235,7 +236,7 @@ fi
 if want ranks; then
   echo "== one torchrun job, every rank traced: a leak on one rank, an OOM on another"
   $py "$repo/tests/gpu/rank_diagnosis_check.py" "$build/bin/gpumem" \
-    ${RANKS_LAYOUT:+--layout $RANKS_LAYOUT} | tee "$OUT/rank-diagnosis.md"
+    ${RANKS_LAYOUT:+--layout $RANKS_LAYOUT} ${RANKS_CHECKS:+--checks $RANKS_CHECKS} | tee "$OUT/rank-diagnosis.md"
 fi
 
 if want processes; then
