@@ -29,9 +29,19 @@ std::uint64_t UsableCached(std::uint64_t reserved, std::uint64_t allocated,
 
 std::mutex g_mu;
 SiteHistory g_totals;  // device totals at step ends, under kPinnedLow keys
-// What this process's own unusual libraries held at step ends (TracerLibraryDevices), by
-// device under kPinnedLow keys.
+// What each of this process's own libraries outside the allocator held at step ends
+// (TracerLibraryDevices), under LibraryKey.
 SiteHistory g_libraries;
+
+using report::OutsideLibrary;
+constexpr OutsideLibrary kWatchedLibraries[] = {OutsideLibrary::kNccl, OutsideLibrary::kCublas,
+                                                OutsideLibrary::kCudnn, OutsideLibrary::kOther};
+
+// A pinned key of g_libraries for one library on one device.
+std::uint64_t LibraryKey(int device, OutsideLibrary library) {
+  return DeviceTotalKey(device * static_cast<int>(report::kOutsideLibraries) +
+                        static_cast<int>(library));
+}
 std::uint64_t g_steps = 0;
 
 // One full verdict per device, step and class: a program that catches OOMs (cuDNN's
@@ -89,19 +99,43 @@ std::optional<DeviceProcesses> ProcessesThisStep(int device) {
   return it->second.processes;
 }
 
-// What this process's own unusual libraries hold on the device now (the CUPTI tracer's
-// count), and how that grew over the step ends.
-void AddLibraryHoldings(OomVerdictInput& in) {
-  const std::optional<TracerLibraryHolding> now = ReadTracerLibraries(in.device);
-  if (!now || now->bytes == 0) return;
-  in.libraries.bytes = now->bytes;
-  in.libraries.site = now->site;
+// What one library holds on the device now (the CUPTI tracer's count) and how that grew
+// over the step ends; nullopt where the tracer is not loaded.
+std::optional<LibraryHolding> ReadHolding(int device, OutsideLibrary library) {
+  const std::optional<TracerLibraryHolding> now = ReadTracerLibraries(device, library);
+  if (!now) return std::nullopt;
+  LibraryHolding h;
+  h.library = library;
+  h.bytes = now->bytes;
+  h.site = now->site;
   std::lock_guard<std::mutex> lock(g_mu);
   const double min_growth = report::MinLeakGrowth(now->bytes);
-  if (const auto g = g_libraries.GrowthOf(DeviceTotalKey(in.device), min_growth)) {
-    in.libraries.growth = g->growth;
-    in.libraries.growth_steps = g->step_ends;
+  if (const auto g = g_libraries.GrowthOf(LibraryKey(device, library), min_growth)) {
+    h.growth = g->growth;
+    h.growth_steps = g->step_ends;
   }
+  return h;
+}
+
+// What this process's own unusual libraries hold on the device, or, where some library's
+// memory outside the allocator grew step by step (NCCL's with a communicator made each
+// step), the fastest-growing one's. Returns what of it counts as held outside: the
+// unusual libraries', and a growing library's.
+std::uint64_t AddLibraryHoldings(OomVerdictInput& in) {
+  std::uint64_t unusual = 0;
+  for (const OutsideLibrary library : kWatchedLibraries) {
+    const std::optional<LibraryHolding> h = ReadHolding(in.device, library);
+    if (!h) return 0;  // no tracer
+    if (!in.library_bytes) in.library_bytes.emplace();
+    (*in.library_bytes)[static_cast<std::size_t>(library)] = h->bytes;
+    if (h->bytes == 0) continue;
+    if (library == OutsideLibrary::kOther) unusual = h->bytes;
+    const bool faster = h->growth && (!in.libraries.growth || h->growth->bytes_per_step >
+                                                                  in.libraries.growth->bytes_per_step);
+    if (faster || (library == OutsideLibrary::kOther && !in.libraries.growth)) in.libraries = *h;
+  }
+  const bool other_grows = in.libraries.growth && in.libraries.library != OutsideLibrary::kOther;
+  return unusual + (other_grows ? in.libraries.bytes : 0);
 }
 
 // The driver's count of the device's memory, NVML's of its processes, and the tracer's of
@@ -115,10 +149,9 @@ void AddOutsideFigures(OomVerdictInput& in) {
     in.driver_total = d->total;
     in.processes = ProcessesThisStep(in.device);
   }
-  AddLibraryHoldings(in);
+  const std::uint64_t libraries = AddLibraryHoldings(in);
   in.figures.device_free = in.driver_free;
-  in.figures.held_outside =
-      (in.processes ? in.processes->others_bytes() : 0) + in.libraries.bytes;
+  in.figures.held_outside = (in.processes ? in.processes->others_bytes() : 0) + libraries;
 }
 
 // `headline`: printed before a full verdict only (the allocator's one-line OOM report).
@@ -208,8 +241,10 @@ void SampleStepTotals(std::uint64_t step) {
   const std::uint64_t devices = TracerLibraryDevices();
   for (int device = 0; device < LibraryHoldings::kMaxDevices; ++device) {
     if ((devices >> device & 1) == 0) continue;
-    libraries[DeviceTotalKey(device)] = TracerLibraryBytes(device);
-    library_keys.push_back(DeviceTotalKey(device));
+    for (const OutsideLibrary library : kWatchedLibraries) {
+      libraries[LibraryKey(device, library)] = TracerLibraryBytes(device, library);
+      library_keys.push_back(LibraryKey(device, library));
+    }
   }
   std::lock_guard<std::mutex> lock(g_mu);
   g_steps = step;

@@ -11,8 +11,8 @@ namespace {
 
 struct TracerFunctions {
   std::uint64_t (*devices)() = nullptr;
-  std::uint64_t (*bytes)(int) = nullptr;
-  std::size_t (*site)(int, char*, std::size_t) = nullptr;
+  std::uint64_t (*bytes)(int, int) = nullptr;
+  std::size_t (*site)(int, int, char*, std::size_t) = nullptr;
 };
 
 template <typename Fn>
@@ -37,8 +37,8 @@ const TracerFunctions* Functions() {
   settled = true;
   TracerFunctions f;
   Find(handle, "gpumem_cupti_library_devices", &f.devices);
-  Find(handle, "gpumem_cupti_library_bytes", &f.bytes);
-  Find(handle, "gpumem_cupti_library_site", &f.site);
+  Find(handle, "gpumem_cupti_outside_bytes", &f.bytes);
+  Find(handle, "gpumem_cupti_outside_site", &f.site);
   if (f.devices == nullptr || f.bytes == nullptr || f.site == nullptr) {
     dlclose(handle);
     return nullptr;
@@ -54,18 +54,19 @@ std::uint64_t TracerLibraryDevices() {
   return f == nullptr ? 0 : f->devices();
 }
 
-std::uint64_t TracerLibraryBytes(int device) {
+std::uint64_t TracerLibraryBytes(int device, report::OutsideLibrary library) {
   const TracerFunctions* f = Functions();
-  return f == nullptr ? 0 : f->bytes(device);
+  return f == nullptr ? 0 : f->bytes(device, static_cast<int>(library));
 }
 
-std::optional<TracerLibraryHolding> ReadTracerLibraries(int device) {
+std::optional<TracerLibraryHolding> ReadTracerLibraries(int device,
+                                                        report::OutsideLibrary library) {
   const TracerFunctions* f = Functions();
   if (f == nullptr) return std::nullopt;
   TracerLibraryHolding holding;
-  holding.bytes = f->bytes(device);
+  holding.bytes = f->bytes(device, static_cast<int>(library));
   char site[512];
-  const std::size_t n = f->site(device, site, sizeof(site));
+  const std::size_t n = f->site(device, static_cast<int>(library), site, sizeof(site));
   holding.site.assign(site, std::min(n, sizeof(site) - 1));
   return holding;
 }

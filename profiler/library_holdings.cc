@@ -2,15 +2,15 @@
 
 namespace gpumem {
 
-void LibraryHoldings::OnAlloc(std::uint64_t key, std::int32_t device, std::uint64_t bytes,
-                              const std::string& site) {
+void LibraryHoldings::OnAlloc(std::uint64_t key, std::int32_t device, Library library,
+                              std::uint64_t bytes, const std::string& site) {
   std::lock_guard<std::mutex> lock(mu_);
   auto [id, added] = site_ids_.try_emplace(site, static_cast<std::uint32_t>(sites_.size()));
   if (added) sites_.push_back(site);
   OnFreeLocked(key);  // an address the driver handed out again: its old block is gone
-  blocks_[key] = Block{device, bytes, id->second};
-  by_site_[{device, id->second}] += bytes;
-  by_device_[device] += bytes;
+  blocks_[key] = Block{device, library, bytes, id->second};
+  by_site_[{device, library, id->second}] += bytes;
+  by_library_[{device, library}] += bytes;
   if (device >= 0 && device < kMaxDevices) devices_ |= std::uint64_t{1} << device;
 }
 
@@ -23,27 +23,28 @@ void LibraryHoldings::OnFreeLocked(std::uint64_t key) {
   const auto it = blocks_.find(key);
   if (it == blocks_.end()) return;
   const Block& b = it->second;
-  by_site_[{b.device, b.site}] -= b.bytes;
-  by_device_[b.device] -= b.bytes;
+  by_site_[{b.device, b.library, b.site}] -= b.bytes;
+  by_library_[{b.device, b.library}] -= b.bytes;
   blocks_.erase(it);
 }
 
-std::uint64_t LibraryHoldings::Bytes(std::int32_t device) const {
+std::uint64_t LibraryHoldings::Bytes(std::int32_t device, Library library) const {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = by_device_.find(device);
-  return it == by_device_.end() ? 0 : it->second;
+  const auto it = by_library_.find({device, library});
+  return it == by_library_.end() ? 0 : it->second;
 }
 
-std::string LibraryHoldings::TopSite(std::int32_t device) const {
+std::string LibraryHoldings::TopSite(std::int32_t device, Library library) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::uint64_t most = 0;
   std::uint32_t top = 0;
   for (const auto& [where, bytes] : by_site_) {
-    if (where.first != device) continue;
+    const auto& [d, l, site] = where;
+    if (d != device || l != library) continue;
     // Ties go to the site seen first, whatever the map's order.
-    if (bytes > most || (bytes == most && where.second < top)) {
+    if (bytes > most || (bytes == most && site < top)) {
       most = bytes;
-      top = where.second;
+      top = site;
     }
   }
   return most == 0 ? std::string() : sites_[top];

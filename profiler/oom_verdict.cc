@@ -70,8 +70,8 @@ std::string HeldOutsideEvidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   const LibraryHolding& lib = in.libraries;
   if (OutsideLeak(in, cls)) {
-    return report::OutsideLeakText(lib.site, lib.growth->bytes_per_step, lib.growth_steps,
-                                   lib.bytes, f);
+    return report::OutsideLeakText(report::OutsideHolderName(lib.library, lib.site),
+                                   lib.growth->bytes_per_step, lib.growth_steps, lib.bytes, f);
   }
   const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
   const std::string named = others > 0 ? ProcessesText(in.processes->others) : "";
@@ -133,6 +133,29 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
   }
 }
 
+// What memory outside the allocator is: by library where the CUPTI tracer counted it
+// ("NCCL 2.30 GiB, cuBLAS 130.00 MiB, the rest 1.00 GiB: the CUDA context, kernels and
+// calls not seen"), else what it usually is.
+std::string OutsideParts(const OomVerdictInput& in, std::uint64_t outside) {
+  if (!in.library_bytes) return "CUDA context, NCCL, cuBLAS, cuDNN workspaces";
+  std::string parts;
+  std::uint64_t named = 0;
+  for (std::size_t i = 0; i < in.library_bytes->size(); ++i) {
+    const std::uint64_t bytes = (*in.library_bytes)[i];
+    if (bytes == 0) continue;
+    const auto library = static_cast<report::OutsideLibrary>(i);
+    absl::StrAppend(&parts, parts.empty() ? "" : ", ",
+                    library == report::OutsideLibrary::kOther ? "other libraries of this process"
+                                                               : report::OutsideLibraryName(library),
+                    " ", Bytes(static_cast<double>(bytes)));
+    named += bytes;
+  }
+  absl::StrAppend(&parts, parts.empty() ? "" : ", ", "the rest ",
+                  Bytes(static_cast<double>(outside - std::min(outside, named))),
+                  ": the CUDA context, kernels and calls not seen");
+  return parts;
+}
+
 // "the allocator held 70.1 GiB, outside it 3.4 GiB ... of 79.2 GiB": where the driver said;
 // other processes' memory on the device apart, where NVML named them.
 void AppendOutside(const OomVerdictInput& in, std::string* out) {
@@ -140,14 +163,8 @@ void AppendOutside(const OomVerdictInput& in, std::string* out) {
   const std::uint64_t used = *in.driver_total - std::min(*in.driver_total, *in.driver_free);
   const std::uint64_t others = in.processes ? in.processes->others_bytes() : 0;
   const std::uint64_t outside = used - std::min(used, *in.reserved + others);
-  const std::string libraries =
-      in.libraries.bytes == 0
-          ? std::string()
-          : absl::StrCat(", of it ", Bytes(static_cast<double>(in.libraries.bytes)),
-                         " by this process's other libraries");
   absl::StrAppend(out, "gpumem:   memory: the allocator held ", Bytes(*in.reserved),
-                  ", outside it ", Bytes(outside),
-                  " (CUDA context, NCCL, cuBLAS, cuDNN workspaces", libraries, ")",
+                  ", outside it ", Bytes(outside), " (", OutsideParts(in, outside), ")",
                   others != 0 ? absl::StrCat(", other processes ", Bytes(others)) : "", " of ",
                   Bytes(*in.driver_total),
                   "; `gpumem report` on the trace splits it by library\n");
@@ -217,7 +234,7 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendSites(in, &out);
   absl::StrAppend(&out, "gpumem:   fix: ",
                   HelperLeak(in, cls)    ? report::kHelperKeptFix
-                  : OutsideLeak(in, cls) ? report::kOutsideLeakFix
+                  : OutsideLeak(in, cls) ? report::OutsideLeakFix(in.libraries.library)
                                          : report::OomFix(cls, GrowsInGraphPools(in)),
                   "\n");
   if (in.figures.first_iteration_calls > 0 && cls == OomClass::kPeak) {

@@ -3,6 +3,7 @@
 // its evidence in figures, the top live sites with their growth per step, and the fix.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,10 +22,12 @@ struct VerdictSite {
   bool holds_graph_pools = false;  // its live bytes include CUDA graph pools' memory
 };
 
-// What this process's own libraries other than the allocator, NCCL, cuBLAS and cuDNN held
-// on the device (the CUPTI tracer's count, profiler/library_holdings.h): the site holding
-// most, and the steady growth of what they held over the step ends.
+// What one of this process's own libraries outside the allocator held on the device (the
+// CUPTI tracer's count, profiler/library_holdings.h): the site holding most, and the
+// steady growth of what it held over the step ends. The unusual libraries' (kOther), or
+// the one whose memory grew.
 struct LibraryHolding {
+  report::OutsideLibrary library = report::OutsideLibrary::kOther;
   std::uint64_t bytes = 0;
   std::string site;
   std::optional<report::Growth> growth;
@@ -48,6 +51,9 @@ struct OomVerdictInput {
   // process's to give back.
   std::optional<DeviceProcesses> processes;
   LibraryHolding libraries;
+  // What each library outside the allocator held (report::OutsideLibrary's order), where
+  // the CUPTI tracer counted it.
+  std::optional<std::array<std::uint64_t, report::kOutsideLibraries>> library_bytes;
   bool sites_recorded = false;    // a trace is open: the sites below have names
   std::vector<VerdictSite> sites;  // growing ones first, then the largest
   double growth_per_step = 0;     // the growing sites together (or the total's)

@@ -35,6 +35,11 @@ struct LiveBlock {
 };
 
 // Never destroyed: CUDA may still call back while the process exits.
+struct LibrarySite {
+  report::OutsideLibrary library;
+  std::string site;
+};
+
 struct Tracer {
   // Opened at the first call recorded: a process that never allocates device memory
   // (torchrun's launcher, which only counts GPUs) writes no trace and takes no name.
@@ -43,11 +48,11 @@ struct Tracer {
   std::string path_pattern;
   std::string parent_path;
   RecorderOptions options;
-  std::mutex mu;  // guards `live` and `unusual_site`
+  std::mutex mu;  // guards `live` and `library_site`
   absl::flat_hash_map<std::uint64_t, LiveBlock> live;
-  // By stack: the site of a library other than the allocator, NCCL, cuBLAS and cuDNN,
-  // or nullopt for theirs (classed once per stack).
-  absl::flat_hash_map<std::uint32_t, std::optional<std::string>> unusual_site;
+  // By stack: the library outside the allocator that allocated and its site, or nullopt
+  // for the allocator's own (classed once per stack).
+  absl::flat_hash_map<std::uint32_t, std::optional<LibrarySite>> library_site;
   LibraryHoldings libraries;  // for the dying process (gpumem_cupti_library_*)
 };
 Tracer* g_tracer = nullptr;
@@ -85,7 +90,7 @@ void ReportForkedChild(const char* function) {
   std::call_once(g_tracer->open_once, [] {});  // the parent's trace is never opened here
   {
     std::lock_guard<std::mutex> lock(g_tracer->mu);
-    g_tracer->unusual_site.clear();  // its stack ids were the parent recorder's
+    g_tracer->library_site.clear();  // its stack ids were the parent recorder's
   }
   g_tracer->recorder = recorder->release();
   g_forked_child.store(false);  // from now on this process records into its own trace
@@ -187,24 +192,26 @@ __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti
                         DriverFreeBytes(), /*skip=*/2, /*with_native=*/true);
 }
 
-// The site that made an allocation with stack `stack`, where a library other than the
-// allocator, NCCL, cuBLAS and cuDNN made it (its first native frame past the CUDA
-// plumbing, as the report classes it); nullopt for theirs, or where no native frame says.
-std::optional<std::string> UnusualSite(Recorder* recorder, std::uint32_t stack) {
+// The library outside the allocator that made an allocation with stack `stack` (its first
+// native frame past the CUDA plumbing, as the report classes it) and the site that called
+// it; nullopt for the allocator's own, or where no native frame says.
+std::optional<LibrarySite> LibraryOf(Recorder* recorder, std::uint32_t stack) {
   std::lock_guard<std::mutex> lock(g_tracer->mu);
-  auto [it, added] = g_tracer->unusual_site.try_emplace(stack);
+  auto [it, added] = g_tracer->library_site.try_emplace(stack);
   if (!added) return it->second;
   const std::vector<StackTable::NamedFrame> frames = recorder->StackFrames(stack);
   for (const StackTable::NamedFrame& f : frames) {
     const report::OutsideLibrary library = report::LibraryOfFrame(f.filename, f.line);
     if (library == report::OutsideLibrary::kUnknown) continue;
-    if (library == report::OutsideLibrary::kOther) it->second = Recorder::SiteOf(frames);
+    if (library != report::OutsideLibrary::kAllocator) {
+      it->second = LibrarySite{library, Recorder::SiteOf(frames)};
+    }
     break;
   }
   return it->second;
 }
 
-// Device memory the process's own unusual libraries take and give back.
+// Device memory the process's own libraries outside the allocator take and give back.
 void CountLibraryHolding(Recorder* recorder, const MemoryCall& call, std::uint64_t key,
                          std::int32_t device, std::uint64_t size, std::uint32_t stack) {
   if (call.frees) {
@@ -212,8 +219,8 @@ void CountLibraryHolding(Recorder* recorder, const MemoryCall& call, std::uint64
     return;
   }
   if (!NamesItsLibrary(call)) return;
-  if (const std::optional<std::string> site = UnusualSite(recorder, stack)) {
-    g_tracer->libraries.OnAlloc(key, device, size, *site);
+  if (const std::optional<LibrarySite> by = LibraryOf(recorder, stack)) {
+    g_tracer->libraries.OnAlloc(key, device, by->library, size, by->site);
   }
 }
 
@@ -300,26 +307,37 @@ void Shutdown() {
 }  // namespace
 }  // namespace gpumem::cupti
 
-// What this process's own unusual libraries hold (profiler/library_holdings.h), for the
-// verdict at an OOM: libgpumem.so finds these through CUDA_INJECTION64_PATH.
+// What this process's own libraries outside the allocator hold
+// (profiler/library_holdings.h), for the verdict at an OOM: libgpumem.so finds these
+// through CUDA_INJECTION64_PATH. `library` is a report::OutsideLibrary.
 #define GPUMEM_CUPTI_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+bool IsOutsideLibrary(int library) {
+  return library >= 0 && library < static_cast<int>(gpumem::report::kOutsideLibraries);
+}
+}  // namespace
 
 // Devices 0..63 on which such libraries ever held memory, one bit each.
 GPUMEM_CUPTI_EXPORT std::uint64_t gpumem_cupti_library_devices() {
   return gpumem::cupti::g_tracer == nullptr ? 0 : gpumem::cupti::g_tracer->libraries.Devices();
 }
 
-GPUMEM_CUPTI_EXPORT std::uint64_t gpumem_cupti_library_bytes(int device) {
-  return gpumem::cupti::g_tracer == nullptr ? 0
-                                            : gpumem::cupti::g_tracer->libraries.Bytes(device);
+GPUMEM_CUPTI_EXPORT std::uint64_t gpumem_cupti_outside_bytes(int device, int library) {
+  if (gpumem::cupti::g_tracer == nullptr || !IsOutsideLibrary(library)) return 0;
+  return gpumem::cupti::g_tracer->libraries.Bytes(
+      device, static_cast<gpumem::report::OutsideLibrary>(library));
 }
 
-// The site holding most on the device, NUL-terminated into `buf` (cut to fit); returns
-// its whole length.
-GPUMEM_CUPTI_EXPORT std::size_t gpumem_cupti_library_site(int device, char* buf,
+// The site holding most of the library's memory on the device, NUL-terminated into `buf`
+// (cut to fit); returns its whole length.
+GPUMEM_CUPTI_EXPORT std::size_t gpumem_cupti_outside_site(int device, int library, char* buf,
                                                           std::size_t len) {
   const std::string site =
-      gpumem::cupti::g_tracer == nullptr ? "" : gpumem::cupti::g_tracer->libraries.TopSite(device);
+      gpumem::cupti::g_tracer == nullptr || !IsOutsideLibrary(library)
+          ? ""
+          : gpumem::cupti::g_tracer->libraries.TopSite(
+                device, static_cast<gpumem::report::OutsideLibrary>(library));
   if (len > 0) {
     const std::size_t n = std::min(site.size(), len - 1);
     site.copy(buf, n);

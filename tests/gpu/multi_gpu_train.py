@@ -184,6 +184,10 @@ def main():
                     help="every rank averages its loss for the log over a process group "
                          "it makes each step and never destroys (an NCCL communicator a "
                          "step, outside the allocator)")
+    ap.add_argument("--leave-free-gib", type=float, default=0,
+                    help="after the first step, fill the GPU but this much (what a larger "
+                         "model would hold), so that memory growing outside the allocator "
+                         "runs out in a few steps")
     ap.add_argument("--phases", action="store_true",
                     help="time each step's forward, backward, optimizer and loss read")
     args = ap.parse_args()
@@ -250,6 +254,10 @@ def main():
             if calls_before is not None:
                 for k, v in step_call_deltas(calls_before, device_counters()).items():
                     step_calls[k].append(v)
+        if step == 0 and args.leave_free_gib > 0:
+            free, _ = torch.cuda.mem_get_info(device)
+            filler = torch.empty(max(0, free - int(args.leave_free_gib * 2**30)),  # noqa: F841
+                                 dtype=torch.uint8, device=device)
         if turns and (step + 1) % turns.steps == 0:
             turns.pass_and_wait(step + 1)
     row = {"layout": args.layout, "rank": rank, "world": dist.get_world_size(),

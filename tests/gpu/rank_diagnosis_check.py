@@ -12,7 +12,8 @@ multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
 3. profile-only, every rank touching cuda:0 before set_device: the merged report
    must name the other ranks' CUDA contexts on rank 0's GPU, by rank, with the fix.
 4. (--checks groups) each mode, every rank making a process group each step and never
-   destroying it: every rank leaks outside the allocator, at the group's line.
+   destroying it: every rank leaks outside the allocator in NCCL, at the group's line,
+   in a run that ends and in one whose GPU is full (said by the dying process too).
 
 Prints a Markdown summary; exit 1 when a check fails.
 
@@ -167,22 +168,27 @@ def check_contexts(cli, args, folder):
     return bool(ok)
 
 
-def check_groups(cli, args, folder, mode):
+def check_groups(cli, args, folder, mode, oom):
     """Every rank makes a process group each step and never destroys it: each step's
     NCCL communicator is memory outside the allocator that grows. Every rank must be
-    called leaking outside the allocator, at the line that makes the group or its first
-    collective (`# GROUP`), the run ending well."""
-    os.makedirs(os.path.join(folder, mode))
-    p, traces, report = job(cli, mode, os.path.join(folder, mode), args.gpus,
-                            [args.layout, "--steps", "30", "--group-each-step"])
+    called leaking outside the allocator in NCCL, at the line that makes the group or its
+    first collective (`# GROUP`). Without `oom` the run ends well; with it the GPU is
+    filled but 8 GiB after the first step, and the dying process must say the same."""
+    os.makedirs(os.path.join(folder, mode + ("-oom" if oom else "")))
+    p, traces, report = job(cli, mode, os.path.join(folder, mode + ("-oom" if oom else "")),
+                            args.gpus, [args.layout, "--steps", "60" if oom else "30",
+                                        "--group-each-step"] +
+                            (["--leave-free-gib", "8"] if oom else []))
     ranks = report.get("merged", {}).get("ranks", [])
     sites = [f"multi_gpu_train.py:{n}" for n in marked_lines("GROUP")]
-    named = [r["rank"] for r in ranks if "(outside the allocator)" in r.get("leak_site", "")
+    named = [r["rank"] for r in ranks if "NCCL" in r.get("leak_site", "")
              and any(s in r["leak_site"] for s in sites)]
-    ok = p.returncode == 0 and len(traces) == args.gpus and len(named) == args.gpus
-    print(f"- a process group made each step ({mode}): {'right' if ok else 'WRONG'}; "
-          f"ranks named leaking outside at the group's line: {named}; run exit "
-          f"{p.returncode}")
+    said = p.stderr.count("verdict: leak") and "NCCL's allocations from" in p.stderr
+    ok = len(traces) == args.gpus and len(named) == args.gpus and (
+        p.returncode != 0 and said if oom else p.returncode == 0)
+    print(f"- a process group made each step ({mode}{', the GPU filled' if oom else ''}): "
+          f"{'right' if ok else 'WRONG'}; ranks named leaking in NCCL at the group's line: "
+          f"{named}; run exit {p.returncode}; the dying process said it: {bool(said)}")
     for r in ranks:
         print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, leak/step "
               f"{r['leak_bytes_per_step']}, outside the allocator {r['outside_allocator']}, "
@@ -223,8 +229,8 @@ def main():
         contexts_ok = check_contexts(cli=args.cli, args=args, folder=tempfile.mkdtemp())
     if "groups" in args.checks:
         folder = tempfile.mkdtemp()
-        groups_ok = all([check_groups(args.cli, args, folder, mode)
-                         for mode in ("profile", "gpumem")])
+        groups_ok = all([check_groups(args.cli, args, folder, mode, oom)
+                         for mode in ("profile", "gpumem") for oom in (False, True)])
     return 0 if leak_ok and oom_ok and contexts_ok and groups_ok else 1
 
 

@@ -33,6 +33,26 @@ TEST(OomVerdictOutside, SaysWhatWasHeldOutsideTheAllocator) {
       << text;
 }
 
+// Where the CUPTI tracer counted each library's memory, the line splits it by library, as
+// the "the allocator held 70.1 GB, NCCL 2.3 GB, other 1.1 GB of 79.2 GB" asks.
+TEST(OomVerdictOutside, SaysWhichLibrariesHeldItWhereTheTracerCounted) {
+  OomVerdictInput in = Peak();
+  in.reserved = 70 * kGiB;
+  in.driver_free = kGiB;
+  in.driver_total = 80 * kGiB;
+  in.library_bytes.emplace();
+  (*in.library_bytes)[static_cast<std::size_t>(report::OutsideLibrary::kNccl)] = 2 * kGiB;
+  (*in.library_bytes)[static_cast<std::size_t>(report::OutsideLibrary::kCublas)] = kGiB / 4;
+  (*in.library_bytes)[static_cast<std::size_t>(report::OutsideLibrary::kOther)] = 5 * kGiB;
+  const std::string text = OomVerdictText(in, report::OomClass::kPeak);
+  EXPECT_NE(text.find("gpumem:   memory: the allocator held 70.00 GiB, outside it 9.00 GiB (NCCL "
+                      "2.00 GiB, cuBLAS 256.00 MiB, other libraries of this process 5.00 GiB, "
+                      "the rest 1.75 GiB: the CUDA context, kernels and calls not seen) of "
+                      "80.00 GiB"),
+            std::string::npos)
+      << text;
+}
+
 // NVML's figures: what other processes hold is counted apart and named by pid, with the
 // fix for the usual one (another rank's or a worker's context on this GPU).
 TEST(OomVerdictOutside, OtherProcessesApart) {
@@ -126,7 +146,7 @@ TEST(OomVerdictOutside, AnExtensionsMemoryThatGrewIsALeakOutsideTheAllocator) {
                       "ends (138.00 GiB at the OOM); the request of 64.00 MiB"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find(report::kOutsideLeakFix), std::string::npos) << text;
+  EXPECT_NE(text.find(report::OutsideLeakFix(report::OutsideLibrary::kOther)), std::string::npos) << text;
 
   // The cap refused it: the allocator's own figures decide, whatever grew outside.
   in.figures.allocated = 139 * kGiB;

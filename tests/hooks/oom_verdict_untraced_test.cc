@@ -2,7 +2,8 @@
 // allocator's figures and the growth of its total at step marks, with the hint that
 // GPUMEM_TRACE would name the site. What this process's own unusual libraries hold (the
 // CUPTI tracer's count, read through CUDA_INJECTION64_PATH; here a stand-in tracer) is
-// memory held outside the allocator, and its growth over step marks a leak outside it.
+// memory held outside the allocator, and the growth of any library's (NCCL's too) over
+// step marks a leak outside it.
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -57,7 +58,10 @@ TEST(OomVerdictUntracedTest, TooBigRequestIsGenuinePeak) {
   EXPECT_NE(err.find("GPUMEM_TRACE=<file>"), std::string::npos) << err;
 }
 
-using Hold = void (*)(int, std::uint64_t, const char*);
+using Hold = void (*)(int, int, std::uint64_t, const char*);
+// report::OutsideLibrary's numbers, as the tracer's exports take them.
+constexpr int kNccl = 0;
+constexpr int kOther = 3;
 
 // The fake tracer, loaded privately as CUDA loads the real one.
 Hold FakeTracer() {
@@ -85,7 +89,7 @@ TEST(OomVerdictLibraries, AnExtensionThatKeepsMemoryEachStepIsALeakOutsideTheAll
   const Hold hold = FakeTracer();
   ASSERT_NE(hold, nullptr) << dlerror();
   for (int step = 1; step <= 40; ++step) {
-    hold(2, step * 256 * kMiB, "ext.py:12 grow");
+    hold(2, kOther, step * 256 * kMiB, "ext.py:12 grow");
     gpumem_step();
   }
   int cls = -1;
@@ -103,7 +107,7 @@ TEST(OomVerdictLibraries, AnExtensionsSteadyMemoryIsHeldOutside) {
   const Hold hold = FakeTracer();
   ASSERT_NE(hold, nullptr) << dlerror();
   for (int step = 1; step <= 40; ++step) {
-    hold(5, 12 * kGiB, "ext.py:40 workspace");
+    hold(5, kOther, 12 * kGiB, "ext.py:40 workspace");
     gpumem_step();
   }
   int cls = -1;
@@ -114,6 +118,39 @@ TEST(OomVerdictLibraries, AnExtensionsSteadyMemoryIsHeldOutside) {
                      "cuDNN held 12.00 GiB, most of it from ext.py:40 workspace"),
             std::string::npos)
       << err;
+}
+
+// A process group made each step and never destroyed: NCCL's memory grows by a
+// communicator's buffers a step, and that is what filled the device.
+TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsALeakOutsideTheAllocator) {
+  const Hold hold = FakeTracer();
+  ASSERT_NE(hold, nullptr) << dlerror();
+  for (int step = 1; step <= 40; ++step) {
+    hold(3, kNccl, step * 470 * kMiB, "train.py:239 main");
+    gpumem_step();
+  }
+  int cls = -1;
+  const std::string err = ExplainOomOn(3, &cls);
+  EXPECT_EQ(cls, 0) << err;  // a leak
+  EXPECT_NE(err.find("memory held outside the allocator grew: NCCL's allocations from "
+                     "train.py:239 main took 470.00 MiB per step from the driver and kept it"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("dist.destroy_process_group"), std::string::npos) << err;
+}
+
+// NCCL's buffers, made once, are no sign of anything: the verdict is the allocator's.
+TEST(OomVerdictLibraries, NcclMemoryThatStaysIsNotHeldAgainstTheRun) {
+  const Hold hold = FakeTracer();
+  ASSERT_NE(hold, nullptr) << dlerror();
+  for (int step = 1; step <= 40; ++step) {
+    hold(4, kNccl, 2 * kGiB, "train.py:30 main");
+    gpumem_step();
+  }
+  int cls = -1;
+  const std::string err = ExplainOomOn(4, &cls);
+  EXPECT_EQ(cls, 2) << err;  // a genuine peak
+  EXPECT_EQ(err.find("NCCL's allocations"), std::string::npos) << err;
 }
 
 // Where the tracer's libraries hold nothing, the verdict is what the allocator's figures say.

@@ -309,6 +309,45 @@ TEST(OutsideAllocator, ALeakOutsideTheAllocatorIsSaidWhereTheRunEndsWell) {
   EXPECT_EQ(Verdict(BuildReport(main, {})).find("outside the allocator"), std::string::npos);
 }
 
+// Every step makes a process group and never destroys it: NCCL's memory grows by a
+// communicator's buffers a step (470 MiB on two H200s). The run ends well; its verdict is
+// a leak outside the allocator in NCCL, at the line that makes the group, with what that
+// usually is; the suspects and the rank's row say so. NCCL's buffer held over one step
+// only (OutsideCuptiTrace's) is no leak.
+TEST(OutsideAllocator, AProcessGroupMadeEachStepIsALeakInNccl) {
+  const trace::Trace main = synthetic::OutsideMainTrace();
+  std::uint32_t stack = 0;
+  synthetic::KeptEachStep groups;
+  groups.api = "cuMemCreate";
+  groups.library_file = "/usr/lib/x86_64-linux-gnu/libnccl.so.2";
+  groups.library_function = "ncclCommInitRankConfig+0x2a";
+  groups.file = "train.py";
+  groups.line = 239;
+  groups.function = "main";
+  groups.bytes = 470 * A::kMiB;
+  const trace::Trace cupti = synthetic::OutsideCuptiTraceOfALibraryThatKeeps(main, groups, &stack);
+  ReportOptions options;
+  options.cupti = &cupti;
+  const Report r = BuildReport(main, options);
+  EXPECT_EQ(r.outside_holder.library, OutsideLibrary::kNccl);
+  EXPECT_EQ(Verdict(r).rfind("leak outside the allocator: NCCL's allocations from train.py:239 "
+                             "main (+470.00 MiB/step): a process group made every step and "
+                             "never destroyed keeps an NCCL communicator's buffers",
+                             0),
+            0u)
+      << Verdict(r);
+  const nlohmann::json suspects = ReportToJson(r)["leak_suspects"];
+  ASSERT_EQ(suspects.size(), 1u) << suspects.dump();
+  EXPECT_EQ(suspects[0]["library"], "nccl");
+  EXPECT_EQ(suspects[0]["site"], "NCCL's allocations from train.py:239 main");
+  EXPECT_EQ(SummarizeRank(r, 0).leak_site,
+            "NCCL's allocations from train.py:239 main (outside the allocator)");
+  // NCCL's own memory that does not grow is no leak.
+  const trace::Trace plain = synthetic::OutsideCuptiTrace();
+  options.cupti = &plain;
+  EXPECT_FALSE(BuildReport(main, options).outside_holder.growth.has_value());
+}
+
 TEST(OutsideAllocator, MergedTableHasTheOutsideColumn) {
   trace::Trace a = synthetic::OutsideAllocatorTrace(false);
   trace::Trace b = synthetic::PeakTrace();

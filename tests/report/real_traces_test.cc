@@ -189,7 +189,7 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
   EXPECT_NE(x.evidence.find("(gpumem keeps 512.00 MiB free for other libraries)"),
             std::string::npos)
       << x.evidence;
-  EXPECT_EQ(x.fix, kOutsideLeakFix);
+  EXPECT_EQ(x.fix, OutsideLeakFix(OutsideLibrary::kOther));
   // The leak suspects name that line, as the only one that grew.
   const nlohmann::json suspects = ReportToJson(r)["leak_suspects"];
   ASSERT_EQ(suspects.size(), 1u) << suspects.dump();

@@ -42,83 +42,146 @@ std::vector<std::int64_t> StepEndTimes(const trace::Trace& main, const Steps& st
   return times;
 }
 
-// The CUPTI trace's device allocations by unusual libraries on `device`, in time order.
-std::vector<const trace::Event*> UnusualCalls(const trace::Trace& cupti, int device) {
-  std::vector<const trace::Event*> calls;
+// A library's allocations from one site (SiteTable's; 0 for no Python frames).
+using HoldingKey = std::pair<OutsideLibrary, std::uint32_t>;
+
+struct OutsideCall {
+  const trace::Event* event;
+  OutsideLibrary library;  // of an allocation; kUnknown for a free
+};
+
+// The CUPTI trace's device allocations by libraries outside the allocator on `device` (the
+// ones whose native frames name them) and its frees there, in time order.
+std::vector<OutsideCall> OutsideCalls(const trace::Trace& cupti, int device) {
+  std::vector<OutsideCall> calls;
   for (const trace::Event& e : cupti.events) {
     if (e.device != device) continue;
-    const bool alloc = e.action == trace::Action::kSegmentAlloc;
-    if (!alloc && e.action != trace::Action::kSegmentFree) continue;
-    if (alloc && (!IsDriverCall(cupti, e.stack_id) ||
-                  LibraryOfStack(cupti, e.stack_id) != OutsideLibrary::kOther)) {
+    if (e.action == trace::Action::kSegmentFree) {
+      calls.push_back({&e, OutsideLibrary::kUnknown});
       continue;
     }
-    calls.push_back(&e);
+    if (e.action != trace::Action::kSegmentAlloc || !IsDriverCall(cupti, e.stack_id)) continue;
+    const OutsideLibrary library = LibraryOfStack(cupti, e.stack_id);
+    if (library == OutsideLibrary::kUnknown || library == OutsideLibrary::kAllocator) continue;
+    calls.push_back({&e, library});
   }
-  std::stable_sort(calls.begin(), calls.end(), [](const trace::Event* a, const trace::Event* b) {
-    return a->time_us < b->time_us;
+  std::stable_sort(calls.begin(), calls.end(), [](const OutsideCall& a, const OutsideCall& b) {
+    return a.event->time_us < b.event->time_us;
   });
   return calls;
+}
+
+// What each library held from each site at the moment, and at each step end before it.
+struct Holdings {
+  absl::flat_hash_map<HoldingKey, std::uint64_t> now;
+  absl::flat_hash_map<HoldingKey, std::vector<std::uint64_t>> at_ends;  // [key][end]
+  std::size_t ends = 0;
+};
+
+Holdings CollectHoldings(const trace::Trace& main, const trace::Trace& cupti,
+                         const SiteTable& sites, const Steps& steps, int device,
+                         std::int64_t time_us) {
+  const std::int64_t shift = CuptiShiftUs(main, cupti);
+  const std::vector<std::int64_t> ends = StepEndTimes(main, steps, time_us);
+  Holdings h;
+  h.ends = ends.size();
+  absl::flat_hash_map<std::uint64_t, std::pair<HoldingKey, std::uint64_t>> live;  // by addr
+  std::size_t next_end = 0;
+  auto sample_until = [&](std::int64_t t) {
+    for (; next_end < ends.size() && ends[next_end] < t; ++next_end) {
+      for (const auto& [key, bytes] : h.now) {
+        std::vector<std::uint64_t>& samples = h.at_ends[key];
+        samples.resize(next_end + 1, 0);
+        samples[next_end] = bytes;
+      }
+    }
+  };
+  for (const OutsideCall& call : OutsideCalls(cupti, device)) {
+    const trace::Event* e = call.event;
+    if (e->time_us + shift > time_us) break;
+    sample_until(e->time_us + shift);
+    if (e->action == trace::Action::kSegmentFree) {
+      if (auto it = live.find(e->addr); it != live.end()) {
+        h.now[it->second.first] -= it->second.second;
+        live.erase(it);
+      }
+      continue;
+    }
+    const HoldingKey key{call.library, sites.site_of_stack(e->stack_id)};
+    live[e->addr] = {key, e->size};
+    h.now[key] += e->size;
+  }
+  sample_until(time_us + 1);
+  return h;
+}
+
+std::optional<Growth> GrowthOf(Holdings& h, const HoldingKey& key) {
+  std::vector<std::uint64_t>& samples = h.at_ends[key];
+  samples.resize(h.ends, 0);
+  std::vector<double> step_numbers(samples.size());
+  for (std::size_t i = 0; i < samples.size(); ++i) step_numbers[i] = static_cast<double>(i);
+  return SteadyGrowth(step_numbers, samples, MinLeakGrowth(h.now[key]));
+}
+
+// The unusual libraries' site holding most (one with Python frames: a line to fix).
+void TakeTopUnusual(const SiteTable& sites, const Holdings& h, UnusualHolder* holder) {
+  std::optional<HoldingKey> top;
+  for (const auto& [key, bytes] : h.now) {
+    if (key.first != OutsideLibrary::kOther || key.second == 0 || bytes == 0) continue;
+    // Ties go to the site seen first, whatever the map's order.
+    if (bytes > holder->bytes || (bytes == holder->bytes && key < *top)) {
+      top = key;
+      holder->bytes = bytes;
+    }
+  }
+  if (top) holder->site = sites.name(top->second);
+}
+
+// The library and site whose memory grew fastest over the step ends, if any did.
+std::optional<HoldingKey> FastestGrowing(Holdings& h, std::optional<Growth>* growth) {
+  std::vector<HoldingKey> keys;
+  for (const auto& entry : h.now) keys.push_back(entry.first);
+  std::sort(keys.begin(), keys.end());  // ties go to the first, whatever the map's order
+  std::optional<HoldingKey> fastest;
+  for (const HoldingKey& key : keys) {
+    // An unusual library's memory from native threads names no line to fix.
+    if (key.first == OutsideLibrary::kOther && key.second == 0) continue;
+    std::optional<Growth> g = GrowthOf(h, key);
+    if (g && (!*growth || g->bytes_per_step > (*growth)->bytes_per_step)) {
+      *growth = g;
+      fastest = key;
+    }
+  }
+  return fastest;
 }
 
 }  // namespace
 
 UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
                                 const Steps& steps, int device, std::int64_t time_us) {
-  const std::int64_t shift = CuptiShiftUs(main, cupti);
-  const std::vector<std::int64_t> ends = StepEndTimes(main, steps, time_us);
   const SiteTable sites(cupti);
-  absl::flat_hash_map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> live;  // addr
-  absl::flat_hash_map<std::uint32_t, std::uint64_t> by_site;
-  absl::flat_hash_map<std::uint32_t, std::vector<std::uint64_t>> at_ends;  // [site][end]
-  std::size_t next_end = 0;
-  auto sample_until = [&](std::int64_t t) {
-    for (; next_end < ends.size() && ends[next_end] < t; ++next_end) {
-      for (const auto& [site, bytes] : by_site) {
-        std::vector<std::uint64_t>& samples = at_ends[site];
-        samples.resize(next_end + 1, 0);
-        samples[next_end] = bytes;
-      }
-    }
-  };
-  for (const trace::Event* e : UnusualCalls(cupti, device)) {
-    if (e->time_us + shift > time_us) break;
-    sample_until(e->time_us + shift);
-    if (e->action == trace::Action::kSegmentFree) {
-      if (auto it = live.find(e->addr); it != live.end()) {
-        by_site[it->second.first] -= it->second.second;
-        live.erase(it);
-      }
-      continue;
-    }
-    const std::uint32_t site = sites.site_of_stack(e->stack_id);
-    live[e->addr] = {site, e->size};
-    by_site[site] += e->size;
-  }
-  sample_until(time_us + 1);
+  Holdings h = CollectHoldings(main, cupti, sites, steps, device, time_us);
   UnusualHolder holder;
-  holder.samples = ends.size();
-  std::uint32_t top = 0;
-  for (const auto& [site, bytes] : by_site) {
-    if (site != 0 && bytes > holder.bytes) {
-      top = site;
-      holder.bytes = bytes;
-    }
+  holder.samples = h.ends;
+  if (const std::optional<HoldingKey> key = FastestGrowing(h, &holder.growth)) {
+    holder.library = key->first;
+    holder.site = sites.name(key->second);
+    holder.bytes = h.now[*key];
+    return holder;
   }
-  if (top == 0) return holder;
-  holder.site = sites.name(top);
-  std::vector<std::uint64_t>& samples = at_ends[top];
-  samples.resize(ends.size(), 0);
-  std::vector<double> step_numbers(samples.size());
-  for (std::size_t i = 0; i < samples.size(); ++i) step_numbers[i] = static_cast<double>(i);
-  holder.growth = SteadyGrowth(step_numbers, samples, MinLeakGrowth(holder.bytes));
+  TakeTopUnusual(sites, h, &holder);
   return holder;
+}
+
+std::string HolderName(const UnusualHolder& holder) {
+  return OutsideHolderName(holder.library, holder.site);
 }
 
 std::string OutsideLeakPhrase(const UnusualHolder& holder) {
   if (!holder.growth) return "";
-  return absl::StrCat("leak outside the allocator at ", holder.site, " (+",
-                      Bytes(holder.growth->bytes_per_step), "/step)");
+  const bool unusual = holder.library == OutsideLibrary::kOther;
+  return absl::StrCat("leak outside the allocator", unusual ? " at " : ": ", HolderName(holder),
+                      " (+", Bytes(holder.growth->bytes_per_step), "/step)");
 }
 
 std::optional<std::size_t> ProjectOutsideOomStep(const UnusualHolder& holder,
@@ -143,15 +206,18 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder
   f.capacity = x->capacity;
   f.capacity_known = x->capacity_known;
   if (x->at.device_free != 0) f.device_free = x->at.device_free;
-  f.held_outside = OtherProcessesBytes(at_oom) + UnusualLibraryBytes(at_oom);
+  // A known library's memory counts against the run only where it grew.
+  const bool known_grew = holder.growth && holder.library != OutsideLibrary::kOther;
+  f.held_outside = OtherProcessesBytes(at_oom) + UnusualLibraryBytes(at_oom) +
+                   (known_grew ? holder.bytes : 0);
   f.headroom = x->at.headroom;
   if (!HeldOutsideExplains(f)) return;
   if (holder.growth) {
     x->cls = OomClass::kLeak;
-    x->evidence = OutsideLeakText(holder.site, holder.growth->bytes_per_step,
+    x->evidence = OutsideLeakText(HolderName(holder), holder.growth->bytes_per_step,
                                   holder.samples - holder.growth->from, holder.bytes, f) +
                   ".";
-    x->fix = kOutsideLeakFix;
+    x->fix = OutsideLeakFix(holder.library);
     return;
   }
   x->cls = OomClass::kHeldOutside;

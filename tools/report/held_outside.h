@@ -15,10 +15,13 @@
 
 namespace gpumem::report {
 
-// The line whose driver calls held most of what libraries other than the allocator,
-// NCCL, cuBLAS and cuDNN held on a device at a moment, by the CUPTI trace beside the main
-// one, and how that line's memory grew over the step ends before it.
+// Memory outside the allocator on a device at a moment, by the CUPTI trace beside the main
+// one: the library and line whose memory grew fastest over the step ends before it (NCCL's
+// from a process group made each step, an extension's), or where none grew, the line whose
+// driver calls held most of what libraries other than the allocator, NCCL, cuBLAS and
+// cuDNN held (the unusual libraries, kOther).
 struct UnusualHolder {
+  OutsideLibrary library = OutsideLibrary::kOther;
   std::string site;              // "file:line function"; empty where none held any
   std::uint64_t bytes = 0;       // what it held at the moment
   std::optional<Growth> growth;  // steady growth over the step ends (SteadyGrowth)
@@ -28,8 +31,12 @@ struct UnusualHolder {
 UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
                                 const Steps& steps, int device, std::int64_t time_us);
 
-// "leak outside the allocator at f.py:3 g (+256.00 MiB/step)" where the holder's memory
-// grew; empty where it did not.
+// OutsideHolderName: "f.py:3 g" for an unusual library, "NCCL's allocations from f.py:3 g".
+std::string HolderName(const UnusualHolder& holder);
+
+// "leak outside the allocator at f.py:3 g (+256.00 MiB/step)" ("leak outside the
+// allocator: NCCL's allocations from f.py:3 g (+...)") where the holder's memory grew;
+// empty where it did not.
 std::string OutsideLeakPhrase(const UnusualHolder& holder);
 
 // The step (0-based) in which a leak outside the allocator, growing at its rate, would
@@ -41,7 +48,7 @@ std::optional<std::size_t> ProjectOutsideOomStep(const UnusualHolder& holder,
 
 // `at_oom`: the outside figures taken at `x`'s OOM; `holder`: FindUnusualHolder there (or
 // none). Where that holder's memory grew steadily, the OOM is a leak outside the
-// allocator at its line.
+// allocator at its line (a known library's memory counts as held outside only then).
 void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder,
                         OomExplanation* x);
 

@@ -31,8 +31,7 @@ std::string LeakVerdict(const Report& r) {
                         outside.empty() ? "" : "; and a " + outside);
   }
   if (!outside.empty()) {
-    return absl::StrCat(outside, ": a library of this process took device memory from the "
-                                 "driver every step and kept it");
+    return absl::StrCat(outside, ": ", OutsideLeakCause(r.outside_holder.library));
   }
   if (r.steps.method == StepMethod::kNone) return "no steps found, so no leak verdict";
   return "no leak: memory kept from step to step does not grow";
@@ -87,8 +86,9 @@ nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s) {
 // of this process kept (no stack in the main trace).
 nlohmann::json OutsideSuspectJson(const UnusualHolder& h) {
   nlohmann::json j;
-  j["site"] = h.site;
+  j["site"] = HolderName(h);
   j["outside_allocator"] = true;
+  j["library"] = OutsideLibraryKey(h.library);
   j["bytes_per_step"] = h.growth->bytes_per_step;
   j["fit_r2"] = h.growth->r2;
   j["rising_share"] = h.growth->rising_share;

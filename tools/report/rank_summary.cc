@@ -62,7 +62,7 @@ RankSummary SummarizeRank(const Report& report, std::size_t file_index) {
   // A leak outside the allocator counts with the rank's own, named where it is the faster.
   if (const std::optional<Growth>& outside = report.outside_holder.growth) {
     if (outside->bytes_per_step > report.leaks.bytes_per_step) {
-      s.leak_site = report.outside_holder.site + " (outside the allocator)";
+      s.leak_site = HolderName(report.outside_holder) + " (outside the allocator)";
     }
     s.leak_bytes_per_step += outside->bytes_per_step;
   }

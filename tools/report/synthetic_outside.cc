@@ -131,15 +131,15 @@ trace::Trace OutsideCuptiTrace() {
   return t;
 }
 
-trace::Trace OutsideCuptiTraceOfAnExtensionThatKeeps(const trace::Trace& main,
-                                                     std::uint32_t* stack) {
-  using A = OutsideAnswer;
+trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,
+                                                   const KeptEachStep& kept_calls,
+                                                   std::uint32_t* stack) {
   trace::Trace cupti = OutsideCuptiTrace();
   const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
   const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
-  cupti.frames.push_back({"[cuda-driver]", 0, "cuMemAlloc_v2"});
-  cupti.frames.push_back({"libext.so", 0, "ext_alloc"});
-  cupti.frames.push_back({"ext.py", 12, "scratch"});
+  cupti.frames.push_back({"[cuda-driver]", 0, kept_calls.api});
+  cupti.frames.push_back({kept_calls.library_file, 0, kept_calls.library_function});
+  cupti.frames.push_back({kept_calls.file, kept_calls.line, kept_calls.function});
   *stack = static_cast<std::uint32_t>(cupti.stacks.size());
   cupti.stacks.push_back({frame, frame + 1, frame + 2});
   std::uint64_t addr = 0x7e0000000000ull;
@@ -148,12 +148,17 @@ trace::Trace OutsideCuptiTraceOfAnExtensionThatKeeps(const trace::Trace& main,
     trace::Event kept;
     kept.action = trace::Action::kSegmentAlloc;
     kept.time_us = e.time_us - 5 - shift;
-    kept.addr = addr += 256 * A::kMiB;
-    kept.size = 256 * A::kMiB;
+    kept.addr = addr += kept_calls.bytes;
+    kept.size = kept_calls.bytes;
     kept.stack_id = *stack;
     cupti.events.push_back(kept);
   }
   return cupti;
+}
+
+trace::Trace OutsideCuptiTraceOfAnExtensionThatKeeps(const trace::Trace& main,
+                                                     std::uint32_t* stack) {
+  return OutsideCuptiTraceOfALibraryThatKeeps(main, KeptEachStep{}, stack);
 }
 
 }  // namespace gpumem::report::synthetic

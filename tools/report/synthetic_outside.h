@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "tools/trace/trace.h"
 
@@ -39,9 +40,24 @@ trace::Trace OutsideAllocatorTrace(bool oom, std::int32_t device = 0);
 trace::Trace OutsideMainTrace();
 trace::Trace OutsideCuptiTrace();
 
-// OutsideCuptiTrace with an extension's own cuMemAlloc of 256 MiB before every step end
-// of `main`, never freed, at ext.py:12 through libext.so: a leak outside the allocator.
-// `stack`: the calls' stack id.
+// A library's driver allocation made before every step end and never freed: by default
+// an extension's cuMemAlloc of 256 MiB at ext.py:12 through libext.so.
+struct KeptEachStep {
+  std::string api = "cuMemAlloc_v2";
+  std::string library_file = "libext.so";
+  std::string library_function = "ext_alloc";
+  std::string file = "ext.py";
+  std::int32_t line = 12;
+  std::string function = "scratch";
+  std::uint64_t bytes = 256ull << 20;
+};
+
+// OutsideCuptiTrace with those calls before every step end of `main`: a leak outside the
+// allocator. `stack`: the calls' stack id.
+trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,
+                                                   const KeptEachStep& kept_calls,
+                                                   std::uint32_t* stack);
+// The extension's (KeptEachStep's defaults).
 trace::Trace OutsideCuptiTraceOfAnExtensionThatKeeps(const trace::Trace& main,
                                                      std::uint32_t* stack);
 

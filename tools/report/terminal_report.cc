@@ -137,7 +137,8 @@ void AppendOutsideSuspect(const Report& r, bool color, std::string* out) {
   absl::StrAppend(out, absl::StrFormat("  outside the allocator: %s\n     +%s/step  R²=%.3f  "
                                        "over %zu step ends; %s held at the end, taken from "
                                        "the driver and kept\n",
-                                       Paint(color, "1", h.site), Bytes(h.growth->bytes_per_step),
+                                       Paint(color, "1", HolderName(h)),
+                                       Bytes(h.growth->bytes_per_step),
                                        h.growth->r2, h.samples - h.growth->from,
                                        Bytes(static_cast<double>(h.bytes))));
   if (r.outside_projected_oom_step) {

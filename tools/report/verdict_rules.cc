@@ -125,12 +125,33 @@ const char* const kGraphPoolLeakFix =
     "make_graphed_callables refers to itself: one dropped is freed only by the cycle "
     "collector, so graph it once, or call gc.collect() after dropping it.";
 
-const char* const kOutsideLeakFix =
-    "A library of this process takes device memory from the driver every step and keeps "
-    "it, outside PyTorch's allocator (a CUDA extension's cudaMalloc or cuMemAlloc without "
-    "its free, another framework's pool that grows): free what it allocates once done "
-    "with it (or reuse one buffer), or allocate through PyTorch (torch.empty) so that "
-    "the allocator and its tools see it.";
+const char* OutsideLeakFix(OutsideLibrary library) {
+  if (library == OutsideLibrary::kNccl) {
+    return "NCCL's memory grows by a communicator's buffers every step: a process group is "
+           "made and never destroyed (dist.new_group, new_subgroups or a DeviceMesh built "
+           "inside the loop or in a helper it calls): make process groups once, before "
+           "training, and pass them in; call dist.destroy_process_group(group) for one "
+           "you are done with.";
+  }
+  return "A library of this process takes device memory from the driver every step and "
+         "keeps it, outside PyTorch's allocator (a CUDA extension's cudaMalloc or cuMemAlloc "
+         "without its free, another framework's pool that grows): free what it allocates "
+         "once done with it (or reuse one buffer), or allocate through PyTorch (torch.empty) "
+         "so that the allocator and its tools see it.";
+}
+
+const char* OutsideLeakCause(OutsideLibrary library) {
+  return library == OutsideLibrary::kNccl
+             ? "a process group made every step and never destroyed keeps an NCCL "
+               "communicator's buffers on the device"
+             : "a library of this process took device memory from the driver every step and "
+               "kept it";
+}
+
+std::string OutsideHolderName(OutsideLibrary library, absl::string_view site) {
+  if (library == OutsideLibrary::kOther) return std::string(site);
+  return absl::StrCat(OutsideLibraryName(library), "'s allocations from ", site);
+}
 
 const char* const kHelperKeptFix =
     "A thread other than the training loop's puts tensors on the device faster than the "
@@ -310,9 +331,9 @@ std::string HeldOutsideText(const OomFigures& f, absl::string_view holders) {
   return absl::StrCat(HeldOutsideRoomText(f), ": ", holders, kWouldHaveFit);
 }
 
-std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
+std::string OutsideLeakText(absl::string_view holder, double bytes_per_step,
                             std::size_t step_ends, std::uint64_t held, const OomFigures& f) {
-  return absl::StrCat("memory held outside the allocator grew: ", site, " took ",
+  return absl::StrCat("memory held outside the allocator grew: ", holder, " took ",
                       Bytes(bytes_per_step), " per step from the driver and kept it, over the last ",
                       step_ends, " step ends (", Bytes(static_cast<double>(held)),
                       " at the OOM); ", HeldOutsideRoomText(f), kWouldHaveFit);

@@ -13,6 +13,7 @@
 #include "absl/functional/function_ref.h"
 #include "allocator/size_classes.h"
 #include "profiler/process_memory.h"
+#include "tools/report/library_kind.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
@@ -174,8 +175,15 @@ struct OomFigures {
 // there is one) had room for it, and with what was held outside (OomFigures::held_outside)
 // given back the device would have had that room.
 bool HeldOutsideExplains(const OomFigures& f);
-// The fix where that memory is a library of this process that grows from step to step.
-extern const char* const kOutsideLeakFix;
+// The fix where that memory is a library of this process that grows from step to step:
+// for NCCL, communicators made and never destroyed; for the rest, allocations kept.
+const char* OutsideLeakFix(OutsideLibrary library);
+// What such a leak usually is, in a few words: "a library of this process took device
+// memory from the driver every step and kept it"; NCCL's: process groups made each step.
+const char* OutsideLeakCause(OutsideLibrary library);
+// Who holds memory outside the allocator, as the verdicts name it: the site for an unusual
+// library (kOther), "NCCL's allocations from f.py:3 g" for a known one.
+std::string OutsideHolderName(OutsideLibrary library, absl::string_view site);
 // Such an OOM's room as both verdicts say it: "the request of 32.00 MiB was under the cap
 // of 4.00 GiB (allocated 129.03 MiB), but the driver had 27.56 MiB free" ("needed memory
 // from the driver" where there was no cap), and "(gpumem keeps 512.00 MiB free for other
@@ -191,8 +199,9 @@ std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view 
 std::string HeldOutsideText(const OomFigures& f, absl::string_view holders);
 // A leak outside the allocator: "memory held outside the allocator grew: f.py:3 g took
 // 256.00 MiB per step from the driver and kept it, over the last 40 step ends (10.00 GiB
-// at the OOM); " then the room, and that without it the request would have fit.
-std::string OutsideLeakText(absl::string_view site, double bytes_per_step,
+// at the OOM); " then the room, and that without it the request would have fit. `holder`:
+// OutsideHolderName.
+std::string OutsideLeakText(absl::string_view holder, double bytes_per_step,
                             std::size_t step_ends, std::uint64_t held, const OomFigures& f);
 // Whether the OOM is a leak for the helper's kept blocks (OomFigures::helper_kept_bytes)
 // and not for growth over steps: too few steps had finished to measure growth, and
