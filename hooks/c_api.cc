@@ -526,6 +526,10 @@ size_t gpumem_last_oom(int device, char* buf, size_t len) {
   return h::CopyOut(text, buf, len);
 }
 
+size_t gpumem_outside_leak(int device, char* buf, size_t len) {
+  return h::CopyOut(h::OutsideLeakVerdict(device), buf, len);
+}
+
 uint64_t gpumem_private_pools_free(int device) {
   DeviceState* s = h::StartedDevice(device);
   return s == nullptr ? 0 : s->allocator->stats().private_pools_free_bytes;

@@ -113,6 +113,11 @@ GPUMEM_API size_t gpumem_memory_summary(int device, char* buf, size_t len);
 GPUMEM_API size_t gpumem_snapshot_json(int device, char* buf, size_t len);
 /* The report of the device's last failed allocation; empty if none. */
 GPUMEM_API size_t gpumem_last_oom(int device, char* buf, size_t len);
+/* Where memory a library of this process holds outside the allocator on `device` grew
+ * step by step (NCCL's with a process group made each step, a CUDA extension's), as the
+ * CUPTI tracer counted it: the lines of that verdict ("gpumem:   verdict: leak outside the
+ * allocator: ...", "gpumem:   fix: ..."); empty otherwise, and without the tracer. */
+GPUMEM_API size_t gpumem_outside_leak(int device, char* buf, size_t len);
 /* Bytes reserved and free inside private pools (CUDA graphs, torch.cuda.MemPool still
  * alive), which only allocations into those pools can use; 0 if the device has not
  * started. */

@@ -229,6 +229,13 @@ report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& f) {
   return cls;
 }
 
+std::string OutsideLeakVerdict(int device) {
+  OomVerdictInput in;
+  in.device = device;
+  AddLibraryHoldings(in);
+  return OutsideLeakLines(in.libraries);
+}
+
 void SampleStepTotals(std::uint64_t step) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;
   std::vector<std::uint64_t> pinned;

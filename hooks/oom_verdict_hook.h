@@ -20,6 +20,10 @@ namespace gpumem::hooks {
 void ExplainAllocatorOom(DeviceState& s, const OomReport& report, const std::string& headline);
 // PyTorch's allocator (or any caller) ran out on `device`; 0 figures are unknown.
 report::OomClass ExplainOom(int device, const gpumem_oom_figures_t& figures);
+// Where a library of this process (NCCL, an extension) held memory outside the allocator
+// on `device` that grew over the step ends: that verdict's lines, for a library's error
+// that is an out-of-memory (python/gpumem/_exit_oom.py); empty otherwise.
+std::string OutsideLeakVerdict(int device);
 // A step ended: samples each started device's allocated bytes (the growth a verdict
 // without a trace uses).
 void SampleStepTotals(std::uint64_t step);

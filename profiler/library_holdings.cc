@@ -40,7 +40,7 @@ std::string LibraryHoldings::TopSite(std::int32_t device, Library library) const
   std::uint32_t top = 0;
   for (const auto& [where, bytes] : by_site_) {
     const auto& [d, l, site] = where;
-    if (d != device || l != library) continue;
+    if (d != device || l != library || sites_[site].empty()) continue;
     // Ties go to the site seen first, whatever the map's order.
     if (bytes > most || (bytes == most && site < top)) {
       most = bytes;

@@ -24,7 +24,7 @@ class LibraryHoldings {
   using Library = report::OutsideLibrary;
 
   // A device allocation known by `key` (its address, or its handle) that `site` made
-  // through `library`.
+  // through `library` (empty: the library's own thread, no user's line).
   void OnAlloc(std::uint64_t key, std::int32_t device, Library library, std::uint64_t bytes,
                const std::string& site);
   // Its release; a key never counted is ignored.
@@ -32,7 +32,7 @@ class LibraryHoldings {
 
   std::uint64_t Bytes(std::int32_t device, Library library) const;
   // The site whose allocations through `library` hold most on the device; empty where
-  // none hold any.
+  // none with a site hold any.
   std::string TopSite(std::int32_t device, Library library) const;
   // Devices 0..kMaxDevices-1 on which any library ever held any, one bit each.
   std::uint64_t Devices() const;

@@ -82,4 +82,9 @@ report::OomClass ClassifyDyingOom(const OomVerdictInput& in);
 // Several lines, each starting "gpumem: ", ending in '\n'.
 std::string OomVerdictText(const OomVerdictInput& in, report::OomClass cls);
 
+// A library's memory outside the allocator that grew step by step, where an error of that
+// library is the out-of-memory: "gpumem:   verdict: leak outside the allocator: ..." and
+// "gpumem:   fix: ..."; empty where it did not grow.
+std::string OutsideLeakLines(const LibraryHolding& library);
+
 }  // namespace gpumem

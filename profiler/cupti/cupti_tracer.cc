@@ -25,6 +25,7 @@
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
 #include "tools/report/library_kind.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::cupti {
 namespace {
@@ -193,8 +194,9 @@ __attribute__((noinline)) void RecordFailure(const MemoryCall& call, const CUpti
 }
 
 // The library outside the allocator that made an allocation with stack `stack` (its first
-// native frame past the CUDA plumbing, as the report classes it) and the site that called
-// it; nullopt for the allocator's own, or where no native frame says.
+// native frame past the CUDA plumbing, as the report classes it) and the user's line that
+// called it (empty where none did); nullopt for the allocator's own, or where no native
+// frame says.
 std::optional<LibrarySite> LibraryOf(Recorder* recorder, std::uint32_t stack) {
   std::lock_guard<std::mutex> lock(g_tracer->mu);
   auto [it, added] = g_tracer->library_site.try_emplace(stack);
@@ -204,7 +206,11 @@ std::optional<LibrarySite> LibraryOf(Recorder* recorder, std::uint32_t stack) {
     const report::OutsideLibrary library = report::LibraryOfFrame(f.filename, f.line);
     if (library == report::OutsideLibrary::kUnknown) continue;
     if (library != report::OutsideLibrary::kAllocator) {
-      it->second = LibrarySite{library, Recorder::SiteOf(frames)};
+      // A library's own thread (NCCL's proxy) names no line: its site stays empty.
+      const bool user = std::any_of(frames.begin(), frames.end(), [](const auto& frame) {
+        return !report::IsLibraryFile(frame.filename);
+      });
+      it->second = LibrarySite{library, user ? Recorder::SiteOf(frames) : std::string()};
     }
     break;
   }

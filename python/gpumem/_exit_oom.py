@@ -23,6 +23,9 @@ MARKERS = ("CUBLAS_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_NOT_INITIALIZED",
            "NCCL error", "unhandled cuda error", "CUDA error: out of memory",
            "cudaErrorMemoryAllocation")
 
+# An NCCL error that reports another rank's failure, not this process's memory.
+REMOTE = ("remote process exited", "ncclRemoteError")
+
 FIXES = (
     "call torch.cuda.empty_cache() after catching an out-of-memory (a batch-size finder's "
     "tries leave the cache full)",
@@ -51,6 +54,22 @@ def library_error(exc):
             if marker in text:
                 return marker
     return None
+
+
+def remote_error(exc):
+    """Whether the exception is NCCL saying another rank failed (or the network did)."""
+    return any(r in str(e) for e in _chain(exc) for r in REMOTE)
+
+
+def _outside_leak(torch):
+    """The verdict's lines where a library's memory outside the allocator (NCCL's with a
+    process group made each step) grew step by step, as the CUPTI tracer counted it; ""
+    where it did not, or cannot be told."""
+    try:
+        fn = getattr(_native.lib(), "gpumem_outside_leak", None)  # absent from older builds
+        return _native.text(fn, torch.cuda.current_device()) if fn is not None else ""
+    except Exception:  # the process is dying: say what can be said
+        return ""
 
 
 def out_of_memory(exc):
@@ -93,6 +112,10 @@ def explanation(exc, torch, profile_mode):
     marker = library_error(exc)
     if marker is None:
         return None
+    if remote_error(exc):
+        return ("gpumem: NCCL says another rank exited (or the network failed): that rank's "
+                "error ended the job, not this rank's memory; its lines above or its own log "
+                "say why.\n")
     idle, ooms, free = _figures(torch, profile_mode)
     allocator = "PyTorch's caching allocator" if profile_mode else "gpumem's allocator"
     first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
@@ -103,6 +126,9 @@ def explanation(exc, torch, profile_mode):
                 ", kept since the %d out-of-memory error%s the program caught" % (ooms, "" if ooms == 1 else "s")
                 if ooms else "",
                 _mib(free) if free is not None else "an unknown amount")]
+    leak = _outside_leak(torch)
+    if leak:
+        return "\n".join(lines) + "\n" + leak
     lines.append("gpumem:   fix: " + "; ".join(FIXES) + ".")
     return "\n".join(lines) + "\n"
 

@@ -73,6 +73,7 @@ _OPTIONAL_SIGNATURES = {
     "gpumem_trace_check": ([c_char_p, c_size_t], c_size_t),
     "gpumem_trace_note": ([c_int, c_char_p], c_int),
     "gpumem_trace_graph_pool": ([c_int, c_int, c_uint64, c_uint64], c_int),
+    "gpumem_outside_leak": _TEXT_OUT,
 }
 
 

@@ -183,7 +183,7 @@ def check_groups(cli, args, folder, mode, oom):
     sites = [f"multi_gpu_train.py:{n}" for n in marked_lines("GROUP")]
     named = [r["rank"] for r in ranks if "NCCL" in r.get("leak_site", "")
              and any(s in r["leak_site"] for s in sites)]
-    said = p.stderr.count("verdict: leak") and "NCCL's allocations from" in p.stderr
+    said = p.stderr.count("verdict: leak") and "NCCL's memory for" in p.stderr
     ok = len(traces) == args.gpus and len(named) == args.gpus and (
         p.returncode != 0 and said if oom else p.returncode == 0)
     print(f"- a process group made each step ({mode}{', the GPU filled' if oom else ''}): "

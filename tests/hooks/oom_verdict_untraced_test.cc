@@ -132,7 +132,7 @@ TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsALeakOutsideTheAllocator) {
   int cls = -1;
   const std::string err = ExplainOomOn(3, &cls);
   EXPECT_EQ(cls, 0) << err;  // a leak
-  EXPECT_NE(err.find("memory held outside the allocator grew: NCCL's allocations from "
+  EXPECT_NE(err.find("memory held outside the allocator grew: NCCL's memory for "
                      "train.py:239 main took 470.00 MiB per step from the driver and kept it"),
             std::string::npos)
       << err;

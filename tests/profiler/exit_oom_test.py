@@ -34,10 +34,25 @@ class FakeLib:
         return 0
 
 
+LEAK_LINES = ("gpumem:   verdict: leak outside the allocator: NCCL's memory for train.py:9 main "
+              "took 470.00 MiB per step from the driver and kept it, over the last 12 step "
+              "ends (5.51 GiB now)\ngpumem:   fix: NCCL's memory grows ...\n")
+
+
+class FakeLibSeeingAnNcclLeak(FakeLib):
+    """The CUPTI tracer counted NCCL's memory growing a communicator's worth a step."""
+
+    def gpumem_outside_leak(self, device, buf, size):
+        text = LEAK_LINES.encode()
+        buf.value = text[:size - 1]
+        return len(text) + 1
+
+
 def fake_torch():
     stats = {"reserved_bytes.all.current": 3000 * MIB, "allocated_bytes.all.current": 1000 * MIB,
              "num_ooms": 2}
-    cuda = types.SimpleNamespace(memory_stats=lambda: stats, mem_get_info=lambda: (4 * MIB, 80 << 30))
+    cuda = types.SimpleNamespace(memory_stats=lambda: stats, mem_get_info=lambda: (4 * MIB, 80 << 30),
+                                 current_device=lambda: 1)
     return types.SimpleNamespace(cuda=cuda)
 
 
@@ -79,6 +94,29 @@ class ExitOom(unittest.TestCase):
         out = sys.stderr.getvalue()
         self.assertIn("NCCL error", out)
         self.assertIn("gpumem's allocator held 800.0 MiB idle", out)
+        self.assertEqual(self.seen, [err])
+
+    def test_an_nccl_error_after_nccls_memory_grew_is_that_leak(self):
+        self.lib = FakeLibSeeingAnNcclLeak()
+        _native._lib = self.lib
+        _exit_oom.install(fake_torch(), profile_mode=True)
+        err = RuntimeError("NCCL error in: NCCLUtils.cpp:253, unhandled cuda error (run with "
+                           "NCCL_DEBUG=INFO for details), NCCL version 2.28.9")
+        sys.excepthook(RuntimeError, err, None)
+        out = sys.stderr.getvalue()
+        self.assertIn("this is an out-of-memory: NCCL error", out)
+        self.assertTrue(out.endswith(LEAK_LINES), out)  # the leak's fix, not the usual ones
+        self.assertNotIn("torch.cuda.empty_cache()", out)
+
+    def test_another_ranks_failure_is_not_called_an_out_of_memory(self):
+        _exit_oom.install(fake_torch(), profile_mode=False)
+        err = RuntimeError("NCCL error in: NCCLUtils.cpp:253, remote process exited or there "
+                           "was a network error, NCCL version 2.28.9\nncclRemoteError: A call "
+                           "failed possibly due to a network error or a remote process exiting")
+        sys.excepthook(RuntimeError, err, None)
+        out = sys.stderr.getvalue()
+        self.assertNotIn("out-of-memory", out)
+        self.assertIn("another rank exited", out)
         self.assertEqual(self.seen, [err])
 
     def test_other_exceptions_pass_silently(self):

@@ -58,6 +58,17 @@ TEST(LibraryHoldings, EachLibraryIsCountedApart) {
   EXPECT_EQ(h.Bytes(0, kOther), 64 * kMiB);
 }
 
+// A library's own threads (NCCL's proxy) name no line: their memory counts, their empty
+// site is never the top one.
+TEST(LibraryHoldings, MemoryOfALibrarysOwnThreadsCountsButNamesNoSite) {
+  LibraryHoldings h;
+  h.OnAlloc(0x1000, 0, kNccl, 700 * kMiB, "");
+  EXPECT_EQ(h.TopSite(0, kNccl), "");
+  h.OnAlloc(0x2000, 0, kNccl, 100 * kMiB, "train.py:9 main");
+  EXPECT_EQ(h.Bytes(0, kNccl), 800 * kMiB);
+  EXPECT_EQ(h.TopSite(0, kNccl), "train.py:9 main");
+}
+
 // The driver hands an address out again after a free the tracer did not see (a free
 // through a path CUPTI does not report): the new block replaces the old one.
 TEST(LibraryHoldings, AnAddressHandedOutAgainReplacesItsBlock) {

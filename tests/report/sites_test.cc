@@ -19,6 +19,17 @@ TEST(IsLibraryFrame, TorchAndStdlibAreLibraries) {
   EXPECT_FALSE(IsLibraryFrame({"project/model/attention.py", 12, "forward"}));
 }
 
+// A native stack runs through the interpreter's own binary between the library and the
+// Python frames: /usr/bin/python3.11 or conda's python is no user's code, wherever it lives.
+TEST(IsLibraryFrame, ThePythonInterpreterIsALibrary) {
+  EXPECT_TRUE(IsLibraryFrame({"/usr/bin/python3.11", 0, "_PyEval_EvalFrameDefault+0xadf"}));
+  EXPECT_TRUE(IsLibraryFrame({"/opt/conda/bin/python", 0, "Py_RunMain+0x3b5"}));
+  EXPECT_TRUE(IsLibraryFrame({"/home/me/.venv/bin/python3", 0, "_start+0x25"}));
+  EXPECT_FALSE(IsLibraryFrame({"python_utils.py", 3, "pad"}));
+  EXPECT_FALSE(IsLibraryFrame({"/home/me/pythonic/train.py", 3, "main"}));
+  EXPECT_FALSE(IsLibraryFrame({"/home/me/bin/trainer", 0, "main+0x10"}));  // a C++ program
+}
+
 TEST(IsLibraryFrame, WhatAUserTypedIsTheUsers) {
   EXPECT_FALSE(IsLibraryFrame({"<ipython-input-3-5d3c2a1b9f>", 4, "<module>"}));
   EXPECT_FALSE(IsLibraryFrame({"ipykernel_4242/2912345678.py", 4, "<module>"}));

@@ -42,8 +42,10 @@ std::vector<std::int64_t> StepEndTimes(const trace::Trace& main, const Steps& st
   return times;
 }
 
-// A library's allocations from one site (SiteTable's; 0 for no Python frames).
+// A library's allocations from one site (SiteTable's; 0 for no Python frames), or all of a
+// known library's (kAllSites).
 using HoldingKey = std::pair<OutsideLibrary, std::uint32_t>;
+constexpr std::uint32_t kAllSites = ~std::uint32_t{0};
 
 struct OutsideCall {
   const trace::Event* event;
@@ -102,7 +104,9 @@ Holdings CollectHoldings(const trace::Trace& main, const trace::Trace& cupti,
     sample_until(e->time_us + shift);
     if (e->action == trace::Action::kSegmentFree) {
       if (auto it = live.find(e->addr); it != live.end()) {
-        h.now[it->second.first] -= it->second.second;
+        const auto& [key, bytes] = it->second;
+        h.now[key] -= bytes;
+        if (key.first != OutsideLibrary::kOther) h.now[{key.first, kAllSites}] -= bytes;
         live.erase(it);
       }
       continue;
@@ -110,6 +114,7 @@ Holdings CollectHoldings(const trace::Trace& main, const trace::Trace& cupti,
     const HoldingKey key{call.library, sites.site_of_stack(e->stack_id)};
     live[e->addr] = {key, e->size};
     h.now[key] += e->size;
+    if (call.library != OutsideLibrary::kOther) h.now[{call.library, kAllSites}] += e->size;
   }
   sample_until(time_us + 1);
   return h;
@@ -123,11 +128,20 @@ std::optional<Growth> GrowthOf(Holdings& h, const HoldingKey& key) {
   return SteadyGrowth(step_numbers, samples, MinLeakGrowth(h.now[key]));
 }
 
-// The unusual libraries' site holding most (one with Python frames: a line to fix).
-void TakeTopUnusual(const SiteTable& sites, const Holdings& h, UnusualHolder* holder) {
+// Whether the site names a line of the user's: not a library's own thread (NCCL's proxy).
+bool NamesAUserLine(const trace::Trace& cupti, const SiteTable& sites, std::uint32_t site) {
+  return site != 0 && site != kAllSites && !IsLibraryFrame(cupti.frames[sites.frame(site)]);
+}
+
+// The unusual libraries' line holding most.
+void TakeTopUnusual(const trace::Trace& cupti, const SiteTable& sites, const Holdings& h,
+                    UnusualHolder* holder) {
   std::optional<HoldingKey> top;
   for (const auto& [key, bytes] : h.now) {
-    if (key.first != OutsideLibrary::kOther || key.second == 0 || bytes == 0) continue;
+    if (key.first != OutsideLibrary::kOther || !NamesAUserLine(cupti, sites, key.second) ||
+        bytes == 0) {
+      continue;
+    }
     // Ties go to the site seen first, whatever the map's order.
     if (bytes > holder->bytes || (bytes == holder->bytes && key < *top)) {
       top = key;
@@ -137,15 +151,11 @@ void TakeTopUnusual(const SiteTable& sites, const Holdings& h, UnusualHolder* ho
   if (top) holder->site = sites.name(top->second);
 }
 
-// The library and site whose memory grew fastest over the step ends, if any did.
-std::optional<HoldingKey> FastestGrowing(Holdings& h, std::optional<Growth>* growth) {
-  std::vector<HoldingKey> keys;
-  for (const auto& entry : h.now) keys.push_back(entry.first);
-  std::sort(keys.begin(), keys.end());  // ties go to the first, whatever the map's order
+// The fastest-growing of `keys` (ties to the first), with its growth.
+std::optional<HoldingKey> Fastest(Holdings& h, const std::vector<HoldingKey>& keys,
+                                  std::optional<Growth>* growth) {
   std::optional<HoldingKey> fastest;
   for (const HoldingKey& key : keys) {
-    // An unusual library's memory from native threads names no line to fix.
-    if (key.first == OutsideLibrary::kOther && key.second == 0) continue;
     std::optional<Growth> g = GrowthOf(h, key);
     if (g && (!*growth || g->bytes_per_step > (*growth)->bytes_per_step)) {
       *growth = g;
@@ -153,6 +163,46 @@ std::optional<HoldingKey> FastestGrowing(Holdings& h, std::optional<Growth>* gro
     }
   }
   return fastest;
+}
+
+std::vector<HoldingKey> SortedKeys(const Holdings& h) {
+  std::vector<HoldingKey> keys;
+  for (const auto& entry : h.now) keys.push_back(entry.first);
+  std::sort(keys.begin(), keys.end());  // ties go to the first, whatever the map's order
+  return keys;
+}
+
+// What grew fastest over the step ends, if anything did, as `holder`: an unusual library's
+// line, or a known library's memory as a whole (NCCL's own threads allocate for the line
+// that made a communicator), named by its fastest-growing user line where it has one.
+bool TakeFastestGrowing(const trace::Trace& cupti, const SiteTable& sites, Holdings& h,
+                        UnusualHolder* holder) {
+  std::vector<HoldingKey> candidates;
+  for (const HoldingKey& key : SortedKeys(h)) {
+    const bool unusual = key.first == OutsideLibrary::kOther;
+    if (unusual ? NamesAUserLine(cupti, sites, key.second) : key.second == kAllSites) {
+      candidates.push_back(key);
+    }
+  }
+  const std::optional<HoldingKey> fastest = Fastest(h, candidates, &holder->growth);
+  if (!fastest) return false;
+  holder->library = fastest->first;
+  holder->bytes = h.now[*fastest];
+  if (fastest->second != kAllSites) {
+    holder->site = sites.name(fastest->second);
+    return true;
+  }
+  std::vector<HoldingKey> lines;
+  for (const HoldingKey& key : SortedKeys(h)) {
+    if (key.first == fastest->first && NamesAUserLine(cupti, sites, key.second)) {
+      lines.push_back(key);
+    }
+  }
+  std::optional<Growth> line_growth;
+  if (const std::optional<HoldingKey> line = Fastest(h, lines, &line_growth)) {
+    holder->site = sites.name(line->second);
+  }
+  return true;
 }
 
 }  // namespace
@@ -163,13 +213,7 @@ UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cu
   Holdings h = CollectHoldings(main, cupti, sites, steps, device, time_us);
   UnusualHolder holder;
   holder.samples = h.ends;
-  if (const std::optional<HoldingKey> key = FastestGrowing(h, &holder.growth)) {
-    holder.library = key->first;
-    holder.site = sites.name(key->second);
-    holder.bytes = h.now[*key];
-    return holder;
-  }
-  TakeTopUnusual(sites, h, &holder);
+  if (!TakeFastestGrowing(cupti, sites, h, &holder)) TakeTopUnusual(cupti, sites, h, &holder);
   return holder;
 }
 

@@ -16,10 +16,11 @@
 namespace gpumem::report {
 
 // Memory outside the allocator on a device at a moment, by the CUPTI trace beside the main
-// one: the library and line whose memory grew fastest over the step ends before it (NCCL's
-// from a process group made each step, an extension's), or where none grew, the line whose
-// driver calls held most of what libraries other than the allocator, NCCL, cuBLAS and
-// cuDNN held (the unusual libraries, kOther).
+// one: what grew fastest over the step ends before it (an unusual library's line, or a
+// known library's memory as a whole, named by its fastest-growing user line: NCCL's with a
+// process group made each step), or where nothing grew, the line whose driver calls held
+// most of what libraries other than the allocator, NCCL, cuBLAS and cuDNN held (the
+// unusual libraries, kOther).
 struct UnusualHolder {
   OutsideLibrary library = OutsideLibrary::kOther;
   std::string site;              // "file:line function"; empty where none held any
@@ -31,11 +32,11 @@ struct UnusualHolder {
 UnusualHolder FindUnusualHolder(const trace::Trace& main, const trace::Trace& cupti,
                                 const Steps& steps, int device, std::int64_t time_us);
 
-// OutsideHolderName: "f.py:3 g" for an unusual library, "NCCL's allocations from f.py:3 g".
+// OutsideHolderName: "f.py:3 g" for an unusual library, "NCCL's memory for f.py:3 g".
 std::string HolderName(const UnusualHolder& holder);
 
 // "leak outside the allocator at f.py:3 g (+256.00 MiB/step)" ("leak outside the
-// allocator: NCCL's allocations from f.py:3 g (+...)") where the holder's memory grew;
+// allocator: NCCL's memory for f.py:3 g (+...)") where the holder's memory grew;
 // empty where it did not.
 std::string OutsideLeakPhrase(const UnusualHolder& holder);
 

@@ -1,6 +1,8 @@
 #include "tools/report/synthetic_outside.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "tools/report/synthetic_builder.h"
 
@@ -131,18 +133,20 @@ trace::Trace OutsideCuptiTrace() {
   return t;
 }
 
-trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,
-                                                   const KeptEachStep& kept_calls,
-                                                   std::uint32_t* stack) {
-  trace::Trace cupti = OutsideCuptiTrace();
-  const std::int64_t shift = (*cupti.run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
-  const auto frame = static_cast<std::uint32_t>(cupti.frames.size());
-  cupti.frames.push_back({"[cuda-driver]", 0, kept_calls.api});
-  cupti.frames.push_back({kept_calls.library_file, 0, kept_calls.library_function});
-  cupti.frames.push_back({kept_calls.file, kept_calls.line, kept_calls.function});
-  *stack = static_cast<std::uint32_t>(cupti.stacks.size());
-  cupti.stacks.push_back({frame, frame + 1, frame + 2});
-  std::uint64_t addr = 0x7e0000000000ull;
+std::uint32_t AddKeptEachStep(const trace::Trace& main, const KeptEachStep& kept_calls,
+                              trace::Trace* cupti) {
+  const std::int64_t shift = (*cupti->run.clock_origin_ns - *main.run.clock_origin_ns) / 1000;
+  const auto frame = static_cast<std::uint32_t>(cupti->frames.size());
+  cupti->frames.push_back({"[cuda-driver]", 0, kept_calls.api});
+  cupti->frames.push_back({kept_calls.library_file, 0, kept_calls.library_function});
+  std::vector<std::uint32_t> frames = {frame, frame + 1};
+  if (!kept_calls.file.empty()) {
+    cupti->frames.push_back({kept_calls.file, kept_calls.line, kept_calls.function});
+    frames.push_back(frame + 2);
+  }
+  const auto stack = static_cast<std::uint32_t>(cupti->stacks.size());
+  cupti->stacks.push_back(std::move(frames));
+  std::uint64_t addr = 0x7e0000000000ull + (std::uint64_t{stack} << 36);
   for (const trace::Event& e : main.events) {
     if (e.action != trace::Action::kStep) continue;
     trace::Event kept;
@@ -150,9 +154,19 @@ trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,
     kept.time_us = e.time_us - 5 - shift;
     kept.addr = addr += kept_calls.bytes;
     kept.size = kept_calls.bytes;
-    kept.stack_id = *stack;
-    cupti.events.push_back(kept);
+    kept.stack_id = stack;
+    cupti->events.push_back(kept);
   }
+  std::stable_sort(cupti->events.begin(), cupti->events.end(),
+                   [](const trace::Event& a, const trace::Event& b) { return a.time_us < b.time_us; });
+  return stack;
+}
+
+trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,
+                                                   const KeptEachStep& kept_calls,
+                                                   std::uint32_t* stack) {
+  trace::Trace cupti = OutsideCuptiTrace();
+  *stack = AddKeptEachStep(main, kept_calls, &cupti);
   return cupti;
 }
 

@@ -46,12 +46,16 @@ struct KeptEachStep {
   std::string api = "cuMemAlloc_v2";
   std::string library_file = "libext.so";
   std::string library_function = "ext_alloc";
-  std::string file = "ext.py";
+  std::string file = "ext.py";  // empty: the library's own thread, no user's line
   std::int32_t line = 12;
   std::string function = "scratch";
   std::uint64_t bytes = 256ull << 20;
 };
 
+// Adds those calls before every step end of `main` to the CUPTI trace `cupti` (lined up
+// with `main` by clock origin); returns their stack id.
+std::uint32_t AddKeptEachStep(const trace::Trace& main, const KeptEachStep& kept_calls,
+                              trace::Trace* cupti);
 // OutsideCuptiTrace with those calls before every step end of `main`: a leak outside the
 // allocator. `stack`: the calls' stack id.
 trace::Trace OutsideCuptiTraceOfALibraryThatKeeps(const trace::Trace& main,

@@ -150,7 +150,8 @@ const char* OutsideLeakCause(OutsideLibrary library) {
 
 std::string OutsideHolderName(OutsideLibrary library, absl::string_view site) {
   if (library == OutsideLibrary::kOther) return std::string(site);
-  return absl::StrCat(OutsideLibraryName(library), "'s allocations from ", site);
+  return absl::StrCat(OutsideLibraryName(library), "'s memory",
+                      site.empty() ? "" : absl::StrCat(" for ", site));
 }
 
 const char* const kHelperKeptFix =
@@ -395,6 +396,11 @@ bool IsLibraryFile(absl::string_view file) {
     return !absl::StartsWith(file, "<ipython-input-") && file != "<stdin>";
   }
   if (absl::StartsWith(file, "torch/")) return true;
+  // The interpreter's own binary (python, python3.11), which native stacks run through
+  // between a library and the Python frames.
+  const std::size_t slash = file.rfind('/');
+  const absl::string_view base = slash == absl::string_view::npos ? file : file.substr(slash + 1);
+  if (absl::StartsWith(base, "python") && !absl::EndsWith(base, ".py")) return true;
   // Native frames (gpumem traces carry them too): the allocator, libtorch, CUDA libraries.
   static constexpr absl::string_view kNativeSuffixes[] = {".so", ".cpp", ".cc", ".h",
                                                           ".hpp", ".cu", ".cuh", ".c"};

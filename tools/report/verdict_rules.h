@@ -182,7 +182,8 @@ const char* OutsideLeakFix(OutsideLibrary library);
 // memory from the driver every step and kept it"; NCCL's: process groups made each step.
 const char* OutsideLeakCause(OutsideLibrary library);
 // Who holds memory outside the allocator, as the verdicts name it: the site for an unusual
-// library (kOther), "NCCL's allocations from f.py:3 g" for a known one.
+// library (kOther); for a known one, all its memory and the user's line it was for: "NCCL's
+// memory for f.py:3 g" ("NCCL's memory" where no line is known).
 std::string OutsideHolderName(OutsideLibrary library, absl::string_view site);
 // Such an OOM's room as both verdicts say it: "the request of 32.00 MiB was under the cap
 // of 4.00 GiB (allocated 129.03 MiB), but the driver had 27.56 MiB free" ("needed memory
@@ -223,7 +224,8 @@ std::string FirstIterationGrowth(std::size_t calls);
 OomClass ClassifyOom(const OomFigures& f);
 
 // Files of code the user does not edit (torch, installed packages, the standard library,
-// native libraries): a site is the innermost frame outside them.
+// native libraries, the Python interpreter's binary): a site is the innermost frame outside
+// them.
 bool IsLibraryFile(absl::string_view file);
 
 // Of two stacks of one site (frames innermost first), the index in `kept` of its innermost
