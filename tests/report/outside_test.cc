@@ -385,6 +385,13 @@ TEST(CuptiCompanion, NamesAndGlobs) {
   EXPECT_EQ(CuptiCompanionPath("out/run-3.gpumem"), "out/run-3.cupti.gpumem");
   EXPECT_EQ(CuptiCompanionPath("out/run-3.cupti.gpumem"), "");
   EXPECT_EQ(CuptiCompanionPath("x.pickle"), "");
+  // A pair kept compressed, as shipped or archived.
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.gpumem.xz"), "out/run-3.cupti.gpumem.xz");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.gpumem.zst"), "out/run-3.cupti.gpumem.zst");
+  EXPECT_EQ(CuptiCompanionPath("out/run-3.cupti.gpumem.xz"), "");
+  EXPECT_EQ(CuptiCompanionPath("x.pickle.xz"), "");
+  EXPECT_EQ(MainTraces({"run-0.cupti.gpumem.xz", "run-0.gpumem.xz"}),
+            (std::vector<std::string>{"run-0.gpumem.xz"}));
   EXPECT_EQ(MainTraces(
                 {"run-0.cupti.gpumem", "run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}),
             (std::vector<std::string>{"run-0.gpumem", "run-1.gpumem", "lone.cupti.gpumem"}));

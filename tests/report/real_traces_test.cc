@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "tools/report/json_report.h"
+#include "tools/report/rank_summary.h"
 #include "tools/report/report.h"
 #include "tools/trace/load.h"
 
@@ -197,6 +198,34 @@ TEST(RealTraces, AnExtensionThatKeepsDeviceMemoryEachStepIsALeakOutsideTheAlloca
   EXPECT_EQ(suspects[0]["bytes_per_step"], 256.0 * (1 << 20));
   Report alone = BuildReport(run.main, {});  // without the CUPTI trace no one holds it
   EXPECT_EQ(alone.ooms[*alone.fatal_oom].cls, OomClass::kPeak);
+}
+
+// Both ranks of a torchrun job (FSDP2, two H200s, profile-only mode) made a process group
+// every step and never destroyed it, after filling the GPU but 8 GiB: NCCL's memory grew
+// by a communicator's buffers a step, most of it on NCCL's own threads, until NCCL's own
+// cuMemCreate failed in step 13 (NCCL's "unhandled cuda error"). Rank 1's traces: a leak
+// outside the allocator in NCCL, named by the line that makes the group.
+TEST(RealTraces, AProcessGroupMadeEachStepIsALeakInNccl) {
+  const WithCupti run("process_group_made_each_step_fills_the_gpu");
+  Report r = run.Build();
+  ASSERT_TRUE(r.fatal_failed_outside.has_value()) << Verdict(r);
+  EXPECT_EQ(r.outside_holder.library, OutsideLibrary::kNccl);
+  EXPECT_EQ(r.outside_holder.site, "multi_gpu_train.py:243 main");
+  ASSERT_TRUE(r.outside_holder.growth.has_value());
+  EXPECT_NEAR(r.outside_holder.growth->bytes_per_step, 484.0 * (1 << 20), 10.0 * (1 << 20));
+  EXPECT_EQ(Verdict(r).rfind("out of memory outside the allocator in step 13: leak outside the "
+                             "allocator: NCCL's memory for multi_gpu_train.py:243 main (+",
+                             0),
+            0u)
+      << Verdict(r);
+  EXPECT_EQ(SummarizeRank(r, 1).leak_site,
+            "NCCL's memory for multi_gpu_train.py:243 main (outside the allocator)");
+  // The failed call's fix is that leak's, not the usual one for a cache that held memory.
+  const nlohmann::json failed = ReportToJson(r)["failed_allocations"];
+  ASSERT_FALSE(failed.empty());
+  EXPECT_EQ(failed.back()["fix"], OutsideLeakFix(OutsideLibrary::kNccl));
+  // Without the CUPTI trace no growth outside the allocator is seen.
+  EXPECT_FALSE(BuildReport(run.main, {}).outside_holder.growth.has_value());
 }
 
 // An extension sized its workspace at step 200 to the device's free memory but 256 MiB

@@ -20,12 +20,23 @@ std::string TraceName(const std::string& path) {
 }
 
 bool IsCuptiTrace(const std::string& path) { return absl::EndsWith(TraceName(path), kCuptiExt); }
+
+// A compressed trace's suffix (a pair kept compressed: NAME.gpumem.xz beside
+// NAME.cupti.gpumem.xz), else "".
+std::string CompressionSuffix(const std::string& path) {
+  for (const char* suffix : {".xz", ".gz", ".zst"}) {
+    if (absl::EndsWith(path, suffix)) return suffix;
+  }
+  return "";
+}
 }  // namespace
 
 std::string CuptiCompanionPath(const std::string& path) {
-  if (!absl::EndsWith(path, kExt) || IsCuptiTrace(path)) return "";
-  const std::string main = TraceName(path);
-  return main.substr(0, main.size() - (sizeof(kExt) - 1)) + kCuptiExt;
+  const std::string compressed = CompressionSuffix(path);
+  const std::string plain = path.substr(0, path.size() - compressed.size());
+  if (!absl::EndsWith(plain, kExt) || IsCuptiTrace(plain)) return "";
+  const std::string main = TraceName(plain);
+  return main.substr(0, main.size() - (sizeof(kExt) - 1)) + kCuptiExt + compressed;
 }
 
 namespace {

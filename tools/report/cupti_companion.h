@@ -13,8 +13,9 @@
 
 namespace gpumem::report {
 
-// NAME.cupti.gpumem for NAME.gpumem or one of its ring's segments NAME.segK.gpumem; empty
-// for a CUPTI trace itself (or its ring's segment) or another name.
+// NAME.cupti.gpumem for NAME.gpumem or one of its ring's segments NAME.segK.gpumem (and
+// NAME.cupti.gpumem.xz for NAME.gpumem.xz: .gz and .zst too); empty for a CUPTI trace
+// itself (or its ring's segment) or another name.
 std::string CuptiCompanionPath(const std::string& path);
 
 // `paths` less what is read through another of them (a glob run-*.gpumem takes it all):

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tools/report/failed_outside.h"
 #include "tools/report/outside_changes.h"
 #include "tools/report/outside_library.h"
 #include "tools/report/sites.h"
@@ -226,6 +227,10 @@ std::string OutsideLeakPhrase(const UnusualHolder& holder) {
   const bool unusual = holder.library == OutsideLibrary::kOther;
   return absl::StrCat("leak outside the allocator", unusual ? " at " : ": ", HolderName(holder),
                       " (+", Bytes(holder.growth->bytes_per_step), "/step)");
+}
+
+std::string FailedOutsideFixFor(const UnusualHolder& holder) {
+  return holder.growth ? OutsideLeakFix(holder.library) : FailedOutsideFix();
 }
 
 std::optional<std::size_t> ProjectOutsideOomStep(const UnusualHolder& holder,

@@ -40,6 +40,10 @@ std::string HolderName(const UnusualHolder& holder);
 // empty where it did not.
 std::string OutsideLeakPhrase(const UnusualHolder& holder);
 
+// The fix for the library's failed call that ended a run: where the holder's memory grew,
+// that leak's (OutsideLeakFix), else the usual one (FailedOutsideFix).
+std::string FailedOutsideFixFor(const UnusualHolder& holder);
+
 // The step (0-based) in which a leak outside the allocator, growing at its rate, would
 // leave the device no free memory: from the driver's free bytes at `end`, after
 // `steps_done` steps. nullopt without a leak or the driver's figures.

@@ -37,7 +37,7 @@ std::string LeakVerdict(const Report& r) {
   return "no leak: memory kept from step to step does not grow";
 }
 
-nlohmann::json FailedOutsideJson(const FailedOutside& f) {
+nlohmann::json FailedOutsideJson(const FailedOutside& f, const std::string& fix) {
   nlohmann::json j;
   j["call"] = f.call.call;
   j["size"] = f.call.size;
@@ -54,7 +54,7 @@ nlohmann::json FailedOutsideJson(const FailedOutside& f) {
   j["ended_the_run"] = f.ended_the_run;
   if (f.ended_the_run) {
     j["evidence"] = FailedOutsideEvidence(f);
-    j["fix"] = FailedOutsideFix();
+    j["fix"] = fix;
   }
   return j;
 }
@@ -267,7 +267,9 @@ nlohmann::json ReportToJson(const Report& r) {
   out["projected_oom_device"] =
       r.projected_oom_step && leak_device >= 0 ? json(leak_device) : json(nullptr);
   json failed = json::array();
-  for (const FailedOutside& f : r.failed_outside) failed.push_back(FailedOutsideJson(f));
+  for (const FailedOutside& f : r.failed_outside) {
+    failed.push_back(FailedOutsideJson(f, FailedOutsideFixFor(r.outside_holder)));
+  }
   out["failed_allocations"] = std::move(failed);
   out["outside_allocator"] = OutsideToJson(r.outside);
   out["verdict"] = Verdict(r);

@@ -63,7 +63,8 @@ void AppendFailedOutside(const Report& r, bool color, std::string* out) {
   if (r.fatal_failed_outside) {
     const FailedOutside& f = r.failed_outside[*r.fatal_failed_outside];
     absl::StrAppend(out, "\n", Paint(color, "1;31", "Out of memory outside the allocator, which ended the run"),
-                    ":\n  ", FailedOutsideEvidence(f), "\n  Fix: ", FailedOutsideFix(), "\n");
+                    ":\n  ", FailedOutsideEvidence(f), "\n  Fix: ",
+                    FailedOutsideFixFor(r.outside_holder), "\n");
   }
   const std::size_t others = r.failed_outside.size() - (r.fatal_failed_outside ? 1 : 0);
   if (others == 0) return;
