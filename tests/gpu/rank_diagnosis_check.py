@@ -69,15 +69,23 @@ def check_leak(cli, args, folder, leak_rank):
     ok = p.returncode == 0 and len(traces) == args.gpus and leaking == [leak_rank] and named
     print(f"- leak on rank {leak_rank}: {'right' if ok else 'WRONG'}; ranks leaking: "
           f"{leaking}; site named: {bool(named)}; run exit {p.returncode}")
+    print_ranks(ranks, report)
+    if p.returncode != 0 or "error" in report:
+        print_errors(p.stderr + report.get("error", ""))
+    return bool(ok), ranks
+
+
+def print_ranks(ranks, report, verdicts=False):
+    """Each rank's row of the merged report, then each trace's driver figures (and its
+    verdict)."""
     for r in ranks:
         print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, peak allocated "
               f"{r['peak_allocated']}, outside the allocator {r['outside_allocator']}, "
               f"leak/step {r['leak_bytes_per_step']}")
     for t in report.get("traces", []):
         print(driver_line(t.get("outside_allocator") or {}))
-    if p.returncode != 0 or "error" in report:
-        print_errors(p.stderr + report.get("error", ""))
-    return bool(ok), ranks
+        if verdicts:
+            print(f"    verdict: {t.get('verdict', '')!s:.300}")
 
 
 def print_errors(text, lines=15):
@@ -189,13 +197,7 @@ def check_groups(cli, args, folder, mode, oom):
     print(f"- a process group made each step ({mode}{', the GPU filled' if oom else ''}): "
           f"{'right' if ok else 'WRONG'}; ranks named leaking in NCCL at the group's line: "
           f"{named}; run exit {p.returncode}; the dying process said it: {bool(said)}")
-    for r in ranks:
-        print(f"  - rank {r['rank']}: leak site {r.get('leak_site', '')!r}, leak/step "
-              f"{r['leak_bytes_per_step']}, outside the allocator {r['outside_allocator']}, "
-              f"verdict {r.get('verdict', '')[:200]!r}")
-    for t in report.get("traces", []):
-        print(driver_line(t.get("outside_allocator") or {}))
-        print(f"    verdict: {t.get('verdict', '')!s:.300}")
+    print_ranks(ranks, report, verdicts=True)
     print_errors(p.stderr + report.get("error", ""))  # warnings too, where it ends well
     return bool(ok)
 

@@ -73,6 +73,17 @@ Hold FakeTracer() {
   return hold;
 }
 
+// The fake tracer's `library` holds `base + step * per_step` at each of 40 step marks.
+void HoldOver40Steps(int device, int library, std::uint64_t base, std::uint64_t per_step,
+                     const char* site) {
+  const Hold hold = FakeTracer();
+  ASSERT_NE(hold, nullptr) << dlerror();
+  for (int step = 1; step <= 40; ++step) {
+    hold(device, library, base + step * per_step, site);
+    gpumem_step();
+  }
+}
+
 // PyTorch's allocator ran out with 20 MiB free on the device and 100 MiB reserved.
 std::string ExplainOomOn(int device, int* cls) {
   gpumem_oom_figures_t f{};
@@ -86,12 +97,7 @@ std::string ExplainOomOn(int device, int* cls) {
 }
 
 TEST(OomVerdictLibraries, AnExtensionThatKeepsMemoryEachStepIsALeakOutsideTheAllocator) {
-  const Hold hold = FakeTracer();
-  ASSERT_NE(hold, nullptr) << dlerror();
-  for (int step = 1; step <= 40; ++step) {
-    hold(2, kOther, step * 256 * kMiB, "ext.py:12 grow");
-    gpumem_step();
-  }
+  HoldOver40Steps(2, kOther, 0, 256 * kMiB, "ext.py:12 grow");
   int cls = -1;
   const std::string err = ExplainOomOn(2, &cls);
   EXPECT_EQ(cls, 0) << err;  // a leak
@@ -104,12 +110,7 @@ TEST(OomVerdictLibraries, AnExtensionThatKeepsMemoryEachStepIsALeakOutsideTheAll
 }
 
 TEST(OomVerdictLibraries, AnExtensionsSteadyMemoryIsHeldOutside) {
-  const Hold hold = FakeTracer();
-  ASSERT_NE(hold, nullptr) << dlerror();
-  for (int step = 1; step <= 40; ++step) {
-    hold(5, kOther, 12 * kGiB, "ext.py:40 workspace");
-    gpumem_step();
-  }
+  HoldOver40Steps(5, kOther, 12 * kGiB, 0, "ext.py:40 workspace");
   int cls = -1;
   const std::string err = ExplainOomOn(5, &cls);
   EXPECT_EQ(cls, 4) << err;  // held outside
@@ -123,12 +124,7 @@ TEST(OomVerdictLibraries, AnExtensionsSteadyMemoryIsHeldOutside) {
 // A process group made each step and never destroyed: NCCL's memory grows by a
 // communicator's buffers a step, and that is what filled the device.
 TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsALeakOutsideTheAllocator) {
-  const Hold hold = FakeTracer();
-  ASSERT_NE(hold, nullptr) << dlerror();
-  for (int step = 1; step <= 40; ++step) {
-    hold(3, kNccl, step * 470 * kMiB, "train.py:239 main");
-    gpumem_step();
-  }
+  HoldOver40Steps(3, kNccl, 0, 470 * kMiB, "train.py:239 main");
   int cls = -1;
   const std::string err = ExplainOomOn(3, &cls);
   EXPECT_EQ(cls, 0) << err;  // a leak
@@ -141,12 +137,7 @@ TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsALeakOutsideTheAllocator) {
 
 // NCCL's buffers, made once, are no sign of anything: the verdict is the allocator's.
 TEST(OomVerdictLibraries, NcclMemoryThatStaysIsNotHeldAgainstTheRun) {
-  const Hold hold = FakeTracer();
-  ASSERT_NE(hold, nullptr) << dlerror();
-  for (int step = 1; step <= 40; ++step) {
-    hold(4, kNccl, 2 * kGiB, "train.py:30 main");
-    gpumem_step();
-  }
+  HoldOver40Steps(4, kNccl, 2 * kGiB, 0, "train.py:30 main");
   int cls = -1;
   const std::string err = ExplainOomOn(4, &cls);
   EXPECT_EQ(cls, 2) << err;  // a genuine peak
