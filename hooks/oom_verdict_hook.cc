@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "hooks/trace_hook.h"
+#include "hooks/library_warnings.h"
 #include "hooks/tracer_libraries.h"
 #include "profiler/driver_memory.h"
 #include "profiler/library_holdings.h"
@@ -37,10 +38,13 @@ using report::OutsideLibrary;
 constexpr OutsideLibrary kWatchedLibraries[] = {OutsideLibrary::kNccl, OutsideLibrary::kCublas,
                                                 OutsideLibrary::kCudnn, OutsideLibrary::kOther};
 
-// A pinned key of g_libraries for one library on one device.
-std::uint64_t LibraryKey(int device, OutsideLibrary library) {
-  return DeviceTotalKey(device * static_cast<int>(report::kOutsideLibraries) +
-                        static_cast<int>(library));
+// The early warnings of what they held growing (GPUMEM_LEAK_WARN_STEPS).
+LibraryWarnings& Warnings() {
+  static LibraryWarnings warnings([] {
+    const absl::StatusOr<Config>& config = ProcessConfig();
+    return config.ok() ? config->leak_warn_steps : Config().leak_warn_steps;
+  }());
+  return warnings;
 }
 std::uint64_t g_steps = 0;
 
@@ -236,6 +240,21 @@ std::string OutsideLeakVerdict(int device) {
   return OutsideLeakLines(in.libraries);
 }
 
+namespace {
+// What each library held on each device that any ever held on, by LibraryKey.
+absl::flat_hash_map<std::uint64_t, std::uint64_t> LibraryTotals() {
+  absl::flat_hash_map<std::uint64_t, std::uint64_t> libraries;
+  const std::uint64_t devices = TracerLibraryDevices();
+  for (int device = 0; device < LibraryHoldings::kMaxDevices; ++device) {
+    if ((devices >> device & 1) == 0) continue;
+    for (const OutsideLibrary library : kWatchedLibraries) {
+      libraries[LibraryKey(device, library)] = TracerLibraryBytes(device, library);
+    }
+  }
+  return libraries;
+}
+}  // namespace
+
 void SampleStepTotals(std::uint64_t step) {
   absl::flat_hash_map<std::uint64_t, std::uint64_t> live;
   std::vector<std::uint64_t> pinned;
@@ -243,20 +262,21 @@ void SampleStepTotals(std::uint64_t step) {
     live[DeviceTotalKey(s.device)] = s.allocator->stats().allocated_bytes;
     pinned.push_back(DeviceTotalKey(s.device));
   });
-  absl::flat_hash_map<std::uint64_t, std::uint64_t> libraries;
-  std::vector<std::uint64_t> library_keys;
-  const std::uint64_t devices = TracerLibraryDevices();
-  for (int device = 0; device < LibraryHoldings::kMaxDevices; ++device) {
-    if ((devices >> device & 1) == 0) continue;
-    for (const OutsideLibrary library : kWatchedLibraries) {
-      libraries[LibraryKey(device, library)] = TracerLibraryBytes(device, library);
-      library_keys.push_back(LibraryKey(device, library));
-    }
+  const absl::flat_hash_map<std::uint64_t, std::uint64_t> libraries = LibraryTotals();
+  std::string warnings;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_steps = step;
+    g_totals.Add(step, live, pinned);
+    if (libraries.empty()) return;
+    g_libraries.Add(step, libraries, {});
+    warnings = Warnings().Check(step, g_libraries, SampleDriverMemory(),
+                                [](int device, OutsideLibrary library) {
+                                  const auto h = ReadTracerLibraries(device, library);
+                                  return h ? h->site : std::string();
+                                });
   }
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_steps = step;
-  g_totals.Add(step, live, pinned);
-  if (!library_keys.empty()) g_libraries.Add(step, libraries, library_keys);
+  std::fputs(warnings.c_str(), stderr);
 }
 
 }  // namespace gpumem::hooks

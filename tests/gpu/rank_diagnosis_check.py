@@ -13,7 +13,8 @@ multi_gpu_train.py on every GPU twice under `gpumem run` with a trace per rank:
    must name the other ranks' CUDA contexts on rank 0's GPU, by rank, with the fix.
 4. (--checks groups) each mode, every rank making a process group each step and never
    destroying it: every rank leaks outside the allocator in NCCL, at the group's line,
-   in a run that ends and in one whose GPU is full (said by the dying process too).
+   warned of early by every rank, in a run that ends and in one whose GPU is full (said
+   by the dying process too).
 
 Prints a Markdown summary; exit 1 when a check fails.
 
@@ -192,11 +193,14 @@ def check_groups(cli, args, folder, mode, oom):
     named = [r["rank"] for r in ranks if "NCCL" in r.get("leak_site", "")
              and any(s in r["leak_site"] for s in sites)]
     said = p.stderr.count("verdict: leak") and "NCCL's memory for" in p.stderr
-    ok = len(traces) == args.gpus and len(named) == args.gpus and (
+    warned = p.stderr.count("leak warning at step") >= args.gpus and \
+        "NCCL's memory for" in p.stderr
+    ok = len(traces) == args.gpus and len(named) == args.gpus and warned and (
         p.returncode != 0 and said if oom else p.returncode == 0)
     print(f"- a process group made each step ({mode}{', the GPU filled' if oom else ''}): "
           f"{'right' if ok else 'WRONG'}; ranks named leaking in NCCL at the group's line: "
-          f"{named}; run exit {p.returncode}; the dying process said it: {bool(said)}")
+          f"{named}; run exit {p.returncode}; warned of early: {warned}; the dying process "
+          f"said it: {bool(said)}")
     print_ranks(ranks, report, verdicts=True)
     print_errors(p.stderr + report.get("error", ""))  # warnings too, where it ends well
     return bool(ok)
@@ -211,6 +215,8 @@ def main():
     ap.add_argument("--gpus", type=int, default=0)
     ap.add_argument("--checks", default="leak,oom,contexts",
                     help="which checks to run: leak, oom, contexts, groups")
+    ap.add_argument("--modes", default="profile,gpumem",
+                    help="the groups check's modes: profile, gpumem")
     ap.add_argument("--cap-fraction", type=float, default=0,
                     help="the capped rank's share of its GPU (default: half of a healthy "
                          "rank's peak allocated in the leak run)")
@@ -232,7 +238,7 @@ def main():
     if "groups" in args.checks:
         folder = tempfile.mkdtemp()
         groups_ok = all([check_groups(args.cli, args, folder, mode, oom)
-                         for mode in ("profile", "gpumem") for oom in (False, True)])
+                         for mode in args.modes.split(",") for oom in (False, True)])
     return 0 if leak_ok and oom_ok and contexts_ok and groups_ok else 1
 
 

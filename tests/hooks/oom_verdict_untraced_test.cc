@@ -135,6 +135,22 @@ TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsALeakOutsideTheAllocator) {
   EXPECT_NE(err.find("dist.destroy_process_group"), std::string::npos) << err;
 }
 
+// Before any OOM: NCCL's memory growing a communicator's worth at each step mark is warned
+// of once it has grown at each of the last 5, with the line it is for; memory that stays
+// is not.
+TEST(OomVerdictLibraries, NcclMemoryGrowingEachStepIsWarnedOfEarly) {
+  ::testing::internal::CaptureStderr();
+  HoldOver40Steps(6, kNccl, 0, 470 * kMiB, "train.py:239 main");
+  HoldOver40Steps(7, kNccl, 2 * kGiB, 0, "train.py:30 main");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("gpumem: leak warning at step "), std::string::npos) << err;
+  EXPECT_NE(err.find(": NCCL's memory for train.py:239 main, outside the allocator, grew at each "
+                     "of the last 5 step ends, +470.00 MiB/step"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("train.py:30 main"), std::string::npos) << err;
+}
+
 // NCCL's buffers, made once, are no sign of anything: the verdict is the allocator's.
 TEST(OomVerdictLibraries, NcclMemoryThatStaysIsNotHeldAgainstTheRun) {
   HoldOver40Steps(4, kNccl, 2 * kGiB, 0, "train.py:30 main");
