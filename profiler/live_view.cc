@@ -18,7 +18,6 @@ constexpr std::size_t kVerdictSites = 5;
 // Stacks asked whether a site's call returned (LiveView::ReturnedLocked).
 constexpr std::size_t kReturnStacks = 2000;
 
-
 std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key >> 32); }
 
 }  // namespace

@@ -257,10 +257,9 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
 std::string OutsideLeakLines(const LibraryHolding& lib) {
   if (!lib.growth) return "";
   return absl::StrCat("gpumem:   verdict: leak outside the allocator: ",
-                      report::OutsideHolderName(lib.library, lib.site), " took ",
-                      Bytes(lib.growth->bytes_per_step),
-                      " per step from the driver and kept it, over the last ", lib.growth_steps,
-                      " step ends (", Bytes(static_cast<double>(lib.bytes)), " now)\n",
+                      report::OutsideGrowthText(report::OutsideHolderName(lib.library, lib.site),
+                                                lib.growth->bytes_per_step, lib.growth_steps),
+                      " (", Bytes(static_cast<double>(lib.bytes)), " now)\n",
                       "gpumem:   fix: ", report::OutsideLeakFix(lib.library), "\n");
 }
 

@@ -84,17 +84,20 @@ std::string FrameLabel(const StackTable::NamedFrame& f) {
   return absl::StrCat(f.filename, ":", f.line, " ", f.function);
 }
 
-// A stack's site as the report names it: its innermost frame outside library code.
+// A stack's innermost frame outside library code, or null where it has none.
+const StackTable::NamedFrame* UserFrame(const std::vector<StackTable::NamedFrame>& frames) {
+  for (const StackTable::NamedFrame& f : frames) {
+    if (!report::IsLibraryFile(f.filename)) return &f;
+  }
+  return nullptr;
+}
+
+// A stack's site as the report names it: its innermost frame outside library code (its
+// innermost frame where all of it is library code).
 std::string SiteName(const std::vector<StackTable::NamedFrame>& frames) {
   if (frames.empty()) return "<unknown stack>";
-  const StackTable::NamedFrame* chosen = &frames.front();
-  for (const StackTable::NamedFrame& f : frames) {
-    if (!report::IsLibraryFile(f.filename)) {
-      chosen = &f;
-      break;
-    }
-  }
-  return FrameLabel(*chosen);
+  const StackTable::NamedFrame* user = UserFrame(frames);
+  return FrameLabel(user != nullptr ? *user : frames.front());
 }
 
 // A stack's user frames, outermost first, for report::CallReturns.
@@ -134,6 +137,11 @@ std::vector<StackTable::NamedFrame> Recorder::StackFrames(std::uint32_t stack) c
 
 std::string Recorder::SiteOf(const std::vector<StackTable::NamedFrame>& frames) {
   return SiteName(frames);
+}
+
+std::string Recorder::UserSiteOf(const std::vector<StackTable::NamedFrame>& frames) {
+  const StackTable::NamedFrame* user = UserFrame(frames);
+  return user != nullptr ? FrameLabel(*user) : std::string();
 }
 
 Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)

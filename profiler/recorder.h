@@ -118,6 +118,9 @@ class alignas(64) Recorder final : public AllocatorObserver {
   // The site a stack's frames name, as the report names it: its innermost frame outside
   // library code.
   static std::string SiteOf(const std::vector<StackTable::NamedFrame>& frames);
+  // The same where the stack has a frame outside library code; empty where it has none (a
+  // library's own thread, such as NCCL's proxy).
+  static std::string UserSiteOf(const std::vector<StackTable::NamedFrame>& frames);
 
   // Captures the calling thread's stack before the allocator takes its lock, for the
   // events this thread reports until the scope ends: under the allocator's lock the GIL

@@ -25,7 +25,6 @@
 #include "profiler/recorder.h"
 #include "profiler/trace_path.h"
 #include "tools/report/library_kind.h"
-#include "tools/report/verdict_rules.h"
 
 namespace gpumem::cupti {
 namespace {
@@ -35,12 +34,12 @@ struct LiveBlock {
   std::int32_t device;
 };
 
-// Never destroyed: CUDA may still call back while the process exits.
 struct LibrarySite {
   report::OutsideLibrary library;
-  std::string site;
+  std::string site;  // the user's line; empty for a library's own thread
 };
 
+// Never destroyed: CUDA may still call back while the process exits.
 struct Tracer {
   // Opened at the first call recorded: a process that never allocates device memory
   // (torchrun's launcher, which only counts GPUs) writes no trace and takes no name.
@@ -206,11 +205,7 @@ std::optional<LibrarySite> LibraryOf(Recorder* recorder, std::uint32_t stack) {
     const report::OutsideLibrary library = report::LibraryOfFrame(f.filename, f.line);
     if (library == report::OutsideLibrary::kUnknown) continue;
     if (library != report::OutsideLibrary::kAllocator) {
-      // A library's own thread (NCCL's proxy) names no line: its site stays empty.
-      const bool user = std::any_of(frames.begin(), frames.end(), [](const auto& frame) {
-        return !report::IsLibraryFile(frame.filename);
-      });
-      it->second = LibrarySite{library, user ? Recorder::SiteOf(frames) : std::string()};
+      it->second = LibrarySite{library, Recorder::UserSiteOf(frames)};
     }
     break;
   }

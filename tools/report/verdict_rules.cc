@@ -332,12 +332,19 @@ std::string HeldOutsideText(const OomFigures& f, absl::string_view holders) {
   return absl::StrCat(HeldOutsideRoomText(f), ": ", holders, kWouldHaveFit);
 }
 
+std::string OutsideGrowthText(absl::string_view holder, double bytes_per_step,
+                              std::size_t step_ends) {
+  return absl::StrCat(holder, " took ", Bytes(bytes_per_step),
+                      " per step from the driver and kept it, over the last ", step_ends,
+                      " step ends");
+}
+
 std::string OutsideLeakText(absl::string_view holder, double bytes_per_step,
                             std::size_t step_ends, std::uint64_t held, const OomFigures& f) {
-  return absl::StrCat("memory held outside the allocator grew: ", holder, " took ",
-                      Bytes(bytes_per_step), " per step from the driver and kept it, over the last ",
-                      step_ends, " step ends (", Bytes(static_cast<double>(held)),
-                      " at the OOM); ", HeldOutsideRoomText(f), kWouldHaveFit);
+  return absl::StrCat("memory held outside the allocator grew: ",
+                      OutsideGrowthText(holder, bytes_per_step, step_ends), " (",
+                      Bytes(static_cast<double>(held)), " at the OOM); ",
+                      HeldOutsideRoomText(f), kWouldHaveFit);
 }
 
 OomClass ClassifyOom(const OomFigures& f) {

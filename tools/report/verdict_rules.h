@@ -198,6 +198,10 @@ std::string HeldOutsideHolders(std::uint64_t other_processes, absl::string_view 
 // Such an OOM's evidence, both verdicts' (without the closing full stop): the room, who
 // held it (HeldOutsideHolders), and that without that memory the request would have fit.
 std::string HeldOutsideText(const OomFigures& f, absl::string_view holders);
+// "f.py:3 g took 256.00 MiB per step from the driver and kept it, over the last 40 step
+// ends": a library's memory that grew (`holder`: OutsideHolderName).
+std::string OutsideGrowthText(absl::string_view holder, double bytes_per_step,
+                              std::size_t step_ends);
 // A leak outside the allocator: "memory held outside the allocator grew: f.py:3 g took
 // 256.00 MiB per step from the driver and kept it, over the last 40 step ends (10.00 GiB
 // at the OOM); " then the room, and that without it the request would have fit. `holder`:
