@@ -24,15 +24,12 @@ std::string Holder(const std::string& site, report::OutsideLibrary library) {
 
 std::string WarningLine(const LeakWarning& w, std::uint64_t step, std::size_t steps,
                         const std::string& holder) {
-  const std::string how =
-      w.in_steps_over > 0
-          ? absl::StrCat(" grew in steps over the last ", w.in_steps_over, " step ends, +")
-          : absl::StrCat(" grew at each of the last ", steps, " step ends, +");
   const std::string projection =
       w.oom_step ? absl::StrCat("at this rate device ", DeviceOfKey(w.key),
                                 " has no free memory left at step ", *w.oom_step)
                  : std::string("the device's free memory unknown to project when it fills");
-  return absl::StrCat("gpumem: leak warning at step ", step, ": ", holder, how,
+  return absl::StrCat("gpumem: leak warning at step ", step, ": ", holder,
+                      GrowthPhrase(w, steps, "step"),
                       report::Bytes(w.bytes_per_step), "/step (held ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }
@@ -40,9 +37,7 @@ std::string WarningLine(const LeakWarning& w, std::uint64_t step, std::size_t st
 std::string WithdrawalLine(const LeakWarning& w, std::uint64_t step, std::size_t stopped,
                            const std::string& holder) {
   return absl::StrCat("gpumem: leak warning withdrawn at step ", step, ": ", holder,
-                      " has held no more for the last ", stopped, " step ends (held ",
-                      report::Bytes(static_cast<double>(w.live)),
-                      "): memory that fills up and stops, such as a cache, is not a leak\n");
+                      StoppedPhrase(w, stopped, "step", "held"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -236,6 +237,20 @@ std::vector<LeakWarning> LeakWarner::Check(
     return std::tie(b.bytes_per_step, b.live, a.key) < std::tie(a.bytes_per_step, a.live, b.key);
   });
   return out;
+}
+
+std::string GrowthPhrase(const LeakWarning& w, std::size_t steps, const char* unit) {
+  return w.in_steps_over > 0 ? absl::StrCat(" grew in ", unit, "s over the last ", w.in_steps_over,
+                                            " ", unit, " ends, +")
+                             : absl::StrCat(" grew at each of the last ", steps, " ", unit,
+                                            " ends, +");
+}
+
+std::string StoppedPhrase(const LeakWarning& w, std::size_t stopped, const char* unit,
+                          const char* figure) {
+  return absl::StrCat(" has held no more for the last ", stopped, " ", unit, " ends (", figure,
+                      " ", report::Bytes(static_cast<double>(w.live)),
+                      "): memory that fills up and stops, such as a cache, is not a leak\n");
 }
 
 }  // namespace gpumem

@@ -48,6 +48,14 @@ struct LeakWarning {
   std::uint64_t in_steps_over = 0;  // step ends its coarse series grew over (0: each step)
 };
 
+// The words the warning lines share, `unit` being "step" or "pass". How the site grew:
+// " grew at each of the last 5 step ends, +" (the rate follows).
+std::string GrowthPhrase(const LeakWarning& w, std::size_t steps, const char* unit);
+// Why a warning is withdrawn: " has held no more for the last 5 step ends (live 2.00 GiB):
+// memory that fills up and stops, ...", `figure` naming the bytes ("live", "held").
+std::string StoppedPhrase(const LeakWarning& w, std::size_t stopped, const char* unit,
+                          const char* figure);
+
 class LeakWarner {
  public:
   // 0 turns the warning off; more than SiteHistory::kSteps - 1 is that many.

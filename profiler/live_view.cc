@@ -86,9 +86,7 @@ std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
                         format::kStepSourceNames[replaced_source_],
                         " came within one iteration, not from step to step\n");
   }
-  return absl::StrCat(head, " has held no more for the last ", warner_.stopped_steps(), " ",
-                      unit, " ends (live ", report::Bytes(static_cast<double>(w.live)),
-                      "): memory that fills up and stops, such as a cache, is not a leak\n");
+  return absl::StrCat(head, StoppedPhrase(w, warner_.stopped_steps(), unit, "live"));
 }
 
 std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
@@ -101,15 +99,10 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
                                 " at ", unit, " ", *w.oom_step)
                  : absl::StrCat("no cap known to project the out-of-memory ", unit);
-  const std::string how =
-      w.in_steps_over > 0
-          ? absl::StrCat(" grew in ", unit, "s over the last ", w.in_steps_over, " ", unit,
-                         " ends, +")
-          : absl::StrCat(" grew at each of the last ", warn_steps_, " ", unit, " ends, +");
   return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
                       report::SiteWithCall(site_names_[static_cast<std::uint32_t>(w.key)],
                                            kept_through),
-                      kept_through.empty() ? "" : ",", how,
+                      kept_through.empty() ? "" : ",", GrowthPhrase(w, warn_steps_, unit),
                       report::Bytes(w.bytes_per_step), "/", unit, " (live ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }

@@ -28,6 +28,10 @@ TEST(IsLibraryFrame, ThePythonInterpreterIsALibrary) {
   EXPECT_FALSE(IsLibraryFrame({"python_utils.py", 3, "pad"}));
   EXPECT_FALSE(IsLibraryFrame({"pythonic/train.py", 3, "main"}));
   EXPECT_FALSE(IsLibraryFrame({"build/trainer", 0, "main+0x10"}));  // a C++ program
+  EXPECT_TRUE(IsLibraryFrame({"/usr/local/bin/python3.13t", 0, "Py_BytesMain+0x2d"}));
+  EXPECT_TRUE(IsLibraryFrame({"/usr/bin/python3.11-dbg", 0, "_PyEval_EvalFrameDefault"}));
+  EXPECT_FALSE(IsLibraryFrame({"build/python_sim", 0, "main+0x10"}));  // named so, not it
+  EXPECT_FALSE(IsLibraryFrame({"bin/pythonic_trainer", 0, "Step+0x44"}));
 }
 
 TEST(IsLibraryFrame, WhatAUserTypedIsTheUsers) {

@@ -382,6 +382,24 @@ bool IsInductorOutputCode(absl::string_view file) {
          folder.substr(1, 2) == hash.substr(1, 2);
 }
 
+namespace {
+
+// The interpreter's own binary, which native stacks run through between a library and
+// the Python frames: "python", then a version ("3", "3.11") and ABI letters ("3.13t",
+// "3.11d"), and Debian's "-dbg" build; nothing else ("python_sim" is someone's program).
+bool IsPythonInterpreter(absl::string_view file) {
+  const std::size_t slash = file.rfind('/');
+  absl::string_view rest = slash == absl::string_view::npos ? file : file.substr(slash + 1);
+  if (!absl::ConsumePrefix(&rest, "python")) return false;
+  absl::ConsumeSuffix(&rest, "-dbg");
+  while (!rest.empty() && (absl::ascii_isdigit(rest.front()) || rest.front() == '.')) {
+    rest.remove_prefix(1);
+  }
+  return rest.find_first_not_of("dmtu") == absl::string_view::npos && rest.size() <= 2;
+}
+
+}  // namespace
+
 bool IsLibraryFile(absl::string_view file) {
   if (file.empty()) return true;
   if (IsInductorOutputCode(file)) return true;
@@ -403,11 +421,7 @@ bool IsLibraryFile(absl::string_view file) {
     return !absl::StartsWith(file, "<ipython-input-") && file != "<stdin>";
   }
   if (absl::StartsWith(file, "torch/")) return true;
-  // The interpreter's own binary (python, python3.11), which native stacks run through
-  // between a library and the Python frames.
-  const std::size_t slash = file.rfind('/');
-  const absl::string_view base = slash == absl::string_view::npos ? file : file.substr(slash + 1);
-  if (absl::StartsWith(base, "python") && !absl::EndsWith(base, ".py")) return true;
+  if (IsPythonInterpreter(file)) return true;
   // Native frames (gpumem traces carry them too): the allocator, libtorch, CUDA libraries.
   static constexpr absl::string_view kNativeSuffixes[] = {".so", ".cpp", ".cc", ".h",
                                                           ".hpp", ".cu", ".cuh", ".c"};
