@@ -159,6 +159,12 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"fragmentation\""), std::string::npos);
   EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"peak\""), std::string::npos);
   EXPECT_NE(page.dom.find("class=\"oom-mark\""), std::string::npos);
+  // Where the run ran out, the figures say the step instead of projecting one.
+  const nlohmann::json j = ReportToJson(reports[0]);
+  ASSERT_FALSE(j["fatal_oom"].is_null());
+  ASSERT_TRUE(j["projected_oom_step"].is_null());
+  EXPECT_EQ(Field(page.dom, "ran_out_step"),
+            j["ooms"][j["fatal_oom"].get<std::size_t>()]["step"].dump());
   EXPECT_NE(page.dom.find("id=\"ranks\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"no-suspects\""), std::string::npos);
   // The ranks' imbalance: a bar per rank and the heat map of their step peaks.
@@ -308,6 +314,11 @@ TEST(HtmlInBrowser, ALeakOutsideTheAllocatorProjectsTheStepTheDeviceFills) {
   EXPECT_NE(page.dom.find("the device has no free memory left in step " +
                           j["outside_projected_oom_step"].dump() + "."),
             std::string::npos);
+  // The figures at the top say it too, beside the allocator's own (none).
+  ASSERT_TRUE(j["projected_oom_step"].is_null());
+  EXPECT_EQ(Field(page.dom, "projected_oom_step"), j["outside_projected_oom_step"].dump());
+  EXPECT_EQ(std::stod(Field(page.dom, "outside_leak_bytes_per_step")),
+            j["leak_suspects"][0]["bytes_per_step"].get<double>());
 }
 
 TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
