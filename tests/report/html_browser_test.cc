@@ -321,6 +321,23 @@ TEST(HtmlInBrowser, ALeakOutsideTheAllocatorProjectsTheStepTheDeviceFills) {
             j["leak_suspects"][0]["bytes_per_step"].get<double>());
 }
 
+// A run that died in its first step: no step end sampled the driver, the OOM did. The
+// band shows that moment, and the summary the step the run ran out in.
+TEST(HtmlInBrowser, TheOomMomentIsShownWhereNoStepEnded) {
+  const std::string chromium = FindChromium();
+  if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";
+  absl::StatusOr<trace::Trace> t = trace::LoadTrace(
+      std::string(GPUMEM_TEST_DATA) + "/bounded_prefetcher_first_step_too_large.gpumem.xz");
+  ASSERT_TRUE(t.ok()) << t.status();
+  std::vector<Report> reports;
+  reports.push_back(BuildReport(*t, {}));
+  Page page = Load(chromium, reports, "oom_moment");
+  ExpectNoConsoleErrors(page);
+  EXPECT_NE(page.dom.find("data-moment=\"OOM\""), std::string::npos);
+  EXPECT_EQ(page.dom.find("data-moment=\"peak\""), std::string::npos);
+  EXPECT_EQ(Field(page.dom, "ran_out_step"), "1");
+}
+
 TEST(HtmlInBrowser, LargeTracePageLoadsFastAndZooms) {
   const std::string chromium = FindChromium();
   if (chromium.empty()) GTEST_SKIP() << "no chromium on PATH (scripts/install-deps.sh installs it)";

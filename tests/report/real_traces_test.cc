@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "gtest/gtest.h"
 #include "tools/report/json_report.h"
+#include "tools/report/outside_format.h"
 #include "tools/report/rank_summary.h"
 #include "tools/report/report.h"
 #include "tools/trace/load.h"
@@ -152,6 +153,16 @@ TEST(RealTraces, ABoundedQueueBesideAFirstStepTooLargeIsAPeak) {
   ASSERT_EQ(r.ooms.size(), 1u);
   EXPECT_EQ(r.ooms[0].at.helper_site, "");
   EXPECT_EQ(r.ooms[0].cls, OomClass::kPeak) << r.ooms[0].evidence;
+  // No step ended, but the dying process read the driver and NVML at the OOM: the memory
+  // outside the allocator is told from those, as the verdict tells it.
+  EXPECT_TRUE(r.outside.known());
+  const std::string outside = FormatOutside(r.outside);
+  EXPECT_NE(outside.find("at the OOM: allocator reserved 3.80 GiB; the driver says 5.64 GiB "
+                         "in use of 139.80 GiB"),
+            std::string::npos)
+      << outside;
+  EXPECT_EQ(outside.find("at the peak"), std::string::npos) << outside;
+  EXPECT_TRUE(ReportToJson(r)["outside_allocator"]["known"].get<bool>());
 }
 
 // A run under profile-only mode on an H200 whose own memory never grew: another process

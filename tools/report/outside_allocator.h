@@ -53,7 +53,14 @@ struct OutsideAllocator {
   std::optional<OutsideMoment> end;   // the last step end, the trace's end, or the OOM
   std::string end_is = "end";         // "end", "OOM" or "failed allocation"
 
-  bool known() const { return calls_recorded || driver_sampled; }
+  // Whether `m` says more than the allocator's own figure: libraries recorded, or the
+  // driver's or NVML's figures read then.
+  bool Measured(const OutsideMoment& m) const {
+    return calls_recorded || m.driver_used || (m.processes && m.processes->at_moment);
+  }
+  // Step ends sampled, libraries recorded, or figures read where the run died before any
+  // step ended.
+  bool known() const { return calls_recorded || driver_sampled || (end && Measured(*end)); }
 };
 
 // Where the run ended, when it died of memory: the figures are taken there.

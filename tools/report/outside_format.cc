@@ -131,11 +131,12 @@ std::string FormatOutside(const OutsideAllocator& o) {
   if (!o.known()) {
     return out +
            "  unknown: the trace has neither the CUPTI tracer's records nor the "
-           "driver's readings at step ends\n";
+           "driver's readings\n";
   }
-  if (o.peak) absl::StrAppend(&out, MomentLine(o, *o.peak, "the peak"));
-  if (o.end)
+  if (o.peak && o.Measured(*o.peak)) absl::StrAppend(&out, MomentLine(o, *o.peak, "the peak"));
+  if (o.end && o.Measured(*o.end)) {
     absl::StrAppend(&out, MomentLine(o, *o.end, o.end_is == "end" ? "the end" : "the " + o.end_is));
+  }
   if (!o.calls_recorded) {
     absl::StrAppend(&out, "  (no CUPTI records: outside memory is not split by library)\n");
   } else if (o.peak &&
