@@ -78,6 +78,16 @@ std::string HeldOutsideEvidence(const OomVerdictInput& in, OomClass cls) {
   return report::HeldOutsideText(f, report::HeldOutsideHolders(others, named, lib.bytes, lib.site));
 }
 
+const char* Fix(const OomVerdictInput& in, OomClass cls) {
+  if (HelperLeak(in, cls)) return report::kHelperKeptFix;
+  if (OutsideLeak(in, cls)) return report::OutsideLeakFix(in.libraries.library);
+  if (cls == OomClass::kHeldOutside) {
+    return report::HeldOutsideFix(in.processes ? in.processes->others_bytes() : 0,
+                                  in.libraries.bytes);
+  }
+  return report::OomFix(cls, GrowsInGraphPools(in));
+}
+
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
   const report::OomFigures& f = in.figures;
   if (HelperLeak(in, cls)) return HelperEvidence(in);
@@ -232,11 +242,7 @@ std::string OomVerdictText(const OomVerdictInput& in, OomClass cls) {
   AppendOutside(in, &out);
   AppendPrivatePools(in, &out);
   AppendSites(in, &out);
-  absl::StrAppend(&out, "gpumem:   fix: ",
-                  HelperLeak(in, cls)    ? report::kHelperKeptFix
-                  : OutsideLeak(in, cls) ? report::OutsideLeakFix(in.libraries.library)
-                                         : report::OomFix(cls, GrowsInGraphPools(in)),
-                  "\n");
+  absl::StrAppend(&out, "gpumem:   fix: ", Fix(in, cls), "\n");
   if (in.figures.first_iteration_calls > 0 && cls == OomClass::kPeak) {
     absl::StrAppend(&out, "gpumem:   iteration: ", report::kFirstIterationFix, "\n");
   }

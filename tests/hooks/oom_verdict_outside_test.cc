@@ -99,6 +99,7 @@ TEST(OomVerdictOutside, ADeviceFullOfOtherProcessesMemoryIsHeldOutside) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("nvidia-smi"), std::string::npos) << text;
+  EXPECT_EQ(text.find("cupy"), std::string::npos) << text;  // no library of its own held it
 }
 
 // What this process's own unusual libraries held (the CUPTI tracer's count) is memory held
@@ -131,6 +132,11 @@ TEST(OomVerdictOutside, AnExtensionsMemoryIsHeldOutside) {
                       "grow. Without that memory"),
             std::string::npos)
       << text;
+  // Its own library, no other process: what to free, not where to run.
+  EXPECT_NE(text.find("fix: The device was full of memory a library of this process held"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("nvidia-smi"), std::string::npos) << text;
 }
 
 TEST(OomVerdictOutside, AnExtensionsMemoryThatGrewIsALeakOutsideTheAllocator) {

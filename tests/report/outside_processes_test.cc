@@ -150,7 +150,7 @@ TEST(OutsideProcesses, TheOomsReadNamesOtherProcessesInTheVerdict) {
 
 // A model too large to load, dying before any step: no step end carried the driver's
 // figures and no library called the driver, so only NVML's read at the OOM says what the
-// process held beyond the allocator. The verdict says that much.
+// process held beyond the allocator. The verdict and the outside lines say that much.
 TEST(OutsideProcesses, AnOomBeforeAnyStepWithOnlyNvmlsReadSaysWhatItSaw) {
   synthetic::Builder b;
   const std::uint64_t base = 0x7f0000000000ull;
@@ -163,7 +163,11 @@ TEST(OutsideProcesses, AnOomBeforeAnyStepWithOnlyNvmlsReadSaysWhatItSaw) {
   at_oom.at_oom = true;
   AddNote(&t, at_oom);
   const Report r = BuildReport(t, {});
-  EXPECT_FALSE(r.outside.known());
+  EXPECT_TRUE(r.outside.known());
+  const std::string outside = FormatOutside(r.outside);
+  EXPECT_NE(outside.find("  at the OOM: allocator reserved 3.00 GiB"), std::string::npos)
+      << outside;
+  EXPECT_EQ(outside.find("at the peak"), std::string::npos) << outside;
   const std::string verdict = Verdict(r);
   EXPECT_NE(verdict.find("; the allocator held 3.00 GiB, context and unseen 500.00 MiB, other "
                          "processes 400.00 MiB"),

@@ -8,6 +8,7 @@
 #include "tools/report/outside_format.h"
 #include "tools/report/rank_summary.h"
 #include "tools/report/report.h"
+#include "tools/report/verdict_rules.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::report {
@@ -179,6 +180,9 @@ TEST(RealTraces, AnotherProcessFillingTheGpuIsMemoryHeldOutside) {
             std::string::npos)
       << x.evidence;
   EXPECT_TRUE(r.leaks.suspects.empty());
+  // Another process held it: the fix is where to run, not what a library should free.
+  EXPECT_EQ(x.fix, HeldOutsideFix(1, 0)) << x.fix;
+  EXPECT_EQ(x.fix.find("cupy"), std::string::npos) << x.fix;
 }
 
 // Under gpumem's allocator on an H200, an extension took 256 MiB a step from the driver
@@ -259,6 +263,9 @@ TEST(RealTraces, AnExtensionsWorkspaceIsMemoryHeldOutside) {
       << x.evidence;
   EXPECT_FALSE(r.outside_holder.growth.has_value());
   EXPECT_TRUE(ReportToJson(r)["leak_suspects"].empty());
+  // This process's library held it, not another process: the fix says that alone.
+  EXPECT_EQ(x.fix, HeldOutsideFix(0, 1)) << x.fix;
+  EXPECT_EQ(x.fix.find("nvidia-smi"), std::string::npos) << x.fix;
   // Without the CUPTI trace no one is seen to hold it.
   EXPECT_EQ(BuildReport(run.main, {}).ooms[*r.fatal_oom].cls, OomClass::kPeak);
 }

@@ -271,7 +271,7 @@ void ExplainHeldOutside(const OutsideMoment& at_oom, const UnusualHolder& holder
   }
   x->cls = OomClass::kHeldOutside;
   x->evidence = HeldOutsideText(f, Holders(at_oom, holder.site)) + ".";
-  x->fix = OomFix(OomClass::kHeldOutside);
+  x->fix = HeldOutsideFix(OtherProcessesBytes(at_oom), UnusualLibraryBytes(at_oom));
 }
 
 }  // namespace gpumem::report

@@ -41,6 +41,19 @@ constexpr char kHeldApartFix[] =
     "outputs that refer to them), or capture them into one shared pool "
     "(torch.cuda.graph(g, pool=first_graph.pool())).";
 
+// Memory held outside by other processes, by this process's libraries, or by either
+// (who held it unknown, or both).
+constexpr char kHeldByProcessesFix[] =
+    "The device was full of memory other processes held. Run where the GPU is yours "
+    "(nvidia-smi shows who holds it; CUDA_VISIBLE_DEVICES picks another); if it is this "
+    "job's own (a DataLoader worker or another rank that made a CUDA context here), call "
+    "torch.cuda.set_device(local_rank) before the first CUDA call and keep CUDA out of "
+    "workers.";
+constexpr char kHeldByLibrariesFix[] =
+    "The device was full of memory a library of this process held outside the allocator "
+    "(a CUDA extension's cudaMalloc, CuPy's or another framework's memory pool): free what "
+    "it holds (CuPy: cupy.get_default_memory_pool().free_all_blocks()), have it allocate "
+    "through PyTorch, and if it grows from step to step, find what it never frees.";
 constexpr char kHeldOutsideFix[] =
     "The device was full of memory this allocator does not hold. Another process on the "
     "GPU: run where the GPU is yours (nvidia-smi shows who holds it; CUDA_VISIBLE_DEVICES "
@@ -181,6 +194,12 @@ const char* OomFix(OomClass c, bool growth_in_graph_pools) {
     case OomClass::kHeldOutside: return kHeldOutsideFix;
   }
   return kPeakFix;
+}
+
+const char* HeldOutsideFix(std::uint64_t other_processes, std::uint64_t libraries) {
+  if (other_processes > 0 && libraries == 0) return kHeldByProcessesFix;
+  if (libraries > 0 && other_processes == 0) return kHeldByLibrariesFix;
+  return kHeldOutsideFix;
 }
 
 LinearFit FitLine(absl::Span<const double> x, absl::Span<const double> y) {

@@ -37,6 +37,9 @@ std::string SiteWithCall(absl::string_view site, absl::string_view call);
 // The fix for an OOM of class `c`; for a leak whose growth CUDA graph pools hold, the
 // graphs' (kGraphPoolLeakFix).
 const char* OomFix(OomClass c, bool growth_in_graph_pools = false);
+// A held-outside OOM's fix by who held the memory (HeldOutsideHolders' figures): other
+// processes alone, this process's libraries alone, or, both or neither known, either.
+const char* HeldOutsideFix(std::uint64_t other_processes, std::uint64_t libraries);
 // A leak whose growing site captures CUDA graphs that stay alive: each keeps its pool.
 extern const char* const kGraphPoolLeakFix;
 // What a leak's growth is part of: " of the X allocated", or, where CUDA graph pools hold
