@@ -425,6 +425,26 @@ TEST(SyntheticOom, FailedOutsideCallFollowedBySteps) {
             std::string::npos);
 }
 
+// PyTorch's allocator asks the driver for its OOM's segment (a request of 127.5 MiB
+// rounds to 128 MiB) before raising it, and CUPTI sees the calls: they are the OOM, not
+// another library's failures. A library's own failed call just before it is still one.
+TEST(SyntheticOom, TheAllocatorsOwnDriverCallsBeforeItsOomAreNotAnotherLibrarys) {
+  synthetic::Builder b;
+  const std::uint64_t base = 0x7f0000000000ull;
+  b.Segment(base, 1024 * kMiB);
+  b.Alloc(base, 1024 * kMiB, b.Stack(12, "load"));
+  const std::uint32_t fit = b.Stack(62, "fit");
+  b.FailedAlloc("cuMemAlloc", 32 * kMiB, 2, 20 * kMiB, fit);
+  b.FailedAlloc("cuMemAlloc", 128 * kMiB, 2, 20 * kMiB, fit);
+  b.FailedAlloc("cuMemAlloc", 128 * kMiB, 2, 20 * kMiB, fit);
+  b.Oom(127 * kMiB + 512 * 1024, 20 * kMiB);
+  trace::Trace t = b.Take();
+  const Report r = BuildReport(t, {});
+  ASSERT_EQ(r.failed_outside.size(), 1u);
+  EXPECT_EQ(r.failed_outside[0].call.size, 32 * kMiB);
+  EXPECT_FALSE(r.failed_outside[0].ended_the_run);  // the allocator's OOM came after it
+}
+
 // Where CUPTI saw no failed call (it was off, or NCCL's cuMem* calls), the library error
 // the dying process named in its note is the verdict.
 TEST(SyntheticOom, LibraryErrorNamedAtExitIsTheVerdict) {

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "allocator/emulation/pytorch_sizes.h"
 #include "tools/report/oom_fate.h"
 #include "tools/report/outside_changes.h"
 #include "tools/report/verdict_rules.h"
@@ -67,12 +68,39 @@ std::optional<FailedOutside> LibraryErrorAtExit(const trace::Trace& trace, const
   return std::nullopt;
 }
 
+// PyTorch's caching allocator asks the driver for an OOM's segment (the request as it
+// rounds segments) once, and again after freeing its cache, before it raises the OOM;
+// CUPTI sees those calls as it sees any library's. They are the OOM itself.
+constexpr std::int64_t kOwnAttemptWindowUs = 2'000'000;
+
+bool AllocatorsOwnAttempt(const std::vector<const trace::Event*>& ooms,
+                          const trace::FailedAllocation& call) {
+  for (const trace::Event* oom : ooms) {
+    if (oom->device != call.device || oom->time_us < call.time_us ||
+        oom->time_us - call.time_us > kOwnAttemptWindowUs) {
+      continue;
+    }
+    const std::size_t segment = emulation::AllocationSize(emulation::RoundSize(oom->size));
+    if (call.size == oom->size || call.size == segment) return true;
+  }
+  return false;
+}
+
+std::vector<const trace::Event*> AllocatorOoms(const trace::Trace& trace) {
+  std::vector<const trace::Event*> ooms;
+  for (const trace::Event& e : trace.events) {
+    if (e.action == trace::Action::kOom) ooms.push_back(&e);
+  }
+  return ooms;
+}
+
 }  // namespace
 
 std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const trace::Trace* cupti,
                                              const SiteTable& sites, const Steps& steps,
                                              const Timeline& timeline) {
   std::vector<FailedOutside> out;
+  const std::vector<const trace::Event*> ooms = AllocatorOoms(trace);
   // Each call named by the sites of the trace that holds its stack, its time on the main
   // trace's clock.
   auto add = [&](const trace::FailedAllocation& call, const SiteTable& its_sites,
@@ -80,6 +108,7 @@ std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const tr
     FailedOutside f;
     f.call = call;
     f.call.time_us += shift_us;
+    if (AllocatorsOwnAttempt(ooms, f.call)) return;
     f.error_name = trace::FailedCallErrorName(call);
     f.step = steps.StepOf(EventsBefore(trace, f.call.time_us));
     if (call.stack_id < stacks && call.stack_id != 0) {
