@@ -103,6 +103,8 @@ TEST(HtmlInBrowser, LeakyMlpFiguresMatchJson) {
   EXPECT_GE(k, 1u);
   EXPECT_NE(page.dom.find("id=\"time-chart\""), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"segment-map\""), std::string::npos);
+  // No CUPTI trace: no line for memory outside the allocator.
+  EXPECT_EQ(page.dom.find("data-series=\"with outside\""), std::string::npos);
 }
 
 // varlen_bert under PyTorch's allocator cached 1.43x what it allocated: against a cap just
@@ -294,6 +296,10 @@ TEST(HtmlInBrowser, ALeakOutsideTheAllocatorIsASuspectRow) {
   EXPECT_NE(page.dom.find("class=\"suspect\" data-site=\"" + site + "\""), std::string::npos);
   EXPECT_NE(page.dom.find(site + " (outside the allocator)"), std::string::npos);
   EXPECT_NE(page.dom.find("in the CUPTI trace"), std::string::npos);
+  // The timeline draws the libraries' memory beside the allocator's: the leak is seen.
+  EXPECT_NE(page.dom.find("data-series=\"with outside\""), std::string::npos);
+  EXPECT_NE(page.dom.find("and libraries' memory outside the allocator</span>"),
+            std::string::npos);
 }
 
 // A run that ends well with a leak outside the allocator: the step the device would fill.

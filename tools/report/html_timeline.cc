@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "tools/report/html_parts.h"
 #include "tools/report/view_series.h"
@@ -58,8 +59,24 @@ nlohmann::json Projection(const Report& r) {
           {"capacity", *r.capacity}};
 }
 
+// What libraries outside the allocator held at each point's end (null without a CUPTI
+// trace): the last change at or before it.
+nlohmann::json HeldOutsideColumn(const Report& r, const ViewSeries& view) {
+  const std::vector<HeldOutsideAt>& series = r.held_outside_series;
+  if (series.empty()) return nullptr;
+  std::vector<std::uint64_t> out;
+  out.reserve(view.points.size());
+  for (const ViewPoint& p : view.points) {
+    const auto after = std::upper_bound(
+        series.begin(), series.end(), p.time_us,
+        [](std::int64_t t, const HeldOutsideAt& h) { return t < h.time_us; });
+    out.push_back(after == series.begin() ? 0 : std::prev(after)->bytes);
+  }
+  return out;
+}
+
 // A series' points as columns: steps, seconds, the allocated envelope and end, reserved,
-// and each top site's bytes ("bv").
+// what libraries held outside the allocator, and each top site's bytes ("bv").
 nlohmann::json SeriesColumns(const Report& r, const ViewSeries& view, std::int64_t t0) {
   std::vector<double> s, secs;
   std::vector<std::uint64_t> amin, amax, aend, rmax;
@@ -78,6 +95,7 @@ nlohmann::json SeriesColumns(const Report& r, const ViewSeries& view, std::int64
   out["amax"] = std::move(amax);
   out["aend"] = std::move(aend);
   out["rmax"] = r.timeline.has_segments ? nlohmann::json(std::move(rmax)) : nlohmann::json(nullptr);
+  out["out"] = HeldOutsideColumn(r, view);
   out["bv"] = view.site_values;
   return out;
 }

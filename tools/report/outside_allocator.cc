@@ -169,4 +169,17 @@ OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Tr
   return out;
 }
 
+std::vector<HeldOutsideAt> HeldOutsideOverTime(const trace::Trace& trace,
+                                               const trace::Trace* cupti, int device) {
+  std::vector<HeldOutsideAt> out;
+  if (cupti == nullptr) return out;
+  std::int64_t held = 0;
+  for (const MemoryChange& c : CollectOutsideChanges(trace, cupti, device).changes) {
+    if (c.bucket >= kOutsideLibraries) continue;
+    held += c.bytes;
+    out.push_back({c.time_us, static_cast<std::uint64_t>(std::max<std::int64_t>(held, 0))});
+  }
+  return out;
+}
+
 }  // namespace gpumem::report

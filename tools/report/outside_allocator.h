@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "profiler/process_note.h"
 #include "tools/report/outside_library.h"
@@ -62,6 +63,16 @@ struct OutsideAllocator {
   // step ended.
   bool known() const { return calls_recorded || driver_sampled || (end && Measured(*end)); }
 };
+
+// What the libraries outside the allocator held on `device`, all together, after each
+// change the figures above add up (CollectOutsideChanges), in time order on the main
+// trace's clock: the page's timeline draws it. Empty without a CUPTI trace.
+struct HeldOutsideAt {
+  std::int64_t time_us = 0;
+  std::uint64_t bytes = 0;
+};
+std::vector<HeldOutsideAt> HeldOutsideOverTime(const trace::Trace& trace,
+                                               const trace::Trace* cupti, int device);
 
 // Where the run ended, when it died of memory: the figures are taken there.
 struct OutsideEnd {
