@@ -131,7 +131,7 @@ std::string FormatOutside(const OutsideAllocator& o) {
   if (!o.known()) {
     return out +
            "  unknown: the trace has neither the CUPTI tracer's records nor the "
-           "driver's readings\n";
+           "driver's readings (a trace recorded by gpumem run has them)\n";
   }
   if (o.peak && o.Measured(*o.peak)) absl::StrAppend(&out, MomentLine(o, *o.peak, "the peak"));
   if (o.end && o.Measured(*o.end)) {
