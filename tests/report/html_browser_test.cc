@@ -168,6 +168,9 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_EQ(Field(page.dom, "ran_out_step"),
             j["ooms"][j["fatal_oom"].get<std::size_t>()]["step"].dump());
   EXPECT_NE(page.dom.find("id=\"ranks\""), std::string::npos);
+  // The ranks' table by rank number, with the step each ran out in.
+  EXPECT_NE(page.dom.find("<th>rank</th>"), std::string::npos);
+  EXPECT_NE(page.dom.find("<th>OOM step</th>"), std::string::npos);
   EXPECT_NE(page.dom.find("id=\"no-suspects\""), std::string::npos);
   // The ranks' imbalance: a bar per rank and the heat map of their step peaks.
   EXPECT_EQ(Count(page.dom, "class=\"rank-bar\""), 2u);
@@ -193,6 +196,8 @@ TEST(HtmlInBrowser, ManyRanksKeepSectionsForTheDifferingFirst) {
   EXPECT_EQ(Count(page.dom, "data-field=\"verdict\""), 8u);
   EXPECT_NE(page.dom.find(leak_verdict), std::string::npos);
   EXPECT_NE(page.dom.find("Sections below for 8 of 10 ranks"), std::string::npos);
+  // The leaking rank's row in the table is marked as differing: one such row.
+  EXPECT_EQ(Count(page.dom, "<tr class=\"differs\""), 1u);
 }
 
 // The band under the timeline: a bar per moment with the allocator, each library and the

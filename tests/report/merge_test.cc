@@ -62,6 +62,9 @@ TEST(MergeRanks, TheOneLeakingRankIsNamedAndNoOther) {
   EXPECT_EQ(m.first_out.rfind("rank 3 runs out first: at step 501", 0), 0u) << m.first_out;
   EXPECT_EQ(m.missing_ranks, std::vector<std::int64_t>{6});
   EXPECT_EQ(MergedToJson(m)["unread"][0]["source"], "r9.gpumem");
+  // Steps are numbered from 1 in the JSON, as the text says them.
+  EXPECT_EQ(MergedToJson(m)["ranks"][3]["projected_oom_step"], 501);
+  EXPECT_TRUE(MergedToJson(m)["ranks"][0]["projected_oom_step"].is_null());
   EXPECT_NE(FormatMerged(m).find("not read: r9.gpumem"), std::string::npos);
 }
 

@@ -21,6 +21,11 @@ nlohmann::json OtherProcessesJson(const RankSummary& s) {
   return out;
 }
 
+// Steps are numbered from 1 in the JSON, as in the single trace's.
+nlohmann::json StepJson(const std::optional<std::size_t>& step) {
+  return step ? nlohmann::json(*step + 1) : nlohmann::json(nullptr);
+}
+
 nlohmann::json RankToJson(const RankSummary& s) {
   return {{"rank", OrNull(s.rank)},
           {"rank_from", s.rank_from},
@@ -34,9 +39,9 @@ nlohmann::json RankToJson(const RankSummary& s) {
           {"other_processes", OtherProcessesJson(s)},
           {"leak_bytes_per_step", s.leak_bytes_per_step},
           {"leak_site", s.leak_site},
-          {"projected_oom_step", OrNull(s.projected_oom_step)},
+          {"projected_oom_step", StepJson(s.projected_oom_step)},
           {"ooms", s.ooms},
-          {"first_oom_step", OrNull(s.first_oom_step)},
+          {"first_oom_step", StepJson(s.first_oom_step)},
           {"damage", s.damage},
           {"peak_vs_lowest", s.peak_vs_lowest},
           {"differs", s.differs}};
