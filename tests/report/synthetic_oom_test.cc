@@ -445,6 +445,24 @@ TEST(SyntheticOom, TheAllocatorsOwnDriverCallsBeforeItsOomAreNotAnotherLibrarys)
   EXPECT_FALSE(r.failed_outside[0].ended_the_run);  // the allocator's OOM came after it
 }
 
+// Where the second call gets the segment (the cache freed was enough), no OOM follows:
+// the refused call is the allocator's all the same.
+TEST(SyntheticOom, TheAllocatorsRefusedCallBeforeItsSegmentIsNotAnotherLibrarys) {
+  synthetic::Builder b;
+  const std::uint64_t base = 0x7f0000000000ull;
+  b.Segment(base, 1024 * kMiB);
+  b.Alloc(base, 1024 * kMiB, b.Stack(12, "load"));
+  const std::uint32_t fit = b.Stack(62, "fit");
+  b.FailedAlloc("cuMemAlloc", 512 * kMiB, 2, 20 * kMiB, fit);
+  b.Segment(base + 1024 * kMiB, 512 * kMiB);
+  b.Alloc(base + 1024 * kMiB, 512 * kMiB, fit);
+  b.FailedAlloc("cuMemAlloc", 256 * kMiB, 2, 20 * kMiB, fit);  // nothing of that size follows
+  trace::Trace t = b.Take();
+  const Report r = BuildReport(t, {});
+  ASSERT_EQ(r.failed_outside.size(), 1u);
+  EXPECT_EQ(r.failed_outside[0].call.size, 256 * kMiB);
+}
+
 // Where CUPTI saw no failed call (it was off, or NCCL's cuMem* calls), the library error
 // the dying process named in its note is the verdict.
 TEST(SyntheticOom, LibraryErrorNamedAtExitIsTheVerdict) {

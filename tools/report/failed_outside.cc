@@ -68,30 +68,48 @@ std::optional<FailedOutside> LibraryErrorAtExit(const trace::Trace& trace, const
   return std::nullopt;
 }
 
-// PyTorch's caching allocator asks the driver for an OOM's segment (the request as it
-// rounds segments) once, and again after freeing its cache, before it raises the OOM;
-// CUPTI sees those calls as it sees any library's. They are the OOM itself.
+// PyTorch's caching allocator asks the driver for a segment, and where the driver
+// refuses, frees its cache and asks again: the second call gets the segment, or the OOM
+// is raised. CUPTI sees the refused calls as it sees any library's; they are the
+// allocator's own: a failed call followed within the window, on its device, by a segment
+// of its size or an OOM whose request (or segment, as PyTorch rounds it) is its size.
 constexpr std::int64_t kOwnAttemptWindowUs = 2'000'000;
 
-bool AllocatorsOwnAttempt(const std::vector<const trace::Event*>& ooms,
-                          const trace::FailedAllocation& call) {
-  for (const trace::Event* oom : ooms) {
-    if (oom->device != call.device || oom->time_us < call.time_us ||
-        oom->time_us - call.time_us > kOwnAttemptWindowUs) {
-      continue;
-    }
-    const std::size_t segment = emulation::AllocationSize(emulation::RoundSize(oom->size));
-    if (call.size == oom->size || call.size == segment) return true;
+bool FollowsAsItsOwn(const trace::Event& e, const trace::FailedAllocation& call) {
+  if (e.device != call.device || e.time_us < call.time_us ||
+      e.time_us - call.time_us > kOwnAttemptWindowUs) {
+    return false;
   }
-  return false;
+  if (e.action == trace::Action::kSegmentAlloc) return e.size == call.size;
+  return call.size == e.size ||
+         call.size == emulation::AllocationSize(emulation::RoundSize(e.size));
 }
 
-std::vector<const trace::Event*> AllocatorOoms(const trace::Trace& trace) {
-  std::vector<const trace::Event*> ooms;
+// The main trace's segments and OOMs: what an allocator's own failed call leads to.
+std::vector<const trace::Event*> AllocatorOutcomes(const trace::Trace& trace) {
+  std::vector<const trace::Event*> out;
   for (const trace::Event& e : trace.events) {
-    if (e.action == trace::Action::kOom) ooms.push_back(&e);
+    if (e.action == trace::Action::kOom || e.action == trace::Action::kSegmentAlloc) {
+      out.push_back(&e);
+    }
   }
-  return ooms;
+  // Devices' events interleave by time, each in its own order: sorted for the search.
+  std::stable_sort(out.begin(), out.end(), [](const trace::Event* a, const trace::Event* b) {
+    return a->time_us < b->time_us;
+  });
+  return out;
+}
+
+bool AllocatorsOwnAttempt(const std::vector<const trace::Event*>& outcomes,
+                          const trace::FailedAllocation& call) {
+  auto first = std::lower_bound(
+      outcomes.begin(), outcomes.end(), call.time_us,
+      [](const trace::Event* e, std::int64_t t) { return e->time_us < t; });
+  for (auto it = first; it != outcomes.end(); ++it) {
+    if ((*it)->time_us - call.time_us > kOwnAttemptWindowUs) break;
+    if (FollowsAsItsOwn(**it, call)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -100,7 +118,7 @@ std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const tr
                                              const SiteTable& sites, const Steps& steps,
                                              const Timeline& timeline) {
   std::vector<FailedOutside> out;
-  const std::vector<const trace::Event*> ooms = AllocatorOoms(trace);
+  const std::vector<const trace::Event*> outcomes = AllocatorOutcomes(trace);
   // Each call named by the sites of the trace that holds its stack, its time on the main
   // trace's clock.
   auto add = [&](const trace::FailedAllocation& call, const SiteTable& its_sites,
@@ -108,7 +126,7 @@ std::vector<FailedOutside> ListFailedOutside(const trace::Trace& trace, const tr
     FailedOutside f;
     f.call = call;
     f.call.time_us += shift_us;
-    if (AllocatorsOwnAttempt(ooms, f.call)) return;
+    if (AllocatorsOwnAttempt(outcomes, f.call)) return;
     f.error_name = trace::FailedCallErrorName(call);
     f.step = steps.StepOf(EventsBefore(trace, f.call.time_us));
     if (call.stack_id < stacks && call.stack_id != 0) {
