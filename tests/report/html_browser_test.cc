@@ -146,6 +146,11 @@ TEST(HtmlInBrowser, EachDeviceOfOneProcessIsShown) {
   EXPECT_NE(page.dom.find("device 1: peak allocated 3.84 GiB"), std::string::npos);
   EXPECT_NE(page.dom.find(absl::StrCat(j["projected_oom_step"].get<int>(), " on device 0")),
             std::string::npos);
+  // The chart's lines are both devices' together, its cap one device's: the legend says so.
+  EXPECT_NE(page.dom.find("the 2 devices together"), std::string::npos);
+  EXPECT_NE(page.dom.find(absl::StrCat("capacity of device ",
+                                       j["outside_allocator"]["device"].get<int>())),
+            std::string::npos);
 }
 
 TEST(HtmlInBrowser, OomAndRanksAreShown) {
