@@ -428,12 +428,18 @@ TEST(SyntheticOom, FailedOutsideCallFollowedBySteps) {
 // PyTorch's allocator asks the driver for its OOM's segment (a request of 127.5 MiB
 // rounds to 128 MiB) before raising it, and CUPTI sees the calls: they are the OOM, not
 // another library's failures. A library's own failed call just before it is still one.
+constexpr std::uint64_t kLoadedBase = 0x7f0000000000ull;
+
+// A model of 1 GiB loaded; returns the stack of the line that then trains.
+std::uint32_t Loaded(synthetic::Builder& b) {
+  b.Segment(kLoadedBase, 1024 * kMiB);
+  b.Alloc(kLoadedBase, 1024 * kMiB, b.Stack(12, "load"));
+  return b.Stack(62, "fit");
+}
+
 TEST(SyntheticOom, TheAllocatorsOwnDriverCallsBeforeItsOomAreNotAnotherLibrarys) {
   synthetic::Builder b;
-  const std::uint64_t base = 0x7f0000000000ull;
-  b.Segment(base, 1024 * kMiB);
-  b.Alloc(base, 1024 * kMiB, b.Stack(12, "load"));
-  const std::uint32_t fit = b.Stack(62, "fit");
+  const std::uint32_t fit = Loaded(b);
   b.FailedAlloc("cuMemAlloc", 32 * kMiB, 2, 20 * kMiB, fit);
   b.FailedAlloc("cuMemAlloc", 128 * kMiB, 2, 20 * kMiB, fit);
   b.FailedAlloc("cuMemAlloc", 128 * kMiB, 2, 20 * kMiB, fit);
@@ -449,13 +455,10 @@ TEST(SyntheticOom, TheAllocatorsOwnDriverCallsBeforeItsOomAreNotAnotherLibrarys)
 // the refused call is the allocator's all the same.
 TEST(SyntheticOom, TheAllocatorsRefusedCallBeforeItsSegmentIsNotAnotherLibrarys) {
   synthetic::Builder b;
-  const std::uint64_t base = 0x7f0000000000ull;
-  b.Segment(base, 1024 * kMiB);
-  b.Alloc(base, 1024 * kMiB, b.Stack(12, "load"));
-  const std::uint32_t fit = b.Stack(62, "fit");
+  const std::uint32_t fit = Loaded(b);
   b.FailedAlloc("cuMemAlloc", 512 * kMiB, 2, 20 * kMiB, fit);
-  b.Segment(base + 1024 * kMiB, 512 * kMiB);
-  b.Alloc(base + 1024 * kMiB, 512 * kMiB, fit);
+  b.Segment(kLoadedBase + 1024 * kMiB, 512 * kMiB);
+  b.Alloc(kLoadedBase + 1024 * kMiB, 512 * kMiB, fit);
   b.FailedAlloc("cuMemAlloc", 256 * kMiB, 2, 20 * kMiB, fit);  // nothing of that size follows
   trace::Trace t = b.Take();
   const Report r = BuildReport(t, {});
