@@ -307,10 +307,10 @@ TEST(OutsideAllocator, ALeakOutsideTheAllocatorIsSaidWhereTheRunEndsWell) {
   EXPECT_EQ(rank.leak_bytes_per_step, 256.0 * A::kMiB);
   // Without the CUPTI trace nothing outside the allocator is seen.
   EXPECT_EQ(Verdict(BuildReport(main, {})).find("outside the allocator"), std::string::npos);
-  EXPECT_TRUE(BuildReport(main, {}).held_outside_series.empty());
+  EXPECT_TRUE(BuildReport(main, {}).outside.held_over_time.empty());
   // Over time, for the page's timeline: every library's memory together, in time order,
   // ending at what the end's figures count outside the allocator.
-  const std::vector<HeldOutsideAt>& held = r.held_outside_series;
+  const std::vector<HeldOutsideAt>& held = r.outside.held_over_time;
   ASSERT_FALSE(held.empty());
   for (std::size_t i = 1; i < held.size(); ++i) EXPECT_LE(held[i - 1].time_us, held[i].time_us);
   EXPECT_EQ(held.back().bytes, r.outside.end->outside());

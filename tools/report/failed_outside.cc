@@ -75,11 +75,9 @@ std::optional<FailedOutside> LibraryErrorAtExit(const trace::Trace& trace, const
 // of its size or an OOM whose request (or segment, as PyTorch rounds it) is its size.
 constexpr std::int64_t kOwnAttemptWindowUs = 2'000'000;
 
+// `e` comes within the window after `call`.
 bool FollowsAsItsOwn(const trace::Event& e, const trace::FailedAllocation& call) {
-  if (e.device != call.device || e.time_us < call.time_us ||
-      e.time_us - call.time_us > kOwnAttemptWindowUs) {
-    return false;
-  }
+  if (e.device != call.device) return false;
   if (e.action == trace::Action::kSegmentAlloc) return e.size == call.size;
   return call.size == e.size ||
          call.size == emulation::AllocationSize(emulation::RoundSize(e.size));

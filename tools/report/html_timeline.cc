@@ -62,7 +62,7 @@ nlohmann::json Projection(const Report& r) {
 // What libraries outside the allocator held at each point's end (null without a CUPTI
 // trace): the last change at or before it.
 nlohmann::json HeldOutsideColumn(const Report& r, const ViewSeries& view) {
-  const std::vector<HeldOutsideAt>& series = r.held_outside_series;
+  const std::vector<HeldOutsideAt>& series = r.outside.held_over_time;
   if (series.empty()) return nullptr;
   std::vector<std::uint64_t> out;
   out.reserve(view.points.size());

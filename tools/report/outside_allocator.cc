@@ -118,6 +118,18 @@ std::optional<ProcessesAt> ProcessesFor(const std::vector<NoteAt>& notes,
   return ProcessesAt{before->note, false};
 }
 
+// The libraries' bytes together after each of their changes.
+std::vector<HeldOutsideAt> HeldOverTime(const OutsideChanges& c) {
+  std::vector<HeldOutsideAt> out;
+  std::int64_t held = 0;
+  for (const MemoryChange& change : c.changes) {
+    if (change.bucket >= kOutsideLibraries) continue;
+    held += change.bytes;
+    out.push_back({change.time_us, static_cast<std::uint64_t>(std::max<std::int64_t>(held, 0))});
+  }
+  return out;
+}
+
 }  // namespace
 
 std::uint64_t OutsideMoment::outside() const {
@@ -153,6 +165,7 @@ OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Tr
   const OutsideChanges c = CollectOutsideChanges(trace, cupti, device);
   out.calls_recorded = c.calls_recorded;
   out.driver_sampled = !c.samples.empty();
+  out.held_over_time = HeldOverTime(c);
   const std::optional<std::uint64_t> total = DriverTotal(trace, device);
   if (out.driver_sampled) {
     FromSamples(c, total, &out);
@@ -166,19 +179,6 @@ OutsideAllocator FindOutsideAllocator(const trace::Trace& trace, const trace::Tr
   const std::vector<NoteAt> notes = ProcessNotes(trace, device);
   if (out.peak) out.peak->processes = ProcessesFor(notes, *out.peak, false);
   if (out.end) out.end->processes = ProcessesFor(notes, *out.end, died.has_value());
-  return out;
-}
-
-std::vector<HeldOutsideAt> HeldOutsideOverTime(const trace::Trace& trace,
-                                               const trace::Trace* cupti, int device) {
-  std::vector<HeldOutsideAt> out;
-  if (cupti == nullptr) return out;
-  std::int64_t held = 0;
-  for (const MemoryChange& c : CollectOutsideChanges(trace, cupti, device).changes) {
-    if (c.bucket >= kOutsideLibraries) continue;
-    held += c.bytes;
-    out.push_back({c.time_us, static_cast<std::uint64_t>(std::max<std::int64_t>(held, 0))});
-  }
   return out;
 }
 

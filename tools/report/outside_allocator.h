@@ -46,6 +46,12 @@ struct OutsideMoment {
   std::optional<std::int64_t> unnamed() const;
 };
 
+// What the libraries outside the allocator held, all together, after one of their changes.
+struct HeldOutsideAt {
+  std::int64_t time_us = 0;
+  std::uint64_t bytes = 0;
+};
+
 struct OutsideAllocator {
   int device = 0;
   bool calls_recorded = false;        // the trace has the CUPTI tracer's records
@@ -53,6 +59,9 @@ struct OutsideAllocator {
   std::optional<OutsideMoment> peak;  // the step end with the most driver memory in use
   std::optional<OutsideMoment> end;   // the last step end, the trace's end, or the OOM
   std::string end_is = "end";         // "end", "OOM" or "failed allocation"
+  // What the libraries held after each of their changes, in time order on the main
+  // trace's clock (empty without their records): the page's timeline draws it.
+  std::vector<HeldOutsideAt> held_over_time;
 
   // Whether `m` says more than the allocator's own figure: libraries recorded, or the
   // driver's or NVML's figures read then.
@@ -63,16 +72,6 @@ struct OutsideAllocator {
   // step ended.
   bool known() const { return calls_recorded || driver_sampled || (end && Measured(*end)); }
 };
-
-// What the libraries outside the allocator held on `device`, all together, after each
-// change the figures above add up (CollectOutsideChanges), in time order on the main
-// trace's clock: the page's timeline draws it. Empty without a CUPTI trace.
-struct HeldOutsideAt {
-  std::int64_t time_us = 0;
-  std::uint64_t bytes = 0;
-};
-std::vector<HeldOutsideAt> HeldOutsideOverTime(const trace::Trace& trace,
-                                               const trace::Trace* cupti, int device);
 
 // Where the run ended, when it died of memory: the figures are taken there.
 struct OutsideEnd {

@@ -123,6 +123,8 @@ json OutsideToJson(const OutsideAllocator& o) {
             {"end_is", o.end_is}};
   j["peak"] = o.peak ? MomentToJson(*o.peak, o.calls_recorded) : json(nullptr);
   j["end"] = o.end ? MomentToJson(*o.end, o.calls_recorded) : json(nullptr);
+  if (o.peak) j["peak"]["measured"] = o.Measured(*o.peak);
+  if (o.end) j["end"]["measured"] = o.Measured(*o.end);
   return j;
 }
 

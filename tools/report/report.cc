@@ -138,7 +138,6 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   const std::optional<OutsideEnd> death = Death(r);
   if (options.cupti != nullptr) r.outside_holder = FindOutsideHolder(r, *options.cupti, death);
   r.outside = FindOutsideAllocator(trace, options.cupti, MainDevice(trace), death);
-  r.held_outside_series = HeldOutsideOverTime(trace, options.cupti, r.outside.device);
   if (r.fatal_oom && r.outside.end && r.outside.end_is == "OOM" &&
       r.ooms[*r.fatal_oom].at.device == r.outside.device) {
     ExplainHeldOutside(*r.outside.end, r.outside_holder, &r.ooms[*r.fatal_oom]);

@@ -54,9 +54,6 @@ struct Report {
   // for a run that did not die of memory (ProjectOutsideOomStep).
   std::optional<std::size_t> outside_projected_oom_step;
   OutsideAllocator outside;  // device memory outside the allocator, at the peak and the end
-  // What libraries outside the allocator held on outside.device over time (with a CUPTI
-  // trace; empty without): the page's timeline.
-  std::vector<HeldOutsideAt> held_outside_series;
   // A run that lived with its cache pressed against the cap by pieces (fragmentation).
   std::optional<CachePressure> cache_pressure;
   std::vector<std::string> warnings;
