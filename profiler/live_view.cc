@@ -23,10 +23,11 @@ std::int32_t DeviceOf(std::uint64_t key) { return static_cast<std::int32_t>(key 
 }  // namespace
 
 LiveView::LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer,
-                   ReturnTeller returned)
+                   ReturnTeller returned, KeeperTeller keeper)
     : namer_(std::move(namer)),
       call_namer_(std::move(call_namer)),
       returned_(std::move(returned)),
+      keeper_(std::move(keeper)),
       warner_(warn_steps),
       warn_steps_(warn_steps) {}
 
@@ -90,8 +91,7 @@ std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
 }
 
 std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
-                                  const std::string& kept_through) {
-  if (w.withdrawn) return WithdrawalLine(w, step);
+                                  const std::string& kept_through, report::Keeper keeper) {
   const std::int32_t device = DeviceOf(w.key);
   const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
   const std::string projection =
@@ -99,10 +99,13 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
                                 " at ", unit, " ", *w.oom_step)
                  : absl::StrCat("no cap known to project the out-of-memory ", unit);
+  const std::string kept_by =
+      keeper == report::Keeper::kNone ? "" : absl::StrCat(", kept by ", report::KeeperName(keeper));
   return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
                       report::SiteWithCall(site_names_[static_cast<std::uint32_t>(w.key)],
                                            kept_through),
-                      kept_through.empty() ? "" : ",", GrowthPhrase(w, warn_steps_, unit),
+                      kept_by, kept_through.empty() && kept_by.empty() ? "" : ",",
+                      GrowthPhrase(w, warn_steps_, unit),
                       report::Bytes(w.bytes_per_step), "/", unit, " (live ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
 }
@@ -205,8 +208,12 @@ std::string LiveView::WarningsLocked(std::uint64_t step) {
   const BlocksNow blocks = ReadBlocks();
   std::string lines;
   for (const LeakWarning& w : due) {
-    const std::string call = w.withdrawn ? "" : KeptThroughLocked(w.key, blocks);
-    absl::StrAppend(&lines, WarningLine(w, step, call));
+    if (w.withdrawn) {
+      absl::StrAppend(&lines, WithdrawalLine(w, step));
+      continue;
+    }
+    absl::StrAppend(&lines, WarningLine(w, step, KeptThroughLocked(w.key, blocks),
+                                        KeeperLocked(w.key, blocks)));
   }
   return lines;
 }
@@ -246,17 +253,33 @@ LiveView::BlocksNow LiveView::ReadBlocks() const {
                    blocks_.AllocStepsByKey()};
 }
 
-std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks) {
-  if (!call_namer_) return "";
-  const auto of_site = [&](std::uint64_t key) {
-    return DeviceOf(key) == DeviceOf(site_key) &&
-           SiteOfLocked(static_cast<std::uint32_t>(key)) == static_cast<std::uint32_t>(site_key);
-  };
+bool LiveView::OfSiteLocked(std::uint64_t key, std::uint64_t site_key) {
+  return DeviceOf(key) == DeviceOf(site_key) &&
+         SiteOfLocked(static_cast<std::uint32_t>(key)) == static_cast<std::uint32_t>(site_key);
+}
+
+std::optional<std::uint64_t> LiveView::KeptStackLocked(std::uint64_t site_key,
+                                                       const BlocksNow& blocks) {
   std::uint64_t kept = 0, most = 0;
   for (const auto& [key, bytes] : blocks.by_stack) {
-    if (bytes > most && of_site(key)) std::tie(kept, most) = std::pair(key, bytes);
+    if (bytes > most && OfSiteLocked(key, site_key)) std::tie(kept, most) = std::pair(key, bytes);
   }
-  if (most == 0) return "";
+  if (most == 0) return std::nullopt;
+  return kept;
+}
+
+report::Keeper LiveView::KeeperLocked(std::uint64_t site_key, const BlocksNow& blocks) {
+  const std::optional<std::uint64_t> kept = KeptStackLocked(site_key, blocks);
+  if (!keeper_ || !kept) return report::Keeper::kNone;
+  return keeper_(static_cast<std::uint32_t>(*kept));
+}
+
+std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks) {
+  if (!call_namer_) return "";
+  const std::optional<std::uint64_t> kept_key = KeptStackLocked(site_key, blocks);
+  if (!kept_key) return "";
+  const std::uint64_t kept = *kept_key;
+  const auto of_site = [&](std::uint64_t key) { return OfSiteLocked(key, site_key); };
   // The call apart from any other of the site's stacks that freed (the smallest key, so
   // that the answer does not depend on the hash order). Where nothing tells the kept
   // blocks apart (no other stack of the site freed, or the kept one frees too), and for a
@@ -332,6 +355,7 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
       if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
       site.name = report::SiteWithCall(site.name, KeptThroughLocked(key, blocks));
+      site.keeper = KeeperLocked(key, blocks);
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));

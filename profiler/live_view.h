@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,11 +36,13 @@ class LiveView {
   // the call `kept` came down to its site returned (report::CallReturns).
   using ReturnTeller =
       std::function<bool(std::uint32_t kept, const std::vector<std::uint32_t>& later)>;
+  // The library whose code allocated a stack's block to keep it (report::KeeperInside).
+  using KeeperTeller = std::function<report::Keeper(std::uint32_t stack)>;
   // `warn_steps`: GPUMEM_LEAK_WARN_STEPS (0: no warning). Without `call_namer` a growing
   // site is named by its site alone; without `returned`, with a call only where another
   // of its stacks tells the kept blocks apart.
   LiveView(std::size_t warn_steps, SiteNamer namer, CallNamer call_namer = nullptr,
-           ReturnTeller returned = nullptr);
+           ReturnTeller returned = nullptr, KeeperTeller keeper = nullptr);
 
   void OnAlloc(std::int32_t device, std::uint64_t addr, std::uint64_t size, std::uint32_t stack,
                ThreadRole role = ThreadRole::kMain) {
@@ -94,14 +97,21 @@ class LiveView {
   // graph pool's, where its capture was called from (whatever keeps the graph is there);
   // else the call into the site's function, where that call returned while they stayed.
   std::string KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks);
+  // Whether a LiveBlocks key (device and stack) is of the site `site_key` names.
+  bool OfSiteLocked(std::uint64_t key, std::uint64_t site_key);
+  // The key (device and stack) holding most of a site's live bytes; nullopt: none live.
+  std::optional<std::uint64_t> KeptStackLocked(std::uint64_t site_key, const BlocksNow& blocks);
+  // The library keeping a growing site's blocks (its kept stack's keeper).
+  report::Keeper KeeperLocked(std::uint64_t site_key, const BlocksNow& blocks);
   // Whether the call the kept stack (a LiveBlocks key) came down returned since its
   // first block (ReturnTeller).
   bool ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks);
   // The line that withdraws `w`'s warning, with why.
   std::string WithdrawalLine(const LeakWarning& w, std::uint64_t step);
-  // `kept_through`: the call a growing site's kept blocks came through, or empty.
+  // `kept_through`: the call a growing site's kept blocks came through, or empty;
+  // `keeper`: the library keeping them (report::Keeper).
   std::string WarningLine(const LeakWarning& w, std::uint64_t step,
-                          const std::string& kept_through);
+                          const std::string& kept_through, report::Keeper keeper);
   // The site on `device` whose helper-thread blocks explain an OOM best (KeptByHelper,
   // the most bytes), into `in`.
   void DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in);
@@ -126,6 +136,7 @@ class LiveView {
   SiteNamer namer_;
   CallNamer call_namer_;
   ReturnTeller returned_;
+  KeeperTeller keeper_;
   SiteHistory history_;
   LeakWarner warner_;
   const std::size_t warn_steps_;

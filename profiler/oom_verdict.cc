@@ -78,14 +78,18 @@ std::string HeldOutsideEvidence(const OomVerdictInput& in, OomClass cls) {
   return report::HeldOutsideText(f, report::HeldOutsideHolders(others, named, lib.bytes, lib.site));
 }
 
-const char* Fix(const OomVerdictInput& in, OomClass cls) {
+std::string Fix(const OomVerdictInput& in, OomClass cls) {
   if (HelperLeak(in, cls)) return report::kHelperKeptFix;
   if (OutsideLeak(in, cls)) return report::OutsideLeakFix(in.libraries.library);
   if (cls == OomClass::kHeldOutside) {
     return report::HeldOutsideFix(in.processes ? in.processes->others_bytes() : 0,
                                   in.libraries.bytes);
   }
-  return report::OomFix(cls, GrowsInGraphPools(in));
+  const report::Keeper grower = in.sites.empty() || in.sites.front().bytes_per_step <= 0
+                                    ? report::Keeper::kNone
+                                    : in.sites.front().keeper;
+  return report::FixWithKeeper(cls, grower, in.request_keeper,
+                               report::OomFix(cls, GrowsInGraphPools(in)));
 }
 
 std::string Evidence(const OomVerdictInput& in, OomClass cls) {
@@ -101,8 +105,8 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
                           Bytes(in.growth_per_step), " per ", unit, " over the last ",
                           in.growth_steps, " ", unit, " ends; ", Bytes(f.grown_bytes),
                           report::GrowthHeldIn(GrowsInGraphPools(in), f.allocated),
-                          " is that growth, and without it the request of ",
-                          Bytes(f.request), " would have fit in the cap of ", Bytes(f.capacity));
+                          " is that growth, and ",
+                          report::LeakRequestText(f, report::KeeperName(in.request_keeper)));
     case OomClass::kFragmentation:
       return absl::StrCat(
           Bytes(f.free_cached), " was cached free (more than the request of ", Bytes(f.request),
@@ -138,8 +142,11 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
     const std::string growth =
         s.bytes_per_step > 0 ? absl::StrCat("+", Bytes(s.bytes_per_step), "/", Unit(in))
                              : "steady";
-    absl::StrAppendFormat(out, "gpumem:     %-12s %-18s %s\n", Bytes(static_cast<double>(s.live)),
-                          growth, s.name);
+    const std::string kept_by = s.keeper == report::Keeper::kNone
+                                    ? ""
+                                    : absl::StrCat(", kept by ", report::KeeperName(s.keeper));
+    absl::StrAppendFormat(out, "gpumem:     %-12s %-18s %s%s\n", Bytes(static_cast<double>(s.live)),
+                          growth, s.name, kept_by);
   }
 }
 

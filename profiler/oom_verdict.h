@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "profiler/process_memory.h"
+#include "tools/report/library_keepers.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -20,6 +21,7 @@ struct VerdictSite {
   std::uint64_t live = 0;
   double bytes_per_step = 0;  // its steady growth; 0 when it does not grow steadily
   bool holds_graph_pools = false;  // its live bytes include CUDA graph pools' memory
+  report::Keeper keeper = report::Keeper::kNone;  // a growing site's: the library keeping it
 };
 
 // What one of this process's own libraries outside the allocator held on the device (the
@@ -65,6 +67,8 @@ struct OomVerdictInput {
   std::string helper_site;
   std::uint64_t helper_blocks = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
+  // The library whose code made the request that failed (gathering what it keeps).
+  report::Keeper request_keeper = report::Keeper::kNone;
 };
 
 // Every step so far was a call of the model with grad before any backward pass

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,7 @@
 #include "profiler/python_stack.h"
 #include "profiler/trace_path.h"
 #include "tools/report/call_returns.h"
+#include "tools/report/library_keepers.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem {
@@ -160,6 +162,9 @@ Recorder::Recorder(RecorderOptions options, std::unique_ptr<TraceRing> ring)
                                      [this](std::uint32_t kept,
                                             const std::vector<std::uint32_t>& later) {
                                        return SiteCallReturned(ring_->stacks(), kept, later);
+                                     },
+                                     [this](std::uint32_t stack) {
+                                       return report::KeeperInside(ring_->stacks().Frames(stack));
                                      })
                                : nullptr),
       ring_(std::move(ring)) {
@@ -328,6 +333,7 @@ void Recorder::RecordWithStack(format::RecordType type, std::int32_t device,
   SetExtra(&r, extra);
   TakeAutogradLink(&r);
   Write(r);
+  if (type == format::RecordType::kOom) NoteOomStack(device, stack_id);
   if (live_ == nullptr) return;
   if (type == format::RecordType::kAlloc) {
     live_->OnAlloc(device, addr, size, autograd_sites_->LiveStack(r), RoleOfThisThread());
@@ -458,7 +464,10 @@ __attribute__((noinline)) void Recorder::OnEvent(const AllocatorEvent& event) {
   }
   RawRecord r = MakeRecord(type, event.device, event.ptr, event.bytes, event.stream, stack_id);
   TakeAutogradLink(&r);
-  if (event.kind == AllocatorEventKind::kOom) SetExtra(&r, DriverFreeOn(event.device));
+  if (event.kind == AllocatorEventKind::kOom) {
+    SetExtra(&r, DriverFreeOn(event.device));
+    NoteOomStack(event.device, stack_id);
+  }
   Write(r);
   if (live_ == nullptr) return;
   if (event.kind == AllocatorEventKind::kAlloc) {
@@ -501,8 +510,23 @@ void Recorder::DescribeOom(std::int32_t device, OomVerdictInput* in) {
     if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
     live_->Describe(device, in);
   }
+  const std::uint64_t oom = last_oom_stack_.exchange(0, std::memory_order_relaxed);
+  const auto stack = static_cast<std::uint32_t>(oom);
+  if (stack != 0 && static_cast<std::int32_t>(oom >> 32) == device) {
+    in->request_keeper = report::KeeperInside(ring_->stacks().Frames(stack));
+  }
+  in->figures.request_from_grower =
+      in->request_keeper != report::Keeper::kNone &&
+      absl::c_any_of(in->sites, [&](const VerdictSite& s) {
+        return s.bytes_per_step > 0 && s.keeper == in->request_keeper;
+      });
   in->trace_path = ring_->path();
   writer().Flush();
+}
+
+void Recorder::NoteOomStack(std::int32_t device, std::uint32_t stack) {
+  const auto high = static_cast<std::uint64_t>(static_cast<std::uint32_t>(device)) << 32;
+  last_oom_stack_.store(high | stack, std::memory_order_relaxed);
 }
 
 void Recorder::RecordCapacity(std::int32_t device, std::uint64_t bytes,

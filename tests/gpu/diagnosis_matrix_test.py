@@ -114,6 +114,12 @@ class WarnedRight(unittest.TestCase):
         self.assertTrue(m.warned_right("leak", said, SITE))
         self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
 
+    def test_a_warning_may_name_the_library_that_keeps_the_blocks(self):
+        said = ("gpumem: leak warning at step 57: tests/gpu/diagnosis_cases.py:37 fn, kept by "
+                "Hugging Face's Trainer (its evaluation loop), grew at each of the last 5")
+        self.assertTrue(m.warned_right("leak", said, SITE))
+        self.assertFalse(m.warned_right("leak", said.replace(":37", ":38"), SITE))
+
     def test_an_earlier_warning_elsewhere_is_right_only_once_withdrawn(self):
         other = "gpumem: leak warning at step 9: tests/gpu/diagnosis_cases.py:40 fn grew\n"
         leak = "gpumem: leak warning at step 10: tests/gpu/diagnosis_cases.py:37 fn grew\n"

@@ -65,6 +65,17 @@ std::uint32_t SiteStack(const char* file, int line, const char* function) {
   return writer.stacks().Intern(&raw, 1);
 }
 
+// The figures PyTorch's OOM observer gives: the request, what it reserved, and what the
+// driver had free.
+gpumem_oom_figures_t Figures(std::uint64_t requested, std::uint64_t reserved,
+                             std::uint64_t driver_free = 0) {
+  gpumem_oom_figures_t f{};
+  f.requested_bytes = requested;
+  f.reserved_bytes = reserved;
+  f.driver_free_bytes = driver_free;
+  return f;
+}
+
 // PyTorch's allocator in profile-only mode, as libgpumem_torch reports it.
 struct FakeTorchDevice {
   int device;
@@ -162,10 +173,7 @@ TEST(OomVerdictTest, ProfileModeLeakNamesTheSite) {
     torch.Free(activations);
     gpumem_step();
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 200 * kMiB;
-  f.reserved_bytes = 130 * kMiB;
-  f.driver_free_bytes = 10 * kMiB;
+  const gpumem_oom_figures_t f = Figures(200 * kMiB, 130 * kMiB, 10 * kMiB);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(1, &f), 0);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -189,10 +197,7 @@ TEST(OomVerdictTest, ProfileModeBatchLongerEveryStepIsAPeak) {
     gpumem_step();
     torch.Free(x);
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 240 * kMiB;
-  f.reserved_bytes = 60 * kMiB;
-  f.driver_free_bytes = 10 * kMiB;
+  const gpumem_oom_figures_t f = Figures(240 * kMiB, 60 * kMiB, 10 * kMiB);
   EXPECT_EQ(gpumem_explain_oom(4, &f), 2);  // a genuine peak
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(Count(err, "warmup.py:12 fit grew"), 0) << err;  // no warning of the batch
@@ -204,9 +209,8 @@ TEST(OomVerdictTest, ProfileModeFragmentationFromCachedPieces) {
   ASSERT_EQ(gpumem_trace_capacity(3, 1024 * kMiB, 3), 0);
   torch.Alloc(400 * kMiB, SiteStack("frag.py", 5, "load"));
   gpumem_step();
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 300 * kMiB;
-  f.reserved_bytes = 1000 * kMiB;  // 600 MiB cached, in pieces PyTorch could not use
+  // 600 MiB cached, in pieces PyTorch could not use
+  const gpumem_oom_figures_t f = Figures(300 * kMiB, 1000 * kMiB);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(3, &f), 1);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -260,10 +264,7 @@ TEST(OomVerdictTest, ProfileModeLeakEveryTenthStepIsALeak) {
     StepPrinting();  // its warnings are not this test's
     if (step % 10 != 0) torch.Free(out);
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 1000 * kMiB;
-  f.reserved_bytes = 70 * kMiB;
-  f.driver_free_bytes = 10 * kMiB;
+  const gpumem_oom_figures_t f = Figures(1000 * kMiB, 70 * kMiB, 10 * kMiB);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(6, &f), 0);  // a leak
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -291,9 +292,7 @@ TEST(OomVerdictTest, ProfileModeHistoryGrownByConcatenationIsALeak) {
     history = longer;
   }
   EXPECT_EQ(Count(err, "concat.py:30 log grew"), 1) << err;
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 1000 * kMiB;
-  f.reserved_bytes = 60 * kMiB;
+  const gpumem_oom_figures_t f = Figures(1000 * kMiB, 60 * kMiB);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(7, &f), 0);  // a leak
   err = ::testing::internal::GetCapturedStderr();
@@ -366,9 +365,7 @@ TEST(OomVerdictTest, AnOomInsideAPassThatRefillsIsNoLeak) {
   FakeTorchDevice torch{12};
   ASSERT_EQ(gpumem_trace_capacity(12, 2048 * kMiB, 3), 0);
   EpochsWithGatheringPasses(torch, SiteStack("validate.py", 9, "gather"), 6, false);
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 2000 * kMiB;
-  f.reserved_bytes = 80 * kMiB;
+  const gpumem_oom_figures_t f = Figures(2000 * kMiB, 80 * kMiB);
   ::testing::internal::CaptureStderr();
   gpumem_explain_oom(12, &f);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -389,9 +386,8 @@ TEST(OomVerdictTest, ALeakThatBeginsLateIsALeakAtItsOom) {
     if (step % 10 == 0) torch.Alloc(4 * kMiB, late);
     StepPrinting();
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 950 * kMiB;  // fits without the 120 MiB kept
-  f.reserved_bytes = 130 * kMiB;
+  // Fits without the 120 MiB kept.
+  const gpumem_oom_figures_t f = Figures(950 * kMiB, 130 * kMiB);
   ::testing::internal::CaptureStderr();
   gpumem_explain_oom(13, &f);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -411,9 +407,8 @@ TEST(OomVerdictTest, ALeakThatRunsOutAtALargerRequestIsALeak) {
     torch.Alloc(5 * kMiB, kept);
     StepPrinting();
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = (2048 - 1516 + 300) * kMiB;  // 300 MiB past the cap with the leak
-  f.reserved_bytes = 1516 * kMiB;
+  // 300 MiB past the cap with the leak
+  const gpumem_oom_figures_t f = Figures((2048 - 1516 + 300) * kMiB, 1516 * kMiB);
   ::testing::internal::CaptureStderr();
   gpumem_explain_oom(14, &f);
   const std::string err = ::testing::internal::GetCapturedStderr();
@@ -439,9 +434,8 @@ TEST(OomVerdictTest, LeaksAtRandomStepsAreLeaksAtTheirOom) {
       }
       StepPrinting();
     }
-    gpumem_oom_figures_t f{};
-    f.requested_bytes = 1000 * kMiB - held;  // fits without what was kept
-    f.reserved_bytes = held;
+    // Fits without what was kept.
+    const gpumem_oom_figures_t f = Figures(1000 * kMiB - held, held);
     ::testing::internal::CaptureStderr();
     gpumem_explain_oom(device, &f);
     const std::string err = ::testing::internal::GetCapturedStderr();
@@ -560,10 +554,7 @@ std::string EpisodeTooLarge(int device, const gpumem_oom_figures_t& figures, int
 // No warning at those calls, and the OOM is a genuine peak of the first iteration, with
 // the fix for an iteration too large.
 TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 60 * kMiB;
-  f.reserved_bytes = 210 * kMiB;
-  f.driver_free_bytes = 0;
+  const gpumem_oom_figures_t f = Figures(60 * kMiB, 210 * kMiB, 0);
   int verdict = -1;
   const std::string err = EpisodeTooLarge(15, f, &verdict);
   EXPECT_EQ(verdict, 2);  // a genuine peak
@@ -580,9 +571,7 @@ TEST(OomVerdictTest, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
 // in pieces too small: those pieces only brought the end a few calls closer, and the
 // iteration is still too large.
 TEST(OomVerdictTest, AnIterationTooLargeIsItsPeakWhateverWasCutIntoPieces) {
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 20 * kMiB;
-  f.reserved_bytes = 240 * kMiB;  // 40 MiB cached free
+  gpumem_oom_figures_t f = Figures(20 * kMiB, 240 * kMiB);  // 40 MiB cached free
   f.largest_free_bytes = 8 * kMiB;
   f.driver_free_bytes = 0;
   int verdict = -1;
@@ -604,16 +593,104 @@ TEST(OomVerdictTest, AFindersAttemptsBeforeAnyBackwardPassAreNoIteration) {
     torch.Free(torch.Alloc((8 << call) * kMiB / 8, attempt));
     if (call > 0) StepPrinting();
   }
-  gpumem_oom_figures_t f{};
-  f.requested_bytes = 300 * kMiB;
-  f.reserved_bytes = 150 * kMiB;
-  f.driver_free_bytes = 0;
+  const gpumem_oom_figures_t f = Figures(300 * kMiB, 150 * kMiB, 0);
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(16, &f), 2);  // a genuine peak
   const std::string err = ::testing::internal::GetCapturedStderr();
   ASSERT_EQ(gpumem_trace_step_source(0), 0);
   StepPrinting();
   EXPECT_EQ(err.find("iteration"), std::string::npos) << err;
+}
+
+// A stack of two frames, innermost first: a library's, then the user's site.
+std::uint32_t LibraryStack(const char* library_file, const char* library_function,
+                           const char* file, int line) {
+  TraceWriter& writer = TraceRecorder()->writer();
+  const RawFrame frames[] = {
+      {writer.stacks().InternNamedFrame(format::FrameKind::kPython, library_function,
+                                        library_file, 129),
+       0, RawFrame::kNamedTag},
+      {writer.stacks().InternNamedFrame(format::FrameKind::kPython, "<module>", file, line), 0,
+       RawFrame::kNamedTag}};
+  return writer.stacks().Intern(frames, 2);
+}
+constexpr char kTrainerUtils[] = "/venv/site-packages/transformers/trainer_pt_utils.py";
+
+// Hugging Face's evaluation loop concatenating every batch's logits: the growing site is
+// the user's evaluate() line, kept by the Trainer, and the fix is the Trainer's setting.
+TEST(OomVerdictTest, ProfileModeLeakInsideALibraryThatKeepsNamesItsSetting) {
+  FakeTorchDevice torch{30};
+  ASSERT_EQ(gpumem_trace_capacity(30, 256 * kMiB, 3), 0);
+  const std::uint32_t kept = LibraryStack(kTrainerUtils, "nested_concat", "eval.py", 30);
+  std::uint64_t held = 0, held_bytes = 0;
+  ::testing::internal::CaptureStderr();
+  for (int batch = 0; batch < 12; ++batch) {
+    const std::uint64_t joined = torch.Alloc(held_bytes + 4 * kMiB, kept);
+    if (held != 0) torch.Free(held);
+    held = joined;
+    held_bytes += 4 * kMiB;
+    gpumem_step();
+  }
+  const gpumem_oom_figures_t f = Figures(220 * kMiB, 60 * kMiB, 10 * kMiB);
+  EXPECT_EQ(gpumem_explain_oom(30, &f), 0);  // a leak
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find(": eval.py:30 <module>, kept by Hugging Face's Trainer (its evaluation "
+                     "loop), grew at each of the last 5 step ends"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("+4.00 MiB/step     eval.py:30 <module>, kept by Hugging Face's Trainer"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("fix: Hugging Face's Trainer keeps every evaluation batch's logits"),
+            std::string::npos)
+      << err;
+}
+
+// Too soon for growth: the request that failed was the Trainer's concatenation.
+TEST(OomVerdictTest, ProfileModePeakRequestedByALibraryThatKeepsSaysSoFirst) {
+  FakeTorchDevice torch{31};
+  ASSERT_EQ(gpumem_trace_capacity(31, 256 * kMiB, 3), 0);
+  const std::uint32_t kept = LibraryStack(kTrainerUtils, "nested_concat", "eval.py", 30);
+  torch.Alloc(100 * kMiB, kept);
+  gpumem_step();
+  gpumem_record_event(GPUMEM_EVENT_OOM, 31, 0, 200 * kMiB, 0, kept, 10 * kMiB);
+  const gpumem_oom_figures_t f = Figures(200 * kMiB, 100 * kMiB, 10 * kMiB);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(31, &f), 2);  // a genuine peak
+  // A later step's verdict on the device, of a request made elsewhere, says nothing of it.
+  gpumem_step();
+  EXPECT_EQ(gpumem_explain_oom(31, &f), 2);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(Count(err, "verdict: genuine peak"), 2) << err;
+  EXPECT_EQ(Count(err, "fix: The request that failed was Hugging Face's Trainer"), 1) << err;
+}
+
+// A metric never reset: its update keeps a copy of every step's predictions, and its
+// compute() concatenates them; that request fails. It would not have fit even without the
+// growth, but it is the same library gathering what it keeps: a leak, and its fix.
+TEST(OomVerdictTest, ProfileModeRequestOfTheLibraryKeepingTheGrowthIsALeak) {
+  FakeTorchDevice torch{32};
+  ASSERT_EQ(gpumem_trace_capacity(32, 256 * kMiB, 3), 0);
+  constexpr char kMetrics[] = "/venv/site-packages/torchmetrics/classification/auroc.py";
+  const std::uint32_t update = LibraryStack(kMetrics, "MultilabelAUROC.update", "fit.py", 40);
+  const std::uint32_t compute = LibraryStack(kMetrics, "MultilabelAUROC.compute", "fit.py", 42);
+  torch.Alloc(60 * kMiB, SiteStack("fit.py", 10, "model"));
+  for (int step = 0; step < 12; ++step) {
+    torch.Alloc(4 * kMiB, update);
+    gpumem_step();
+  }
+  // Live: 60 + 48 (44 grown since the first sample); 108 + 160 needs more than 256 - 44.
+  torch.Alloc(40 * kMiB, compute);
+  gpumem_record_event(GPUMEM_EVENT_OOM, 32, 0, 160 * kMiB, 0, compute, 10 * kMiB);
+  const gpumem_oom_figures_t f = Figures(160 * kMiB, 150 * kMiB, 10 * kMiB);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(32, &f), 0);  // a leak
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("was a torchmetrics metric's states gathering what it keeps"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("fix: A torchmetrics metric that keeps its inputs"), std::string::npos)
+      << err;
 }
 
 // What marks the steps, as the Python package says it: the six sources and 0, nothing

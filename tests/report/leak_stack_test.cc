@@ -1,35 +1,14 @@
 // What a leak suspect is made of: the stack of what leaked, and the device memory it
 // took rather than the bytes asked for.
 #include "gtest/gtest.h"
+#include "tests/report/event_list.h"
 #include "tools/report/report.h"
 #include "tools/trace/frame_table.h"
 
 namespace gpumem::report {
 namespace {
 
-// Appends events to a trace, each 1 us after the last.
-class Events {
- public:
-  explicit Events(trace::Trace* t) : t_(t) {}
-  void Push(trace::Action a, std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
-    trace::Event e;
-    e.action = a;
-    e.addr = at;
-    e.size = size;
-    e.stack_id = stack;
-    e.time_us = ++time_;
-    t_->events.push_back(e);
-  }
-  void Free(std::uint64_t at, std::uint64_t size, std::uint32_t stack) {
-    Push(trace::Action::kFreeRequested, at, size, stack);
-    Push(trace::Action::kFreeCompleted, at, size, stack);
-  }
-  void Step() { Push(trace::Action::kStep, 0, 0, 0); }
-
- private:
-  trace::Trace* t_;
-  std::int64_t time_ = 0;
-};
+using test_trace::Events;
 
 // One site mixes blocks that are freed every step (first seen) with blocks that are kept
 // (a backward op's gradients, attributed to the forward line): the suspect's stack must be

@@ -71,6 +71,7 @@ nlohmann::json SuspectJson(const trace::Trace& t, const LeakSuspect& s) {
   j["site"] = s.name;
   if (!s.kept_through.empty()) j["kept_through"] = s.kept_through;
   if (s.holds_graph_pools) j["holds_graph_pools"] = true;
+  if (s.keeper != Keeper::kNone) j["kept_by_library"] = KeeperKey(s.keeper);
   j["bytes_per_step"] = s.bytes_per_step;
   j["fit_r2"] = s.r2;
   j["rising_share"] = s.rising_share;

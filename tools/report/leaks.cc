@@ -3,10 +3,18 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 namespace gpumem::report {
 
 std::string SuspectText(const LeakSuspect& suspect) {
-  return SiteWithCall(suspect.name, suspect.kept_through);
+  const std::string site = SiteWithCall(suspect.name, suspect.kept_through);
+  if (suspect.keeper == Keeper::kNone) return site;
+  return absl::StrCat(site, ", kept by ", KeeperName(suspect.keeper));
+}
+
+void NameKeepers(const trace::Trace& trace, LeakAnalysis* leaks) {
+  for (LeakSuspect& s : leaks->suspects) s.keeper = KeeperOfStack(trace, s.stack);
 }
 
 LeakAnalysis FindLeaks(const Timeline& timeline, const SiteTable& sites, const Steps& steps,

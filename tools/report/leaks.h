@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/report/library_keepers.h"
 #include "tools/report/sites.h"
 #include "tools/report/steps.h"
 #include "tools/report/timeline.h"
@@ -29,6 +30,7 @@ struct LeakSuspect {
   std::uint32_t stack = 0;    // a full stack that allocated there
   std::string kept_through;   // the call its kept blocks came through (SiteTotals)
   bool holds_graph_pools = false;  // what it keeps includes CUDA graph pools' memory
+  Keeper keeper = Keeper::kNone;   // the library whose code allocated what it keeps
 };
 
 struct LeakAnalysis {
@@ -37,6 +39,9 @@ struct LeakAnalysis {
   double bytes_per_step = 0;          // all suspects together
   std::string why_none;               // when no analysis was possible
 };
+
+// The library keeping each suspect's memory (Keeper), from its kept stack's frames.
+void NameKeepers(const trace::Trace& trace, LeakAnalysis* leaks);
 
 // A suspect as the verdicts name it: its site, and the call its kept blocks came through
 // where that tells them from the site's other blocks.

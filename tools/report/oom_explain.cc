@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "tools/report/oom_fate.h"
@@ -56,7 +57,15 @@ DeviceGrowth GrowthOnDevice(const OomPoint& p, const Timeline& timeline,
   return out;
 }
 
-void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, OomExplanation* x) {
+// The failed request was made by the library that keeps a growing suspect's memory.
+bool RequestFromGrower(const OomPoint& p, const LeakAnalysis& leaks) {
+  return p.request_keeper != Keeper::kNone &&
+         absl::c_any_of(leaks.suspects,
+                        [&](const LeakSuspect& s) { return s.keeper == p.request_keeper; });
+}
+
+void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, const OomFigures& figures,
+                 OomExplanation* x) {
   const OomPoint& p = x->at;
   x->cls = OomClass::kLeak;
   const LeakSuspect& top = growth.top != nullptr ? *growth.top : leaks.suspects.front();
@@ -67,9 +76,9 @@ void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, OomExpla
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
       SuspectText(top), "); at the OOM in step ", p.step + 1, ", ",
       Bytes(x->leaked_bytes), GrowthHeldIn(pools, p.allocated),
-      " was that growth. Without it the request of ", Bytes(p.request), " would have fit in ",
-      Bytes(x->capacity), ".");
-  x->fix = OomFix(OomClass::kLeak, pools);
+      " was that growth, and ", LeakRequestText(figures, KeeperName(p.request_keeper)), ".");
+  x->fix =
+      FixWithKeeper(OomClass::kLeak, top.keeper, Keeper::kNone, OomFix(OomClass::kLeak, pools));
 }
 
 // A leak told by a helper thread's kept blocks, before steps could show growth.
@@ -124,7 +133,7 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",
       Bytes(p.allocated + p.request), " against a capacity of ", Bytes(x->capacity),
       "; free cached memory (", Bytes(x->free_cached), ") could not cover it, and ", growth, ".");
-  x->fix = OomFix(OomClass::kPeak);
+  x->fix = FixWithKeeper(OomClass::kPeak, Keeper::kNone, p.request_keeper, OomFix(OomClass::kPeak));
   if (first_iteration_calls > 0) absl::StrAppend(&x->fix, " ", kFirstIterationFix, ".");
 }
 
@@ -192,11 +201,12 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     figures.grown_bytes = x.leaked_bytes;
     figures.first_iteration_calls = first_iteration ? p.step + 1 : 0;
     if (!p.helper_site.empty()) figures.helper_kept_bytes = p.helper_kept.bytes;
+    figures.request_from_grower = RequestFromGrower(p, leaks);
     const OomClass cls = ClassifyOom(figures);
     if (cls == OomClass::kLeak && HelperKeptExplains(figures)) {
       ExplainHelperLeak(&x);
     } else if (cls == OomClass::kLeak) {
-      ExplainLeak(growth, leaks, &x);
+      ExplainLeak(growth, leaks, figures, &x);
     } else if (cls == OomClass::kFragmentation) {
       ExplainFragmentation(replay, &x);
     } else if (cls == OomClass::kHeldApart) {

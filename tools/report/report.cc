@@ -118,6 +118,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   const std::optional<std::int64_t> died_of_oom_at = DiedOfOomAt(trace);
   r.leaks = FindLeaks(r.timeline, r.sites, r.steps,
                       SamplesBeforeDeath(r.timeline, r.steps, died_of_oom_at));
+  NameKeepers(trace, &r.leaks);
   if (std::optional<KnownCapacity> cap = FinalCapacity(trace, MainDevice(trace), options.capacity)) {
     r.capacity = cap->bytes;
     r.capacity_source = cap->source;

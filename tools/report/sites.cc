@@ -98,4 +98,11 @@ std::optional<std::uint32_t> CallApart(const trace::Trace& trace, std::uint32_t 
   return frames[*at];
 }
 
+Keeper KeeperOfStack(const trace::Trace& trace, std::uint32_t stack) {
+  if (stack >= trace.stacks.size()) return Keeper::kNone;
+  std::vector<trace::Frame> frames;
+  for (std::uint32_t f : trace.stacks[stack]) frames.push_back(trace.frames[f]);
+  return KeeperInside(frames);
+}
+
 }  // namespace gpumem::report

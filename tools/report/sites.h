@@ -10,6 +10,7 @@
 
 #include "absl/strings/string_view.h"
 
+#include "tools/report/library_keepers.h"
 #include "tools/trace/trace.h"
 
 namespace gpumem::report {
@@ -62,6 +63,9 @@ class SiteTable {
 };
 
 std::string FrameName(const trace::Frame& frame);
+
+// The library whose code allocated a stack's block to keep it (library_keepers.h).
+Keeper KeeperOfStack(const trace::Trace& trace, std::uint32_t stack);
 
 // The innermost user frame of `kept`, outside its site's frame, that `other` (a stack of
 // the same site) lacks: the call through which a site's kept blocks came where its freed

@@ -111,6 +111,7 @@ class TimelineBuilder {
     oom.device = e.device;
     oom.step = step_;
     oom.request = e.size;
+    oom.request_keeper = KeeperOfStack(trace_, e.stack_id);
     oom.allocated = state_.allocated_on(e.device);
     oom.reserved = state_.reserved_on(e.device);
     oom.device_free = e.device_free;

@@ -30,6 +30,7 @@ struct OomPoint {
   int device = 0;
   std::size_t step = 0;  // 0-based
   std::uint64_t request = 0;
+  Keeper request_keeper = Keeper::kNone;  // the library whose code made the request
   std::uint64_t allocated = 0;  // on the device, just before the failed request
   std::uint64_t reserved = 0;
   std::uint64_t largest_free_piece = 0;  // inside held segments

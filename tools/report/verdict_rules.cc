@@ -366,9 +366,18 @@ std::string OutsideLeakText(absl::string_view holder, double bytes_per_step,
                       HeldOutsideRoomText(f), kWouldHaveFit);
 }
 
+std::string LeakRequestText(const OomFigures& f, absl::string_view requester) {
+  if (!f.request_from_grower || FitsWithout(f, f.grown_bytes)) {
+    return absl::StrCat("without it the request of ", Bytes(f.request),
+                        " would have fit in the cap of ", Bytes(f.capacity));
+  }
+  return absl::StrCat("the request of ", Bytes(f.request), " was ", requester,
+                      " gathering what it keeps, which grows with it");
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
-  const bool growth_explains =
-      f.growth_suspected && f.grown_bytes > 0 && FitsWithout(f, f.grown_bytes);
+  const bool growth_explains = f.growth_suspected && f.grown_bytes > 0 &&
+                               (FitsWithout(f, f.grown_bytes) || f.request_from_grower);
   if (growth_explains && f.finished_steps >= kMinStepsForLeak) return OomClass::kLeak;
   if (HelperKeptExplains(f)) return OomClass::kLeak;
   if (HeldOutsideExplains(f)) return OomClass::kHeldOutside;

@@ -172,7 +172,15 @@ struct OomFigures {
   // gpumem's headroom, where keeping it free for other libraries refused the request:
   // what the request needed the driver to have free on top of it.
   std::uint64_t headroom = 0;
+  // The request was made by the library that keeps the growing memory, processing what it
+  // keeps (a metric's compute() concatenating its states): it grows with the leak, so
+  // the growth explains the OOM even where the request alone would not have fit.
+  bool request_from_grower = false;
 };
+// The end of a leak's evidence: "without it the request of X would have fit in the cap
+// of Y", or, where it would not have (OomFigures::request_from_grower), that the request
+// was `requester`'s, gathering what it keeps.
+std::string LeakRequestText(const OomFigures& f, absl::string_view requester);
 // Whether memory held outside the allocator took the room the request needed: the
 // device had less free than the request (and gpumem's headroom) needed, the cap (where
 // there is one) had room for it, and with what was held outside (OomFigures::held_outside)
