@@ -67,7 +67,7 @@ struct OomVerdictInput {
   std::string helper_site;
   std::uint64_t helper_blocks = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
-  // The library whose code made the request that failed (gathering what it keeps).
+  // The library whose code made the request that failed (for what it keeps).
   report::Keeper request_keeper = report::Keeper::kNone;
 };
 

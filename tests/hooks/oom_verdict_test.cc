@@ -662,12 +662,14 @@ TEST(OomVerdictTest, ProfileModePeakRequestedByALibraryThatKeepsSaysSoFirst) {
   EXPECT_EQ(gpumem_explain_oom(31, &f), 2);
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(Count(err, "verdict: genuine peak"), 2) << err;
-  EXPECT_EQ(Count(err, "fix: The request that failed was Hugging Face's Trainer"), 1) << err;
+  EXPECT_EQ(Count(err, "fix: The request that failed was made by Hugging Face's Trainer"), 1)
+      << err;
 }
 
 // A metric never reset: its update keeps a copy of every step's predictions, and its
 // compute() concatenates them; that request fails. It would not have fit even without the
-// growth, but it is the same library gathering what it keeps: a leak, and its fix.
+// growth, but the library that keeps the growth made it for what it keeps: a leak, and its
+// fix.
 TEST(OomVerdictTest, ProfileModeRequestOfTheLibraryKeepingTheGrowthIsALeak) {
   FakeTorchDevice torch{32};
   ASSERT_EQ(gpumem_trace_capacity(32, 256 * kMiB, 3), 0);
@@ -686,7 +688,7 @@ TEST(OomVerdictTest, ProfileModeRequestOfTheLibraryKeepingTheGrowthIsALeak) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(gpumem_explain_oom(32, &f), 0);  // a leak
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("was a torchmetrics metric's states gathering what it keeps"),
+  EXPECT_NE(err.find("was made by a torchmetrics metric (its list states) for what it keeps"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("fix: A torchmetrics metric that keeps its inputs"), std::string::npos)

@@ -31,9 +31,17 @@ TEST(LibraryKeepers, TheEvaluationContainerKeepsAndTheLoopAloneDoesNot) {
   // The loop also runs the model: its activations are not what the container keeps.
   EXPECT_EQ(KeeperOfFrame(kTrainer, "Trainer.evaluation_loop"), Keeper::kNone);
   EXPECT_EQ(KeeperOfFrame(kTrainerUtils, "nested_detach"), Keeper::kNone);
-  EXPECT_EQ(KeeperOfFrame("/venv/site-packages/torchmetrics/classification/auroc.py",
-                          "BinaryAUROC.update"),
+  constexpr char kAuroc[] = "/venv/site-packages/torchmetrics/classification/auroc.py";
+  EXPECT_EQ(KeeperOfFrame(kAuroc, "BinaryAUROC.update"), Keeper::kMetricStates);
+  EXPECT_EQ(KeeperOfFrame(kAuroc, "MultilabelAUROC.compute"), Keeper::kMetricStates);
+  EXPECT_EQ(KeeperOfFrame("/venv/site-packages/torchmetrics/metric.py",
+                          "Metric._wrap_update.<locals>.wrapped_func"),
             Keeper::kMetricStates);
+  EXPECT_EQ(KeeperOfFrame(kAuroc, "update"), Keeper::kMetricStates);  // before Python 3.11
+  // torchmetrics' functions called alone keep nothing: a too-large batch there is a peak.
+  EXPECT_EQ(KeeperOfFrame("/venv/site-packages/torchmetrics/functional/classification/auroc.py",
+                          "_binary_auroc_compute"),
+            Keeper::kNone);
   EXPECT_EQ(KeeperOfFrame("train.py", "nested_concat"), Keeper::kNone);
 }
 
@@ -60,7 +68,7 @@ TEST(LibraryKeepers, TheFixIsTheLibrarysForALeakAndFirstForAPeakItRequested) {
   EXPECT_EQ(leak.find("loss.item()"), std::string::npos) << leak;
   const std::string peak = FixWithKeeper(OomClass::kPeak, Keeper::kNone, Keeper::kMetricStates,
                                          OomFix(OomClass::kPeak));
-  EXPECT_EQ(peak.find("The request that failed was a torchmetrics metric's states"), 0u) << peak;
+  EXPECT_EQ(peak.find("The request that failed was made by a torchmetrics metric"), 0u) << peak;
   EXPECT_NE(peak.find("smaller batch"), std::string::npos) << peak;  // the peak's own, after
   // A keeper says nothing of fragmentation, nor of a leak it does not keep.
   EXPECT_EQ(FixWithKeeper(OomClass::kFragmentation, Keeper::kHfEvaluation,
@@ -86,8 +94,8 @@ TEST(LibraryKeepers, ARequestMadeByTheLibraryKeepingTheGrowthIsPartOfTheLeak) {
   f.request_from_grower = true;
   EXPECT_EQ(ClassifyOom(f), OomClass::kLeak);
   EXPECT_EQ(LeakRequestText(f, KeeperName(Keeper::kMetricStates)),
-            "the request of 1.56 GiB was a torchmetrics metric's states gathering what it "
-            "keeps, which grows with it");
+            "the request of 1.56 GiB was made by a torchmetrics metric (its list states) for "
+            "what it keeps, which grows with it");
   f.grown_bytes = 0;  // no growth: the library's request alone is no leak
   EXPECT_EQ(ClassifyOom(f), OomClass::kPeak);
 }
@@ -158,7 +166,7 @@ TEST(LibraryKeepers, APeakWhoseFailedRequestTheTrainerMadeSaysSoFirst) {
   ASSERT_TRUE(r.fatal_oom.has_value());
   const OomExplanation& x = r.ooms[*r.fatal_oom];
   EXPECT_EQ(x.cls, OomClass::kPeak) << x.evidence;
-  EXPECT_EQ(x.fix.find("The request that failed was Hugging Face's Trainer"), 0u) << x.fix;
+  EXPECT_EQ(x.fix.find("The request that failed was made by Hugging Face's Trainer"), 0u) << x.fix;
 }
 
 }  // namespace

@@ -4,6 +4,19 @@
 #include "absl/strings/str_cat.h"
 
 namespace gpumem::report {
+namespace {
+
+// Python 3.11 and later name a method by its class ("BinaryAUROC.update"); earlier ones by
+// its name alone.
+bool IsMetricMethod(absl::string_view function) {
+  for (absl::string_view method : {"update", "compute", "forward"}) {
+    if (function == method || absl::EndsWith(function, absl::StrCat(".", method))) return true;
+  }
+  return absl::StartsWith(function, "Metric._wrap_") ||
+         absl::StartsWith(function, "Metric._forward");
+}
+
+}  // namespace
 
 Keeper KeeperOfFrame(absl::string_view filename, absl::string_view function) {
   // The evaluation loop's container, which concatenates each batch onto what it holds
@@ -13,15 +26,18 @@ Keeper KeeperOfFrame(absl::string_view filename, absl::string_view function) {
        function == "torch_pad_and_concatenate")) {
     return Keeper::kHfEvaluation;
   }
-  // A metric's own code: the memory it allocates and keeps is its state.
-  if (absl::StrContains(filename, "torchmetrics/")) return Keeper::kMetricStates;
+  // A metric object's update (what it allocates there is what its list states keep) or
+  // compute (which works over all of them); not torchmetrics' functions called alone.
+  if (absl::StrContains(filename, "torchmetrics/") && IsMetricMethod(function)) {
+    return Keeper::kMetricStates;
+  }
   return Keeper::kNone;
 }
 
 const char* KeeperName(Keeper k) {
   switch (k) {
     case Keeper::kHfEvaluation: return "Hugging Face's Trainer (its evaluation loop)";
-    case Keeper::kMetricStates: return "a torchmetrics metric's states";
+    case Keeper::kMetricStates: return "a torchmetrics metric (its list states)";
     case Keeper::kNone: break;
   }
   return "";
@@ -61,8 +77,8 @@ std::string FixWithKeeper(OomClass cls, Keeper grower, Keeper requester,
                           absl::string_view fix) {
   if (cls == OomClass::kLeak && grower != Keeper::kNone) return KeeperFix(grower);
   if (cls == OomClass::kPeak && requester != Keeper::kNone) {
-    return absl::StrCat("The request that failed was ", KeeperName(requester),
-                        " gathering what it keeps. ", KeeperFix(requester), " Otherwise: ", fix);
+    return absl::StrCat("The request that failed was made by ", KeeperName(requester),
+                        " for what it keeps. ", KeeperFix(requester), " Otherwise: ", fix);
   }
   return std::string(fix);
 }

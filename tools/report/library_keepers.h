@@ -18,7 +18,7 @@ namespace gpumem::report {
 enum class Keeper : std::uint8_t {
   kNone,
   kHfEvaluation,    // transformers' EvalLoopContainer: logits gathered until the end
-  kMetricStates,    // torchmetrics' list states: inputs kept until reset()
+  kMetricStates,    // a torchmetrics metric's list states: inputs kept until reset()
 };
 
 // The keeper a library frame belongs to (kNone for any other frame).
@@ -35,7 +35,8 @@ Keeper KeeperInside(const std::vector<Frame>& innermost_first) {
   return Keeper::kNone;
 }
 
-// What keeps the memory, for evidence ("Hugging Face's Trainer (its evaluation loop)").
+// What keeps the memory, for evidence ("Hugging Face's Trainer (its evaluation loop)",
+// "a torchmetrics metric (its list states)").
 const char* KeeperName(Keeper k);
 // A JSON key: "hf_trainer_evaluation", "torchmetrics_states"; "" for kNone.
 const char* KeeperKey(Keeper k);
@@ -44,7 +45,7 @@ const char* KeeperFix(Keeper k);
 
 // An OOM's fix (`fix`, the class's own) where a library keeps the memory: a leak whose
 // fastest-growing site it keeps (`grower`) is cured by its setting alone; a genuine peak
-// whose failed request it made (`requester`: gathering what it keeps), by its setting
+// whose failed request it made (`requester`, for what it keeps), by its setting
 // first. Any other, `fix` unchanged.
 std::string FixWithKeeper(OomClass cls, Keeper grower, Keeper requester, absl::string_view fix);
 

@@ -371,8 +371,8 @@ std::string LeakRequestText(const OomFigures& f, absl::string_view requester) {
     return absl::StrCat("without it the request of ", Bytes(f.request),
                         " would have fit in the cap of ", Bytes(f.capacity));
   }
-  return absl::StrCat("the request of ", Bytes(f.request), " was ", requester,
-                      " gathering what it keeps, which grows with it");
+  return absl::StrCat("the request of ", Bytes(f.request), " was made by ", requester,
+                      " for what it keeps, which grows with it");
 }
 
 OomClass ClassifyOom(const OomFigures& f) {

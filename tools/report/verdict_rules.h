@@ -179,7 +179,7 @@ struct OomFigures {
 };
 // The end of a leak's evidence: "without it the request of X would have fit in the cap
 // of Y", or, where it would not have (OomFigures::request_from_grower), that the request
-// was `requester`'s, gathering what it keeps.
+// was made by `requester` for what it keeps.
 std::string LeakRequestText(const OomFigures& f, absl::string_view requester);
 // Whether memory held outside the allocator took the room the request needed: the
 // device had less free than the request (and gpumem's headroom) needed, the cap (where
