@@ -166,6 +166,37 @@ TEST(RealTraces, ABoundedQueueBesideAFirstStepTooLargeIsAPeak) {
   EXPECT_TRUE(ReportToJson(r)["outside_allocator"]["known"].get<bool>());
 }
 
+// Hugging Face's Trainer under profile-only mode on an H200 (a small GPT-2, 8k vocabulary,
+// 4 GiB cap): 50 training steps, then an evaluation with compute_metrics whose container
+// concatenates each batch's 64 MiB of logits onto what it holds. The leak is named at the
+// user's evaluate() line, kept by the Trainer, with the Trainer's setting as the fix.
+TEST(RealTraces, AnEvaluationGatheringEveryBatchsLogitsIsTheTrainersLeak) {
+  trace::Trace t = Load("hf_evaluation_gathers_logits.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  const LeakSuspect& top = r.leaks.suspects[0];
+  EXPECT_EQ(top.name, "framework_cases.py:167 hf_evaluation_keeps_every_batch_logits");
+  EXPECT_EQ(top.keeper, Keeper::kHfEvaluation);
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
+  EXPECT_EQ(x.fix, KeeperFix(Keeper::kHfEvaluation)) << x.fix;
+}
+
+// The same with a 50,257-token vocabulary: the fifth batch's concatenation (1.92 GiB)
+// fails in the evaluation's first "step", too soon for growth. A genuine peak, whose fix
+// says first that the Trainer's container made the request.
+TEST(RealTraces, AnEvaluationOutWithinFiveBatchesIsAPeakTheTrainerRequested) {
+  trace::Trace t = Load("hf_evaluation_large_vocabulary.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.cls, OomClass::kPeak) << x.evidence;
+  EXPECT_EQ(x.at.request_keeper, Keeper::kHfEvaluation);
+  EXPECT_EQ(x.fix.find("The request that failed was made by Hugging Face's Trainer"), 0u)
+      << x.fix;
+}
+
 // A run under profile-only mode on an H200 whose own memory never grew: another process
 // took the 138.85 GiB left of the GPU at step 200, and the long batch of step 401 found the
 // driver with 27.56 MiB free, under the 4 GiB cap. The NVML note the dying process wrote
