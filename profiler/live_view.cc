@@ -90,8 +90,7 @@ std::string LiveView::WithdrawalLine(const LeakWarning& w, std::uint64_t step) {
   return absl::StrCat(head, StoppedPhrase(w, warner_.stopped_steps(), unit, "live"));
 }
 
-std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
-                                  const std::string& kept_through, report::Keeper keeper) {
+std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step, const Kept& kept) {
   const std::int32_t device = DeviceOf(w.key);
   const char* unit = marked_.load(std::memory_order_relaxed) ? "step" : "pass";
   const std::string projection =
@@ -99,12 +98,11 @@ std::string LiveView::WarningLine(const LeakWarning& w, std::uint64_t step,
                                 report::Bytes(static_cast<double>(devices_[device].cap)),
                                 " at ", unit, " ", *w.oom_step)
                  : absl::StrCat("no cap known to project the out-of-memory ", unit);
-  const std::string kept_by =
-      keeper == report::Keeper::kNone ? "" : absl::StrCat(", kept by ", report::KeeperName(keeper));
+  const std::string kept_by = report::KeptByText(kept.keeper);
   return absl::StrCat("gpumem: leak warning at ", unit, " ", step, ": ",
                       report::SiteWithCall(site_names_[static_cast<std::uint32_t>(w.key)],
-                                           kept_through),
-                      kept_by, kept_through.empty() && kept_by.empty() ? "" : ",",
+                                           kept.call),
+                      kept_by, kept.call.empty() && kept_by.empty() ? "" : ",",
                       GrowthPhrase(w, warn_steps_, unit),
                       report::Bytes(w.bytes_per_step), "/", unit, " (live ",
                       report::Bytes(static_cast<double>(w.live)), "); ", projection, "\n");
@@ -212,8 +210,7 @@ std::string LiveView::WarningsLocked(std::uint64_t step) {
       absl::StrAppend(&lines, WithdrawalLine(w, step));
       continue;
     }
-    absl::StrAppend(&lines, WarningLine(w, step, KeptThroughLocked(w.key, blocks),
-                                        KeeperLocked(w.key, blocks)));
+    absl::StrAppend(&lines, WarningLine(w, step, KeptLocked(w.key, blocks)));
   }
   return lines;
 }
@@ -268,17 +265,16 @@ std::optional<std::uint64_t> LiveView::KeptStackLocked(std::uint64_t site_key,
   return kept;
 }
 
-report::Keeper LiveView::KeeperLocked(std::uint64_t site_key, const BlocksNow& blocks) {
-  const std::optional<std::uint64_t> kept = KeptStackLocked(site_key, blocks);
-  if (!keeper_ || !kept) return report::Keeper::kNone;
-  return keeper_(static_cast<std::uint32_t>(*kept));
+LiveView::Kept LiveView::KeptLocked(std::uint64_t site_key, const BlocksNow& blocks) {
+  const std::optional<std::uint64_t> stack = KeptStackLocked(site_key, blocks);
+  if (!stack) return {};
+  return Kept{KeptThroughLocked(site_key, *stack, blocks),
+              keeper_ ? keeper_(static_cast<std::uint32_t>(*stack)) : report::Keeper::kNone};
 }
 
-std::string LiveView::KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks) {
+std::string LiveView::KeptThroughLocked(std::uint64_t site_key, std::uint64_t kept,
+                                        const BlocksNow& blocks) {
   if (!call_namer_) return "";
-  const std::optional<std::uint64_t> kept_key = KeptStackLocked(site_key, blocks);
-  if (!kept_key) return "";
-  const std::uint64_t kept = *kept_key;
   const auto of_site = [&](std::uint64_t key) { return OfSiteLocked(key, site_key); };
   // The call apart from any other of the site's stacks that freed (the smallest key, so
   // that the answer does not depend on the hash order). Where nothing tells the kept
@@ -354,8 +350,13 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       in->growth_per_step += g->growth.bytes_per_step;
       in->growth_steps = std::max(in->growth_steps, g->step_ends);
       if (bytes > g->live_then) in->figures.grown_bytes += bytes - g->live_then;
-      site.name = report::SiteWithCall(site.name, KeptThroughLocked(key, blocks));
-      site.keeper = KeeperLocked(key, blocks);
+      Kept kept = KeptLocked(key, blocks);
+      site.name = report::SiteWithCall(site.name, kept.call);
+      site.keeper = kept.keeper;
+      // The failed request was the library's that keeps this growth: it grows with it.
+      if (site.keeper != report::Keeper::kNone && site.keeper == in->request_keeper) {
+        in->figures.request_from_grower = true;
+      }
       growing.push_back(std::move(site));
     } else {
       others.push_back(std::move(site));

@@ -92,26 +92,30 @@ class LiveView {
     absl::flat_hash_map<std::uint64_t, LiveBlocks::AllocSteps> alloc_steps;
   };
   BlocksNow ReadBlocks() const;
-  // For a growing site (`site_key`): the call its kept blocks came through, where the
-  // stack holding most of its bytes never freed and another of its stacks did; for a
-  // graph pool's, where its capture was called from (whatever keeps the graph is there);
-  // else the call into the site's function, where that call returned while they stayed.
-  std::string KeptThroughLocked(std::uint64_t site_key, const BlocksNow& blocks);
+  // What a growing site's kept blocks (its stack holding most of its live bytes) say:
+  // the call they came through (KeptThroughLocked) and the library keeping them.
+  struct Kept {
+    std::string call;
+    report::Keeper keeper = report::Keeper::kNone;
+  };
+  Kept KeptLocked(std::uint64_t site_key, const BlocksNow& blocks);
+  // For a growing site (`site_key`) whose kept stack is `kept`: the call its kept blocks
+  // came through, where `kept` never freed and another of its stacks did; for a graph
+  // pool's, where its capture was called from (whatever keeps the graph is there); else
+  // the call into the site's function, where that call returned while they stayed.
+  std::string KeptThroughLocked(std::uint64_t site_key, std::uint64_t kept,
+                                const BlocksNow& blocks);
   // Whether a LiveBlocks key (device and stack) is of the site `site_key` names.
   bool OfSiteLocked(std::uint64_t key, std::uint64_t site_key);
   // The key (device and stack) holding most of a site's live bytes; nullopt: none live.
   std::optional<std::uint64_t> KeptStackLocked(std::uint64_t site_key, const BlocksNow& blocks);
-  // The library keeping a growing site's blocks (its kept stack's keeper).
-  report::Keeper KeeperLocked(std::uint64_t site_key, const BlocksNow& blocks);
   // Whether the call the kept stack (a LiveBlocks key) came down returned since its
   // first block (ReturnTeller).
   bool ReturnedLocked(std::uint64_t kept, const BlocksNow& blocks);
   // The line that withdraws `w`'s warning, with why.
   std::string WithdrawalLine(const LeakWarning& w, std::uint64_t step);
-  // `kept_through`: the call a growing site's kept blocks came through, or empty;
-  // `keeper`: the library keeping them (report::Keeper).
-  std::string WarningLine(const LeakWarning& w, std::uint64_t step,
-                          const std::string& kept_through, report::Keeper keeper);
+  // `kept`: what the growing site's kept blocks say (KeptLocked).
+  std::string WarningLine(const LeakWarning& w, std::uint64_t step, const Kept& kept);
   // The site on `device` whose helper-thread blocks explain an OOM best (KeptByHelper,
   // the most bytes), into `in`.
   void DescribeHelperKeptLocked(std::int32_t device, OomVerdictInput* in);

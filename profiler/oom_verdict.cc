@@ -142,11 +142,8 @@ void AppendSites(const OomVerdictInput& in, std::string* out) {
     const std::string growth =
         s.bytes_per_step > 0 ? absl::StrCat("+", Bytes(s.bytes_per_step), "/", Unit(in))
                              : "steady";
-    const std::string kept_by = s.keeper == report::Keeper::kNone
-                                    ? ""
-                                    : absl::StrCat(", kept by ", report::KeeperName(s.keeper));
     absl::StrAppendFormat(out, "gpumem:     %-12s %-18s %s%s\n", Bytes(static_cast<double>(s.live)),
-                          growth, s.name, kept_by);
+                          growth, s.name, report::KeptByText(s.keeper));
   }
 }
 

@@ -67,7 +67,8 @@ struct OomVerdictInput {
   std::string helper_site;
   std::uint64_t helper_blocks = 0;
   std::string trace_path;         // flushed with this OOM; empty without a trace
-  // The library whose code made the request that failed (for what it keeps).
+  // The library whose code made the request that failed (for what it keeps); set before
+  // the sites are described, which tell whether it keeps their growth.
   report::Keeper request_keeper = report::Keeper::kNone;
 };
 

@@ -8,7 +8,6 @@
 #include <optional>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -505,21 +504,16 @@ std::uint64_t Recorder::Step(const std::optional<DriverMemory>& driver) {
 
 void Recorder::DescribeOom(std::int32_t device, OomVerdictInput* in) {
   in->figures.finished_steps = steps();
-  if (live_ != nullptr) {
-    if (in->figures.allocated == 0) in->figures.allocated = live_->Live(device);
-    if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
-    live_->Describe(device, in);
-  }
   const std::uint64_t oom = last_oom_stack_.exchange(0, std::memory_order_relaxed);
   const auto stack = static_cast<std::uint32_t>(oom);
   if (stack != 0 && static_cast<std::int32_t>(oom >> 32) == device) {
     in->request_keeper = report::KeeperInside(ring_->stacks().Frames(stack));
   }
-  in->figures.request_from_grower =
-      in->request_keeper != report::Keeper::kNone &&
-      absl::c_any_of(in->sites, [&](const VerdictSite& s) {
-        return s.bytes_per_step > 0 && s.keeper == in->request_keeper;
-      });
+  if (live_ != nullptr) {
+    if (in->figures.allocated == 0) in->figures.allocated = live_->Live(device);
+    if (in->figures.capacity == 0) in->figures.capacity = live_->Cap(device);
+    live_->Describe(device, in);
+  }
   in->trace_path = ring_->path();
   writer().Flush();
 }

@@ -205,7 +205,8 @@ class alignas(64) Recorder final : public AllocatorObserver {
   const RecorderOptions options_;
   std::atomic<std::uint32_t> python_node_frame_{0};
   // The last failed request's device (high half) and stack, until a verdict takes it: the
-  // verdict names the library that made it, where one keeps what it gathers (report::Keeper).
+  // verdict names the library that made it, where one keeps what it asked for
+  // (report::Keeper).
   std::atomic<std::uint64_t> last_oom_stack_{0};
   void NoteOomStack(std::int32_t device, std::uint32_t stack);
   std::atomic<std::uint64_t> step_{0};

@@ -3,14 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "absl/strings/str_cat.h"
-
 namespace gpumem::report {
 
 std::string SuspectText(const LeakSuspect& suspect) {
-  const std::string site = SiteWithCall(suspect.name, suspect.kept_through);
-  if (suspect.keeper == Keeper::kNone) return site;
-  return absl::StrCat(site, ", kept by ", KeeperName(suspect.keeper));
+  return SiteWithCall(suspect.name, suspect.kept_through) + KeptByText(suspect.keeper);
 }
 
 void NameKeepers(const trace::Trace& trace, LeakAnalysis* leaks) {

@@ -43,6 +43,10 @@ const char* KeeperName(Keeper k) {
   return "";
 }
 
+std::string KeptByText(Keeper k) {
+  return k == Keeper::kNone ? "" : absl::StrCat(", kept by ", KeeperName(k));
+}
+
 const char* KeeperKey(Keeper k) {
   switch (k) {
     case Keeper::kHfEvaluation: return "hf_trainer_evaluation";

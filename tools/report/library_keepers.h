@@ -38,6 +38,8 @@ Keeper KeeperInside(const std::vector<Frame>& innermost_first) {
 // What keeps the memory, for evidence ("Hugging Face's Trainer (its evaluation loop)",
 // "a torchmetrics metric (its list states)").
 const char* KeeperName(Keeper k);
+// ", kept by NAME" after a site, or "" for kNone.
+std::string KeptByText(Keeper k);
 // A JSON key: "hf_trainer_evaluation", "torchmetrics_states"; "" for kNone.
 const char* KeeperKey(Keeper k);
 // The library's own cure, in the words of its settings.
