@@ -4,7 +4,7 @@
 #
 # usage: tests/gpu/run.sh [tests] [bench] [train] [steptime] [turns] [overhead] [profiler]
 #                         [mincap WORKLOAD...] [caprepeat] [compat] [emptyab]
-#                         [diagnosis] [hiddenoom] [frameworks] [multigpu] [pip] [soak] [ranks] [ring]
+#                         [diagnosis] [hiddenoom] [frameworks] [wholedevice] [multigpu] [pip] [soak] [ranks] [ring]
 #                         [vmmcosts] [processes] [snaprace] [fallback]
 #        (default: tests bench train). compat: the compatibility matrix
 #        (tests/gpu/compat_matrix.py; COMPAT_CASES, COMPAT_MODES narrow it); emptyab:
@@ -18,6 +18,8 @@
 #        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        frameworks: the same matrix on framework_cases.py (Lightning's and Hugging
 #        Face's Trainer run the steps; FRAMEWORK_CASES narrows it);
+#        wholedevice: the same matrix on whole_device_cases.py (no cap: each run fills
+#        its whole GPU; WHOLEDEVICE_CASES narrows it);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
 #        (RING_SECONDS before the fast leak, default 90);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
@@ -174,8 +176,9 @@ all_gpus=${MATRIX_GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | p
 each_gpu_once=$(echo "$all_gpus" | tr , '\n' | awk '!seen[$0]++' | paste -sd,)
 # The matrices' scripts cap themselves through PyTorch, which reaches gpumem only through
 # libgpumem_torch: without it every run would fill its whole GPU.
-if { want diagnosis || want hiddenoom || want frameworks; } && [ ! -f "$build/lib/libgpumem_torch.so" ]; then
-  echo "run.sh: diagnosis, hiddenoom and frameworks need libgpumem_torch.so (GPU_TARGETS must include gpumem_torch)" >&2
+if { want diagnosis || want hiddenoom || want frameworks || want wholedevice; } &&
+   [ ! -f "$build/lib/libgpumem_torch.so" ]; then
+  echo "run.sh: diagnosis, hiddenoom, frameworks and wholedevice need libgpumem_torch.so (GPU_TARGETS must include gpumem_torch)" >&2
   exit 1
 fi
 if want diagnosis; then
@@ -202,6 +205,14 @@ if want frameworks; then
     ${FRAMEWORK_CASES:+--cases $FRAMEWORK_CASES} --modes gpumem,profile \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/frameworks.err" | tee "$OUT/frameworks.md"
+fi
+if want wholedevice; then
+  echo "== the whole GPU, no cap, both modes"
+  $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
+    --script "$repo/tests/gpu/whole_device_cases.py" --jsonl "$OUT/whole-device.jsonl" --gpus "$each_gpu_once" \
+    ${WHOLEDEVICE_CASES:+--cases $WHOLEDEVICE_CASES} --modes "${WHOLEDEVICE_MODES:-gpumem,profile}" \
+    --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
+    2>"$OUT/whole-device.err" | tee "$OUT/whole-device.md"
 fi
 # One file instead of one a case: the device returns a bounded number of files.
 if [ -d "$OUT/reports" ]; then
