@@ -106,7 +106,8 @@ std::string Evidence(const OomVerdictInput& in, OomClass cls) {
                           in.growth_steps, " ", unit, " ends; ", Bytes(f.grown_bytes),
                           report::GrowthHeldIn(GrowsInGraphPools(in), f.allocated),
                           " is that growth, and ",
-                          report::LeakRequestText(f, report::KeeperName(in.request_keeper)));
+                          report::LeakRequestText(f, report::KeeperName(in.request_keeper)),
+                          report::LeakCutShortText(f, in.growth_per_step, unit, Units(in)));
     case OomClass::kFragmentation:
       return absl::StrCat(
           Bytes(f.free_cached), " was cached free (more than the request of ", Bytes(f.request),

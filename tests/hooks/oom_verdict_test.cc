@@ -183,6 +183,28 @@ TEST(OomVerdictTest, ProfileModeLeakNamesTheSite) {
   EXPECT_NE(err.find("cap of 256.00 MiB"), std::string::npos) << err;
 }
 
+// The same leak with PyTorch's cache holding far more free than the request, in pieces
+// it could not use: still a leak, and the pieces are counted in the steps they cost.
+TEST(OomVerdictTest, ProfileModeLeakCutShortByPiecesOfTheCacheSaysSo) {
+  FakeTorchDevice torch{33};
+  ASSERT_EQ(gpumem_trace_capacity(33, 256 * kMiB, 3), 0);
+  const std::uint32_t leak = SiteStack("train.py", 42, "train_step");
+  torch.Alloc(50 * kMiB, SiteStack("model.py", 10, "forward"));
+  for (int step = 0; step < 12; ++step) {
+    torch.Alloc(3 * kMiB, leak);
+    gpumem_step();
+  }
+  const gpumem_oom_figures_t f = Figures(10 * kMiB, 230 * kMiB, 1 * kMiB);
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(gpumem_explain_oom(33, &f), 0);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("device 33: out of memory: verdict: leak"), std::string::npos) << err;
+  EXPECT_NE(err.find("; the cache also held 144.00 MiB free, in pieces too small for the "
+                     "request (fragmentation), which brought this OOM about 48 steps early"),
+            std::string::npos)
+      << err;
+}
+
 // A batch longer every step, live at the optimizer's step and freed after it: what each
 // step end sees grows, but nothing is kept from one step to the next. No warning, and the
 // OOM is a peak.

@@ -3,6 +3,7 @@
 // one-off rises of memory that is made once or fills up and stops.
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -207,6 +208,38 @@ TEST(HeldOutsideRule, ALeakStaysALeak) {
   f.device_free = 0;
   f.held_outside = 1024 * kMiB;
   EXPECT_EQ(ClassifyOom(f), OomClass::kLeak);
+}
+
+// A leak that ran out with much of PyTorch's cache free in pieces (figures of a run on a
+// whole H200): still a leak, and the evidence says the pieces brought the OOM early.
+TEST(LeakCutShortRule, PiecesOfTheCacheBringALeaksOomEarly) {
+  constexpr std::uint64_t kMiB = 1 << 20;
+  OomFigures f;
+  f.finished_steps = 1072;
+  f.allocated = 77'655 * kMiB;
+  f.request = 72 * kMiB;
+  f.capacity = 143'155 * kMiB;
+  f.free_cached = 64'732 * kMiB;
+  f.largest_free = 60 * kMiB;
+  f.growth_suspected = true;
+  f.grown_bytes = 76'930 * kMiB;
+  EXPECT_EQ(ClassifyOom(f), OomClass::kLeak);
+  EXPECT_EQ(LeakCutShortText(f, 72.0 * kMiB, "step", "steps"),
+            "; the cache also held 63.21 GiB free, in pieces of at most 60.00 MiB "
+            "(fragmentation), which brought this OOM about 899 steps early");
+  OomFigures unsaid = f;  // profile-only mode's dying process: the piece is not known
+  unsaid.largest_free.reset();
+  EXPECT_NE(LeakCutShortText(unsaid, 72.0 * kMiB, "pass", "passes")
+                .find("in pieces too small for the request (fragmentation), which brought this "
+                      "OOM about 899 passes early"),
+            std::string::npos);
+  OomFigures whole = f;  // a free piece could have served it: not pieces
+  whole.largest_free = 80 * kMiB;
+  EXPECT_EQ(LeakCutShortText(whole, 72.0 * kMiB, "step", "steps"), "");
+  OomFigures little = f;  // under 5% of the cap free: not worth saying
+  little.free_cached = 7'000 * kMiB;
+  EXPECT_EQ(LeakCutShortText(little, 72.0 * kMiB, "step", "steps"), "");
+  EXPECT_EQ(LeakCutShortText(f, 0, "step", "steps"), "");  // no steady growth to count with
 }
 
 }  // namespace gpumem::report

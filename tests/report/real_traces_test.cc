@@ -197,6 +197,25 @@ TEST(RealTraces, AnEvaluationOutWithinFiveBatchesIsAPeakTheTrainerRequested) {
       << x.fix;
 }
 
+// A leak on a whole H200 with no cap, under PyTorch's allocator, whose OOM came at step
+// 1073 with 63 GiB of the cache free in pieces too small for the next 72 MiB: a leak, and
+// the pieces brought the OOM ~900 steps before the leak alone would have.
+TEST(RealTraces, ALeakCutShortByPiecesOfTheCache) {
+  trace::Trace t = Load("whole_device_leak_in_pieces.gpumem.xz");
+  Report r = BuildReport(t, {});
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const OomExplanation& x = r.ooms[*r.fatal_oom];
+  EXPECT_EQ(x.cls, OomClass::kLeak) << x.evidence;
+  EXPECT_EQ(x.at.step + 1, 1073u);
+  EXPECT_NE(x.evidence.find("the cache also held 63.21 GiB free, in pieces of at most "
+                            "60.44 MiB (fragmentation), which brought this OOM about 904 "
+                            "steps early"),
+            std::string::npos)
+      << x.evidence;
+  ASSERT_TRUE(r.projected_oom_step.has_value());
+  EXPECT_NEAR(static_cast<double>(*r.projected_oom_step), 1988.0, 20.0);
+}
+
 // A run under profile-only mode on an H200 whose own memory never grew: another process
 // took the 138.85 GiB left of the GPU at step 200, and the long batch of step 401 found the
 // driver with 27.56 MiB free, under the 4 GiB cap. The NVML note the dying process wrote

@@ -76,7 +76,8 @@ void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, const Oo
       leaks.suspects.size(), " suspect site", leaks.suspects.size() == 1 ? "" : "s", ", top: ",
       SuspectText(top), "); at the OOM in step ", p.step + 1, ", ",
       Bytes(x->leaked_bytes), GrowthHeldIn(pools, p.allocated),
-      " was that growth, and ", LeakRequestText(figures, KeeperName(p.request_keeper)), ".");
+      " was that growth, and ", LeakRequestText(figures, KeeperName(p.request_keeper)),
+      LeakCutShortText(figures, leaks.bytes_per_step, "step", "steps"), ".");
   x->fix =
       FixWithKeeper(OomClass::kLeak, top.keeper, Keeper::kNone, OomFix(OomClass::kLeak, pools));
 }

@@ -375,6 +375,21 @@ std::string LeakRequestText(const OomFigures& f, absl::string_view requester) {
                       " for what it keeps, which grows with it");
 }
 
+std::string LeakCutShortText(const OomFigures& f, double bytes_per_step, absl::string_view unit,
+                             absl::string_view units) {
+  // As ClassifyOom reads it: cached memory that could not serve the request was in pieces.
+  const bool in_pieces = f.free_cached >= f.request && f.largest_free.value_or(0) < f.request;
+  constexpr std::uint64_t kShareOfCap = 20;  // 5%: a share worth the user's attention
+  if (!in_pieces || bytes_per_step <= 0 || f.free_cached * kShareOfCap < f.capacity) return "";
+  const auto early = static_cast<std::uint64_t>(static_cast<double>(f.free_cached) / bytes_per_step);
+  const std::string pieces = f.largest_free
+                                 ? absl::StrCat("in pieces of at most ", Bytes(*f.largest_free))
+                                 : std::string("in pieces too small for the request");
+  return absl::StrCat("; the cache also held ", Bytes(f.free_cached), " free, ", pieces,
+                      " (fragmentation), which brought this OOM about ", early, " ",
+                      early == 1 ? unit : units, " early");
+}
+
 OomClass ClassifyOom(const OomFigures& f) {
   const bool growth_explains = f.growth_suspected && f.grown_bytes > 0 &&
                                (FitsWithout(f, f.grown_bytes) || f.request_from_grower);

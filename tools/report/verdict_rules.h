@@ -181,6 +181,12 @@ struct OomFigures {
 // of Y", or, where it would not have (OomFigures::request_from_grower), that the request
 // was made by `requester` for what it keeps.
 std::string LeakRequestText(const OomFigures& f, absl::string_view requester);
+// Where a leak's OOM came early because the cache held much free memory in pieces too
+// small for the request (5% of the cap or more): "; the cache also held X free, in pieces
+// of at most Y (fragmentation), which brought this OOM about N steps early" (`unit` and
+// `units`: "step" and "steps", or passes). Empty elsewhere.
+std::string LeakCutShortText(const OomFigures& f, double bytes_per_step, absl::string_view unit,
+                             absl::string_view units);
 // Whether memory held outside the allocator took the room the request needed: the
 // device had less free than the request (and gpumem's headroom) needed, the cap (where
 // there is one) had room for it, and with what was held outside (OomFigures::held_outside)
