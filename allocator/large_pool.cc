@@ -259,12 +259,25 @@ LargePool::Plan LargePool::PlanGrowth(std::size_t bytes) const {
     best.back_pages = need - best.fwd_pages;
     best_pages = need;
   }
-  if (best.extent == nullptr) best.fwd_pages = best_pages;
+  if (best.extent == nullptr) {
+    best.fwd_pages = best_pages;
+    if (ranges_.size() >= kRangesBeforeSharing) best.after_tail = RangeWithRoomAfterTail(best_pages);
+  }
   return best;
+}
+
+Range* LargePool::RangeWithRoomAfterTail(std::size_t pages) const {
+  for (const auto& r : ranges_) {
+    const Block* tail = r->tail;
+    if (r->segment || tail == nullptr || tail->free || !PageAligned(tail->end())) continue;
+    if ((r->base + r->bytes - tail->end()) / page_ >= pages) return r.get();
+  }
+  return nullptr;
 }
 
 absl::StatusOr<Block*> LargePool::Grow(const Plan& plan, std::size_t bytes) {
   if (!pages_.vmm()) return GrowSegment(bytes);
+  if (plan.after_tail != nullptr) return GrowAfterTail(plan.after_tail, plan.pages(), bytes);
   if (plan.extent == nullptr) return GrowNewRange(plan.pages(), bytes);
   return GrowExtent(plan, bytes);
 }
@@ -308,6 +321,18 @@ absl::StatusOr<Block*> LargePool::GrowNewRange(std::size_t pages, std::size_t by
     return s;
   }
   return Carve(AddRange(*base, va_bytes, pages * page_, /*segment=*/false), bytes);
+}
+
+absl::StatusOr<Block*> LargePool::GrowAfterTail(Range* r, std::size_t pages, std::size_t bytes) {
+  const DevicePtr at = r->tail->end();
+  if (absl::Status s = pages_.MapPages(at, pages); !s.ok()) return s;
+  Block* b = NewNode();
+  b->addr = at;
+  b->size = pages * page_;
+  b->used_at = ++free_seq_;  // its new pages, as in AddRange
+  LinkAfter(r->tail, b);
+  r->mapped_bytes += b->size;
+  return Carve(b, bytes);
 }
 
 absl::StatusOr<Block*> LargePool::GrowExtent(const Plan& plan, std::size_t bytes) {

@@ -47,7 +47,10 @@ class LargePool {
  public:
   // How to grow for a request no free block can hold.
   struct Plan {
-    Block* extent = nullptr;    // the free block to extend; null: a fresh range/segment
+    Block* extent = nullptr;    // the free block to extend; null: new pages of their own
+    // With no extent: the range whose used last block the new pages go after, in its
+    // unmapped room; null: a fresh range (or segment).
+    Range* after_tail = nullptr;
     std::size_t back_pages = 0;  // pages mapped before it
     std::size_t fwd_pages = 0;   // pages mapped after it
     std::size_t pages() const { return back_pages + fwd_pages; }
@@ -79,7 +82,13 @@ class LargePool {
   std::uint32_t free_seq() const { return free_seq_; }
 
   // VMM: the cheapest way to grow for `bytes`, in new pages; at equal pages a free block
-  // rather than a fresh range, unless `bytes` is whole pages.
+  // rather than new pages of their own, unless `bytes` is whole pages. New pages of their
+  // own get a fresh range, whose room lets the block grow in place once freed, until the
+  // pool holds kRangesBeforeSharing ranges; from then on they go after the used last
+  // block of a range with room for them where there is one. A run that keeps what it
+  // allocates (a buffer never trimmed) would otherwise reserve a range of address space
+  // per block: thousands of 16 GiB reservations, until the address space runs short.
+  static constexpr std::size_t kRangesBeforeSharing = 256;
   Plan PlanGrowth(std::size_t bytes) const;
   // Maps the plan's pages (cached pages first) or allocates a segment, and returns a used
   // block of `bytes`. ResourceExhausted when the device has no room.
@@ -213,10 +222,14 @@ class LargePool {
   void Merge(Block* block);
   // Marks a free block (already out of the free set) used, splitting off the rest.
   Block* Carve(Block* b, std::size_t bytes);
-  // Grow's three ways: a cudaMalloc segment, a fresh VMM range, or pages mapped onto
-  // the ends of a free block.
+  // Grow's four ways: a cudaMalloc segment, a fresh VMM range, pages mapped after a
+  // range's used last block, or pages mapped onto the ends of a free block.
   absl::StatusOr<Block*> GrowSegment(std::size_t bytes);
   absl::StatusOr<Block*> GrowNewRange(std::size_t pages, std::size_t bytes);
+  absl::StatusOr<Block*> GrowAfterTail(Range* r, std::size_t pages, std::size_t bytes);
+  // The first range whose last block is used, ends on a page and has `pages` unmapped
+  // pages after it; null if none.
+  Range* RangeWithRoomAfterTail(std::size_t pages) const;
   absl::StatusOr<Block*> GrowExtent(const Plan& plan, std::size_t bytes);
   // A new range (or segment) whose first `mapped_bytes` are one free block, returned out
   // of the free set.

@@ -367,6 +367,22 @@ void GrowPastScatteredIdlePages(DeviceAllocator& alloc, std::vector<DevicePtr>* 
   live->push_back(*big);
 }
 
+// A buffer never trimmed, 8 MiB a step on a device of 160 GiB: the blocks fill the
+// device, not the address space (a range of it each would need 20,000 reservations of
+// 16 GiB, far past what the simulated device, like a GPU, has room for).
+TEST(CachingAllocatorTest, ABufferNeverTrimmedFillsTheDeviceNotTheAddressSpace) {
+  SimBackend sim({.capacity = 160 * kGiB});
+  auto alloc = MakeCachingAllocator(sim);
+  constexpr std::size_t kBlocks = 160 * 128;  // 8 MiB each
+  for (std::size_t i = 0; i < kBlocks; ++i) {
+    absl::StatusOr<DevicePtr> p = alloc->Allocate(8 * kMiB, kDefaultStream);
+    ASSERT_TRUE(p.ok()) << "block " << i << ": " << p.status();
+  }
+  EXPECT_EQ(sim.counters().physical_bytes, 160 * kGiB);
+  EXPECT_LE(sim.counters().reserved_va_bytes, 256 * 16 * kGiB);
+  EXPECT_FALSE(alloc->Allocate(8 * kMiB, kDefaultStream).ok());  // the device is full
+}
+
 // Stitching unmaps, and an unmap waits for the device; within the headroom over the peak
 // allocated, new pages are cheaper.
 TEST(CachingAllocatorTest, GrowsWithNewPagesWithinTheHeadroom) {

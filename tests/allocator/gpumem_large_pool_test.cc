@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "allocator/page_heap.h"
 #include "allocator/sim_backend.h"
 #include "tests/allocator/test_units.h"
@@ -66,6 +68,40 @@ TEST(LargePoolTest, AFreshRangeWithoutRoomWhenTheAddressSpaceIsShort) {
   pool.Free(first);
   pool.Free(*second);
   EXPECT_EQ(pool.TakeIdlePages(100, nullptr), 12u);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
+}
+
+// Blocks kept one after another each get a range of their own (room to grow in place
+// once freed) until the pool holds kRangesBeforeSharing ranges; then the next ones go
+// after the last used block of a range with room, reserving no more address space. Freed,
+// they coalesce with their neighbours and their pages go back as usual.
+TEST(LargePoolTest, KeptBlocksShareRangesOnceThePoolHoldsMany) {
+  SimBackend sim;
+  PageHeap heap(sim, 0, nullptr);
+  LargePool pool(heap, 64 * kPage);
+  constexpr std::size_t kRanges = LargePool::kRangesBeforeSharing;
+  std::vector<Block*> kept;
+  for (std::size_t i = 0; i < kRanges + 100; ++i) {
+    absl::StatusOr<Block*> b = pool.Grow(pool.PlanGrowth(kPage), kPage);
+    ASSERT_TRUE(b.ok()) << b.status();
+    kept.push_back(*b);
+  }
+  EXPECT_EQ(pool.range_count(), kRanges);
+  EXPECT_EQ(sim.counters().reserved_va_bytes, kRanges * 64 * kPage);
+  EXPECT_EQ(kept[kRanges]->addr, kept[0]->end());  // after the first range's block
+  EXPECT_EQ(kept[kRanges + 1]->addr, kept[kRanges]->end());
+  // A request of pages and a bit: its rest of a page stays free at the range's end.
+  absl::StatusOr<Block*> odd = pool.Grow(pool.PlanGrowth(kPage + kMiB), kPage + kMiB);
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_EQ((*odd)->addr, kept.back()->end());
+  EXPECT_EQ(pool.free_bytes(), kPage - kMiB);
+  EXPECT_EQ(pool.range_count(), kRanges);
+  ExpectConsistent(pool, sim);
+  pool.Free(*odd);
+  for (Block* b : kept) pool.Free(b);
+  EXPECT_EQ(pool.free_bytes(), sim.counters().mapped_bytes);
+  EXPECT_EQ(pool.TakeIdlePages(100000, nullptr), kRanges + 102);
+  EXPECT_EQ(pool.range_count(), 0u);
   EXPECT_EQ(sim.counters().reserved_va_bytes, 0u);
 }
 

@@ -10,6 +10,7 @@ namespace gpumem::test_units {
 
 inline constexpr std::size_t kKiB = 1024;
 inline constexpr std::size_t kMiB = std::size_t{1} << 20;
+inline constexpr std::size_t kGiB = std::size_t{1} << 30;
 inline constexpr std::size_t kPage = 2 * kMiB;
 inline constexpr StreamId kS1 = 1;
 inline constexpr StreamId kS2 = 2;
