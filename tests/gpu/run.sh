@@ -19,7 +19,8 @@
 #        frameworks: the same matrix on framework_cases.py (Lightning's and Hugging
 #        Face's Trainer run the steps; FRAMEWORK_CASES narrows it);
 #        wholedevice: the same matrix on whole_device_cases.py (no cap: each run fills
-#        its whole GPU; WHOLEDEVICE_CASES narrows it);
+#        its whole GPU; WHOLEDEVICE_CASES narrows it, WHOLEDEVICE_TIMEOUT: seconds a
+#        run, default 300);
 #        ring: tests/gpu/ring_check.py, a 16M ring over a run that leaks until its cap
 #        (RING_SECONDS before the fast leak, default 90);
 #        soak: tests/gpu/soak.py, SOAK_SECONDS (default 300) of threads and streams with
@@ -211,6 +212,7 @@ if want wholedevice; then
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     --script "$repo/tests/gpu/whole_device_cases.py" --jsonl "$OUT/whole-device.jsonl" --gpus "$each_gpu_once" \
     ${WHOLEDEVICE_CASES:+--cases $WHOLEDEVICE_CASES} --modes "${WHOLEDEVICE_MODES:-gpumem,profile}" \
+    --timeout "${WHOLEDEVICE_TIMEOUT:-300}" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/whole-device.err" | tee "$OUT/whole-device.md"
 fi
