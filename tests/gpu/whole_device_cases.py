@@ -12,6 +12,7 @@ import random
 import torch
 
 from case_registry import Cases
+from diagnosis_cases import fit  # one training step as a script writes it
 
 CASES = Cases()
 case = CASES.case
@@ -34,15 +35,6 @@ def mlp(depth=4, width=WIDTH):
     for _ in range(depth):
         layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers).cuda()
-
-
-def train_step(net, opt, x):
-    out = net(x)
-    loss = out.pow(2).mean()
-    opt.zero_grad()
-    loss.backward()
-    opt.step()
-    return loss
 
 
 @case("leak")
@@ -72,7 +64,7 @@ def lookups_from_a_large_table_kept():
     for _ in range(100000):
         ids = torch.randint(0, table.num_embeddings, (8192,), device="cuda")
         vectors = table(ids)  # LEAK: kept below
-        train_step(head, opt, vectors)
+        fit(head, opt, vectors)
         recent.append(vectors)
 
 
@@ -85,7 +77,7 @@ def adam_states_do_not_fit_the_device():
                                 for _ in range(layers)])
     opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
     for _ in range(100):
-        train_step(net, opt, torch.randn(64, 8192, device="cuda"))
+        fit(net, opt, torch.randn(64, 8192, device="cuda"))
 
 
 @case("genuine peak")
@@ -96,7 +88,7 @@ def one_long_batch_late_exceeds_the_device():
     opt = torch.optim.SGD(net.parameters(), lr=1e-4)
     for step in range(60):
         rows = rows_for(0.2 if step == 40 else 0.005)
-        train_step(net, opt, torch.randn(rows, WIDTH, device="cuda"))
+        fit(net, opt, torch.randn(rows, WIDTH, device="cuda"))
 
 
 @case("fragmentation", "completes")
@@ -124,7 +116,7 @@ def batches_of_random_length_up_to_a_quarter_of_the_device():
     rng = random.Random(0)
     for _ in range(200):
         rows = int(rng.uniform(0.005, 0.03) * device_bytes()) // (2 * 1024)
-        train_step(net, opt, torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16))
+        fit(net, opt, torch.randn(rows, 1024, device="cuda", dtype=torch.bfloat16))
 
 
 @case("leak")

@@ -240,6 +240,8 @@ TEST(LeakCutShortRule, PiecesOfTheCacheBringALeaksOomEarly) {
   little.free_cached = 7'000 * kMiB;
   EXPECT_EQ(LeakCutShortText(little, 72.0 * kMiB, "step", "steps"), "");
   EXPECT_EQ(LeakCutShortText(f, 0, "step", "steps"), "");  // no steady growth to count with
+  // Less free than one step's growth: the leak would have run out at the same step.
+  EXPECT_EQ(LeakCutShortText(f, 70'000.0 * kMiB, "step", "steps"), "");
 }
 
 }  // namespace gpumem::report

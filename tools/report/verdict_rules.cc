@@ -382,6 +382,7 @@ std::string LeakCutShortText(const OomFigures& f, double bytes_per_step, absl::s
   constexpr std::uint64_t kShareOfCap = 20;  // 5%: a share worth the user's attention
   if (!in_pieces || bytes_per_step <= 0 || f.free_cached * kShareOfCap < f.capacity) return "";
   const auto early = static_cast<std::uint64_t>(static_cast<double>(f.free_cached) / bytes_per_step);
+  if (early == 0) return "";  // less than a step's growth: the pieces changed nothing
   const std::string pieces = f.largest_free
                                  ? absl::StrCat("in pieces of at most ", Bytes(*f.largest_free))
                                  : std::string("in pieces too small for the request");
