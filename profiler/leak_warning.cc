@@ -137,6 +137,7 @@ std::optional<LeakWarning> LeakWarner::Withdraw(
   }
   LeakWarning withdrawn = said->second.warning;
   withdrawn.withdrawn = true;
+  withdrawn.live_when_said = withdrawn.live;
   withdrawn.live = s.live.back();
   said_.erase(said);
   withdrawn_at_[key] = step;
@@ -248,6 +249,14 @@ std::string GrowthPhrase(const LeakWarning& w, std::size_t steps, const char* un
 
 std::string StoppedPhrase(const LeakWarning& w, std::size_t stopped, const char* unit,
                           const char* figure) {
+  if (w.live < w.live_when_said) {  // it fell back: given back, not filled and stopped
+    return absl::StrCat(" holds less than when warned of (", figure, " ",
+                        report::Bytes(static_cast<double>(w.live)), " against ",
+                        report::Bytes(static_cast<double>(w.live_when_said)),
+                        ") and has held no more for the last ", stopped, " ", unit,
+                        " ends: memory given back, as outputs gathered until an epoch's end "
+                        "and then cleared, is not a leak\n");
+  }
   return absl::StrCat(" has held no more for the last ", stopped, " ", unit, " ends (", figure,
                       " ", report::Bytes(static_cast<double>(w.live)),
                       "): memory that fills up and stops, such as a cache, is not a leak\n");

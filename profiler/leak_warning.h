@@ -41,7 +41,7 @@ struct LeakWarning {
   // Withdrawn as a better source began marking steps, the site holding less than the
   // `live_when_said` it was warned at: it grew within one iteration.
   bool given_back = false;
-  std::uint64_t live_when_said = 0;
+  std::uint64_t live_when_said = 0;  // set on every withdrawal
   // Withdrawn as its site held no more over LeakWarner::kTrialMarks step ends once a
   // better source began marking steps: it grew within one iteration.
   bool flat_since_switch = false;
@@ -52,7 +52,8 @@ struct LeakWarning {
 // " grew at each of the last 5 step ends, +" (the rate follows).
 std::string GrowthPhrase(const LeakWarning& w, std::size_t steps, const char* unit);
 // Why a warning is withdrawn: " has held no more for the last 5 step ends (live 2.00 GiB):
-// memory that fills up and stops, ...", `figure` naming the bytes ("live", "held").
+// memory that fills up and stops, ...", `figure` naming the bytes ("live", "held"); where
+// the site holds less than when warned of, that it gave the memory back.
 std::string StoppedPhrase(const LeakWarning& w, std::size_t stopped, const char* unit,
                           const char* figure);
 

@@ -488,6 +488,32 @@ TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteStopsGrowing) {
       << err;
 }
 
+// Outputs gathered for ten steps, then cleared (an epoch's end): the warning is withdrawn
+// saying the site gave its memory back, not that it filled up and stopped.
+TEST(OomVerdictTest, WarningWithdrawnWhenTheSiteGivesItsMemoryBack) {
+  FakeTorchDevice torch{34};
+  ASSERT_EQ(gpumem_trace_capacity(34, 1024 * kMiB, 3), 0);
+  const std::uint32_t outputs = SiteStack("epoch.py", 12, "training_step");
+  std::vector<std::uint64_t> gathered;
+  std::string err;
+  for (int step = 0; step < 40; ++step) {
+    if (step < 10) gathered.push_back(torch.Alloc(2 * kMiB, outputs));
+    if (step == 10) {
+      for (std::uint64_t addr : gathered) torch.Free(addr);
+    }
+    err += StepPrinting();
+  }
+  EXPECT_EQ(Count(err, "epoch.py:12 training_step grew"), 1) << err;
+  EXPECT_NE(err.find("epoch.py:12 training_step holds less than when warned of (live 0 B "
+                     "against "),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(") and has held no more for the last 20 step ends: memory given back, as "
+                     "outputs gathered until an epoch's end and then cleared, is not a leak"),
+            std::string::npos)
+      << err;
+}
+
 // Something kept once an epoch (every 50 steps): never five rises in a row, so the
 // coarse series warns of it, once its growth is plain, and is not withdrawn between
 // epochs; a single jump (a copy of the weights made once) and a cache that fills and
