@@ -221,6 +221,48 @@ std::string Verdict(const Report& r) {
   return LeakVerdict(r);
 }
 
+namespace {
+
+nlohmann::json CachePressureJson(const Report& r) {
+  using nlohmann::json;
+  if (!r.cache_pressure) return nullptr;
+  const CachePressure& p = *r.cache_pressure;
+  return {{"peak_reserved", p.peak_reserved},
+          {"peak_allocated", p.peak_allocated},
+          {"ratio", p.ratio()},
+          {"capacity", p.capacity},
+          {"device", p.device < 0 ? json(nullptr) : json(p.device)},
+          {"text", CachePressureText(p)}};
+}
+
+// The OOMs the allocator saw, and the calls outside it that failed.
+void AddFailuresJson(const Report& r, nlohmann::json* out) {
+  nlohmann::json ooms = nlohmann::json::array();
+  for (const OomExplanation& x : r.ooms) ooms.push_back(OomJson(x));
+  (*out)["ooms"] = std::move(ooms);
+  (*out)["fatal_oom"] = OrNull(r.fatal_oom);
+  (*out)["recovered_ooms"] = r.recovered_ooms;
+  nlohmann::json failed = nlohmann::json::array();
+  for (const FailedOutside& f : r.failed_outside) {
+    failed.push_back(FailedOutsideJson(f, FailedOutsideFixFor(r.outside_holder)));
+  }
+  (*out)["failed_allocations"] = std::move(failed);
+}
+
+// The steps at which a leak (in the allocator, or outside it) would run out, 1-based.
+void AddProjectionsJson(const Report& r, nlohmann::json* out) {
+  using nlohmann::json;
+  (*out)["projected_oom_step"] =
+      r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
+  (*out)["outside_projected_oom_step"] =
+      r.outside_projected_oom_step ? json(*r.outside_projected_oom_step + 1) : json(nullptr);
+  const std::int32_t leak_device = LeakDevice(r.timeline, r.leaks);
+  (*out)["projected_oom_device"] =
+      r.projected_oom_step && leak_device >= 0 ? json(leak_device) : json(nullptr);
+}
+
+}  // namespace
+
 nlohmann::json ReportToJson(const Report& r) {
   using nlohmann::json;
   const trace::Trace& t = *r.trace;
@@ -245,33 +287,9 @@ nlohmann::json ReportToJson(const Report& r) {
   out["leak_bytes_per_step"] = r.leaks.bytes_per_step;
   out["leak_samples_used"] = r.leaks.samples_used;
   if (!r.leaks.why_none.empty()) out["leak_note"] = r.leaks.why_none;
-  json ooms = json::array();
-  for (const OomExplanation& x : r.ooms) ooms.push_back(OomJson(x));
-  out["ooms"] = std::move(ooms);
-  out["fatal_oom"] = OrNull(r.fatal_oom);
-  out["recovered_ooms"] = r.recovered_ooms;
-  if (r.cache_pressure) {
-    const CachePressure& p = *r.cache_pressure;
-    out["cache_pressure"] = {{"peak_reserved", p.peak_reserved},
-                             {"peak_allocated", p.peak_allocated},
-                             {"ratio", p.ratio()},
-                             {"capacity", p.capacity},
-                             {"device", p.device < 0 ? json(nullptr) : json(p.device)},
-                             {"text", CachePressureText(p)}};
-  } else {
-    out["cache_pressure"] = nullptr;
-  }
-  out["projected_oom_step"] = r.projected_oom_step ? json(*r.projected_oom_step + 1) : json(nullptr);
-  out["outside_projected_oom_step"] =
-      r.outside_projected_oom_step ? json(*r.outside_projected_oom_step + 1) : json(nullptr);
-  const std::int32_t leak_device = LeakDevice(r.timeline, r.leaks);
-  out["projected_oom_device"] =
-      r.projected_oom_step && leak_device >= 0 ? json(leak_device) : json(nullptr);
-  json failed = json::array();
-  for (const FailedOutside& f : r.failed_outside) {
-    failed.push_back(FailedOutsideJson(f, FailedOutsideFixFor(r.outside_holder)));
-  }
-  out["failed_allocations"] = std::move(failed);
+  AddFailuresJson(r, &out);
+  out["cache_pressure"] = CachePressureJson(r);
+  AddProjectionsJson(r, &out);
   out["outside_allocator"] = OutsideToJson(r.outside);
   out["verdict"] = Verdict(r);
   out["warnings"] = r.warnings;
