@@ -353,8 +353,7 @@ void LiveView::Describe(std::int32_t device, OomVerdictInput* in) {
       Kept kept = KeptLocked(key, blocks);
       site.name = report::SiteWithCall(site.name, kept.call);
       site.keeper = kept.keeper;
-      // The failed request was the library's that keeps this growth: it grows with it.
-      if (site.keeper != report::Keeper::kNone && site.keeper == in->request_keeper) {
+      if (report::RequestedByGrower(in->request_keeper, site.keeper)) {
         in->figures.request_from_grower = true;
       }
       growing.push_back(std::move(site));

@@ -81,6 +81,9 @@ TEST(LibraryKeepers, TheFixIsTheLibrarysForALeakAndFirstForAPeakItRequested) {
 // A metric's compute() concatenating the states it kept: the request grows with the
 // leak, so the leak explains the OOM even where the request alone would not have fit.
 TEST(LibraryKeepers, ARequestMadeByTheLibraryKeepingTheGrowthIsPartOfTheLeak) {
+  EXPECT_TRUE(RequestedByGrower(Keeper::kMetricStates, Keeper::kMetricStates));
+  EXPECT_FALSE(RequestedByGrower(Keeper::kHfEvaluation, Keeper::kMetricStates));
+  EXPECT_FALSE(RequestedByGrower(Keeper::kNone, Keeper::kNone));  // no library at all
   OomFigures f;
   f.finished_steps = 100;
   f.allocated = 3500 * kMiB;

@@ -47,6 +47,10 @@ std::string KeptByText(Keeper k) {
   return k == Keeper::kNone ? "" : absl::StrCat(", kept by ", KeeperName(k));
 }
 
+bool RequestedByGrower(Keeper requester, Keeper grower) {
+  return requester != Keeper::kNone && requester == grower;
+}
+
 const char* KeeperKey(Keeper k) {
   switch (k) {
     case Keeper::kHfEvaluation: return "hf_trainer_evaluation";

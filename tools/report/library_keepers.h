@@ -40,6 +40,9 @@ Keeper KeeperInside(const std::vector<Frame>& innermost_first) {
 const char* KeeperName(Keeper k);
 // ", kept by NAME" after a site, or "" for kNone.
 std::string KeptByText(Keeper k);
+// Whether a failed request made by `requester` grows with growth that `grower` keeps: the
+// same library, working over what it keeps (a metric's compute() over its states).
+bool RequestedByGrower(Keeper requester, Keeper grower);
 // A JSON key: "hf_trainer_evaluation", "torchmetrics_states"; "" for kNone.
 const char* KeeperKey(Keeper k);
 // The library's own cure, in the words of its settings.

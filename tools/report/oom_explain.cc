@@ -59,9 +59,9 @@ DeviceGrowth GrowthOnDevice(const OomPoint& p, const Timeline& timeline,
 
 // The failed request was made by the library that keeps a growing suspect's memory.
 bool RequestFromGrower(const OomPoint& p, const LeakAnalysis& leaks) {
-  return p.request_keeper != Keeper::kNone &&
-         absl::c_any_of(leaks.suspects,
-                        [&](const LeakSuspect& s) { return s.keeper == p.request_keeper; });
+  return absl::c_any_of(leaks.suspects, [&](const LeakSuspect& s) {
+    return RequestedByGrower(p.request_keeper, s.keeper);
+  });
 }
 
 void ExplainLeak(const DeviceGrowth& growth, const LeakAnalysis& leaks, const OomFigures& figures,
