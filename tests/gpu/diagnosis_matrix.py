@@ -1,6 +1,6 @@
 """The diagnosis matrix: every script of diagnosis_cases.py under `gpumem run` (gpumem's
 allocator) and `gpumem run --profile-only`, each with a trace, then `gpumem report --json`
-on it. Prints a Markdown table: how the run ended, the report's verdict, whether it is
+on it (or, in snapshot mode, on the PyTorch memory snapshot of a plain run). Prints a Markdown table: how the run ended, the report's verdict, whether it is
 the expected class and its first leak suspect is the `# LEAK` line, and what gpumem said
 on stderr while the run was alive: the early warnings (where a leaking case gave any, one
 must name that line, and any naming another site before it must have been withdrawn
@@ -30,7 +30,12 @@ import tempfile
 import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODES = {"gpumem": ["run", "--"], "profile": ["run", "--profile-only", "--"], "native": []}
+MODES = {"gpumem": ["run", "--"], "profile": ["run", "--profile-only", "--"], "native": [],
+         "snapshot": []}
+# Snapshot runs are plain Python under PyTorch's own recorder (snapshot_run.py), judged as
+# profile-only runs are (PyTorch's allocator made the blocks) on what the report reads
+# from the snapshot alone: no step marks, no warnings, no verdict in the dying process.
+SNAPSHOT_RUN = os.path.join(HERE, "snapshot_run.py")
 # A run that was expected to die of memory outside the allocator but did not (the cache
 # happened to leave the libraries enough) is right only if the report says so.
 NOT_REPRODUCED = "the run did not die of an OOM it saw"
@@ -127,9 +132,11 @@ def launch(cli, script, mode, case, trace, timeout, gpu=None):
                TORCH_SYMM_MEM_DISABLE_MULTICAST="1", NVSHMEM_DISABLE_NVLS="1")
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu.replace("+", ",")
-    if mode != "native":
+    if mode not in ("native", "snapshot"):
         env.update(GPUMEM_TRACE=trace, GPUMEM_STACKS="python")
     command = ([cli] + MODES[mode] if MODES[mode] else []) + [sys.executable, script, case]
+    if mode == "snapshot":
+        command[1:1] = [SNAPSHOT_RUN, trace]
     # A compile cache of its own: a compiled model's first step compiles in every run, as
     # it does in a user's first, and never waits for another mode compiling beside it.
     with tempfile.TemporaryDirectory(prefix="compile-cache-") as cache:
@@ -155,13 +162,15 @@ def skipped(stderr):
 
 def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, reports="",
         gpu=None):
-    trace = os.path.join(workdir, f"{case}-{mode}.gpumem")
+    # A snapshot is kept with the reports: a trace users bring, for the report's tests.
+    where = reports if mode == "snapshot" and reports else workdir
+    trace = os.path.join(where, f"{case}-{mode}.{'pickle' if mode == 'snapshot' else 'gpumem'}")
     ended, stderr = launch(cli, script, mode, case, trace, timeout, gpu)
     if mode == "native" or ended.startswith("skipped"):
         return {"case": case, "mode": mode, "expected": "-", "ended": ended, "verdict": "-",
                 "ok": None, "warning": "", "at_oom": "",
                 "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
-    expected = expectations[mode]
+    expected = expectations["profile" if mode == "snapshot" else mode]
     if expected == "out of memory outside the allocator" and ended == "exit 0":
         expected = NOT_REPRODUCED
     r = subprocess.run([cli, "report", "--json", trace], capture_output=True, text=True)
@@ -210,8 +219,10 @@ def main():
     ap.add_argument("--script", default=os.path.join(HERE, "diagnosis_cases.py"))
     ap.add_argument("--cases", default="")
     ap.add_argument("--modes", default="gpumem,profile",
-                    help="any of gpumem, profile and native (plain Python: how the run "
-                         "ends without gpumem; not judged)")
+                    help="any of gpumem, profile, snapshot (plain Python under PyTorch's "
+                         "memory recorder, its snapshot reported; kept in --reports) and "
+                         "native (plain Python: how the run ends without gpumem; not "
+                         "judged)")
     ap.add_argument("--jsonl", default="")
     ap.add_argument("--timeout", type=int, default=150)
     ap.add_argument("--reports", default="",

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <map>
 #include <tuple>
 #include <string>
@@ -345,6 +346,50 @@ TEST(SnapshotReaderTest, DevicesInterleaveByTimeKeepingTheirOrder) {
   for (const Event& e : t->events) got.emplace_back(e.device, e.addr);
   EXPECT_EQ(got, (std::vector<std::pair<std::int32_t, std::uint64_t>>{
                      {0, 0x100}, {1, 0x400}, {0, 0x200}, {0, 0x300}}));
+}
+
+// torch.compile's fake tensors record frames whose line PyTorch could not find as -1 in
+// an unsigned 64-bit integer: the frame is kept with line 0, the snapshot read.
+TEST(SnapshotReaderTest, AFrameWithoutALineIsKeptWithLineZero) {
+  PickleWriter w;
+  w.BeginDict();
+  w.String("device_traces");
+  w.BeginList();
+  w.BeginList();
+  w.BeginDict();
+  w.String("action");
+  w.String("alloc");
+  w.String("addr");
+  w.Uint(0x1000);
+  w.String("size");
+  w.Uint(512);
+  w.String("stream");
+  w.Uint(0);
+  w.String("time_us");
+  w.Uint(7);
+  w.String("frames");
+  w.BeginList();
+  for (std::uint64_t line : {std::numeric_limits<std::uint64_t>::max(), std::uint64_t{12}}) {
+    w.BeginDict();
+    w.String("filename");
+    w.String("fake_tensor.py");
+    w.String("line");
+    w.Uint(line);
+    w.String("name");
+    w.String("init_gpu_context");
+    w.EndDict();
+  }
+  w.EndList();
+  w.EndDict();
+  w.EndList();
+  w.EndList();
+  w.EndDict();
+  auto t = ParseSnapshotPickle(std::move(w).Finish(), "t.pkl");
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->events.size(), 1u);
+  EXPECT_EQ(StackText(*t, t->events[0].stack_id),
+            (std::vector<std::string>{"fake_tensor.py:0:init_gpu_context",
+                                      "fake_tensor.py:12:init_gpu_context"}));
 }
 
 TEST(SnapshotReaderTest, UnknownActionNamesTheEvent) {

@@ -94,6 +94,19 @@ class Converter {
     return absl::OkStatus();
   }
 
+  // A frame's line. PyTorch writes a line it could not find as -1 in an unsigned 64-bit
+  // integer (torch.compile's fake tensors do): that, or any integer out of range, is read
+  // as 0, unknown, for one odd frame must not refuse the whole snapshot.
+  absl::Status Line(PickleId frame, absl::string_view path, std::int32_t* line) const {
+    std::optional<PickleId> v = t_.Find(frame, "line");
+    if (!v) return Error(frame, absl::StrCat(path, " has no 'line'"));
+    const std::optional<std::int64_t> i = t_.as_int64(*v);
+    if (!i && !t_.as_uint64(*v)) return Error(*v, absl::StrCat(path, ".line is not an integer"));
+    const bool in_range = i && *i >= 0 && *i <= std::numeric_limits<std::int32_t>::max();
+    *line = in_range ? static_cast<std::int32_t>(*i) : 0;
+    return absl::OkStatus();
+  }
+
   absl::Status ReadSettings(PickleId root) {
     std::optional<PickleId> settings = t_.Find(root, "allocator_settings");
     if (!settings || t_.kind(*settings) == PickleKind::kNone) return absl::OkStatus();
@@ -120,7 +133,7 @@ class Converter {
       if (absl::Status s = Dict(f, fpath); !s.ok()) return s;
       Frame frame;
       absl::Status s = Field(f, "filename", fpath, &frame.filename);
-      if (s.ok()) s = Field(f, "line", fpath, &frame.line);
+      if (s.ok()) s = Line(f, fpath, &frame.line);
       if (s.ok()) s = Field(f, "name", fpath, &frame.function);
       if (!s.ok()) return s;
       std::uint32_t id = frames_.Intern(frame);
