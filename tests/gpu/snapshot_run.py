@@ -7,6 +7,8 @@ offline, as a user brings it.
 usage: snapshot_run.py SNAPSHOT.pickle [--max-entries N] SCRIPT [ARGS...]
 --max-entries: the recorder's ring (default 100000, the figure PyTorch's page uses; a long
 run's snapshot then starts mid-run, as users' do).
+SNAPSHOT_STACKS: the recorder's stacks, "python" (default) or "all" (Python and C++ frames,
+PyTorch's own default).
 """
 import os
 import runpy
@@ -26,7 +28,8 @@ def main():
     script = args[0]
     sys.argv = args
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    torch.cuda.memory._record_memory_history(max_entries=max_entries, stacks="python")
+    torch.cuda.memory._record_memory_history(max_entries=max_entries,
+                                            stacks=os.environ.get("SNAPSHOT_STACKS", "python"))
     try:
         runpy.run_path(script, run_name="__main__")
     finally:

@@ -216,6 +216,62 @@ TEST(RealTraces, ALeakCutShortByPiecesOfTheCache) {
   EXPECT_NEAR(static_cast<double>(*r.projected_oom_step), 1988.0, 20.0);
 }
 
+// PyTorch memory snapshots of unchanged scripts (tests/gpu/snapshot_run.py: the recorder's
+// ring of 100,000 events, Python stacks), each run under a 4 GiB cap the snapshot does not
+// record, on one H200 (tests/gpu/results/h200-2026-11-29d/, call 2).
+
+const OomExplanation& FatalOom(const Report& r) {
+  EXPECT_TRUE(r.fatal_oom.has_value());
+  return r.ooms[r.fatal_oom.value_or(0)];
+}
+
+// 100 training steps, all before the ring's first event, then generation keeping every
+// tenth output: steps come from the generation's repeats, and the kept line is named.
+TEST(RealTraces, ASnapshotOfGenerationAfterTrainingIsALeakAtItsLine) {
+  trace::Trace t = Load("snapshot_every_tenth_generation_kept_after_training.pickle.xz");
+  Report r = BuildReport(t, {});
+  EXPECT_EQ(r.steps.method, StepMethod::kInferred);
+  EXPECT_EQ(FatalOom(r).cls, OomClass::kLeak) << FatalOom(r).evidence;
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  EXPECT_EQ(r.sites.name(r.leaks.suspects[0].site),
+            "tests/gpu/diagnosis_cases.py:559 every_tenth_generation_kept_after_training");
+}
+
+// 20 optimizer steps, then a server's requests, every reply kept: the requests after the
+// last marked step are steps of their own, and the reply line is the leak.
+TEST(RealTraces, ASnapshotOfServingAfterTrainingIsALeakAtItsLine) {
+  trace::Trace t = Load("snapshot_async_server_keeps_every_reply.pickle.xz");
+  Report r = BuildReport(t, {});
+  EXPECT_EQ(r.steps.method, StepMethod::kAnnotations);
+  EXPECT_GT(r.steps.count, 1000u) << r.steps.detail;
+  EXPECT_EQ(FatalOom(r).cls, OomClass::kLeak) << FatalOom(r).evidence;
+  ASSERT_FALSE(r.leaks.suspects.empty());
+  EXPECT_EQ(r.sites.name(r.leaks.suspects[0].site), "tests/gpu/diagnosis_cases.py:2255 handle");
+}
+
+// The one matrix multiply past the cap, after 300 steps and 20 gathered batches: the
+// driver had 129 GiB free, so the cap was the process's own, at least what it held, and
+// the request alone is past it.
+TEST(RealTraces, ASnapshotUnderACapItDoesNotRecordIsJudgedAgainstWhatItHeld) {
+  trace::Trace t = Load("snapshot_retrieval_scores_do_not_fit.pickle.xz");
+  Report r = BuildReport(t, {});
+  const OomExplanation& x = FatalOom(r);
+  EXPECT_EQ(x.cls, OomClass::kPeak) << x.evidence;
+  EXPECT_EQ(x.capacity, r.timeline.devices[0].reserved);
+  EXPECT_NE(x.capacity_source.find("a cap of its own"), std::string::npos) << x.capacity_source;
+  ASSERT_TRUE(r.capacity.has_value());
+  EXPECT_EQ(*r.capacity, x.capacity);
+}
+
+// Adam's first step past the cap: its Optimizer.step range closes as the error unwinds,
+// with nothing allocated after the OOM, so the OOM ended the run.
+TEST(RealTraces, ASnapshotWhoseStepClosedAsTheErrorUnwoundDiedOfIt) {
+  trace::Trace t = Load("snapshot_adam_moments_do_not_fit.pickle.xz");
+  Report r = BuildReport(t, {});
+  EXPECT_EQ(r.recovered_ooms, 0u);
+  EXPECT_EQ(FatalOom(r).cls, OomClass::kPeak) << FatalOom(r).evidence;
+}
+
 // A run under profile-only mode on an H200 whose own memory never grew: another process
 // took the 138.85 GiB left of the GPU at step 200, and the long batch of step 401 found the
 // driver with 27.56 MiB free, under the 4 GiB cap. The NVML note the dying process wrote

@@ -109,6 +109,80 @@ TEST(FindSteps, NoneInferredWhereThePackageWasToMarkThem) {
   EXPECT_EQ(FindSteps(t, std::nullopt).method, StepMethod::kNone);
 }
 
+// PyTorch keeps every annotation but only a long run's last events: steps that ended
+// before the first event recorded are left out, and counted in the detail.
+TEST(FindSteps, AnnotationsBeforeTheRecordingAreNotItsSteps) {
+  trace::Trace t;
+  for (int i = 0; i < 10; ++i) {
+    trace::Event e;
+    e.time_us = 1000 + i * 10;
+    t.events.push_back(e);
+  }
+  for (std::int64_t end : {100, 200, 300, 1025, 1065}) {
+    t.annotations.push_back({"Optimizer.step#SGD.step", true, end - 1, 0});
+    t.annotations.push_back({"Optimizer.step#SGD.step", false, end, 0});
+  }
+  const Steps s = FindSteps(t, std::nullopt);
+  EXPECT_EQ(s.method, StepMethod::kAnnotations);
+  EXPECT_EQ(s.ends, (std::vector<std::size_t>{3, 7}));
+  EXPECT_EQ(s.count, 2u);
+  EXPECT_EQ(s.detail,
+            "Optimizer.step; 3 more ended before the recording began, steps here count from "
+            "there");
+}
+
+// Seven marked-free repeats, then fourteen more after two optimizer steps marked at the
+// first two events; in the rest, each repeat keeps its first block where `keeps`.
+trace::Trace MarkedThenUnmarkedRest(bool keeps) {
+  trace::Trace t = SevenRepeats();
+  for (std::size_t i = 0; i < t.events.size(); ++i) t.events[i].time_us = 1000 + i;
+  const trace::Trace rest = SevenRepeats();
+  for (int twice = 0; twice < 2; ++twice) {
+    for (std::size_t i = 2; i < rest.events.size(); ++i) {
+      const trace::Event& e = rest.events[i];
+      if (keeps && e.action == Action::kFreeCompleted && e.addr == 10) continue;
+      t.events.push_back(e);
+      t.events.back().time_us = 1000 + static_cast<std::int64_t>(t.events.size());
+    }
+  }
+  t.annotations.push_back({"Optimizer.step#SGD.step", false, 1000, 0});
+  t.annotations.push_back({"Optimizer.step#SGD.step", false, 1001, 0});
+  return t;
+}
+
+// Training marked by the optimizer, then generation for the rest of the run with no
+// optimizer step, keeping something: each repeat of the rest is a step after the last
+// marked one.
+TEST(FindSteps, TheUnmarkedRestOfAMarkedRunRepeatsAsSteps) {
+  const Steps s = FindSteps(MarkedThenUnmarkedRest(/*keeps=*/true), std::nullopt);
+  EXPECT_EQ(s.method, StepMethod::kAnnotations);
+  EXPECT_EQ(s.count, 2u + 21u);  // the marked two, then the rest's 7 + 14 repeats
+  EXPECT_EQ(s.ends.size(), 2u + 20u);
+  EXPECT_EQ(s.ends[2], 2u + 12u);
+  EXPECT_EQ(s.detail,
+            "Optimizer.step; after step 2 none is marked: each step starts at an allocation "
+            "from train.py:1 step");
+}
+
+// A rest that frees all it allocates (a last pass that gathered its outputs and reduced
+// them) keeps nothing: no steps are made of it.
+TEST(FindSteps, AnUnmarkedRestThatGivesAllBackAddsNoSteps) {
+  const Steps s = FindSteps(MarkedThenUnmarkedRest(/*keeps=*/false), std::nullopt);
+  EXPECT_EQ(s.count, 2u);
+  EXPECT_EQ(s.detail, "Optimizer.step");
+}
+
+// A rest of fewer repeats is the last step's own stretch (a forward's layers, the loop's
+// end), not steps of its own.
+TEST(FindSteps, AShortUnmarkedRestAddsNoSteps) {
+  trace::Trace t = SevenRepeats();
+  for (std::size_t i = 0; i < t.events.size(); ++i) t.events[i].time_us = 1000 + i;
+  t.annotations.push_back({"Optimizer.step#SGD.step", false, 1000, 0});
+  const Steps s = FindSteps(t, std::nullopt);
+  EXPECT_EQ(s.count, 1u);
+  EXPECT_EQ(s.detail, "Optimizer.step");
+}
+
 TEST(FindSteps, NoneInRandomNoise) {
   trace::Trace t;
   trace::FrameTable frames(&t);

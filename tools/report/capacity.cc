@@ -1,8 +1,10 @@
 #include "tools/report/capacity.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
 
@@ -26,6 +28,18 @@ std::optional<KnownCapacity> CapacityAt(const trace::Trace& trace, std::int32_t 
 std::optional<KnownCapacity> FinalCapacity(const trace::Trace& trace, std::int32_t device,
                                            std::optional<std::uint64_t> given) {
   return CapacityAt(trace, device, std::numeric_limits<std::int64_t>::max(), given);
+}
+
+std::optional<KnownCapacity> CapFromOom(const OomPoint& p, const Timeline& timeline) {
+  if (p.device_free == 0 || p.device_free < p.request || p.reserved == 0) return std::nullopt;
+  const std::size_t d = static_cast<std::size_t>(p.device);
+  const std::uint64_t held =
+      std::max(p.reserved, d < timeline.devices.size() ? timeline.devices[d].reserved : 0);
+  return KnownCapacity{
+      held, absl::StrCat("at least the most the process held: its OOM came with ",
+                         Bytes(p.device_free),
+                         " still free on the device, so a cap of its own stopped it, such as "
+                         "set_per_process_memory_fraction; --capacity gives the exact one")};
 }
 
 std::int32_t MainDevice(const trace::Trace& trace) {

@@ -6,7 +6,12 @@
 namespace gpumem::report {
 
 bool OomRecovered(const OomPoint& oom, const Steps& steps) {
-  const bool step_ended_after = steps.StepOf(oom.index) < steps.ends.size();
+  // A step end with no allocation between it and the OOM is the step's annotation closing
+  // as the exception unwinds (PyTorch's Optimizer.step range), not a step the program
+  // finished after catching it.
+  const std::size_t step = steps.StepOf(oom.index);
+  const bool step_ended_after = step < steps.ends.size() &&
+                                oom.first_alloc_after < steps.ends[step];
   return step_ended_after || oom.allocs_after >= kAllocsAfterRecovery;
 }
 

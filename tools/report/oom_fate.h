@@ -19,7 +19,8 @@ namespace gpumem::report {
 // process makes while its exception unwinds.
 inline constexpr std::uint64_t kAllocsAfterRecovery = 32;
 
-// Survived: a step ended after it, or the program went on allocating.
+// Survived: a step ended after it, the program allocating before that end, or the
+// program went on allocating.
 bool OomRecovered(const OomPoint& oom, const Steps& steps);
 
 // When the program said it died of an uncaught out-of-memory error (the Python package's

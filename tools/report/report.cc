@@ -23,9 +23,21 @@ std::vector<std::optional<KnownCapacity>> OomCapacities(const Report& r,
                                                         std::optional<std::uint64_t> given) {
   std::vector<std::optional<KnownCapacity>> out;
   for (const OomPoint& p : r.timeline.ooms) {
-    out.push_back(CapacityAt(*r.trace, p.device, p.time_us, given));
+    std::optional<KnownCapacity> cap = CapacityAt(*r.trace, p.device, p.time_us, given);
+    out.push_back(cap ? cap : CapFromOom(p, r.timeline));
   }
   return out;
+}
+
+// The cap the projection runs to: the main device's at the end, else one its first OOM
+// tells of.
+std::optional<KnownCapacity> ProjectionCapacity(const Report& r, std::optional<std::uint64_t> given) {
+  const std::int32_t device = MainDevice(*r.trace);
+  if (std::optional<KnownCapacity> cap = FinalCapacity(*r.trace, device, given)) return cap;
+  for (const OomPoint& p : r.timeline.ooms) {
+    if (p.device == device) return CapFromOom(p, r.timeline);
+  }
+  return std::nullopt;
 }
 
 // Only worth the time when the OOM that ended the run (explained without it) looks like
@@ -119,7 +131,7 @@ Report BuildReport(const trace::Trace& trace, const ReportOptions& options) {
   r.leaks = FindLeaks(r.timeline, r.sites, r.steps,
                       SamplesBeforeDeath(r.timeline, r.steps, died_of_oom_at));
   NameKeepers(trace, &r.leaks);
-  if (std::optional<KnownCapacity> cap = FinalCapacity(trace, MainDevice(trace), options.capacity)) {
+  if (std::optional<KnownCapacity> cap = ProjectionCapacity(r, options.capacity)) {
     r.capacity = cap->bytes;
     r.capacity_source = cap->source;
     r.projected_oom_step = ProjectOomStep(r.timeline, r.leaks, *r.capacity);

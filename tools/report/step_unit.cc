@@ -48,20 +48,23 @@ bool StepUnitCheck::HoldsBackward(std::size_t begin, std::size_t end) const {
   return false;
 }
 
-// Frees of any block count: an anchor mid-step starts a stretch that frees the previous
-// step's activations and allocates the next one's.
-bool StepUnitCheck::FreesMostOfWhatItAllocates(std::size_t begin, std::size_t end) const {
+BytesMoved BytesMovedIn(const trace::Trace& trace, std::size_t begin, std::size_t end) {
   std::uint64_t allocated = 0, requested = 0, completed = 0;
   for (std::size_t i = begin; i < end; ++i) {
-    const trace::Event& e = trace_.events[i];
+    const trace::Event& e = trace.events[i];
     if (e.action == Action::kAlloc) allocated += e.size;
     if (e.action == Action::kFreeRequested) requested += e.size;
     if (e.action == Action::kFreeCompleted) completed += e.size;
   }
-  // PyTorch snapshots have both kinds of free for one block; gpumem traces the first only.
-  const std::uint64_t freed = requested > 0 ? requested : completed;
-  return allocated > 0 &&
-         static_cast<double>(freed) >= kMinFreedShare * static_cast<double>(allocated);
+  return {allocated, requested > 0 ? requested : completed};
+}
+
+// Frees of any block count: an anchor mid-step starts a stretch that frees the previous
+// step's activations and allocates the next one's.
+bool StepUnitCheck::FreesMostOfWhatItAllocates(std::size_t begin, std::size_t end) const {
+  const BytesMoved moved = BytesMovedIn(trace_, begin, end);
+  return moved.allocated > 0 && static_cast<double>(moved.freed) >=
+                                    kMinFreedShare * static_cast<double>(moved.allocated);
 }
 
 }  // namespace gpumem::report

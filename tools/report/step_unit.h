@@ -14,6 +14,14 @@
 
 namespace gpumem::report {
 
+// The bytes events [begin, end) allocate and free. PyTorch snapshots have both kinds of
+// free for one block, gpumem traces the first only: requests count where there are any.
+struct BytesMoved {
+  std::uint64_t allocated = 0;
+  std::uint64_t freed = 0;
+};
+BytesMoved BytesMovedIn(const trace::Trace& trace, std::size_t begin, std::size_t end);
+
 class StepUnitCheck {
  public:
   explicit StepUnitCheck(const trace::Trace& trace);

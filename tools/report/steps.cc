@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
@@ -57,8 +58,15 @@ Steps FromStepEvents(const trace::Trace& trace) {
   return steps;
 }
 
+std::int64_t FirstRecordedTime(const trace::Trace& trace) {
+  return trace.events.empty() ? std::numeric_limits<std::int64_t>::min()
+                              : trace.events.front().time_us;
+}
+
 // Optimizer.step ends a step; with GradScaler some steps skip it, so zero_grad counts too:
-// whichever of the two ends more often marks the steps.
+// whichever of the two ends more often marks the steps. PyTorch keeps every annotation
+// but only the last events of a long run (its recorder's ring): steps that ended before
+// the first event recorded are not this trace's, and are only counted in the detail.
 Steps FromAnnotations(const trace::Trace& trace) {
   Steps steps;
   std::vector<std::int64_t> best_times;
@@ -74,14 +82,25 @@ Steps FromAnnotations(const trace::Trace& trace) {
   }
   if (best_times.empty()) return steps;
   std::sort(best_times.begin(), best_times.end());
+  const std::int64_t recording_began = FirstRecordedTime(trace);
+  std::size_t before_recording = 0;
   // Events are in time order; an end at time t closes the step at the first later event.
   std::size_t i = 0;
   for (std::int64_t t : best_times) {
+    if (t < recording_began) {
+      ++before_recording;
+      continue;
+    }
     while (i < trace.events.size() && trace.events[i].time_us <= t) ++i;
     steps.ends.push_back(i);
   }
+  if (steps.ends.empty()) return Steps{};
   steps.method = StepMethod::kAnnotations;
-  steps.count = best_times.size();
+  steps.count = steps.ends.size();
+  if (before_recording > 0) {
+    absl::StrAppend(&steps.detail, "; ", before_recording,
+                    " more ended before the recording began, steps here count from there");
+  }
   return steps;
 }
 
@@ -121,15 +140,19 @@ Steps FromStepSite(const trace::Trace& trace, const StepSite& site) {
   return FromStarts(starts, StepMethod::kStepSite, absl::StrCat(site.file, ":", site.line));
 }
 
+// An unmarked rest shorter than this many repeats is the last step's own stretch.
+constexpr std::size_t kMinTailRepeats = 8;
+
 // A training loop allocates the same sequence of stacks every iteration. Look for an
 // "anchor" stack that occurs once per iteration: the stretches between its occurrences
 // cover most of the trace, are of similar length, and allocate from the same stacks
 // (sizes may differ, e.g. variable-length batches). The longest such period wins.
 class PeriodFinder {
  public:
-  PeriodFinder(const trace::Trace& trace, absl::string_view site_dir)
+  // Looks at the events from `begin` on.
+  PeriodFinder(const trace::Trace& trace, absl::string_view site_dir, std::size_t begin = 0)
       : trace_(trace), site_dir_(site_dir), unit_(trace) {
-    for (std::size_t i = 0; i < trace.events.size(); ++i) {
+    for (std::size_t i = begin; i < trace.events.size(); ++i) {
       if (trace.events[i].action == Action::kAlloc) alloc_events_.push_back(i);
     }
   }
@@ -224,6 +247,29 @@ class PeriodFinder {
   std::vector<std::size_t> alloc_events_;
 };
 
+// Whether the events from `begin` on free at least all they allocate: a last pass that
+// gathered its outputs and reduced them before the run ended, keeping nothing.
+bool GivesBackWhatItTook(const trace::Trace& trace, std::size_t begin) {
+  const BytesMoved moved = BytesMovedIn(trace, begin, trace.events.size());
+  return moved.freed >= moved.allocated;
+}
+
+// Optimizer steps that stopped while the run went on (training, then generation, serving
+// or a validation pass that gathers its outputs until it dies): where the unmarked rest
+// repeats a pattern that looks like whole passes, as a trace without marks is read, each
+// repeat is a step after the last marked one, so that what the rest keeps is seen to grow.
+Steps WithUnmarkedTail(const trace::Trace& trace, Steps marked, absl::string_view site_dir) {
+  const std::size_t tail_begins = marked.ends.empty() ? 0 : marked.ends.back();
+  if (GivesBackWhatItTook(trace, tail_begins)) return marked;
+  const Steps tail = PeriodFinder(trace, site_dir, tail_begins).Find();
+  if (tail.count < kMinTailRepeats) return marked;
+  marked.ends.insert(marked.ends.end(), tail.ends.begin(), tail.ends.end());
+  absl::StrAppend(&marked.detail, "; after step ", marked.count, " none is marked: ",
+                  absl::StripPrefix(tail.detail, "no step marks in the trace; "));
+  marked.count += tail.count;
+  return marked;
+}
+
 }  // namespace
 
 const char* StepMethodName(StepMethod method) {
@@ -256,7 +302,9 @@ Steps FindSteps(const trace::Trace& trace, const std::optional<StepSite>& step_s
                 absl::string_view site_dir) {
   if (step_site) return FromStepSite(trace, *step_site);
   if (Steps s = FromStepEvents(trace); s.method != StepMethod::kNone) return s;
-  if (Steps s = FromAnnotations(trace); s.method != StepMethod::kNone) return s;
+  if (Steps s = FromAnnotations(trace); s.method != StepMethod::kNone) {
+    return WithUnmarkedTail(trace, std::move(s), site_dir);
+  }
   // The package was to mark the steps and none ended: what repeats is a deep model's
   // layers, not passes.
   if (SaysStepsComing(trace)) return Steps{};

@@ -143,6 +143,9 @@ class TimelineBuilder {
 
   void NoteAlloc(std::size_t i, const trace::Event& e) {
     ++t_.allocs;
+    for (; allocated_after_ < t_.ooms.size(); ++allocated_after_) {
+      t_.ooms[allocated_after_].first_alloc_after = i;
+    }
     helpers_.OnAlloc(e);
     if (e.stack_id < first_alloc_.size()) {
       if (first_alloc_[e.stack_id] == kNoAlloc) first_alloc_[e.stack_id] = i;
@@ -299,6 +302,7 @@ class TimelineBuilder {
   std::size_t next_end_ = 0;  // index into steps.ends
   std::size_t step_ = 0;
   std::size_t settled_ = 0;   // OOMs whose after-state is known
+  std::size_t allocated_after_ = 0;  // OOMs whose first allocation after them is known
   bool noted_leaked_ = false;
   SeriesPoint point_;
   // Each stack's first and last allocation (event index), for Returned.

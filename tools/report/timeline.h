@@ -48,6 +48,8 @@ struct OomPoint {
   std::uint64_t reserved_after = 0;
   bool after_is_step_end = false;
   std::uint64_t allocs_after = 0;  // successful allocations after it, to the trace's end
+  // The event index of the first of them (SIZE_MAX: none).
+  std::size_t first_alloc_after = static_cast<std::size_t>(-1);
 };
 
 struct SiteTotals {

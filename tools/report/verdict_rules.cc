@@ -445,7 +445,9 @@ bool IsPythonInterpreter(absl::string_view file) {
 }  // namespace
 
 bool IsLibraryFile(absl::string_view file) {
-  if (file.empty()) return true;
+  // "??": a native frame whose file the symbolizer could not find (PyTorch snapshots
+  // recorded with C++ stacks, its default, are full of them).
+  if (file.empty() || file == "??") return true;
   if (IsInductorOutputCode(file)) return true;
   // Installed packages (torch, transformers, ...), the stdlib, and interpreter internals.
   static constexpr absl::string_view kLibraryMarks[] = {
