@@ -17,7 +17,7 @@
 #        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
 #        NCCL / cuFFT memory), native too (HIDDENOOM_CASES, HIDDENOOM_MODES narrow it);
 #        frameworks: the same matrix on framework_cases.py (Lightning's and Hugging
-#        Face's Trainer run the steps; FRAMEWORK_CASES narrows it);
+#        Face's Trainer run the steps; FRAMEWORK_CASES narrows it, FRAMEWORK_MODES picks the modes);
 #        wholedevice: the same matrix on whole_device_cases.py (no cap: each run fills
 #        its whole GPU; WHOLEDEVICE_CASES narrows it, WHOLEDEVICE_TIMEOUT: seconds a
 #        run, default 300);
@@ -203,7 +203,7 @@ if want frameworks; then
   echo "== training run by Lightning's and Hugging Face's trainers, both modes"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" \
     --script "$repo/tests/gpu/framework_cases.py" --jsonl "$OUT/frameworks.jsonl" --gpus "$each_gpu_once" \
-    ${FRAMEWORK_CASES:+--cases $FRAMEWORK_CASES} --modes gpumem,profile \
+    ${FRAMEWORK_CASES:+--cases $FRAMEWORK_CASES} --modes "${FRAMEWORK_MODES:-gpumem,profile}" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \
     2>"$OUT/frameworks.err" | tee "$OUT/frameworks.md"
 fi

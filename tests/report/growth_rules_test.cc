@@ -51,6 +51,23 @@ TEST(GrowthRules, StaircaseEveryTenthStepIsGrowth) {
   EXPECT_LT(g->rising_share, 0.2);
 }
 
+// A GAN's two optimizers each end a step, and its kept batch is held at alternate step
+// ends only: +8, -4 at each pair, as a snapshot of one read (8, 4, 12, 8, 16, ...).
+TEST(GrowthRules, ZigZagUpOfALoopOfTwoPhasesIsGrowth) {
+  std::vector<std::uint64_t> live;
+  for (std::uint64_t i = 0; i < 200; ++i) live.push_back((100 + 4 * i + (i % 2 == 0 ? 4 : 0)) * kMiB);
+  const auto g = GrowthOf(live);
+  ASSERT_TRUE(g.has_value());
+  EXPECT_NEAR(g->bytes_per_step, 4.0 * kMiB, 0.1 * kMiB);
+}
+
+// The same two phases with nothing kept: down and up by the same amount is not growth.
+TEST(GrowthRules, ZigZagAroundAFlatLineIsNot) {
+  std::vector<std::uint64_t> live;
+  for (std::uint64_t i = 0; i < 200; ++i) live.push_back((100 + (i % 2 == 0 ? 4 : 0)) * kMiB);
+  EXPECT_FALSE(GrowthOf(live).has_value());
+}
+
 TEST(GrowthRules, NoiseAroundAFlatLineIsNot) {
   std::mt19937 random(7);
   std::uniform_int_distribution<std::uint64_t> size(0, 64 * kMiB);

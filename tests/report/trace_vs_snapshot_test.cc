@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "tools/report/report.h"
+#include "tools/trace/backward_caller.h"
 #include "tools/trace/load.h"
 
 namespace gpumem::report {
@@ -60,8 +61,10 @@ TEST(TraceVsSnapshot, LeakyMlpSameVerdict) {
 
 // Which allocations have Python frames: the same as in PyTorch's snapshot. Those made on
 // the Python thread do; those of the autograd engine's thread (all of backward) have no
-// Python frames in either. gpumem's trace has one more with frames: capture.py's
-// torch.zeros(1) at line 118 runs before PyTorch's recording starts.
+// Python frames of their own in either (the snapshot's reader gives them the stack of
+// the call that started the pass, behind a "<backward pass>" frame). gpumem's trace has
+// one more with frames: capture.py's torch.zeros(1) at line 118 runs before PyTorch's
+// recording starts.
 struct FrameCounts {
   std::size_t with = 0, without = 0;
 };
@@ -69,7 +72,8 @@ FrameCounts CountAllocs(const trace::Trace& t) {
   FrameCounts c;
   for (const trace::Event& e : t.events) {
     if (e.action != trace::Action::kAlloc) continue;
-    if (e.stack_id != 0 && !t.stacks[e.stack_id].empty()) {
+    const std::vector<std::uint32_t>& stack = t.stacks[e.stack_id];
+    if (!stack.empty() && t.frames[stack[0]].filename != trace::kBackwardPassFile) {
       ++c.with;
     } else {
       ++c.without;

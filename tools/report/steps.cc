@@ -14,6 +14,7 @@
 #include "profiler/trace_format.h"
 #include "tools/report/sites.h"
 #include "tools/report/step_unit.h"
+#include "tools/trace/backward_caller.h"
 
 namespace gpumem::report {
 namespace {
@@ -121,9 +122,12 @@ Steps FromStarts(const std::vector<std::size_t>& starts, StepMethod method, std:
   return steps;
 }
 
+// Allocations autograd's thread made, given the stack of the line that started their
+// backward pass (trace/backward_caller.h), were not made at that line.
 bool StackHasLine(const trace::Trace& trace, std::uint32_t stack, const StepSite& site) {
   for (std::uint32_t f : trace.stacks[stack]) {
     const trace::Frame& frame = trace.frames[f];
+    if (frame.filename == trace::kBackwardPassFile) return false;
     if (frame.line == site.line && absl::EndsWith(frame.filename, site.file)) return true;
   }
   return false;

@@ -76,6 +76,7 @@ constexpr std::uint64_t kMinGrowthBytes = 1 << 20;
 // few one-off allocations (a copy of the model made once, a cache filling up, a buffer
 // grown for the longest batch so far) do not pass.
 constexpr double kMinStairR2 = 0.9;
+constexpr double kMinZigZagFallingShare = 0.3;
 constexpr double kMaxStairFallingShare = 0.05;
 constexpr std::size_t kMinStairRisesPerQuarter = 2;
 
@@ -231,6 +232,24 @@ double MinLeakGrowth(std::uint64_t peak_allocated) {
                           kMinGrowthShareOfPeak * static_cast<double>(peak_allocated));
 }
 
+namespace {
+// The share of samples above the one `stride` before.
+double RisingShare(absl::Span<const std::uint64_t> live, std::size_t stride) {
+  if (live.size() <= stride) return 0;
+  std::size_t rising = 0;
+  for (std::size_t j = stride; j < live.size(); ++j) rising += live[j] > live[j - stride];
+  return static_cast<double>(rising) / static_cast<double>(live.size() - stride);
+}
+
+// The share of samples below the one before.
+double FallingShare(absl::Span<const std::uint64_t> live) {
+  if (live.size() < 2) return 0;
+  std::size_t falling = 0;
+  for (std::size_t j = 1; j < live.size(); ++j) falling += live[j] < live[j - 1];
+  return static_cast<double>(falling) / static_cast<double>(live.size() - 1);
+}
+}  // namespace
+
 std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
                                    absl::Span<const std::uint64_t> live, double min_growth) {
   if (live.size() < kMinGrowthSamples || live.size() != steps.size() ||
@@ -241,17 +260,19 @@ std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
   g.grown = live.back() - live.front();
   if (static_cast<double>(g.grown) < min_growth) return std::nullopt;
   std::vector<double> y;
-  std::size_t rising = 0;
-  for (std::size_t j = 0; j < live.size(); ++j) {
-    y.push_back(static_cast<double>(live[j]));
-    if (j > 0 && live[j] > live[j - 1]) ++rising;
-  }
-  g.rising_share = static_cast<double>(rising) / static_cast<double>(live.size() - 1);
+  for (std::uint64_t v : live) y.push_back(static_cast<double>(v));
+  g.rising_share = RisingShare(live, 1);
   const LinearFit fit = FitLine(steps, y);
   g.bytes_per_step = fit.slope;
   g.r2 = fit.r2;
   if (fit.slope <= 0) return std::nullopt;
-  const bool steady = fit.r2 >= kMinR2 && g.rising_share >= kMinRisingShare;
+  // A loop of two phases, each ending a step (a GAN's two optimizers), holds what it keeps
+  // at alternate step ends: the series zig-zags up, falling at about every other step end
+  // and rising from each to the one two later. (A series that never falls is judged as
+  // it was: rises two steps apart alone would pass a staircase on too few samples.)
+  const bool zig_zag = FallingShare(live) >= kMinZigZagFallingShare &&
+                       RisingShare(live, 2) >= kMinRisingShare;
+  const bool steady = fit.r2 >= kMinR2 && (g.rising_share >= kMinRisingShare || zig_zag);
   if (!steady && !(fit.r2 >= kMinStairR2 && RisesLikeStairs(live))) return std::nullopt;
   return g;
 }

@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "tools/trace/backward_caller.h"
 #include "tools/trace/frame_table.h"
 #include "tools/trace/pickle_reader.h"
 #include "tools/trace/snapshot_prelude.h"
@@ -41,6 +42,7 @@ class Converter {
     if (s.ok()) s = ReadAnnotations(root);
     if (!s.ok()) return s;
     SynthesizePrelude(&trace_);
+    AttributeToBackwardCaller(&trace_);
     return std::move(trace_);
   }
 

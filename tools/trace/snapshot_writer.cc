@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 
 #include "absl/strings/str_cat.h"
+#include "tools/trace/backward_caller.h"
 #include "tools/trace/pickle_writer.h"
 
 namespace gpumem::trace {
@@ -145,12 +146,14 @@ class SnapshotWriter {
   static constexpr std::int32_t kMaxDevices = 4096;
 
   // Frame dicts are written once and referenced through the memo after, as PyTorch's own
-  // snapshots do.
+  // snapshots do. A stack the reader gave the call that started its backward pass
+  // (backward_caller.h) is written with its own frames only, as PyTorch recorded it.
   void Frames(std::uint32_t stack_id) {
     const std::vector<std::uint32_t>& stack =
         stack_id < t_.stacks.size() ? t_.stacks[stack_id] : t_.stacks[0];
     w_.BeginList();
     for (std::uint32_t f : stack) {
+      if (t_.frames[f].filename == kBackwardPassFile) break;
       if (frame_memo_[f] != kUnset) {
         w_.Get(frame_memo_[f]);
         continue;

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tools/trace/backward_caller.h"
 #include "tools/trace/event_buffer.h"
 #include "tools/trace/frame_table.h"
 
@@ -129,6 +130,7 @@ class TsvParser {
       trace_.warnings.push_back(
           absl::StrCat(missing, " events name a stack the file does not define"));
     }
+    AttributeToBackwardCaller(&trace_);  // the snapshot's events, flattened
     return std::move(trace_);
   }
 
