@@ -21,8 +21,8 @@ std::optional<KnownCapacity> CapacityAt(const trace::Trace& trace, std::int32_t 
 std::optional<KnownCapacity> FinalCapacity(const trace::Trace& trace, std::int32_t device,
                                            std::optional<std::uint64_t> given);
 
-// A cap no record holds, told by a PyTorch OOM: where the driver still had more free than
-// the request, PyTorch stopped at a cap of the process's own (set_per_process_memory_
+// A cap no record holds, told by a PyTorch OOM: where the driver still had clearly more
+// free than the segment the request needed, PyTorch stopped at a cap of the process's own (set_per_process_memory_
 // fraction, which its snapshots do not record). It is at least the most the process held
 // on that device, and that lower bound is what is taken: a leak is then called only where
 // it explains the OOM under any cap the trace allows.
