@@ -170,6 +170,32 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
         return {"case": case, "mode": mode, "expected": "-", "ended": ended, "verdict": "-",
                 "ok": None, "warning": "", "at_oom": "",
                 "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
+    return judged(cli, script, mode, case, expectations, leak_line, ended, stderr, trace,
+                  workdir, reports)
+
+
+def right_class_and_site(report, verdict, expected, ended, site):
+    """Whether the report's verdict is the expected class, and for a leak whether its
+    first suspect (or the OOM's evidence) names the `# LEAK` line."""
+    if expected == "completes":
+        return ended == "exit 0", True
+    # A run that caught its OOMs and went on says so first: "the run did not die of an
+    # OOM it saw (...); no leak: ...".
+    right_class = verdict.startswith(expected) or expected in verdict.split(";")[0] or \
+        (verdict.startswith("the run did not die") and
+         verdict.split("; ", 1)[-1].startswith(expected))
+    if expected == "no leak":  # and the script itself ran to its end
+        right_class = right_class and ended == "exit 0"
+    top = (report.get("leak_suspects") or [{}])[0]
+    named = [top.get("site", ""), top.get("kept_through", "")]  # the line, or the call keeping it
+    right_site = expected != "leak" or any(names_site(n, site) for n in named) or \
+        names_in_oom_evidence(report, site)
+    return right_class, right_site
+
+
+def judged(cli, script, mode, case, expectations, leak_line, ended, stderr, trace, workdir,
+           reports=""):
+    """A run's row: `gpumem report` on its trace, judged, with what it said on stderr."""
     expected = expectations["profile" if mode == "snapshot" else mode]
     if expected == "out of memory outside the allocator" and ended == "exit 0":
         expected = NOT_REPRODUCED
@@ -182,20 +208,7 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
     report = json.loads(r.stdout) if r.returncode == 0 else {}
     verdict = report.get("verdict", "") if r.returncode == 0 else r.stderr.strip()
     site = f"{os.path.basename(script)}:{leak_line}"
-    if expected == "completes":
-        right_class, right_site = ended == "exit 0", True
-    else:
-        # A run that caught its OOMs and went on says so first: "the run did not die of an
-        # OOM it saw (...); no leak: ...".
-        right_class = verdict.startswith(expected) or expected in verdict.split(";")[0] or \
-            (verdict.startswith("the run did not die") and
-             verdict.split("; ", 1)[-1].startswith(expected))
-        if expected == "no leak":  # and the script itself ran to its end
-            right_class = right_class and ended == "exit 0"
-        top = (report.get("leak_suspects") or [{}])[0]
-        named = [top.get("site", ""), top.get("kept_through", "")]  # the line, or the call keeping it
-        right_site = expected != "leak" or any(names_site(n, site) for n in named) or \
-            names_in_oom_evidence(report, site)
+    right_class, right_site = right_class_and_site(report, verdict, expected, ended, site)
     # Paths made portable before the cut, which could split one.
     at_oom = portable(said(stderr, "verdict:"), workdir)[:160]
     warning = portable(said(stderr, "leak warning"), workdir)[:160]
@@ -208,6 +221,20 @@ def run(cli, script, mode, case, expectations, leak_line, timeout, workdir, repo
             "at_oom": at_oom, "steps": report.get("steps", {}).get("detail", ""),
             "cache_pressure": (report.get("cache_pressure") or {}).get("ratio"),
             "stderr_tail": [portable(l, workdir) for l in stderr.splitlines()[-25:]]}
+
+
+def rejudged(cli, script, cases, old_rows, snapshots):
+    """The snapshot rows of an earlier run judged again by `cli`'s report, on the snapshots
+    that run kept (its reports folder): a change to the report checked with no GPU."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gpumem-rejudge-") as workdir:
+        for old in old_rows:
+            trace = os.path.join(snapshots, f"{old['case']}-snapshot.pickle")
+            if old["mode"] != "snapshot" or old["expected"] == "-" or not os.path.exists(trace):
+                continue
+            rows.append(judged(cli, script, "snapshot", old["case"], *cases[old["case"]],
+                               old["ended"], "", trace, workdir))
+    return rows
 
 
 RIGHT = {True: "yes", False: "NO", None: "-"}
@@ -228,8 +255,16 @@ def main():
     ap.add_argument("--reports", default="",
                     help="folder to keep each report's JSON and each run's stderr in")
     ap.add_argument("--gpus", default="", help="devices to spread the runs over, e.g. 0,1")
+    ap.add_argument("--rejudge", default="", metavar="JSONL",
+                    help="run nothing: judge again the snapshot rows of an earlier run's "
+                         "--jsonl, on the snapshots its --reports folder kept (give that "
+                         "folder as --reports)")
     args = ap.parse_args()
     cases = listed(args.script)
+    if args.rejudge:
+        with open(args.rejudge) as f:
+            old_rows = [json.loads(line) for line in f if line.strip()]
+        return print_table(rejudged(args.cli, args.script, cases, old_rows, args.reports))
     names = args.cases.split(",") if args.cases else list(cases)
     workdir = tempfile.mkdtemp(prefix="gpumem-diagnosis-")
     out = open(args.jsonl, "w") if args.jsonl else None
@@ -255,6 +290,11 @@ def main():
         runs = [pool.submit(run_on_a_free_gpu, name, mode)
                 for name in names for mode in args.modes.split(",")]
         rows = [r.result() for r in runs]  # the table in the order asked
+    return print_table(rows)
+
+
+def print_table(rows):
+    """The Markdown table and its totals; 1 where any judgement is wrong."""
     print("| case | mode | ended | verdict | right | early warning | right "
           "| said at the OOM | right |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -265,8 +305,8 @@ def main():
     judgements = [r[k] for r in rows for k in ("ok", "ok_at_oom", "ok_warning")
                   if r.get(k) is not None]
     wrong = judgements.count(False)
-    judged = len(judgements)
-    print(f"\n{judged - wrong} passed, {wrong} failed")
+    judged_count = len(judgements)
+    print(f"\n{judged_count - wrong} passed, {wrong} failed")
     print(false_alarms(rows))
     return 1 if wrong else 0
 

@@ -92,6 +92,30 @@ class Launch(unittest.TestCase):
         self.assertEqual(stderr.strip(), "0,1")
 
 
+class Rejudged(unittest.TestCase):
+    """An earlier run's snapshot rows judged again by another report, with no GPU."""
+
+    def test_kept_snapshots_judged_again_and_the_rest_left_out(self):
+        with m.tempfile.TemporaryDirectory() as d:
+            cli = os.path.join(d, "gpumem")
+            with open(cli, "w") as f:  # `gpumem report --json FILE`: a leak at line 37
+                f.write("#!/bin/sh\n"
+                        "echo '{\"verdict\": \"out of memory in step 9: leak\", "
+                        "\"leak_suspects\": [{\"site\": \"diagnosis_cases.py:37 f\"}]}'\n")
+            os.chmod(cli, 0o755)
+            for case in ("kept", "peak"):
+                open(os.path.join(d, f"{case}-snapshot.pickle"), "w").close()
+            old = [{"case": "kept", "mode": "snapshot", "expected": "leak", "ended": "OOM"},
+                   {"case": "peak", "mode": "snapshot", "expected": "genuine peak", "ended": "OOM"},
+                   {"case": "kept", "mode": "profile", "expected": "leak", "ended": "OOM"},
+                   {"case": "lost", "mode": "snapshot", "expected": "leak", "ended": "OOM"}]
+            cases = {"kept": ({"profile": "leak"}, 37), "peak": ({"profile": "genuine peak"}, 0),
+                     "lost": ({"profile": "leak"}, 37)}
+            rows = m.rejudged(cli, "diagnosis_cases.py", cases, old, d)
+        self.assertEqual([(r["case"], r["ok"]) for r in rows], [("kept", True), ("peak", False)])
+        self.assertIsNone(rows[0]["ok_at_oom"])
+
+
 class Portable(unittest.TestCase):
     def test_no_temporary_folder_of_this_machine(self):
         line = os.path.join(m.tempfile.gettempdir(), "torchinductor_me", "sr", "c.py:183")
