@@ -263,6 +263,29 @@ TEST(RealTraces, ASnapshotUnderACapItDoesNotRecordIsJudgedAgainstWhatItHeld) {
   EXPECT_EQ(*r.capacity, x.capacity);
 }
 
+// 300 steps keeping 6 MiB each, then an evaluation whose one request (2.33 GiB) is past
+// the most the process held: under that lower bound a genuine peak, and the evidence says
+// under which cap the kept memory, named at its line, would have been what ran out.
+// With the cap the case ran under (4 GiB), a leak.
+TEST(RealTraces, ASnapshotPeakUnderAnUnknownCapSaysWhenItWouldBeALeak) {
+  trace::Trace t = Load("snapshot_leak_surfaces_at_a_larger_evaluation.pickle.xz");
+  const Report inferred = BuildReport(t, {});
+  const OomExplanation& x = FatalOom(inferred);
+  EXPECT_EQ(x.cls, OomClass::kPeak) << x.evidence;
+  EXPECT_NE(x.evidence.find("The trace does not record the cap, only that it was at least "
+                            "2.11 GiB: under a cap of 2.43 GiB or more"),
+            std::string::npos)
+      << x.evidence;
+  EXPECT_NE(x.evidence.find("(most at tests/gpu/diagnosis_cases.py:1155 "
+                            "leak_surfaces_at_a_larger_evaluation)"),
+            std::string::npos)
+      << x.evidence;
+  ReportOptions given;
+  given.capacity = std::uint64_t{4} << 30;
+  const Report told = BuildReport(t, given);
+  EXPECT_EQ(FatalOom(told).cls, OomClass::kLeak) << FatalOom(told).evidence;
+}
+
 // Adam's first step past the cap: its Optimizer.step range closes as the error unwinds,
 // with nothing allocated after the OOM, so the OOM ended the run.
 TEST(RealTraces, ASnapshotWhoseStepClosedAsTheErrorUnwoundDiedOfIt) {

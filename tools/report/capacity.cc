@@ -54,7 +54,8 @@ std::optional<KnownCapacity> CapFromOom(const OomPoint& p, const Timeline& timel
       held, absl::StrCat("at least the most the process held: its OOM came with ",
                          Bytes(p.device_free),
                          " still free on the device, so a cap of its own stopped it, such as "
-                         "set_per_process_memory_fraction; --capacity gives the exact one")};
+                         "set_per_process_memory_fraction; --capacity gives the exact one"),
+      /*lower_bound=*/true};
 }
 
 std::int32_t MainDevice(const trace::Trace& trace) {

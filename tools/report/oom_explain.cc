@@ -119,6 +119,27 @@ void ExplainFragmentation(const std::optional<ReplayOutcome>& replay, OomExplana
   }
 }
 
+// Where the cap is known only as a lower bound (a snapshot does not record it) and the
+// run grew: the cap under which that growth, not the peak, is what ran out.
+std::string LeakUnderALargerCap(const LeakAnalysis& leaks, const OomExplanation& x) {
+  const OomPoint& p = x.at;
+  if (!x.capacity_lower_bound || leaks.suspects.empty() || x.leaked_bytes == 0 ||
+      p.step < kMinStepsForLeak) {
+    return "";
+  }
+  const std::uint64_t need = p.allocated + p.request;
+  const std::uint64_t without = need - std::min(need, x.leaked_bytes);
+  // The site that kept the most, whatever its rate: a late burst grows faster per step.
+  const LeakSuspect& most = *absl::c_max_element(
+      leaks.suspects,
+      [](const LeakSuspect& a, const LeakSuspect& b) { return a.growth_bytes < b.growth_bytes; });
+  return absl::StrCat(" The trace does not record the cap, only that it was at least ",
+                      Bytes(x.capacity), ": under a cap of ", Bytes(without),
+                      " or more, the ", Bytes(x.leaked_bytes),
+                      " kept from step to step (most at ", SuspectText(most),
+                      ") is what ran out, a leak; give --capacity to decide.");
+}
+
 void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
   const OomPoint& p = x->at;
   const std::size_t first_iteration_calls = x->first_iteration_calls;
@@ -134,6 +155,7 @@ void ExplainPeak(const LeakAnalysis& leaks, OomExplanation* x) {
       "allocated ", Bytes(p.allocated), " plus the request of ", Bytes(p.request), " is ",
       Bytes(p.allocated + p.request), " against a capacity of ", Bytes(x->capacity),
       "; free cached memory (", Bytes(x->free_cached), ") could not cover it, and ", growth, ".");
+  absl::StrAppend(&x->evidence, LeakUnderALargerCap(leaks, *x));
   x->fix = FixWithKeeper(OomClass::kPeak, Keeper::kNone, p.request_keeper, OomFix(OomClass::kPeak));
   if (first_iteration_calls > 0) absl::StrAppend(&x->fix, " ", kFirstIterationFix, ".");
 }
@@ -175,6 +197,7 @@ std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnal
     if (i < capacities.size() && capacities[i]) {
       x.capacity = capacities[i]->bytes;
       x.capacity_source = capacities[i]->source;
+      x.capacity_lower_bound = capacities[i]->lower_bound;
     } else {
       // What the process could have held: what it held plus what the driver had free.
       x.capacity = p.reserved + p.device_free;

@@ -28,6 +28,7 @@ struct ReplayOutcome {
 struct KnownCapacity {
   std::uint64_t bytes = 0;
   std::string source;
+  bool lower_bound = false;  // the cap is at least `bytes` (what an OOM tells, CapFromOom)
 };
 
 struct OomExplanation {
@@ -38,6 +39,7 @@ struct OomExplanation {
   std::uint64_t capacity = 0;
   std::string capacity_source;  // "--capacity", "trace", "reserved + driver free"
   bool capacity_known = true;   // false: the stand-in, reserved + driver free
+  bool capacity_lower_bound = false;  // the cap is at least `capacity`, not known exactly
   std::uint64_t free_cached = 0;  // reserved - allocated
   std::uint64_t leaked_bytes = 0;  // added by the suspects since their first step end used
   double leak_bytes_per_step = 0;

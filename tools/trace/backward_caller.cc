@@ -84,6 +84,8 @@ class Attributor {
 
   // Each stack the events held before any was joined is looked at once.
   const StackKind& Kind(std::uint32_t stack) {
+    static const StackKind kNone;
+    if (stack >= kinds_.size()) return kNone;  // no such stack: nothing to tell
     std::optional<StackKind>& kind = kinds_[stack];
     if (!kind) kind = KindOf(trace_, stack);
     return *kind;
