@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "allocator/emulation/pytorch_sizes.h"
 #include "tools/report/verdict_rules.h"
 
 namespace gpumem::report {
@@ -32,21 +33,15 @@ std::optional<KnownCapacity> FinalCapacity(const trace::Trace& trace, std::int32
 
 namespace {
 
-// What PyTorch's allocator asks the driver for to serve `request` (its segment sizes:
-// 2 MiB for a small block, 20 MiB below 10 MiB, else the request in 2 MiB units), and
-// room past it that no driver's own rounding or reserve explains.
-constexpr std::uint64_t kMiB = 1 << 20;
-constexpr std::uint64_t kClearlyFree = 256 * kMiB;
-std::uint64_t SegmentFor(std::uint64_t request) {
-  if (request <= kMiB) return 2 * kMiB;
-  if (request < 10 * kMiB) return 20 * kMiB;
-  return (request + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
-}
+// Room past the segment PyTorch's allocator asks the driver for that no driver's own
+// rounding or reserve explains.
+constexpr std::uint64_t kClearlyFree = std::uint64_t{256} << 20;
 
 }  // namespace
 
 std::optional<KnownCapacity> CapFromOom(const OomPoint& p, const Timeline& timeline) {
-  if (p.reserved == 0 || p.device_free < SegmentFor(p.request) + kClearlyFree) return std::nullopt;
+  const std::uint64_t segment = emulation::AllocationSize(emulation::RoundSize(p.request));
+  if (p.reserved == 0 || p.device_free < segment + kClearlyFree) return std::nullopt;
   const std::size_t d = static_cast<std::size_t>(p.device);
   const std::uint64_t held =
       std::max(p.reserved, d < timeline.devices.size() ? timeline.devices[d].reserved : 0);

@@ -80,13 +80,25 @@ constexpr double kMinZigZagFallingShare = 0.3;
 constexpr double kMaxStairFallingShare = 0.05;
 constexpr std::size_t kMinStairRisesPerQuarter = 2;
 
-bool RisesLikeStairs(absl::Span<const std::uint64_t> live) {
-  const std::size_t changes = live.size() - 1;
+// The share of samples above the one `stride` before.
+double RisingShare(absl::Span<const std::uint64_t> live, std::size_t stride) {
+  if (live.size() <= stride) return 0;
+  std::size_t rising = 0;
+  for (std::size_t j = stride; j < live.size(); ++j) rising += live[j] > live[j - stride];
+  return static_cast<double>(rising) / static_cast<double>(live.size() - stride);
+}
+
+// The share of samples below the one before.
+double FallingShare(absl::Span<const std::uint64_t> live) {
+  if (live.size() < 2) return 0;
   std::size_t falling = 0;
   for (std::size_t j = 1; j < live.size(); ++j) falling += live[j] < live[j - 1];
-  if (static_cast<double>(falling) > kMaxStairFallingShare * static_cast<double>(changes)) {
-    return false;
-  }
+  return static_cast<double>(falling) / static_cast<double>(live.size() - 1);
+}
+
+bool RisesLikeStairs(absl::Span<const std::uint64_t> live) {
+  const std::size_t changes = live.size() - 1;
+  if (FallingShare(live) > kMaxStairFallingShare) return false;
   for (std::size_t quarter = 0; quarter < 4; ++quarter) {
     std::size_t rises = 0;
     for (std::size_t j = 1 + changes * quarter / 4; j < 1 + changes * (quarter + 1) / 4; ++j) {
@@ -231,24 +243,6 @@ double MinLeakGrowth(std::uint64_t peak_allocated) {
   return std::max<double>(kMinGrowthBytes,
                           kMinGrowthShareOfPeak * static_cast<double>(peak_allocated));
 }
-
-namespace {
-// The share of samples above the one `stride` before.
-double RisingShare(absl::Span<const std::uint64_t> live, std::size_t stride) {
-  if (live.size() <= stride) return 0;
-  std::size_t rising = 0;
-  for (std::size_t j = stride; j < live.size(); ++j) rising += live[j] > live[j - stride];
-  return static_cast<double>(rising) / static_cast<double>(live.size() - stride);
-}
-
-// The share of samples below the one before.
-double FallingShare(absl::Span<const std::uint64_t> live) {
-  if (live.size() < 2) return 0;
-  std::size_t falling = 0;
-  for (std::size_t j = 1; j < live.size(); ++j) falling += live[j] < live[j - 1];
-  return static_cast<double>(falling) / static_cast<double>(live.size() - 1);
-}
-}  // namespace
 
 std::optional<Growth> SteadyGrowth(absl::Span<const double> steps,
                                    absl::Span<const std::uint64_t> live, double min_growth) {
