@@ -4,7 +4,9 @@
 // of their own; each forward allocation carries the sequence number its op's node takes
 // plus one, each backward one the number of the node being run. The forward stacks are
 // kept in a fixed ring by sequence number: no lock, bounded memory; a node more than the
-// ring's size of ops back goes unnamed.
+// ring's size of ops back goes unnamed. A node with no forward op (AccumulateGrad, which
+// makes a parameter's gradient) or one past the ring takes the stack of the forward
+// thread's last allocation: the gradient seed of the loss.backward() that runs it.
 #pragma once
 
 #include <array>
@@ -23,15 +25,34 @@ class AutogradSites {
   std::uint32_t LiveStack(const RawRecord& r) {
     if (!r.has_autograd || r.type != format::RecordType::kAlloc) return r.stack_id;
     if (r.autograd_node_frame == 0) {
-      if (r.stack_id != 0) Remember(r.autograd_seq, r.stack_id);
+      if (r.stack_id != 0) {
+        Remember(r.autograd_seq, r.stack_id);
+        RememberLastOfThread(r.autograd_thread, r.stack_id);
+      }
       return r.stack_id;
     }
-    return r.stack_id != 0 ? r.stack_id : Lookup(r.autograd_seq + 1);
+    if (r.stack_id != 0) return r.stack_id;
+    const std::uint32_t forward =
+        r.autograd_seq == kNoSequence ? 0 : Lookup(r.autograd_seq + 1);
+    return forward != 0 ? forward : LastOfThread(r.autograd_thread);
   }
+
+  // PyTorch's sequence number of a node made outside a forward op (AccumulateGrad).
+  static constexpr std::uint64_t kNoSequence = ~std::uint64_t{0};
 
  private:
   static constexpr std::size_t kSlots = std::size_t{1} << 16;
+  static constexpr std::size_t kThreadSlots = 256;
   static constexpr std::uint64_t kLow = 0xffffffffu;
+
+  void RememberLastOfThread(std::uint32_t thread, std::uint32_t stack) {
+    threads_[thread % kThreadSlots].store((std::uint64_t{thread} << 32) | stack,
+                                          std::memory_order_relaxed);
+  }
+  std::uint32_t LastOfThread(std::uint32_t thread) const {
+    const std::uint64_t v = threads_[thread % kThreadSlots].load(std::memory_order_relaxed);
+    return (v >> 32) == thread ? static_cast<std::uint32_t>(v & kLow) : 0;
+  }
 
   // A slot holds the low half of a sequence number over the stack id. The op's first
   // allocation carrying the number is its own (its output); later ones are not kept.
@@ -46,6 +67,8 @@ class AutogradSites {
   }
 
   std::array<std::atomic<std::uint64_t>, kSlots> slots_{};
+  // A slot holds a forward thread's PyTorch id over the stack of its last allocation.
+  std::array<std::atomic<std::uint64_t>, kThreadSlots> threads_{};
 };
 
 }  // namespace gpumem

@@ -11,7 +11,8 @@
 #        torch.empty + del against native in alternating processes (EMPTYAB_ROUNDS);
 #        diagnosis: unchanged leaking / peaking scripts in both modes, gpumem's verdicts
 #        (tests/gpu/diagnosis_matrix.py, one case on each GPU at a time; DIAGNOSIS_CASES
-#        and DIAGNOSIS_MODES narrow it; MATRIX_GPUS=0,1,0,1 runs two on each GPU,
+#        and DIAGNOSIS_MODES narrow it, DIAGNOSIS_SCRIPT=heldout_cases.py runs the cases
+#        written apart from the report, never tuned to; MATRIX_GPUS=0,1,0,1 runs two on each GPU,
 #        0+1,0+1 two at a time on both, which the cases on two GPUs need: elsewhere
 #        they say they skipped);
 #        hiddenoom: the same matrix on hidden_oom_cases.py (a finder, then cuBLAS /
@@ -185,6 +186,7 @@ fi
 if want diagnosis; then
   echo "== diagnosis matrix"
   $py "$repo/tests/gpu/diagnosis_matrix.py" "$build/bin/gpumem" --gpus "$all_gpus" \
+    --script "$repo/tests/gpu/${DIAGNOSIS_SCRIPT:-diagnosis_cases.py}" \
     ${DIAGNOSIS_CASES:+--cases $DIAGNOSIS_CASES} --modes "${DIAGNOSIS_MODES:-gpumem,profile}" \
     --jsonl "$OUT/diagnosis.jsonl" \
     --reports "$(mkdir -p "$OUT/reports" && echo "$OUT/reports")" \

@@ -74,25 +74,33 @@ void RecordForwardAndBackward(TraceWriter& writer, bool flush_between) {
                                                    "<autograd>", 0);
   const std::uint32_t relu = stacks.InternNamedFrame(format::FrameKind::kApi,
                                                      "ReluBackward0", "<autograd>", 0);
+  const std::uint32_t accumulate = stacks.InternNamedFrame(
+      format::FrameKind::kApi, "AccumulateGrad", "<autograd>", 0);
+  const std::uint32_t seed = PythonStack(stacks, "backward", 90);  // loss.backward()
   writer.Flush();  // the definitions in a chunk: a killed run's journal refers to them
   constexpr std::uint32_t kMain = 100, kEngine = 200;  // kernel thread ids
+  // The first op of the run (peek() = 0), the parameters'.
+  writer.Record(Forward(Alloc(0x800, fc1, kMain), 0));
   // Forward: node 7 (fc1's mm) is created, then its output allocates with peek() = 8;
   // a second allocation of the same op must not win over the first. Node 9 (fc2).
   writer.Record(Forward(Alloc(0x1000, fc1, kMain), 8));
   writer.Record(Forward(Alloc(0x2000, fc2, kMain), 8));
   writer.Record(Forward(Alloc(0x3000, fc2, kMain), 10));
+  writer.Record(Forward(Alloc(0x3800, seed, kMain), 11));  // the gradient seed
   if (flush_between) writer.Flush();  // the backward half in another chunk
   // Backward on the engine thread: no Python frames of its own.
   writer.Record(Backward(Alloc(0x4000, 0, kEngine), 9, mm));
   writer.Record(Backward(Alloc(0x5000, 0, kEngine), 7, mm));
-  // A node whose forward op left no allocation in the trace (seq 40, none near).
+  // A node whose forward op left no allocation in the trace (seq 40, none near), and a
+  // parameter's gradient, made by a node no forward op made (numbered 2^64-1).
   writer.Record(Backward(Alloc(0x6000, 0, kEngine), 40, relu));
+  writer.Record(Backward(Alloc(0x6800, 0, kEngine), ~std::uint64_t{0}, accumulate));
   // An event without a link stays as it was.
   writer.Record(Alloc(0x7000, 0, kEngine));
 }
 
 void ExpectForwardAndBackwardStacks(const trace::Trace& t) {
-  ASSERT_EQ(t.events.size(), 7u);
+  ASSERT_EQ(t.events.size(), 10u);
   auto by_addr = [&](std::uint64_t addr) -> const trace::Event& {
     for (const trace::Event& e : t.events) {
       if (e.addr == addr) return e;
@@ -106,16 +114,21 @@ void ExpectForwardAndBackwardStacks(const trace::Trace& t) {
             (V{"MmBackward0 (backward)", "linear", "fc2", "train"}));
   EXPECT_EQ(Functions(t, by_addr(0x5000).stack_id),
             (V{"MmBackward0 (backward)", "linear", "fc1", "train"}));
-  EXPECT_EQ(Functions(t, by_addr(0x6000).stack_id), (V{"ReluBackward0 (backward)"}));
+  // Without a forward op: the pass's caller, from the seed, not the run's first op.
+  const V from_caller = {"ReluBackward0 (backward)", "autograd's thread", "linear", "backward",
+                         "train"};
+  EXPECT_EQ(Functions(t, by_addr(0x6000).stack_id), from_caller);
+  EXPECT_EQ(Functions(t, by_addr(0x6800).stack_id),
+            (V{"AccumulateGrad (backward)", "autograd's thread", "linear", "backward", "train"}));
   EXPECT_EQ(by_addr(0x7000).stack_id, 0u);
 
-  // The report's sites: backward of fc1 lands on fc1's line, the unmatched node is named.
+  // The report's sites: backward of fc1 lands on fc1's line, a gradient on the line
+  // that ran the backward pass.
   report::SiteTable sites(t);
   EXPECT_EQ(sites.site_of_stack(by_addr(0x5000).stack_id),
             sites.site_of_stack(by_addr(0x1000).stack_id));
   EXPECT_EQ(sites.name(sites.site_of_stack(by_addr(0x5000).stack_id)), "model.py:12 fc1");
-  EXPECT_EQ(sites.name(sites.site_of_stack(by_addr(0x6000).stack_id)),
-            "<autograd>:0 ReluBackward0 (backward)");
+  EXPECT_EQ(sites.name(sites.site_of_stack(by_addr(0x6800).stack_id)), "model.py:90 backward");
 }
 
 TEST(AutogradLinkTest, BackwardAllocationsReadBackUnderTheirForwardCode) {
@@ -141,13 +154,13 @@ TEST(AutogradLinkTest, LinksReadBackFromTheJournal) {
   auto writer = TraceWriter::Open(options);
   ASSERT_TRUE(writer.ok()) << writer.status();
   RecordForwardAndBackward(**writer, /*flush_between=*/false);
-  EXPECT_EQ((*writer)->recorded(), 7u);  // link slots are not events
+  EXPECT_EQ((*writer)->recorded(), 10u);  // link slots are not events
   trace::GpumemFileInfo info;
   auto t = trace::ParseGpumemTrace(ReadBytes(options.path), options.path, &info);
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(info.journal_events, 7u);
+  EXPECT_EQ(info.journal_events, 10u);
   ASSERT_EQ(t->warnings.size(), 1u);  // only that the recording did not finish
-  EXPECT_NE(t->warnings[0].find("7 from the raw journal"), std::string::npos) << t->warnings[0];
+  EXPECT_NE(t->warnings[0].find("10 from the raw journal"), std::string::npos) << t->warnings[0];
   ExpectForwardAndBackwardStacks(*t);
   ASSERT_TRUE((*writer)->Close().ok());
   std::remove(options.path.c_str());

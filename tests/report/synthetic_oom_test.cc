@@ -96,6 +96,39 @@ TEST(SyntheticOom, AnOomBeforeTheFirstBackwardPassIsTheFirstIterationsPeak) {
   EXPECT_EQ(attempts.ooms[0].first_iteration_calls, 0u) << attempts.ooms[0].evidence;
 }
 
+// A leak whose last 8 steps each catch 30 OOMs (cuDNN trying smaller workspaces) before
+// the one that ends the run. Each is the leak's, the last above all, though the report
+// keeps the live bytes by site of only the first and the latest OOMs.
+TEST(SyntheticOom, EveryOomOfAStormIsTheLeaksTheLastAboveAll) {
+  constexpr std::uint64_t kBase = 0x7f0000000000ull;
+  synthetic::Builder b;
+  const std::uint32_t params = b.Stack(10, "build_model");
+  const std::uint32_t leak = b.Stack(42, "train_step");
+  b.Segment(kBase, 128 * kMiB);
+  b.Alloc(kBase, 128 * kMiB, params);
+  std::uint64_t next = kBase + 128 * kMiB;
+  while (next + synthetic::kLeakPerStep <= kBase + kCapacity) {
+    b.Segment(next, synthetic::kLeakPerStep);
+    b.Alloc(next, synthetic::kLeakPerStep, leak);
+    next += synthetic::kLeakPerStep;
+    if (kBase + kCapacity - next < 128 * kMiB) {
+      for (int i = 0; i < 30; ++i) b.Oom((256 - i) * kMiB, 0);
+    }
+    b.Step();
+  }
+  b.Oom(synthetic::kLeakPerStep, 0);
+  trace::Trace t = b.Take();
+  Report r = BuildReport(t, {});
+  ASSERT_EQ(r.ooms.size(), 8u * 30 + 1);
+  ASSERT_EQ(r.fatal_oom, r.ooms.size() - 1);
+  for (const OomExplanation& x : r.ooms) {
+    EXPECT_EQ(x.cls, OomClass::kLeak) << "step " << x.at.step + 1 << ": " << x.evidence;
+    EXPECT_GT(x.leaked_bytes, 512 * kMiB) << "step " << x.at.step + 1;
+  }
+  EXPECT_TRUE(r.ooms[120].at.site_live.empty());  // given up: between the first and the latest
+  EXPECT_FALSE(r.ooms.back().at.site_live.empty());
+}
+
 TEST(SyntheticOom, FragmentationIsFragmentation) {
   trace::Trace t = synthetic::FragmentationTrace();
   Report r = BuildReport(t, {});

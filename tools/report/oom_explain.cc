@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
@@ -37,19 +38,34 @@ struct DeviceGrowth {
   const LeakSuspect* top = nullptr;  // the first suspect (fastest growing) that grew here
 };
 
+// What `site` held at the OOM, and the share of it on the OOM's device: the OOM's own
+// record, or for one whose record the timeline gave up (between the first and the latest
+// of many), what the site kept through the step before it, on the device holding most.
+std::pair<std::uint64_t, long double> LiveAtOom(const OomPoint& p, const Timeline& timeline,
+                                                std::size_t site) {
+  if (p.site_live.empty()) {
+    if (p.step == 0) return {0, 0.0L};
+    // The last sample at a step end before the OOM's step.
+    const std::size_t j = static_cast<std::size_t>(
+        absl::c_upper_bound(timeline.sample_step, p.step - 1) - timeline.sample_step.begin());
+    const bool here = timeline.site_device.empty() ||  // one device
+                      (site < timeline.site_device.size() && timeline.site_device[site] == p.device);
+    return {j == 0 ? 0 : timeline.site_samples[site][j - 1], here ? 1.0L : 0.0L};
+  }
+  if (p.site_live.size() <= site || p.site_live_on_device.size() <= site) return {0, 0.0L};
+  const std::uint64_t now = p.site_live[site];
+  return {now, now == 0 ? 0.0L : static_cast<long double>(p.site_live_on_device[site]) / now};
+}
+
 DeviceGrowth GrowthOnDevice(const OomPoint& p, const Timeline& timeline,
                             const LeakAnalysis& leaks) {
   const std::size_t base_sample = timeline.sample_step.size() > 4 ? 1 : 0;
   DeviceGrowth out;
   for (const LeakSuspect& s : leaks.suspects) {
-    if (p.site_live.size() <= s.site || p.site_live_on_device.size() <= s.site ||
-        timeline.site_samples[s.site].size() <= base_sample) {
-      continue;
-    }
+    if (timeline.site_samples[s.site].size() <= base_sample) continue;
     const std::uint64_t base = timeline.site_samples[s.site][base_sample];
-    const std::uint64_t now = p.site_live[s.site];
+    const auto [now, share] = LiveAtOom(p, timeline, s.site);
     if (now <= base) continue;
-    const long double share = static_cast<long double>(p.site_live_on_device[s.site]) / now;
     const auto grown = static_cast<std::uint64_t>(static_cast<long double>(now - base) * share);
     out.bytes += grown;
     if (out.top == nullptr && grown > 0) out.top = &s;

@@ -21,8 +21,11 @@ using trace::Action;
 // a sample every 30 steps would give it three points.
 constexpr std::size_t kMaxSamples = 1000;
 constexpr std::size_t kDenseTail = 1000;
-// The layout walk is per OOM; a storm of them needs few.
-constexpr std::size_t kOomsWithLayout = 100;
+// Live bytes by site are kept for the first OOMs and the latest (the one a run died of
+// is among them); those between give theirs up, so a run that catches thousands stays
+// bounded.
+constexpr std::size_t kFirstOomsWithSites = 50;
+constexpr std::size_t kLatestOomsWithSites = 50;
 
 class TimelineBuilder {
  public:
@@ -63,7 +66,11 @@ class TimelineBuilder {
  private:
   void Apply(std::size_t i) {
     const trace::Event& e = trace_.events[i];
-    if (e.action == Action::kOom) NoteOom(i, e);
+    if (e.action == Action::kOom) {
+      NoteOom(i, e);
+    } else {
+      layout_unchanged_ = false;
+    }
     state_.Apply(e);
     if (e.action == Action::kAlloc) NoteAlloc(i, e);
     if (e.action == Action::kFreeRequested) helpers_.OnFree(e);
@@ -78,6 +85,7 @@ class TimelineBuilder {
     for (; next_mark_ < pool_marks_.size() && pool_marks_[next_mark_].before_event <= before_event;
          ++next_mark_) {
       state_.ApplyPoolMark(pool_marks_[next_mark_]);
+      layout_unchanged_ = false;
     }
   }
 
@@ -117,18 +125,40 @@ class TimelineBuilder {
     oom.device_free = e.device_free;
     oom.headroom = e.addr;
     oom.allocs_after = t_.allocs;  // made relative in Finish()
-    if (t_.ooms.size() < kOomsWithLayout) {
-      FreePieces free = state_.FreePiecesOn(e.device);
-      oom.largest_free_piece = free.largest;
-      oom.free_in_segments = free.total;
-      oom.site_live = state_.site_live();
-      oom.site_live_on_device = state_.SiteLiveOn(e.device);
-    }
+    TakeLayout(&oom);
     if (const std::optional<HelperSite> helper = helpers_.Kept(e.device)) {
       oom.helper_site = sites_.name(helper->site);
       oom.helper_kept = helper->kept;
     }
     t_.ooms.push_back(std::move(oom));
+    ForgetSitesBetweenFirstAndLatest();
+  }
+
+  // The free pieces and live bytes by site at the OOM. A storm of OOMs with nothing
+  // allocated or freed between them (cuDNN trying smaller workspaces) walks the blocks once.
+  void TakeLayout(OomPoint* oom) {
+    if (layout_unchanged_ && !t_.ooms.empty() && t_.ooms.back().device == oom->device) {
+      const OomPoint& last = t_.ooms.back();
+      oom->largest_free_piece = last.largest_free_piece;
+      oom->free_in_segments = last.free_in_segments;
+      oom->site_live = last.site_live;
+      oom->site_live_on_device = last.site_live_on_device;
+      return;
+    }
+    const FreePieces free = state_.FreePiecesOn(oom->device);
+    oom->largest_free_piece = free.largest;
+    oom->free_in_segments = free.total;
+    oom->site_live = state_.site_live();
+    oom->site_live_on_device = state_.SiteLiveOn(oom->device);
+    layout_unchanged_ = true;
+  }
+
+  void ForgetSitesBetweenFirstAndLatest() {
+    const std::size_t n = t_.ooms.size();
+    if (n <= kFirstOomsWithSites + kLatestOomsWithSites) return;
+    OomPoint& between = t_.ooms[n - 1 - kLatestOomsWithSites];
+    std::vector<std::uint64_t>().swap(between.site_live);
+    std::vector<std::uint64_t>().swap(between.site_live_on_device);
   }
 
   // OOMs since the last step end get the state now: what they left behind.
@@ -299,6 +329,7 @@ class TimelineBuilder {
   std::size_t sample_stride_ = 1;
   std::vector<GraphPoolMark> pool_marks_;
   std::size_t next_mark_ = 0;
+  bool layout_unchanged_ = false;  // nothing allocated or freed since the last OOM's layout
   std::size_t next_end_ = 0;  // index into steps.ends
   std::size_t step_ = 0;
   std::size_t settled_ = 0;   // OOMs whose after-state is known

@@ -37,8 +37,10 @@ struct OomPoint {
   std::uint64_t free_in_segments = 0;
   std::uint64_t device_free = 0;  // what the driver said was free
   std::uint64_t headroom = 0;     // gpumem's headroom, where keeping it refused the request
-  std::vector<std::uint64_t> site_live;  // live bytes per site at the OOM, every device's
-  std::vector<std::uint64_t> site_live_on_device;  // the same on the OOM's device
+  // Live bytes per site at the OOM, every device's, and on the OOM's device; empty for
+  // an OOM between the first 50 and the latest 50 of a run that caught many.
+  std::vector<std::uint64_t> site_live;
+  std::vector<std::uint64_t> site_live_on_device;
   // The site whose blocks a helper thread kept (HelperThreads::Kept), named; empty: none.
   std::string helper_site;
   HelperKept helper_kept;

@@ -28,6 +28,7 @@ struct AutogradLink {
 struct AutogradSummary {
   std::size_t backward = 0;  // backward events linked
   std::size_t attributed = 0;  // ... of which found their forward op's stack
+  std::size_t to_caller = 0;   // ... of which, with none, took their pass's caller's
 };
 
 // The file of the frame that names a backward node in a stack.
@@ -35,8 +36,11 @@ inline constexpr std::string_view kAutogradFile = "<autograd>";
 
 // Gives every backward event the stack: its own frames (native ones, if recorded), then
 // "<node> (backward)" (file kAutogradFile), then the Python stack of the forward op that
-// created the node where the trace has it. Events must still be in file order or any
-// order: the earliest forward event by time wins.
+// created the node where the trace has it. A node no forward op made (AccumulateGrad,
+// making a parameter's gradient) or one whose op the trace lacks takes instead a
+// "<backward pass>" frame and the stack of its forward thread's last allocation before
+// it: the gradient seed of the loss.backward() that ran it. Events must still be in file
+// order or any order: the earliest forward event by time wins.
 AutogradSummary AttributeBackward(const std::vector<AutogradLink>& links, FrameTable* table,
                                   Trace* trace);
 
