@@ -48,6 +48,7 @@ std::optional<LeakWarning> LeakWarner::Rising(std::uint64_t key, const SiteHisto
   w.key = key;
   w.bytes_per_step = report::FitLine(x, y).slope;
   w.live = s.live.back();
+  w.grown_from = s.live[n - steps_ - 1];
   w.oom_step = ProjectedOomStep(w.bytes_per_step, step, device);
   return w;
 }
@@ -93,6 +94,7 @@ std::optional<LeakWarning> LeakWarner::RisingInSteps(std::uint64_t key,
   w.key = key;
   w.bytes_per_step = g->bytes_per_step;
   w.live = s.live.back();
+  w.grown_from = s.live[g->from];
   w.oom_step = ProjectedOomStep(w.bytes_per_step, step, device);
   w.in_steps_over = static_cast<std::uint64_t>(s.steps.back() - s.steps[g->from]);
   return w;
@@ -135,13 +137,26 @@ std::optional<LeakWarning> LeakWarner::Withdraw(
        !Stopped(*coarse, std::max(kCoarseStoppedSamples, 3 * PausesOf(*coarse, 0).longest + 1)))) {
     return std::nullopt;
   }
+  return WithdrawNow(said, step, s.live.back(), /*fell_back=*/false);
+}
+
+LeakWarning LeakWarner::WithdrawNow(absl::flat_hash_map<std::uint64_t, Said>::iterator said,
+                                    std::uint64_t step, std::uint64_t live, bool fell_back) {
   LeakWarning withdrawn = said->second.warning;
   withdrawn.withdrawn = true;
+  withdrawn.fell_back = fell_back;
   withdrawn.live_when_said = withdrawn.live;
-  withdrawn.live = s.live.back();
+  withdrawn.live = live;
+  withdrawn_at_[said->first] = step;
   said_.erase(said);
-  withdrawn_at_[key] = step;
   return withdrawn;
+}
+
+bool LeakWarner::GaveBackItsGrowth(const LeakWarning& w, const SiteHistory::Series& s) {
+  if (s.live.empty() || w.live <= w.grown_from) return false;
+  const double grown = static_cast<double>(w.live - w.grown_from);
+  return static_cast<double>(s.live.back()) + kGivenBackShare * grown <=
+         static_cast<double>(w.live);
 }
 
 std::vector<LeakWarning> LeakWarner::WithdrawSinceBetterSource(std::uint64_t step,
@@ -191,9 +206,12 @@ std::optional<LeakWarning> LeakWarner::Judge(std::uint64_t key, std::uint64_t st
                                              const SiteHistory& history,
                                              const DeviceFigures& device) {
   const SiteHistory::Series series = history.Of(key);
+  const auto said = said_.find(key);
+  if (said != said_.end() && GaveBackItsGrowth(said->second.warning, series)) {
+    return WithdrawNow(said, step, series.live.back(), /*fell_back=*/true);
+  }
   const report::FillLevel fill = history.FillOf(key);
   std::optional<LeakWarning> w = Rising(key, series, fill, step, device);
-  const auto said = said_.find(key);
   const bool said_in_steps = said != said_.end() && said->second.warning.in_steps_over > 0;
   const bool coarse_sampled = history.coarse_sampled(key);
   if (!w && said_in_steps && !coarse_sampled) return std::nullopt;  // not judged now
@@ -249,6 +267,12 @@ std::string GrowthPhrase(const LeakWarning& w, std::size_t steps, const char* un
 
 std::string StoppedPhrase(const LeakWarning& w, std::size_t stopped, const char* unit,
                           const char* figure) {
+  if (w.fell_back) {
+    return absl::StrCat(" fell back to ", report::Bytes(static_cast<double>(w.live)),
+                        " from the ", report::Bytes(static_cast<double>(w.live_when_said)),
+                        " it held when warned of: memory given back, as a request's or an "
+                        "epoch's at its end, is not a leak\n");
+  }
   if (w.live < w.live_when_said) {  // it fell back: given back, not filled and stopped
     return absl::StrCat(" holds less than when warned of (", figure, " ",
                         report::Bytes(static_cast<double>(w.live)), " against ",

@@ -36,6 +36,7 @@ struct LeakWarning {
   std::uint64_t key = 0;          // LiveBlocks::Key(device, site)
   double bytes_per_step = 0;
   std::uint64_t live = 0;
+  std::uint64_t grown_from = 0;  // what the site held where the growth warned of began
   std::optional<std::uint64_t> oom_step;  // projected, from the cap in force
   bool withdrawn = false;  // the site stopped growing: the earlier warning no longer holds
   // Withdrawn as a better source began marking steps, the site holding less than the
@@ -45,6 +46,9 @@ struct LeakWarning {
   // Withdrawn as its site held no more over LeakWarner::kTrialMarks step ends once a
   // better source began marking steps: it grew within one iteration.
   bool flat_since_switch = false;
+  // Withdrawn as its site gave back most of the growth it was warned of (LeakWarner::
+  // GaveBackItsGrowth): a leak never does.
+  bool fell_back = false;
   std::uint64_t in_steps_over = 0;  // step ends its coarse series grew over (0: each step)
 };
 
@@ -119,6 +123,13 @@ class LeakWarner {
     // What the site held at the better source's second mark: unset before it.
     std::optional<std::uint64_t> trial_baseline = std::nullopt;
   };
+  // A leak never gives back what it kept: a warned site whose bytes fell by
+  // kGivenBackShare of the growth it was warned of (a request's prefix, freed at its end)
+  // is withdrawn at once, however its coarse series runs.
+  static constexpr double kGivenBackShare = 0.75;
+  static bool GaveBackItsGrowth(const LeakWarning& w, const SiteHistory::Series& s);
+  LeakWarning WithdrawNow(absl::flat_hash_map<std::uint64_t, Said>::iterator said,
+                          std::uint64_t step, std::uint64_t live, bool fell_back);
   bool Moved(const LeakWarning& before, const LeakWarning& now, std::uint64_t step) const;
   bool DueAgain(const Said& said, std::uint64_t step) const;
   // Whether the last `samples` of `s` hold no more than the one before them.

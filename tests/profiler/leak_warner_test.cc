@@ -121,6 +121,19 @@ TEST(LeakWarner, CacheThatFilledIsNotWarnedOfAgainInSteps) {
   }
 }
 
+// Generation without a KV cache: each request's passes keep a longer prefix (here 1 MiB
+// more a pass, over 192 passes from 8 MiB), and the next request starts again from 8 MiB.
+// Warned of in the first request, that warning is withdrawn where the memory falls back,
+// and the later requests, refilling what was given back, are not warned of.
+TEST(LeakWarner, GrowthGivenBackAtARequestsEndIsWithdrawnThere) {
+  const Said said = WarnerSays(20 * 192, [](std::uint64_t step) {
+    return 8 * kMiB + kMiB * ((step - 1) % 192);
+  });
+  EXPECT_EQ(said.warnings, 1);
+  EXPECT_EQ(said.withdrawals, 1);
+  EXPECT_EQ(said.first_withdrawn, 193u);
+}
+
 // A table cached for each sequence length seen (an unbounded lru_cache), a batch of one of
 // 64 lengths a step: new lengths come ever more rarely, the cache filling ever more slowly
 // towards 520 MiB. Once a warning of it was withdrawn, what it grew before does

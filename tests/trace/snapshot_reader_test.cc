@@ -128,19 +128,11 @@ void WriteEvent(PickleWriter& w, const Ev& e) {
   w.EndDict();
 }
 
-std::string Snapshot(const std::vector<Ev>& events, bool with_end_state) {
-  PickleWriter w;
-  w.BeginDict();
-  w.String("device_traces");
-  w.BeginList();
-  w.BeginList();
-  for (const Ev& e : events) WriteEvent(w, e);
-  w.EndList();
-  w.EndList();
-  w.String("segments");
+// The segments list; `with_end_state`: one segment at 0x10000 no event created, with a
+// live block no event touched.
+void WriteSegments(PickleWriter& w, bool with_end_state) {
   w.BeginList();
   if (with_end_state) {
-    // One segment at 0x10000 no event created, with a live block no event touched.
     w.BeginDict();
     w.String("address");
     w.Uint(0x10000);
@@ -160,6 +152,19 @@ std::string Snapshot(const std::vector<Ev>& events, bool with_end_state) {
     w.EndDict();
   }
   w.EndList();
+}
+
+std::string Snapshot(const std::vector<Ev>& events, bool with_end_state) {
+  PickleWriter w;
+  w.BeginDict();
+  w.String("device_traces");
+  w.BeginList();
+  w.BeginList();
+  for (const Ev& e : events) WriteEvent(w, e);
+  w.EndList();
+  w.EndList();
+  w.String("segments");
+  WriteSegments(w, with_end_state);
   w.EndDict();
   return std::move(w).Finish();
 }
@@ -192,6 +197,32 @@ TEST(SnapshotReaderTest, RebuildsTheStateAtTheFirstEvent) {
   EXPECT_EQ(t->warnings[1],
             "2 blocks freed in the trace were allocated before it started: synthesized their allocs at the start");
   for (const Event& e : t->events) EXPECT_EQ(e.time_us, 100);
+}
+
+// torch.cuda.memory._snapshot() taken with history never recorded, and the list of
+// segments torch.cuda.memory_snapshot() returns: the blocks live then are read, and the
+// first warning says how to record what leak detection needs.
+TEST(SnapshotReaderTest, ASnapshotWithoutHistoryIsReadAndSaysHowToRecordOne) {
+  PickleWriter segments_alone;
+  WriteSegments(segments_alone, true);
+  for (const std::string& data : {Snapshot({}, true), std::move(segments_alone).Finish()}) {
+    auto t = ParseSnapshotPickle(data, "t.pkl");
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->events.size(), 2u);  // its segment and the block live in it
+    EXPECT_EQ(t->events[1].action, Action::kAlloc);
+    EXPECT_EQ(t->events[1].size, 512u);
+    ASSERT_FALSE(t->warnings.empty());
+    EXPECT_TRUE(absl::StartsWith(t->warnings[0], "the snapshot holds no allocation history"))
+        << t->warnings[0];
+    EXPECT_NE(t->warnings[0].find("_record_memory_history(max_entries=100000)"),
+              std::string::npos);
+  }
+  // With history, no such warning.
+  auto with = ParseSnapshotPickle(Snapshot({{"alloc", 0x9000, 512}}, true), "t.pkl");
+  ASSERT_TRUE(with.ok()) << with.status();
+  for (const std::string& w : with->warnings) {
+    EXPECT_FALSE(absl::StartsWith(w, "the snapshot holds no allocation history")) << w;
+  }
 }
 
 // Expandable segments grow by segment_map events inside one virtual range: the pieces of
@@ -419,10 +450,18 @@ TEST(SnapshotReaderTest, WrongTypesAreNamed) {
   }
   {
     PickleWriter w;
-    w.BeginList();
-    w.EndList();
+    w.Int(3);
     expect_error(std::move(w).Finish(),
-                 ": the snapshot is a list, not a dict with 'segments' and 'device_traces'");
+                 ": the snapshot is a int, not a dict with 'segments' and 'device_traces' "
+                 "(torch.cuda.memory._snapshot()) or a list of segments "
+                 "(torch.cuda.memory_snapshot())");
+  }
+  {
+    PickleWriter w;  // a list is torch.cuda.memory_snapshot()'s segments
+    w.BeginList();
+    w.Int(3);
+    w.EndList();
+    expect_error(std::move(w).Finish(), ": segments[0] is a int, not a dict");
   }
   {
     PickleWriter w;

@@ -182,9 +182,18 @@ class PreludeBuilder {
 }  // namespace
 
 void SynthesizePrelude(Trace* trace) {
+  const bool no_history = trace->events.empty();
   PreludeBuilder builder(*trace);
   builder.ScanEvents(trace->events);
   builder.ScanEndState(trace->segments);
+  if (no_history && !trace->segments.empty()) {
+    // torch.cuda.memory._snapshot() with history never recorded: users take it for one.
+    trace->warnings.push_back(
+        "the snapshot holds no allocation history, only what was live when it was taken: "
+        "leak detection, steps and an OOM's cause need the allocations and frees. Call "
+        "torch.cuda.memory._record_memory_history(max_entries=100000) at the script's "
+        "start, then torch.cuda.memory._dump_snapshot(PATH) when it fails or ends");
+  }
   builder.Warn(&trace->warnings);
   builder.Prepend(&trace->events);
 }

@@ -32,14 +32,20 @@ class Converter {
 
   absl::StatusOr<Trace> Run() {
     const PickleId root = t_.root();
-    if (!t_.is_dict(root)) {
+    absl::Status s;
+    if (t_.is_sequence(root)) {
+      s = ReadSegmentList(root);  // torch.cuda.memory_snapshot(): the segments alone
+    } else if (t_.is_dict(root)) {
+      s = ReadSettings(root);
+      if (s.ok()) s = ReadDeviceTraces(root);
+      if (s.ok()) s = ReadSegments(root);
+      if (s.ok()) s = ReadAnnotations(root);
+    } else {
       return Error(root, absl::StrCat("the snapshot is a ", PickleKindName(t_.kind(root)),
-                                      ", not a dict with 'segments' and 'device_traces'"));
+                                      ", not a dict with 'segments' and 'device_traces' "
+                                      "(torch.cuda.memory._snapshot()) or a list of segments "
+                                      "(torch.cuda.memory_snapshot())"));
     }
-    absl::Status s = ReadSettings(root);
-    if (s.ok()) s = ReadDeviceTraces(root);
-    if (s.ok()) s = ReadSegments(root);
-    if (s.ok()) s = ReadAnnotations(root);
     if (!s.ok()) return s;
     SynthesizePrelude(&trace_);
     AttributeToBackwardCaller(&trace_);
@@ -232,7 +238,11 @@ class Converter {
     std::optional<PickleId> segments = t_.Find(root, "segments");
     if (!segments) return absl::OkStatus();
     if (absl::Status s = Sequence(*segments, "segments"); !s.ok()) return s;
-    absl::Span<const PickleId> list = t_.items(*segments);
+    return ReadSegmentList(*segments);
+  }
+
+  absl::Status ReadSegmentList(PickleId segments) {
+    absl::Span<const PickleId> list = t_.items(segments);
     for (std::size_t i = 0; i < list.size(); ++i) {
       const std::string path = absl::StrCat("segments[", i, "]");
       if (absl::Status s = Dict(list[i], path); !s.ok()) return s;
