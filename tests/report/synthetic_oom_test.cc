@@ -35,6 +35,26 @@ TEST(SyntheticOom, LeakIsALeak) {
   EXPECT_NEAR(static_cast<double>(*r.projected_oom_step), 40.0, 1.0);
 }
 
+// What held the device at the OOM that ended the run, by site, largest first: the leak
+// (40 steps of 16 MiB), the step's activations, the parameters.
+TEST(SyntheticOom, TheOomThatEndedTheRunListsWhatHeldItsDevice) {
+  trace::Trace t = synthetic::LeakTrace();
+  Report r = BuildReport(t, {});
+  ASSERT_TRUE(r.fatal_oom.has_value());
+  const nlohmann::json live = ReportToJson(r)["ooms"][*r.fatal_oom]["largest_live_sites"];
+  ASSERT_EQ(live.size(), 3u) << live;
+  EXPECT_EQ(live[0]["site"], "train.py:42 train_step");
+  EXPECT_EQ(live[0]["bytes"], 40 * synthetic::kLeakPerStep);
+  EXPECT_EQ(live[1]["site"], "train.py:40 train_step");
+  EXPECT_EQ(live[1]["bytes"], 256 * kMiB);
+  EXPECT_EQ(live[2]["site"], "train.py:10 build_model");
+  const std::string text = FormatTerminal(r, false);
+  EXPECT_NE(text.find("Live on device 0 at it, by site (1.00 GiB allocated):\n"
+                      "    640.00 MiB   train.py:42 train_step\n"),
+            std::string::npos)
+      << text;
+}
+
 // Calls of a policy, each keeping its graph (16 MiB) for one backward pass that never
 // comes before the OOM; every step marked by `source`. Without `keep`, each call's memory
 // is freed before the next (a batch-size finder's attempts), and the OOM is a request of

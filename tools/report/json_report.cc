@@ -239,6 +239,13 @@ nlohmann::json CachePressureJson(const Report& r) {
 void AddFailuresJson(const Report& r, nlohmann::json* out) {
   nlohmann::json ooms = nlohmann::json::array();
   for (const OomExplanation& x : r.ooms) ooms.push_back(OomJson(x));
+  if (r.fatal_oom) {  // what held the device, for the OOM that ended the run only
+    nlohmann::json live = nlohmann::json::array();
+    for (const auto& [site, bytes] : LargestLiveAt(r.ooms[*r.fatal_oom].at, 5)) {
+      live.push_back({{"site", r.sites.name(site)}, {"bytes", bytes}});
+    }
+    ooms[*r.fatal_oom]["largest_live_sites"] = std::move(live);
+  }
   (*out)["ooms"] = std::move(ooms);
   (*out)["fatal_oom"] = OrNull(r.fatal_oom);
   (*out)["recovered_ooms"] = r.recovered_ooms;

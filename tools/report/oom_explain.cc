@@ -197,6 +197,23 @@ std::string OomWhere(const OomExplanation& x) {
   return absl::StrCat("in step ", x.at.step + 1);
 }
 
+std::vector<std::pair<std::uint32_t, std::uint64_t>> LargestLiveAt(const OomPoint& p,
+                                                                   std::size_t n) {
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> out;
+  for (std::size_t s = 0; s < p.site_live_on_device.size(); ++s) {
+    if (p.site_live_on_device[s] > 0) {
+      out.emplace_back(static_cast<std::uint32_t>(s), p.site_live_on_device[s]);
+    }
+  }
+  const auto larger = [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  };
+  const std::size_t kept = std::min(n, out.size());
+  std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(kept), out.end(), larger);
+  out.resize(kept);
+  return out;
+}
+
 std::vector<OomExplanation> ExplainOoms(const Timeline& timeline, const LeakAnalysis& leaks,
                                         const Steps& steps,
                                         const std::vector<std::optional<KnownCapacity>>& capacities,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/report/leaks.h"
@@ -52,6 +53,11 @@ struct OomExplanation {
 };
 // "in step 12", or "in the first iteration, at call 135 of the model".
 std::string OomWhere(const OomExplanation& x);
+
+// The `n` sites that held most on the OOM's device at it, (site, bytes), largest first;
+// empty where the timeline did not keep its sites (between the first and latest of many).
+std::vector<std::pair<std::uint32_t, std::uint64_t>> LargestLiveAt(const OomPoint& p,
+                                                                   std::size_t n);
 
 // `capacities[i]`: the capacity in force at timeline.ooms[i] (--capacity or the trace's),
 // where known; else it is what the process held plus what the driver had free.

@@ -21,10 +21,21 @@ std::string Paint(bool color, const char* code, absl::string_view text) {
 constexpr double kIdleShareWorthNoting = 0.25;
 constexpr std::size_t kRecoveredListed = 5;
 
-void AppendFatalOom(const OomExplanation& x, bool color, std::string* out) {
+constexpr std::size_t kLiveSitesListed = 5;
+
+// The OOM's evidence and fix, then what held its device: the sites to look at first
+// whatever the class (a leak's suspects are listed apart, with their growth).
+void AppendFatalOom(const Report& r, const OomExplanation& x, bool color, std::string* out) {
   absl::StrAppend(out, "\n", Paint(color, "1;31", absl::StrCat("OOM that ended the run (", OomClassName(x.cls), ")")),
                   " ", OomWhere(x), ", requesting ", Bytes(x.at.request), ":\n  ",
                   x.evidence, "\n  Fix: ", x.fix, "\n");
+  const auto largest = LargestLiveAt(x.at, kLiveSitesListed);
+  if (largest.empty()) return;
+  absl::StrAppend(out, "  Live on device ", x.at.device, " at it, by site (", Bytes(x.at.allocated),
+                  " allocated):\n");
+  for (const auto& [site, bytes] : largest) {
+    absl::StrAppend(out, absl::StrFormat("    %-12s %s\n", Bytes(bytes), r.sites.name(site)));
+  }
 }
 
 // One line per OOM the run went on from (or that came just before the fatal one), and
@@ -79,7 +90,7 @@ void AppendFailedOutside(const Report& r, bool color, std::string* out) {
 
 void AppendOoms(const Report& r, bool color, std::string* out) {
   AppendFailedOutside(r, color, out);
-  if (r.fatal_oom) AppendFatalOom(r.ooms[*r.fatal_oom], color, out);
+  if (r.fatal_oom) AppendFatalOom(r, r.ooms[*r.fatal_oom], color, out);
   AppendOtherOoms(r, out);
   if (!r.ooms.empty() && !r.fatal_oom && !r.fatal_failed_outside) {
     absl::StrAppend(out, "\nThe run did not die of an OOM it saw: every OOM above was caught and "
