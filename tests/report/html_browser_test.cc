@@ -166,6 +166,7 @@ TEST(HtmlInBrowser, OomAndRanksAreShown) {
   EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"fragmentation\""), std::string::npos);
   EXPECT_NE(page.dom.find("class=\"oom\" data-class=\"peak\""), std::string::npos);
   EXPECT_NE(page.dom.find("class=\"oom-mark\""), std::string::npos);
+  EXPECT_NE(page.dom.find("Live on device 0 at it, by site: "), std::string::npos);
   // Where the run ran out, the figures say the step instead of projecting one.
   const nlohmann::json j = ReportToJson(reports[0]);
   ASSERT_FALSE(j["fatal_oom"].is_null());
