@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "profiler/raw_record.h"
+#include "profiler/trace_format.h"
 
 namespace gpumem {
 
@@ -33,12 +34,9 @@ class AutogradSites {
     }
     if (r.stack_id != 0) return r.stack_id;
     const std::uint32_t forward =
-        r.autograd_seq == kNoSequence ? 0 : Lookup(r.autograd_seq + 1);
+        r.autograd_seq == format::kNoAutogradSequence ? 0 : Lookup(r.autograd_seq + 1);
     return forward != 0 ? forward : LastOfThread(r.autograd_thread);
   }
-
-  // PyTorch's sequence number of a node made outside a forward op (AccumulateGrad).
-  static constexpr std::uint64_t kNoSequence = ~std::uint64_t{0};
 
  private:
   static constexpr std::size_t kSlots = std::size_t{1} << 16;

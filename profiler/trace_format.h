@@ -88,6 +88,11 @@ enum class RecordType : std::uint8_t {
   // The last type the 4 bits can hold.
   kFailedAlloc = 15,
 };
+
+// The sequence number PyTorch gives a backward node that no forward op made
+// (AccumulateGrad, which makes a parameter's gradient): a kAutograd link carrying it
+// names no op.
+inline constexpr std::uint64_t kNoAutogradSequence = ~std::uint64_t{0};
 inline constexpr std::uint8_t kMaxRecordType = 15;
 // Records a reader takes as events (allocations, frees, maps, OOMs, steps, memory outside
 // the allocator); the others (definitions, links, marks, caps, annotations, failed calls)

@@ -94,7 +94,7 @@ void RecordForwardAndBackward(TraceWriter& writer, bool flush_between) {
   // A node whose forward op left no allocation in the trace (seq 40, none near), and a
   // parameter's gradient, made by a node no forward op made (numbered 2^64-1).
   writer.Record(Backward(Alloc(0x6000, 0, kEngine), 40, relu));
-  writer.Record(Backward(Alloc(0x6800, 0, kEngine), ~std::uint64_t{0}, accumulate));
+  writer.Record(Backward(Alloc(0x6800, 0, kEngine), format::kNoAutogradSequence, accumulate));
   // An event without a link stays as it was.
   writer.Record(Alloc(0x7000, 0, kEngine));
 }

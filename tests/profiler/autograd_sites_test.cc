@@ -44,12 +44,12 @@ TEST(AutogradSitesTest, NodesWithoutAForwardOpTakeTheBackwardCallersStack) {
   sites->LiveStack(Linked(43 + (std::uint64_t{1} << 16), 0, 9));  // the ring came round
   sites->LiveStack(Linked(50, 0, 12, /*thread=*/2));  // another thread's
   EXPECT_EQ(sites->LiveStack(Linked(42, 3, 0)), 9u);
-  EXPECT_EQ(sites->LiveStack(Linked(AutogradSites::kNoSequence, 3, 0)), 9u);
-  EXPECT_EQ(sites->LiveStack(Linked(AutogradSites::kNoSequence, 3, 0, /*thread=*/2)), 12u);
+  EXPECT_EQ(sites->LiveStack(Linked(format::kNoAutogradSequence, 3, 0)), 9u);
+  EXPECT_EQ(sites->LiveStack(Linked(format::kNoAutogradSequence, 3, 0, /*thread=*/2)), 12u);
   // Not the first forward allocation's, numbered 0 (2^64-1 + 1).
   sites->LiveStack(Linked(0, 0, 21, /*thread=*/3));
   sites->LiveStack(Linked(5, 0, 22, /*thread=*/3));
-  EXPECT_EQ(sites->LiveStack(Linked(AutogradSites::kNoSequence, 3, 0, /*thread=*/3)), 22u);
+  EXPECT_EQ(sites->LiveStack(Linked(format::kNoAutogradSequence, 3, 0, /*thread=*/3)), 22u);
 }
 
 }  // namespace

@@ -241,7 +241,7 @@ void AddFailuresJson(const Report& r, nlohmann::json* out) {
   for (const OomExplanation& x : r.ooms) ooms.push_back(OomJson(x));
   if (r.fatal_oom) {  // what held the device, for the OOM that ended the run only
     nlohmann::json live = nlohmann::json::array();
-    for (const auto& [site, bytes] : LargestLiveAt(r.ooms[*r.fatal_oom].at, 5)) {
+    for (const auto& [site, bytes] : LargestLiveAt(r.ooms[*r.fatal_oom].at, kLargestLiveListed)) {
       live.push_back({{"site", r.sites.name(site)}, {"bytes", bytes}});
     }
     ooms[*r.fatal_oom]["largest_live_sites"] = std::move(live);

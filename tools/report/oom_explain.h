@@ -54,6 +54,8 @@ struct OomExplanation {
 // "in step 12", or "in the first iteration, at call 135 of the model".
 std::string OomWhere(const OomExplanation& x);
 
+// How many sites the reports list as what held the device at the OOM that ended the run.
+inline constexpr std::size_t kLargestLiveListed = 5;
 // The `n` sites that held most on the OOM's device at it, (site, bytes), largest first;
 // empty where the timeline did not keep its sites (between the first and latest of many).
 std::vector<std::pair<std::uint32_t, std::uint64_t>> LargestLiveAt(const OomPoint& p,

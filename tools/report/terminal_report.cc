@@ -21,15 +21,13 @@ std::string Paint(bool color, const char* code, absl::string_view text) {
 constexpr double kIdleShareWorthNoting = 0.25;
 constexpr std::size_t kRecoveredListed = 5;
 
-constexpr std::size_t kLiveSitesListed = 5;
-
 // The OOM's evidence and fix, then what held its device: the sites to look at first
 // whatever the class (a leak's suspects are listed apart, with their growth).
 void AppendFatalOom(const Report& r, const OomExplanation& x, bool color, std::string* out) {
   absl::StrAppend(out, "\n", Paint(color, "1;31", absl::StrCat("OOM that ended the run (", OomClassName(x.cls), ")")),
                   " ", OomWhere(x), ", requesting ", Bytes(x.at.request), ":\n  ",
                   x.evidence, "\n  Fix: ", x.fix, "\n");
-  const auto largest = LargestLiveAt(x.at, kLiveSitesListed);
+  const auto largest = LargestLiveAt(x.at, kLargestLiveListed);
   if (largest.empty()) return;
   absl::StrAppend(out, "  Live on device ", x.at.device, " at it, by site (", Bytes(x.at.allocated),
                   " allocated):\n");

@@ -8,14 +8,12 @@
 #include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "profiler/trace_format.h"
 #include "tools/trace/backward_caller.h"
 
 namespace gpumem::trace {
 
 namespace {
-
-// PyTorch's sequence number of a node made outside a forward op (AccumulateGrad).
-constexpr std::uint64_t kNoSequence = ~std::uint64_t{0};
 
 // Each forward thread's allocations with a stack, by time: the last before a backward
 // event is the one that started its pass (loss.backward()'s gradient seed).
@@ -75,7 +73,7 @@ class Attributor {
   // The node was created just before its op's kernels ran: they carry seq + 1. Else the
   // last allocation before the node (seq itself). A node with no number has no op.
   std::uint32_t ForwardOpStack(const AutogradLink& l) const {
-    if (l.seq == kNoSequence) return 0;
+    if (l.seq == format::kNoAutogradSequence) return 0;
     for (std::uint64_t seq : {l.seq + 1, l.seq}) {
       const auto it = forward_.find(Key{l.thread, seq});
       if (it != forward_.end()) return trace_.events[it->second].stack_id;
@@ -114,7 +112,7 @@ class Attributor {
 
   std::uint32_t PassFrame() {
     if (!pass_frame_) {
-      pass_frame_ = table_.Intern({std::string(kBackwardPassFile), 0, "autograd's thread"});
+      pass_frame_ = InternBackwardPassFrame(&table_);
     }
     return *pass_frame_;
   }

@@ -71,7 +71,7 @@ class Attributor {
     auto [it, added] = joined_.try_emplace({own, caller}, 0);
     if (!added) return it->second;
     if (!pass_frame_) {  // interned only where a pass is found, so other traces keep theirs
-      pass_frame_ = table_.Intern({std::string(kBackwardPassFile), 0, "autograd's thread"});
+      pass_frame_ = InternBackwardPassFrame(&table_);
     }
     std::vector<std::uint32_t> frames = trace_.stacks[own];
     frames.push_back(*pass_frame_);
@@ -99,6 +99,10 @@ class Attributor {
 };
 
 }  // namespace
+
+std::uint32_t InternBackwardPassFrame(FrameTable* table) {
+  return table->Intern({std::string(kBackwardPassFile), 0, "autograd's thread"});
+}
 
 std::size_t AttributeToBackwardCaller(Trace* trace) { return Attributor(trace).Run(); }
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <string_view>
 
+#include "tools/trace/frame_table.h"
 #include "tools/trace/trace.h"
 
 namespace gpumem::trace {
@@ -17,6 +18,9 @@ namespace gpumem::trace {
 // The file of the frame that stands for autograd's thread between an allocation's own
 // frames and the Python stack of the call that started the backward pass.
 inline constexpr std::string_view kBackwardPassFile = "<backward pass>";
+
+// That frame, interned in `table` (once a trace needs it).
+std::uint32_t InternBackwardPassFrame(FrameTable* table);
 
 // Returns how many allocations were given the stack of the call that started their pass.
 std::size_t AttributeToBackwardCaller(Trace* trace);
